@@ -1,0 +1,162 @@
+//! [`FrameCodec`]: 4-byte big-endian length prefix, a configurable maximum frame size, and
+//! envelope validation, over tokio-util's length-delimited codec.
+
+use bytes::{Buf, BytesMut};
+use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
+
+use crate::message::{Message, WireError};
+
+/// Default maximum frame: 64 MiB.
+pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+
+/// Frames [`Message`]s on a byte stream. An oversize length, a frame cut short at end of
+/// stream, garbage or an unknown version is an error, never a panic.
+#[derive(Debug)]
+pub struct FrameCodec {
+    inner: LengthDelimitedCodec,
+    max: usize,
+    /// Length of the frame whose header the inner codec has consumed, if any.
+    in_frame: Option<u64>,
+}
+
+impl FrameCodec {
+    /// A codec refusing frames larger than `max` bytes.
+    pub fn new(max: usize) -> Self {
+        Self {
+            inner: LengthDelimitedCodec::builder()
+                .length_field_length(4)
+                .max_frame_length(max)
+                .new_codec(),
+            max,
+            in_frame: None,
+        }
+    }
+
+    /// The configured maximum frame size.
+    pub fn max_frame(&self) -> usize {
+        self.max
+    }
+}
+
+impl Default for FrameCodec {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_FRAME)
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Message;
+    type Error = WireError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, WireError> {
+        if self.in_frame.is_none() && src.len() >= 4 {
+            let len = u64::from((&src[..4]).get_u32());
+            if len > self.max as u64 {
+                return Err(WireError::FrameTooLarge { len, max: self.max });
+            }
+            self.in_frame = Some(len);
+        }
+        match self.inner.decode(src)? {
+            Some(frame) => {
+                self.in_frame = None;
+                Message::decode(frame.freeze()).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Message>, WireError> {
+        match self.decode(src)? {
+            Some(m) => Ok(Some(m)),
+            None if src.is_empty() && self.in_frame.is_none() => Ok(None),
+            None => Err(WireError::Truncated(src.len())),
+        }
+    }
+}
+
+impl Encoder<&Message> for FrameCodec {
+    type Error = WireError;
+
+    fn encode(&mut self, msg: &Message, dst: &mut BytesMut) -> Result<(), WireError> {
+        let body = msg.encode();
+        if body.len() > self.max {
+            return Err(WireError::FrameTooLarge {
+                len: body.len() as u64,
+                max: self.max,
+            });
+        }
+        self.inner.encode(body, dst)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{IdSet, SyncMode};
+    use proptest::prelude::*;
+
+    fn frame(m: &Message) -> BytesMut {
+        let mut b = BytesMut::new();
+        FrameCodec::default().encode(m, &mut b).unwrap();
+        b
+    }
+
+    #[test]
+    fn decodes_back_to_back_frames() {
+        let a = Message::command(1, IdSet::all(4), SyncMode::WaitAll, "a");
+        let b = Message::command(2, IdSet::single(3), SyncMode::DontWait, "b");
+        let mut buf = frame(&a);
+        buf.extend_from_slice(&frame(&b));
+        let mut c = FrameCodec::default();
+        assert_eq!(c.decode(&mut buf).unwrap().unwrap(), a);
+        assert_eq!(c.decode(&mut buf).unwrap().unwrap(), b);
+        assert!(c.decode(&mut buf).unwrap().is_none());
+    }
+
+    #[test]
+    fn four_gib_length_is_refused_at_once() {
+        let mut buf = BytesMut::from(&[0xff, 0xff, 0xff, 0xff, 1, 2][..]);
+        let e = FrameCodec::default().decode(&mut buf).unwrap_err();
+        assert!(matches!(e, WireError::FrameTooLarge { len: 0xffff_ffff, .. }), "{e}");
+    }
+
+    #[test]
+    fn small_maximum_is_enforced_both_ways() {
+        let m = Message::command(1, IdSet::all(4), SyncMode::WaitAll, vec![0u8; 100]);
+        let mut c = FrameCodec::new(64);
+        assert!(c.encode(&m, &mut BytesMut::new()).is_err());
+        let mut buf = frame(&m);
+        assert!(matches!(c.decode(&mut buf), Err(WireError::FrameTooLarge { .. })));
+    }
+
+    #[test]
+    fn frame_cut_in_half_is_an_error_at_eof() {
+        let m = Message::command(1, IdSet::all(4), SyncMode::WaitAll, "hello");
+        let full = frame(&m);
+        let mut half = BytesMut::from(&full[..full.len() / 2]);
+        let mut c = FrameCodec::default();
+        assert!(c.decode(&mut half).unwrap().is_none());
+        assert!(matches!(c.decode_eof(&mut half), Err(WireError::Truncated(_))));
+    }
+
+    proptest! {
+        #[test]
+        fn random_streams_never_panic(chunks in proptest::collection::vec(
+            proptest::collection::vec(any::<u8>(), 0..40), 0..8)) {
+            let mut c = FrameCodec::new(1 << 16);
+            let mut buf = BytesMut::new();
+            'outer: for ch in chunks {
+                buf.extend_from_slice(&ch);
+                loop {
+                    match c.decode(&mut buf) {
+                        Ok(Some(_)) => continue,
+                        Ok(None) => break,
+                        Err(_) => break 'outer,
+                    }
+                }
+            }
+            let _ = c.decode_eof(&mut buf);
+        }
+    }
+}

@@ -1,0 +1,694 @@
+//! `IdSet`: a set of server ids over a roaring bitmap (the seed's `sdm_idset`), with the
+//! range text form `[0-3,7,100-199]` and a compact binary serialization.
+//!
+//! The empty set means *no* server. (The old SDM read an empty set as "all"; we don't.)
+
+use std::fmt;
+use std::ops::{BitAnd, BitOr, RangeInclusive, Sub};
+use std::str::FromStr;
+
+use roaring::RoaringBitmap;
+
+/// A server id: servers are numbered `0..N`.
+pub type Id = u32;
+
+/// A set of server ids, efficient for millions of ids (a roaring bitmap).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct IdSet(RoaringBitmap);
+
+/// Serialized form tag: a list of runs, `(gap, len - 1)` varint pairs.
+const TAG_RUNS: u8 = 0;
+/// Serialized form tag: roaring's portable format.
+const TAG_ROARING: u8 = 1;
+
+/// Why a serialized or textual id-set was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdSetError {
+    /// The binary form was cut short.
+    #[error("id-set bytes end early at byte {0}")]
+    Truncated(usize),
+    /// The binary form starts with a tag this version does not know.
+    #[error("id-set encoding tag {0} is unknown (expected 0 = runs or 1 = roaring)")]
+    UnknownTag(u8),
+    /// A run would go past the largest id.
+    #[error("id-set run at byte {0} goes past id {max}", max = Id::MAX)]
+    Overflow(usize),
+    /// Bytes are left after the set.
+    #[error("id-set has {0} trailing bytes")]
+    Trailing(usize),
+    /// Roaring's own decoder refused the bytes.
+    #[error("id-set roaring data is invalid: {0}")]
+    Roaring(String),
+    /// The text form could not be parsed.
+    #[error("id-set text {text:?} is invalid at column {column}: {problem}")]
+    Text {
+        /// The text that was given.
+        text: String,
+        /// 1-based column of the problem.
+        column: usize,
+        /// What was wrong there.
+        problem: &'static str,
+    },
+}
+
+impl IdSet {
+    /// The empty set (`sdm_set_new`).
+    pub fn new() -> Self {
+        Self(RoaringBitmap::new())
+    }
+
+    /// The set holding every id of `range`.
+    pub fn range(range: RangeInclusive<Id>) -> Self {
+        let mut b = RoaringBitmap::new();
+        b.insert_range(range);
+        Self(b)
+    }
+
+    /// The set `{0, 1, …, n - 1}`: all servers of an `n`-server tree.
+    pub fn all(n: u32) -> Self {
+        if n == 0 {
+            Self::new()
+        } else {
+            Self::range(0..=n - 1)
+        }
+    }
+
+    /// The set holding one id.
+    pub fn single(id: Id) -> Self {
+        let mut b = RoaringBitmap::new();
+        b.insert(id);
+        Self(b)
+    }
+
+    /// Removes every element (`sdm_set_clear`).
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// Number of ids in the set (`sdm_set_size`).
+    pub fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// True if the set holds no id (`sdm_set_is_empty`).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds `id`; returns true if it was not there (`sdm_set_add_element`).
+    pub fn insert(&mut self, id: Id) -> bool {
+        self.0.insert(id)
+    }
+
+    /// Adds every id of `range`.
+    pub fn insert_range(&mut self, range: RangeInclusive<Id>) {
+        self.0.insert_range(range);
+    }
+
+    /// Removes `id`; returns true if it was there (`sdm_set_remove_element`).
+    pub fn remove(&mut self, id: Id) -> bool {
+        self.0.remove(id)
+    }
+
+    /// Adds every id in `0..=id` (`sdm_set_add_all`).
+    pub fn add_all(&mut self, id: Id) {
+        self.0.insert_range(0..=id);
+    }
+
+    /// True if every id of `self` is in `other` (`sdm_set_is_subset`).
+    pub fn is_subset(&self, other: &IdSet) -> bool {
+        self.0.is_subset(&other.0)
+    }
+
+    /// True if the two sets share no id.
+    pub fn is_disjoint(&self, other: &IdSet) -> bool {
+        self.0.is_disjoint(&other.0)
+    }
+
+    /// True if `id` is in the set (`sdm_set_contains`).
+    pub fn contains(&self, id: Id) -> bool {
+        self.0.contains(id)
+    }
+
+    /// `self ← self ∪ other` (`sdm_set_union`).
+    pub fn union_with(&mut self, other: &IdSet) {
+        self.0 |= &other.0;
+    }
+
+    /// `self ← self ∩ other` (`sdm_set_intersect`).
+    pub fn intersect_with(&mut self, other: &IdSet) {
+        self.0 &= &other.0;
+    }
+
+    /// `self ← self \ other` (`sdm_set_diff`).
+    pub fn difference_with(&mut self, other: &IdSet) {
+        self.0 -= &other.0;
+    }
+
+    /// The ids of `self` that lie in `range`.
+    pub fn intersect_range(&self, range: RangeInclusive<Id>) -> IdSet {
+        let (lo, hi) = (*range.start(), *range.end());
+        if lo > hi || self.is_empty() {
+            return IdSet::new();
+        }
+        // Fast paths: the range covers the set, or misses it.
+        let (min, max) = (self.0.min().unwrap_or(0), self.0.max().unwrap_or(0));
+        if lo <= min && max <= hi {
+            return self.clone();
+        }
+        if hi < min || lo > max {
+            return IdSet::new();
+        }
+        if lo == hi {
+            return if self.contains(lo) {
+                IdSet::single(lo)
+            } else {
+                IdSet::new()
+            };
+        }
+        let mut out = self.0.clone();
+        if lo > 0 {
+            out.remove_range(0..lo);
+        }
+        if hi < Id::MAX {
+            out.remove_range(hi + 1..=Id::MAX);
+        }
+        IdSet(out)
+    }
+
+    /// Number of ids of `self` in `range`.
+    pub fn range_len(&self, range: RangeInclusive<Id>) -> u64 {
+        self.0.range_cardinality(range)
+    }
+
+    /// The largest id any set can hold (`sdm_set_max`).
+    pub const MAX_ID: Id = Id::MAX;
+
+    /// The smallest id in the set (`sdm_set_first`).
+    pub fn first(&self) -> Option<Id> {
+        self.0.min()
+    }
+
+    /// The largest id in the set.
+    pub fn last(&self) -> Option<Id> {
+        self.0.max()
+    }
+
+    /// The ids in increasing order (`sdm_set_first` / `sdm_set_next` / `sdm_set_done`).
+    pub fn iter(&self) -> impl Iterator<Item = Id> + '_ {
+        self.0.iter()
+    }
+
+    /// The maximal runs of consecutive ids, in increasing order.
+    pub fn runs(&self) -> Runs<'_> {
+        Runs {
+            inner: self.0.iter(),
+            pending: None,
+        }
+    }
+
+    /// The underlying roaring bitmap.
+    pub fn as_bitmap(&self) -> &RoaringBitmap {
+        &self.0
+    }
+
+    /// Appends the binary form to `out` (`sdm_set_serialize`): whichever of the run list
+    /// and roaring's portable format is smaller, behind a one-byte tag.
+    pub fn serialize_into(&self, out: &mut Vec<u8>) {
+        let runs_len = self.runs_encoded_len();
+        let roaring_len = self.0.serialized_size();
+        if runs_len <= roaring_len {
+            out.reserve(1 + runs_len);
+            out.push(TAG_RUNS);
+            let count = self.runs().count() as u64;
+            put_varint(out, count);
+            let mut next: u64 = 0;
+            for r in self.runs() {
+                let (s, e) = (u64::from(*r.start()), u64::from(*r.end()));
+                put_varint(out, s - next);
+                put_varint(out, e - s);
+                next = e + 1;
+            }
+        } else {
+            out.reserve(1 + roaring_len);
+            out.push(TAG_ROARING);
+            self.0
+                .serialize_into(&mut *out)
+                .expect("writing to a Vec cannot fail");
+        }
+    }
+
+    /// The binary form as a new vector.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.serialize_into(&mut v);
+        v
+    }
+
+    /// An upper bound on the serialized length (`sdm_set_serialized_length`).
+    pub fn serialized_len(&self) -> usize {
+        1 + self.runs_encoded_len().min(self.0.serialized_size())
+    }
+
+    fn runs_encoded_len(&self) -> usize {
+        let mut n = 0usize;
+        let mut count = 0u64;
+        let mut next: u64 = 0;
+        for r in self.runs() {
+            let (s, e) = (u64::from(*r.start()), u64::from(*r.end()));
+            n += varint_len(s - next) + varint_len(e - s);
+            next = e + 1;
+            count += 1;
+        }
+        n + varint_len(count)
+    }
+
+    /// Parses the binary form (`sdm_set_deserialize`). The whole slice must be one set.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, IdSetError> {
+        let (&tag, rest) = bytes.split_first().ok_or(IdSetError::Truncated(0))?;
+        match tag {
+            TAG_RUNS => {
+                let mut pos = 1usize;
+                let count = get_varint(bytes, &mut pos)?;
+                // Each run takes at least two bytes: refuse counts the input cannot hold.
+                if count > (bytes.len() - pos) as u64 / 2 {
+                    return Err(IdSetError::Truncated(bytes.len()));
+                }
+                let mut b = RoaringBitmap::new();
+                let mut next: u64 = 0;
+                for _ in 0..count {
+                    let at = pos;
+                    let gap = get_varint(bytes, &mut pos)?;
+                    let extra = get_varint(bytes, &mut pos)?;
+                    let start = next.checked_add(gap).ok_or(IdSetError::Overflow(at))?;
+                    let end = start.checked_add(extra).ok_or(IdSetError::Overflow(at))?;
+                    if end > u64::from(Id::MAX) {
+                        return Err(IdSetError::Overflow(at));
+                    }
+                    b.insert_range(start as Id..=end as Id);
+                    next = end + 1;
+                }
+                if pos != bytes.len() {
+                    return Err(IdSetError::Trailing(bytes.len() - pos));
+                }
+                Ok(Self(b))
+            }
+            TAG_ROARING => {
+                check_roaring_header(rest)?;
+                let mut cursor = std::io::Cursor::new(rest);
+                let b = RoaringBitmap::deserialize_from(&mut cursor)
+                    .map_err(|e| IdSetError::Roaring(e.to_string()))?;
+                let used = cursor.position() as usize;
+                if used != rest.len() {
+                    return Err(IdSetError::Trailing(rest.len() - used));
+                }
+                Ok(Self(b))
+            }
+            t => Err(IdSetError::UnknownTag(t)),
+        }
+    }
+}
+
+/// Refuses roaring headers that promise more containers than the input could hold, so a
+/// hostile length can never make the decoder allocate more than the input's size.
+fn check_roaring_header(b: &[u8]) -> Result<(), IdSetError> {
+    const COOKIE_NO_RUN: u32 = 12346;
+    const COOKIE: u16 = 12347;
+    if b.len() < 4 {
+        return Err(IdSetError::Truncated(1 + b.len()));
+    }
+    let word = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let containers = if word == COOKIE_NO_RUN {
+        if b.len() < 8 {
+            return Err(IdSetError::Truncated(1 + b.len()));
+        }
+        u64::from(u32::from_le_bytes([b[4], b[5], b[6], b[7]]))
+    } else if (word & 0xffff) as u16 == COOKIE {
+        u64::from(word >> 16) + 1
+    } else {
+        return Err(IdSetError::Roaring(format!("unknown cookie {word:#x}")));
+    };
+    // Each container needs at least a 4-byte description and 2 bytes of data.
+    if containers > 65536 || containers * 6 > b.len() as u64 {
+        return Err(IdSetError::Roaring(format!(
+            "{containers} containers do not fit in {} bytes",
+            b.len()
+        )));
+    }
+    Ok(())
+}
+
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(b: &[u8], pos: &mut usize) -> Result<u64, IdSetError> {
+    let mut v: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let &byte = b.get(*pos).ok_or(IdSetError::Truncated(*pos))?;
+        *pos += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(IdSetError::Overflow(*pos))
+}
+
+/// Iterator over the maximal runs of an [`IdSet`], from [`IdSet::runs`].
+pub struct Runs<'a> {
+    inner: roaring::bitmap::Iter<'a>,
+    pending: Option<Id>,
+}
+
+impl Iterator for Runs<'_> {
+    type Item = RangeInclusive<Id>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let start = self.pending.take().or_else(|| self.inner.next())?;
+        let mut end = start;
+        for id in self.inner.by_ref() {
+            if end.checked_add(1) == Some(id) {
+                end = id;
+            } else {
+                self.pending = Some(id);
+                break;
+            }
+        }
+        Some(start..=end)
+    }
+}
+
+impl fmt::Display for IdSet {
+    /// The range form, e.g. `[0-3,7,100-199]`; `[]` for the empty set.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, r) in self.runs().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            if r.start() == r.end() {
+                write!(f, "{}", r.start())?;
+            } else {
+                write!(f, "{}-{}", r.start(), r.end())?;
+            }
+        }
+        f.write_str("]")
+    }
+}
+
+impl fmt::Debug for IdSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdSet{self}")
+    }
+}
+
+impl FromStr for IdSet {
+    type Err = IdSetError;
+
+    /// Parses the range form: `[0-3,7,100-199]`, spaces allowed between tokens, ranges in
+    /// any order and possibly overlapping; `[]` is the empty set.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let err = |column: usize, problem: &'static str| IdSetError::Text {
+            text: text.to_owned(),
+            column: column + 1,
+            problem,
+        };
+        let b = text.as_bytes();
+        let mut pos = 0usize;
+        let skip_ws = |pos: &mut usize| {
+            while *pos < b.len() && b[*pos].is_ascii_whitespace() {
+                *pos += 1;
+            }
+        };
+        let number = |pos: &mut usize| -> Result<Id, IdSetError> {
+            let start = *pos;
+            while *pos < b.len() && b[*pos].is_ascii_digit() {
+                *pos += 1;
+            }
+            if start == *pos {
+                return Err(err(start, "expected a number"));
+            }
+            text[start..*pos]
+                .parse::<Id>()
+                .map_err(|_| err(start, "number is larger than 4294967295"))
+        };
+        skip_ws(&mut pos);
+        if b.get(pos) != Some(&b'[') {
+            return Err(err(pos, "expected '['"));
+        }
+        pos += 1;
+        let mut set = IdSet::new();
+        skip_ws(&mut pos);
+        if b.get(pos) == Some(&b']') {
+            pos += 1;
+        } else {
+            loop {
+                skip_ws(&mut pos);
+                let at = pos;
+                let lo = number(&mut pos)?;
+                skip_ws(&mut pos);
+                let hi = if b.get(pos) == Some(&b'-') {
+                    pos += 1;
+                    skip_ws(&mut pos);
+                    let hi = number(&mut pos)?;
+                    if hi < lo {
+                        return Err(err(at, "range ends before it starts"));
+                    }
+                    hi
+                } else {
+                    lo
+                };
+                set.insert_range(lo..=hi);
+                skip_ws(&mut pos);
+                match b.get(pos) {
+                    Some(b',') => pos += 1,
+                    Some(b']') => {
+                        pos += 1;
+                        break;
+                    }
+                    Some(_) => return Err(err(pos, "expected ',' or ']'")),
+                    None => return Err(err(pos, "missing ']'")),
+                }
+            }
+        }
+        skip_ws(&mut pos);
+        if pos != b.len() {
+            return Err(err(pos, "unexpected text after ']'"));
+        }
+        Ok(set)
+    }
+}
+
+impl FromIterator<Id> for IdSet {
+    fn from_iter<T: IntoIterator<Item = Id>>(iter: T) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+impl Extend<Id> for IdSet {
+    fn extend<T: IntoIterator<Item = Id>>(&mut self, iter: T) {
+        self.0.extend(iter)
+    }
+}
+
+impl From<RoaringBitmap> for IdSet {
+    fn from(b: RoaringBitmap) -> Self {
+        Self(b)
+    }
+}
+
+impl BitOr for &IdSet {
+    type Output = IdSet;
+    fn bitor(self, rhs: &IdSet) -> IdSet {
+        IdSet(&self.0 | &rhs.0)
+    }
+}
+
+impl BitAnd for &IdSet {
+    type Output = IdSet;
+    fn bitand(self, rhs: &IdSet) -> IdSet {
+        IdSet(&self.0 & &rhs.0)
+    }
+}
+
+impl Sub for &IdSet {
+    type Output = IdSet;
+    fn sub(self, rhs: &IdSet) -> IdSet {
+        IdSet(&self.0 - &rhs.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    fn model(s: &IdSet) -> BTreeSet<Id> {
+        s.iter().collect()
+    }
+
+    fn arb_ids() -> impl Strategy<Value = Vec<Id>> {
+        prop_oneof![
+            proptest::collection::vec(0u32..200, 0..60),
+            proptest::collection::vec(any::<u32>(), 0..20),
+            (0u32..2_000_000, 0u32..300_000)
+                .prop_map(|(s, l)| (s..s.saturating_add(l)).step_by(1).collect()),
+            (0u32..100_000, 1u32..5).prop_map(|(n, k)| (0..n).step_by(k as usize).collect()),
+        ]
+    }
+
+    #[test]
+    fn text_examples() {
+        let s: IdSet = "[0-3,7,100-199]".parse().unwrap();
+        assert_eq!(s.len(), 4 + 1 + 100);
+        assert_eq!(s.to_string(), "[0-3,7,100-199]");
+        assert_eq!("[]".parse::<IdSet>().unwrap(), IdSet::new());
+        assert_eq!(IdSet::new().to_string(), "[]");
+        assert_eq!(" [ 5 , 1 - 2 ] ".parse::<IdSet>().unwrap().to_string(), "[1-2,5]");
+        assert_eq!(
+            "[4294967295]".parse::<IdSet>().unwrap().to_string(),
+            "[4294967295]"
+        );
+    }
+
+    #[test]
+    fn text_errors_name_the_column() {
+        for (bad, col) in [
+            ("", 1),
+            ("0-3", 1),
+            ("[0-", 4),
+            ("[3-1]", 2),
+            ("[1,,2]", 4),
+            ("[1 2]", 4),
+            ("[1]x", 4),
+            ("[4294967296]", 2),
+            ("[1", 3),
+        ] {
+            match bad.parse::<IdSet>() {
+                Err(IdSetError::Text { column, .. }) => assert_eq!(column, col, "{bad:?}"),
+                other => panic!("{bad:?} gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn empty_means_empty() {
+        let e = IdSet::new();
+        assert!(e.is_empty());
+        assert!(!e.contains(0));
+        assert_eq!(IdSet::all(0), e);
+        assert_eq!(IdSet::from_bytes(&e.to_bytes()).unwrap(), e);
+    }
+
+    #[test]
+    fn million_broadcast_is_tiny() {
+        let s = IdSet::all(1_000_000);
+        assert!(s.to_bytes().len() <= 8, "{}", s.to_bytes().len());
+        assert_eq!(s.to_string(), "[0-999999]");
+    }
+
+    #[test]
+    fn sparse_sets_use_roaring() {
+        let s: IdSet = (0..200_000).step_by(2).collect();
+        let b = s.to_bytes();
+        assert_eq!(b[0], TAG_ROARING);
+        assert!(b.len() < 60_000, "{}", b.len());
+        assert_eq!(IdSet::from_bytes(&b).unwrap(), s);
+    }
+
+    #[test]
+    fn hostile_roaring_header_is_refused() {
+        let mut b = vec![TAG_ROARING];
+        b.extend_from_slice(&12346u32.to_le_bytes());
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(IdSet::from_bytes(&b), Err(IdSetError::Roaring(_))));
+    }
+
+    proptest! {
+        #[test]
+        fn ops_match_btreeset(a in arb_ids(), b in arb_ids(), probe in any::<u32>()) {
+            let (sa, sb): (IdSet, IdSet) = (a.iter().copied().collect(), b.iter().copied().collect());
+            let (ma, mb): (BTreeSet<Id>, BTreeSet<Id>) = (a.into_iter().collect(), b.into_iter().collect());
+            prop_assert_eq!(sa.len(), ma.len() as u64);
+            prop_assert_eq!(sa.is_empty(), ma.is_empty());
+            prop_assert_eq!(model(&(&sa | &sb)), &ma | &mb);
+            prop_assert_eq!(model(&(&sa & &sb)), &ma & &mb);
+            prop_assert_eq!(model(&(&sa - &sb)), &ma - &mb);
+            prop_assert_eq!(sa.is_subset(&sb), ma.is_subset(&mb));
+            prop_assert_eq!(sa.is_disjoint(&sb), ma.is_disjoint(&mb));
+            prop_assert_eq!(sa.contains(probe), ma.contains(&probe));
+            prop_assert_eq!(sa == sb, ma == mb);
+            prop_assert_eq!(sa.first(), ma.first().copied());
+            prop_assert_eq!(sa.last(), ma.last().copied());
+            let mut u = sa.clone(); u.union_with(&sb);
+            prop_assert_eq!(model(&u), &ma | &mb);
+            let mut i = sa.clone(); i.intersect_with(&sb);
+            prop_assert_eq!(model(&i), &ma & &mb);
+            let mut d = sa.clone(); d.difference_with(&sb);
+            prop_assert_eq!(model(&d), &ma - &mb);
+            let mut r = sa.clone();
+            prop_assert_eq!(r.insert(probe), !ma.contains(&probe));
+            prop_assert!(r.remove(probe));
+            let mut m2 = ma.clone(); m2.remove(&probe);
+            prop_assert_eq!(model(&r), m2);
+            let mut c = sa.clone(); c.clear();
+            prop_assert!(c.is_empty());
+            let lo = probe % 3_000_000; let hi = lo.saturating_add(probe % 70_000);
+            let ir = sa.intersect_range(lo..=hi);
+            prop_assert_eq!(model(&ir), ma.range(lo..=hi).copied().collect::<BTreeSet<_>>());
+            prop_assert_eq!(sa.range_len(lo..=hi), ma.range(lo..=hi).count() as u64);
+        }
+
+        #[test]
+        fn add_all_is_prefix(n in 0u32..100_000) {
+            let mut s = IdSet::new();
+            s.add_all(n);
+            prop_assert_eq!(s.len(), u64::from(n) + 1);
+            prop_assert_eq!(s, IdSet::range(0..=n));
+        }
+
+        #[test]
+        fn text_round_trips(a in arb_ids()) {
+            let s: IdSet = a.into_iter().collect();
+            let t = s.to_string();
+            let back: IdSet = t.parse().unwrap();
+            prop_assert_eq!(&back, &s);
+            prop_assert_eq!(back.to_string(), t);
+        }
+
+        #[test]
+        fn bytes_round_trip(a in arb_ids()) {
+            let s: IdSet = a.into_iter().collect();
+            let b = s.to_bytes();
+            prop_assert!(b.len() <= s.serialized_len());
+            prop_assert_eq!(IdSet::from_bytes(&b).unwrap(), s);
+        }
+
+        #[test]
+        fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = IdSet::from_bytes(&b);
+        }
+
+        #[test]
+        fn random_text_never_panics(t in "[\\[\\]0-9, -]{0,24}") {
+            if let Ok(s) = t.parse::<IdSet>() {
+                prop_assert_eq!(s.to_string().parse::<IdSet>().unwrap(), s);
+            }
+        }
+    }
+}
