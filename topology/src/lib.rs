@@ -1,1 +1,245 @@
-//! placeholder
+//! sdm-topology: the shape of the tree over the master and servers `0..N`, and routing of
+//! destination id-sets to children (the seed's `sdm_route_*`). No I/O.
+//!
+//! Every shape numbers its nodes by *position*: position 0 is the master (the root) and
+//! position `s + 1` is server `s`. Shapes are defined on positions; the [`Topology`] trait's
+//! provided methods translate to [`NodeId`]s and server [`IdSet`]s.
+//!
+//! | shape | children of position `p` | subtree of `p` |
+//! | --- | --- | --- |
+//! | binomial (default) | `p + 2^i` for `2^i` below `p`'s lowest set bit | one range `[p, p + lowbit(p))` |
+//! | k-nomial | `p + j·k^i`, `j < k`, below `p`'s lowest non-zero base-k digit | one range |
+//! | k-ary | `k·p + 1 ..= k·p + k` | one range per level |
+//! | flat | the master's children are all servers | itself |
+
+mod dot;
+mod shapes;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use dot::{to_dot, to_graph};
+use sdm_proto::IdSet;
+pub use shapes::{Binomial, Flat, KAry, KNomial};
+
+/// A node of the tree: the master or a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NodeId {
+    /// The root, connected to the front-end.
+    Master,
+    /// Server `0..N`.
+    Server(u32),
+}
+
+impl NodeId {
+    /// The position of this node (master 0, server `s` at `s + 1`).
+    pub fn position(self) -> u64 {
+        match self {
+            NodeId::Master => 0,
+            NodeId::Server(s) => u64::from(s) + 1,
+        }
+    }
+
+    /// The node at position `p`.
+    pub fn from_position(p: u64) -> Self {
+        if p == 0 {
+            NodeId::Master
+        } else {
+            NodeId::Server((p - 1) as u32)
+        }
+    }
+
+    /// The server id, if this is a server.
+    pub fn server(self) -> Option<u32> {
+        match self {
+            NodeId::Master => None,
+            NodeId::Server(s) => Some(s),
+        }
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeId::Master => f.write_str("master"),
+            NodeId::Server(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// The result of routing a destination at one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// This node is a server in the destination: deliver locally.
+    pub local: bool,
+    /// Each child whose subtree meets the destination, with the destination narrowed to it.
+    pub shares: Vec<(NodeId, IdSet)>,
+}
+
+/// A tree shape over the master and `size()` servers.
+pub trait Topology: Send + Sync + fmt::Debug {
+    /// Number of servers `N`.
+    fn size(&self) -> u32;
+
+    /// The shape's name in the form [`Shape`] parses (`binomial`, `kary:4`, …).
+    fn name(&self) -> String;
+
+    /// Parent of position `p` (`None` for the root).
+    fn parent_position(&self, p: u64) -> Option<u64>;
+
+    /// Children of position `p`, largest subtree first.
+    fn child_positions(&self, p: u64) -> Vec<u64>;
+
+    /// The positions of `p`'s subtree (including `p`) as disjoint half-open ranges.
+    fn subtree_positions(&self, p: u64) -> Vec<(u64, u64)>;
+
+    /// Number of positions (`N + 1`).
+    fn positions(&self) -> u64 {
+        u64::from(self.size()) + 1
+    }
+
+    /// The parent of `node` (`sdm_route_get_parent`); `None` for the master.
+    fn parent(&self, node: NodeId) -> Option<NodeId> {
+        self.parent_position(node.position())
+            .map(NodeId::from_position)
+    }
+
+    /// The children of `node`, largest subtree first.
+    fn children(&self, node: NodeId) -> Vec<NodeId> {
+        self.child_positions(node.position())
+            .into_iter()
+            .map(NodeId::from_position)
+            .collect()
+    }
+
+    /// The servers in `node`'s subtree, including `node` itself if it is a server.
+    fn subtree(&self, node: NodeId) -> IdSet {
+        let mut set = IdSet::new();
+        for (a, b) in self.subtree_positions(node.position()) {
+            let a = a.max(1);
+            if a < b {
+                set.insert_range((a - 1) as u32..=(b - 2) as u32);
+            }
+        }
+        set
+    }
+
+    /// The ids of `dest` that `node` can reach: `dest ∩ subtree(node)`
+    /// (`sdm_route_reachable`).
+    fn reachable(&self, node: NodeId, dest: &IdSet) -> IdSet {
+        narrow(self, node.position(), dest)
+    }
+
+    /// Splits `dest` at `node` (`sdm_route_get_route`): whether to deliver locally, and each
+    /// child's share, narrowed to its subtree. Shares are disjoint, and together with the
+    /// local part they equal `dest ∩ subtree(node)`.
+    fn route(&self, node: NodeId, dest: &IdSet) -> Route {
+        let local = node.server().is_some_and(|s| dest.contains(s));
+        let mine = self.reachable(node, dest);
+        let mut left = mine.len() - u64::from(local);
+        let mut shares = Vec::new();
+        if left == 0 {
+            return Route { local, shares };
+        }
+        for c in self.child_positions(node.position()) {
+            let share = narrow(self, c, &mine);
+            if !share.is_empty() {
+                left -= share.len();
+                shares.push((NodeId::from_position(c), share));
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+        Route { local, shares }
+    }
+
+    /// Depth of `node` (the master is 0).
+    fn depth(&self, node: NodeId) -> u32 {
+        let mut p = node.position();
+        let mut d = 0;
+        while let Some(q) = self.parent_position(p) {
+            p = q;
+            d += 1;
+        }
+        d
+    }
+}
+
+/// `dest ∩ subtree(p)`, range by range.
+fn narrow<T: Topology + ?Sized>(t: &T, p: u64, dest: &IdSet) -> IdSet {
+    let mut out = IdSet::new();
+    for (a, b) in t.subtree_positions(p) {
+        let a = a.max(1);
+        if a < b {
+            let part = dest.intersect_range((a - 1) as u32..=(b - 2) as u32);
+            if out.is_empty() {
+                out = part;
+            } else {
+                out.union_with(&part);
+            }
+        }
+    }
+    out
+}
+
+/// A tree shape by name: `binomial`, `kary:K`, `knomial:K` or `flat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Shape {
+    /// Binomial tree (the default).
+    #[default]
+    Binomial,
+    /// Each node has up to `k` children.
+    KAry(u32),
+    /// Generalized binomial tree in base `k`.
+    KNomial(u32),
+    /// Every server is a child of the master.
+    Flat,
+}
+
+/// A shape name that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown tree shape {0:?}: expected binomial, kary:K, knomial:K (K >= 2) or flat")]
+pub struct ShapeError(String);
+
+impl Shape {
+    /// The tree of this shape over `servers` servers.
+    pub fn build(self, servers: u32) -> Box<dyn Topology> {
+        match self {
+            Shape::Binomial => Box::new(Binomial::new(servers)),
+            Shape::KAry(k) => Box::new(KAry::new(servers, k)),
+            Shape::KNomial(k) => Box::new(KNomial::new(servers, k)),
+            Shape::Flat => Box::new(Flat::new(servers)),
+        }
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Shape::Binomial => f.write_str("binomial"),
+            Shape::KAry(k) => write!(f, "kary:{k}"),
+            Shape::KNomial(k) => write!(f, "knomial:{k}"),
+            Shape::Flat => f.write_str("flat"),
+        }
+    }
+}
+
+impl FromStr for Shape {
+    type Err = ShapeError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || ShapeError(s.to_owned());
+        let k = |v: &str| v.parse::<u32>().ok().filter(|&k| k >= 2).ok_or_else(err);
+        match s.split_once(':') {
+            None if s == "binomial" => Ok(Shape::Binomial),
+            None if s == "flat" => Ok(Shape::Flat),
+            Some(("kary", v)) => Ok(Shape::KAry(k(v)?)),
+            Some(("knomial", v)) => Ok(Shape::KNomial(k(v)?)),
+            _ => Err(err()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
