@@ -1,0 +1,378 @@
+//! [`Node`]: the sans-IO state machine of one tree node (master or server), in the style of
+//! quinn-proto's `Connection`: no sockets and no clock inside, time is an argument.
+//!
+//! Inputs are `handle_*` calls (a frame from the parent or a child, a local reply, a dead
+//! link, a timer); outputs are pulled with [`Node::poll_output`] (frames to send, payloads to
+//! deliver locally) and [`Node::poll_timeout`] (when to call [`Node::handle_timeout`]). Call
+//! the inputs as things happen, then drain `poll_output` and re-read `poll_timeout`.
+//!
+//! Down, a command is delivered locally if this node is in its destination and forwarded to
+//! each child with the destination narrowed to that child's subtree. Up, replies are grouped
+//! by status and payload (by XXH3 hash, then confirmed byte for byte) with their sources
+//! unioned. Every id of `destination ∩ subtree` leaves this node exactly once: replied, lost
+//! (its link died) or timed out.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use sdm_proto::{IdSet, Kind, Message, Status, SyncMode, payload_hash};
+use sdm_topology::{NodeId, Topology};
+
+/// What a node asks its driver to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send a frame to the parent (the front-end, for the master).
+    ToParent(Message),
+    /// Send a frame to a child.
+    ToChild(NodeId, Message),
+    /// Run a command here; answer with [`Node::handle_local_reply`].
+    Deliver {
+        /// Operation id to answer.
+        op: u64,
+        /// The command's kind (command or stdio).
+        kind: Kind,
+        /// The command's filter name.
+        filter: String,
+        /// The opaque request.
+        payload: Bytes,
+    },
+}
+
+/// Counters a driver or benchmark may read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Commands received from the parent.
+    pub commands: u64,
+    /// Reply groups received from children.
+    pub replies_in: u64,
+    /// Reply groups sent to the parent.
+    pub replies_out: u64,
+    /// Reply ids dropped because they were not outstanding (late after a timeout, a
+    /// duplicate, or outside the child's share).
+    pub stray_ids: u64,
+    /// Frames refused (wrong kind or direction, duplicate op id).
+    pub refused: u64,
+}
+
+/// Where an outstanding id will come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Source {
+    Local,
+    Child(NodeId),
+}
+
+/// One merged reply group waiting to go up.
+#[derive(Debug)]
+struct Group {
+    status: Status,
+    hash: u64,
+    payload: Bytes,
+    sources: IdSet,
+}
+
+/// An operation in flight at this node.
+#[derive(Debug)]
+struct PendingOp {
+    sync: SyncMode,
+    /// Ids still expected, per source.
+    outstanding: HashMap<Source, IdSet>,
+    /// Merged groups not yet sent up.
+    groups: Vec<Group>,
+    deadline: Option<Instant>,
+}
+
+impl PendingOp {
+    fn done(&self) -> bool {
+        self.outstanding.values().all(IdSet::is_empty)
+    }
+
+    /// Adds `ids` with `status`/`payload`, merging with an identical group if one exists.
+    fn add(&mut self, status: Status, payload: Bytes, ids: &IdSet) {
+        let hash = payload_hash(&payload);
+        if let Some(g) = self
+            .groups
+            .iter_mut()
+            .find(|g| g.status == status && g.hash == hash && g.payload == payload)
+        {
+            g.sources.union_with(ids);
+        } else {
+            self.groups.push(Group {
+                status,
+                hash,
+                payload,
+                sources: ids.clone(),
+            });
+        }
+    }
+}
+
+/// The routing and aggregation state machine of one node.
+#[derive(Debug)]
+pub struct Node {
+    me: NodeId,
+    topo: Arc<dyn Topology>,
+    ops: HashMap<u64, PendingOp>,
+    /// (deadline, op) for every op with a deadline.
+    timers: BTreeSet<(Instant, u64)>,
+    /// Children whose link died, with the reason.
+    dead: HashMap<NodeId, String>,
+    out: VecDeque<Output>,
+    stats: NodeStats,
+}
+
+impl Node {
+    /// The node `me` in tree `topo`.
+    pub fn new(me: NodeId, topo: Arc<dyn Topology>) -> Self {
+        Self {
+            me,
+            topo,
+            ops: HashMap::new(),
+            timers: BTreeSet::new(),
+            dead: HashMap::new(),
+            out: VecDeque::new(),
+            stats: NodeStats::default(),
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.me
+    }
+
+    /// The tree this node is part of.
+    pub fn topology(&self) -> &Arc<dyn Topology> {
+        &self.topo
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &NodeStats {
+        &self.stats
+    }
+
+    /// Number of operations in flight.
+    pub fn pending_ops(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// A frame arrived from the parent (or, at the master, from the front-end).
+    pub fn handle_from_parent(&mut self, now: Instant, msg: Message) {
+        match msg.kind {
+            Kind::Command | Kind::Stdio => self.handle_command(now, msg),
+            _ => {
+                tracing::warn!(node = %self.me, kind = ?msg.kind, op = msg.op, "refused frame from parent: not a command");
+                self.stats.refused += 1;
+            }
+        }
+    }
+
+    fn handle_command(&mut self, now: Instant, msg: Message) {
+        self.stats.commands += 1;
+        let op = msg.op;
+        if self.ops.contains_key(&op) {
+            tracing::warn!(node = %self.me, op, "refused command: op id already in flight");
+            self.stats.refused += 1;
+            return;
+        }
+        let route = self.topo.route(self.me, &msg.dest);
+        let mut pending = PendingOp {
+            sync: msg.aggregate.sync,
+            outstanding: HashMap::new(),
+            groups: Vec::new(),
+            deadline: None,
+        };
+        // Ids the destination names that no node below here can reach. Below the master
+        // the parent already narrowed the destination, so this is only ever non-empty at
+        // the master (ids beyond N) or if a parent misbehaves.
+        let mut reach = IdSet::new();
+        if route.local {
+            reach.insert(self.me.server().expect("local delivery only at servers"));
+        }
+        for (_, share) in &route.shares {
+            reach.union_with(share);
+        }
+        let unreachable = &msg.dest - &reach;
+        if !unreachable.is_empty() {
+            let why = if self.me == NodeId::Master {
+                format!("no such server: the tree has {} servers", self.topo.size())
+            } else {
+                format!("not in the subtree of server {}", self.me)
+            };
+            if self.me == NodeId::Master {
+                pending.add(Status::Lost, Bytes::from(why), &unreachable);
+            } else {
+                tracing::warn!(node = %self.me, op, ids = %unreachable, "{why}");
+            }
+        }
+        // Children's deadlines end a little before ours, so their precise timed-out
+        // groups reach us before our own timer fires.
+        let child_sync = match msg.aggregate.sync {
+            SyncMode::Timeout(ms) if ms > 0 => {
+                pending.deadline = Some(now + Duration::from_millis(u64::from(ms)));
+                SyncMode::Timeout(ms.saturating_sub((ms / 16).max(1)).max(1))
+            }
+            s => s,
+        };
+        for (child, share) in route.shares {
+            if let Some(reason) = self.dead.get(&child) {
+                pending.add(Status::Lost, Bytes::from(reason.clone()), &share);
+                continue;
+            }
+            let mut fwd = msg.clone();
+            fwd.dest = share.clone();
+            fwd.aggregate.sync = child_sync;
+            pending.outstanding.insert(Source::Child(child), share);
+            self.out.push_back(Output::ToChild(child, fwd));
+        }
+        if route.local {
+            let me = self.me.server().expect("local delivery only at servers");
+            pending.outstanding.insert(Source::Local, IdSet::single(me));
+            self.out.push_back(Output::Deliver {
+                op,
+                kind: msg.kind,
+                filter: msg.aggregate.filter.clone(),
+                payload: msg.payload.clone(),
+            });
+        }
+        if let Some(d) = pending.deadline {
+            self.timers.insert((d, op));
+        }
+        self.ops.insert(op, pending);
+        self.progress(op);
+    }
+
+    /// A frame arrived from child `child`.
+    pub fn handle_from_child(&mut self, now: Instant, child: NodeId, msg: Message) {
+        let _ = now;
+        match msg.kind {
+            Kind::Reply => {
+                self.stats.replies_in += 1;
+                let status = msg.aggregate.status.unwrap_or(Status::Replied);
+                self.accept(msg.op, Source::Child(child), status, msg.payload, &msg.source);
+            }
+            Kind::Event | Kind::Stdio => self.out.push_back(Output::ToParent(msg)),
+            _ => {
+                tracing::warn!(node = %self.me, %child, kind = ?msg.kind, "refused frame from child");
+                self.stats.refused += 1;
+            }
+        }
+    }
+
+    /// The local command `op` produced `payload`.
+    pub fn handle_local_reply(&mut self, now: Instant, op: u64, payload: Bytes) {
+        let _ = now;
+        let Some(me) = self.me.server() else { return };
+        self.accept(op, Source::Local, Status::Replied, payload, &IdSet::single(me));
+    }
+
+    /// Accounts `ids` from `from`: only ids still outstanding from that source count.
+    fn accept(&mut self, op: u64, from: Source, status: Status, payload: Bytes, ids: &IdSet) {
+        let Some(p) = self.ops.get_mut(&op) else {
+            self.stats.stray_ids += ids.len();
+            tracing::debug!(node = %self.me, op, %ids, "reply for an op no longer in flight");
+            return;
+        };
+        let Some(want) = p.outstanding.get_mut(&from) else {
+            self.stats.stray_ids += ids.len();
+            return;
+        };
+        let got = want as &IdSet & ids;
+        self.stats.stray_ids += ids.len() - got.len();
+        if got.is_empty() {
+            return;
+        }
+        want.difference_with(&got);
+        p.add(status, payload, &got);
+        self.progress(op);
+    }
+
+    /// The link to `child` died: everything outstanding behind it is lost, now and for
+    /// later commands, until [`Node::handle_link_up`].
+    pub fn handle_link_down(&mut self, now: Instant, child: NodeId, reason: &str) {
+        let _ = now;
+        let reason = format!("link to server {child} lost: {reason}");
+        tracing::info!(node = %self.me, "{reason}");
+        let ops: Vec<u64> = self.ops.keys().copied().collect();
+        for op in ops {
+            let p = self.ops.get_mut(&op).expect("listed above");
+            if let Some(ids) = p.outstanding.get_mut(&Source::Child(child)) {
+                let lost = std::mem::take(ids);
+                if !lost.is_empty() {
+                    p.add(Status::Lost, Bytes::from(reason.clone()), &lost);
+                    self.progress(op);
+                }
+            }
+        }
+        self.dead.insert(child, reason);
+    }
+
+    /// A link to `child` is (again) usable.
+    pub fn handle_link_up(&mut self, child: NodeId) {
+        self.dead.remove(&child);
+    }
+
+    /// Children currently marked dead, with the reason.
+    pub fn dead_children(&self) -> impl Iterator<Item = (&NodeId, &String)> {
+        self.dead.iter()
+    }
+
+    /// The parent link died: nothing can be answered any more; all state is dropped.
+    pub fn handle_parent_down(&mut self) {
+        self.ops.clear();
+        self.timers.clear();
+    }
+
+    /// Time has reached `now`: operations past their deadline time out.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(d, op)) = self.timers.first() {
+            if d > now {
+                break;
+            }
+            self.timers.pop_first();
+            if let Some(p) = self.ops.get_mut(&op) {
+                let mut missing = IdSet::new();
+                for ids in p.outstanding.values_mut() {
+                    missing.union_with(&std::mem::take(ids));
+                }
+                if !missing.is_empty() {
+                    p.add(Status::TimedOut, Bytes::new(), &missing);
+                }
+                self.progress(op);
+            }
+        }
+    }
+
+    /// When [`Node::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.first().map(|&(d, _)| d)
+    }
+
+    /// The next thing to do, if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// Sends what is ready for `op` upward and retires it when every id is accounted.
+    fn progress(&mut self, op: u64) {
+        let Some(p) = self.ops.get_mut(&op) else { return };
+        let done = p.done();
+        if done || p.sync == SyncMode::DontWait {
+            for g in p.groups.drain(..) {
+                self.stats.replies_out += 1;
+                let mut m = Message::reply(op, g.sources, g.status, g.payload);
+                m.aggregate.payload_hash = g.hash;
+                self.out.push_back(Output::ToParent(m));
+            }
+        }
+        if done {
+            if let Some(d) = p.deadline {
+                self.timers.remove(&(d, op));
+            }
+            self.ops.remove(&op);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
