@@ -1,0 +1,15 @@
+//! sdm-bench: the scale simulator (`sdm-sim`) and benchmark helpers.
+//!
+//! Results go to BENCHMARKS.md with the command, the machine and the date.
+
+/// Peak resident set size of this process in MiB (VmHWM from /proc/self/status).
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
