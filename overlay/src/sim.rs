@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sdm_proto::{IdSet, Message, Status, SyncMode};
+use sdm_proto::{IdSet, Message, SyncMode};
 use sdm_topology::{NodeId, Topology};
 
 use crate::node::{Node, Output};
@@ -41,16 +41,7 @@ enum Event {
     },
 }
 
-/// One reply group as the front-end saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Group {
-    /// What happened to the ids.
-    pub status: Status,
-    /// Who.
-    pub sources: IdSet,
-    /// Reply bytes (or the reason, for lost groups).
-    pub payload: Bytes,
-}
+pub use crate::frontend::ReplyGroup as Group;
 
 /// A simulated tree: the front-end, the master and `N` servers.
 pub struct SimNet {
@@ -270,11 +261,7 @@ impl SimNet {
         self.frontend
             .iter()
             .filter(|m| m.op == op)
-            .map(|m| Group {
-                status: m.aggregate.status.unwrap_or(Status::Replied),
-                sources: m.source.clone(),
-                payload: m.payload.clone(),
-            })
+            .map(Group::from_message)
             .collect()
     }
 }

@@ -1,0 +1,90 @@
+//! sdm-testnode: one overlay server as a real OS process, for end-to-end tests until the
+//! `sdm` daemons exist. Prints `LISTEN <address>`, reads the routing table from stdin.
+//!
+//! Protocol with the test harness: the process binds `--listen`, prints `LISTEN <addr>` on
+//! stdout, then reads one line from stdin holding every server's address separated by
+//! spaces (server 0 first). It connects to its children, accepts its parent, and runs until
+//! the parent link ends. Commands: `sleep MS` answers `ok` after MS ms, `id` answers the
+//! server's id, anything else answers `ok`.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use sdm_overlay::Node;
+use sdm_overlay::driver::{self, ConnectPolicy, Delivery};
+use sdm_overlay::transport::{Address, SessionTls, TransportConfig, transport_for};
+use sdm_topology::{NodeId, Shape, Topology};
+
+#[derive(Parser, Debug)]
+#[command(about = "one sdm overlay server for tests")]
+struct Args {
+    /// This server's id.
+    #[arg(long)]
+    id: u32,
+    /// Number of servers in the tree.
+    #[arg(long)]
+    servers: u32,
+    /// Tree shape.
+    #[arg(long, default_value = "binomial")]
+    topology: Shape,
+    /// Where to listen (port 0 picks one).
+    #[arg(long, default_value = "tcp://127.0.0.1:0")]
+    listen: Address,
+}
+
+fn answer(id: u32, d: Delivery) {
+    let text = String::from_utf8_lossy(&d.payload).into_owned();
+    if let Some(ms) = text.strip_prefix("sleep ").and_then(|v| v.trim().parse().ok()) {
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            d.reply.send("ok");
+        });
+    } else if text == "id" {
+        d.reply.send(id.to_string());
+    } else {
+        d.reply.send("ok");
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    anyhow::ensure!(args.id < args.servers, "--id {} is not below --servers {}", args.id, args.servers);
+    let mut cfg = TransportConfig::default();
+    if let Ok(pem) = std::env::var("SDM_SESSION_TLS") {
+        cfg.tls = Some(SessionTls::from_pem(&pem).context("SDM_SESSION_TLS")?);
+    }
+    let transport = transport_for(&args.listen, &cfg)?;
+    let mut listener = transport.bind(&args.listen).await?;
+    println!("LISTEN {}", listener.local_addr());
+    std::io::stdout().flush()?;
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    let table: Vec<Address> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("routing table on stdin")?;
+    anyhow::ensure!(table.len() == args.servers as usize, "routing table has {} entries, expected {}", table.len(), args.servers);
+    let topo: Arc<dyn Topology> = Arc::from(args.topology.build(args.servers));
+    let me = NodeId::Server(args.id);
+    let policy = ConnectPolicy::default();
+    let (children, parent) = tokio::join!(
+        driver::connect_children(&*transport, &*topo, me, &table, &policy),
+        driver::accept_parent(&mut *listener, me, Duration::from_secs(60)),
+    );
+    let parent = parent.context("accepting the parent")?;
+    let id = args.id;
+    driver::run_node(Node::new(me, topo), parent, children, Box::new(move |d| answer(id, d))).await?;
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! [`Frontend`]: the front-end's end of the link to the master: send a command to an
+//! id-set, collect the merged reply groups until every destination id is accounted.
+//!
+//! The richer tool-builder library (launching, events, stdio) builds on this in `sdm`.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
+
+use crate::driver::{FRONTEND, accept_hello};
+use crate::transport::{Link, Listener};
+
+/// One reply group as the front-end sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyGroup {
+    /// What happened to the ids.
+    pub status: Status,
+    /// Who.
+    pub sources: IdSet,
+    /// Reply bytes (for lost groups: the reason).
+    pub payload: Bytes,
+}
+
+impl ReplyGroup {
+    /// The group carried by a reply message.
+    pub fn from_message(m: &Message) -> Self {
+        Self {
+            status: m.aggregate.status.unwrap_or(Status::Replied),
+            sources: m.source.clone(),
+            payload: m.payload.clone(),
+        }
+    }
+}
+
+/// The front-end side of the master link.
+pub struct Frontend {
+    link: Link,
+    next_op: u64,
+    inbox: HashMap<u64, Vec<ReplyGroup>>,
+    events: VecDeque<Message>,
+    closed: Option<String>,
+}
+
+impl Frontend {
+    /// Wraps an established link to the master.
+    pub fn new(link: Link) -> Self {
+        Self {
+            link,
+            next_op: 1,
+            inbox: HashMap::new(),
+            events: VecDeque::new(),
+            closed: None,
+        }
+    }
+
+    /// Waits on `listener` for the master to connect and say hello.
+    pub async fn accept_master(
+        listener: &mut dyn Listener,
+        handshake_timeout: Duration,
+    ) -> io::Result<Self> {
+        Ok(Self::new(accept_hello(listener, FRONTEND, handshake_timeout).await?))
+    }
+
+    /// Sends `payload` to `dest`; returns the op id to [`Frontend::collect`].
+    pub async fn send(
+        &mut self,
+        dest: &IdSet,
+        sync: SyncMode,
+        payload: impl Into<Bytes>,
+    ) -> io::Result<u64> {
+        let op = self.next_op;
+        self.next_op += 1;
+        let m = Message::command(op, dest.clone(), sync, payload);
+        self.link.writer.send(&m).await.map_err(io::Error::other)?;
+        Ok(op)
+    }
+
+    /// Reads reply groups for `op` until they cover `dest`. If the master link ends first,
+    /// the ids not yet accounted come back as one lost group naming the reason.
+    pub async fn collect(&mut self, op: u64, dest: &IdSet) -> io::Result<Vec<ReplyGroup>> {
+        let mut seen = IdSet::new();
+        for g in self.inbox.get(&op).into_iter().flatten() {
+            seen.union_with(&g.sources);
+        }
+        while !dest.is_subset(&seen) {
+            match self.next_frame().await {
+                Some(m) => {
+                    if m.kind == Kind::Reply && m.op == op {
+                        seen.union_with(&m.source);
+                    }
+                    self.file(m);
+                }
+                None => {
+                    let missing = dest - &seen;
+                    let why = self.closed.clone().unwrap_or_default();
+                    self.inbox.entry(op).or_default().push(ReplyGroup {
+                        status: Status::Lost,
+                        sources: missing.clone(),
+                        payload: Bytes::from(format!("master link lost: {why}")),
+                    });
+                    seen.union_with(&missing);
+                }
+            }
+        }
+        Ok(self.inbox.remove(&op).unwrap_or_default())
+    }
+
+    /// Sends and collects in one call.
+    pub async fn request(
+        &mut self,
+        dest: &IdSet,
+        sync: SyncMode,
+        payload: impl Into<Bytes>,
+    ) -> io::Result<Vec<ReplyGroup>> {
+        let op = self.send(dest, sync, payload).await?;
+        self.collect(op, dest).await
+    }
+
+    /// The next unsolicited event (or stdio), waiting for one.
+    pub async fn next_event(&mut self) -> Option<Message> {
+        loop {
+            if let Some(m) = self.events.pop_front() {
+                return Some(m);
+            }
+            let m = self.next_frame().await?;
+            self.file(m);
+        }
+    }
+
+    fn file(&mut self, m: Message) {
+        match m.kind {
+            Kind::Reply => self
+                .inbox
+                .entry(m.op)
+                .or_default()
+                .push(ReplyGroup::from_message(&m)),
+            _ => self.events.push_back(m),
+        }
+    }
+
+    async fn next_frame(&mut self) -> Option<Message> {
+        if self.closed.is_some() {
+            return None;
+        }
+        match self.link.reader.next().await {
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                self.closed = Some(e.to_string());
+                None
+            }
+            None => {
+                self.closed = Some("master closed the connection".into());
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Transports: framed, bidirectional links between overlay nodes behind one [`Transport`] trait.
+//! The scheme of an [`Address`] picks the implementation: `tcp://` (default), `quic://`, `mem://`.
+//!
+//! Every transport hands out a [`Link`]: a [`FramedRead`] and a [`FramedWrite`] of
+//! [`Message`](sdm_proto::Message)s with the session's maximum frame size. Dropping a link (or
+//! only its writer) ends the peer's reader once the data already written has been delivered.
+
+mod mem;
+mod quic;
+mod tcp;
+
+use std::fmt;
+use std::io;
+use std::str::FromStr;
+
+use futures::future::BoxFuture;
+use sdm_proto::{DEFAULT_MAX_FRAME, FrameCodec};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+pub use mem::MemTransport;
+pub use quic::{QUIC_IDLE_TIMEOUT, QUIC_KEEP_ALIVE, QuicTransport, SessionTls, TlsError};
+pub use tcp::TcpTransport;
+
+/// Where a node listens or connects, with the transport chosen by the scheme.
+///
+/// Text forms: `tcp://host:port`, `quic://host:port`, `mem://name`; text without a scheme is
+/// TCP. IPv6 hosts go in brackets: `tcp://[::1]:5000`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Address {
+    /// TCP; the string is `host:port`.
+    Tcp(String),
+    /// QUIC over UDP; the string is `host:port`.
+    Quic(String),
+    /// In-process; the string is a name (empty or `auto` binds a fresh unique name).
+    Mem(String),
+}
+
+impl Address {
+    /// The scheme without `://`: `"tcp"`, `"quic"` or `"mem"`.
+    pub fn scheme(&self) -> &str {
+        match self {
+            Address::Tcp(_) => "tcp",
+            Address::Quic(_) => "quic",
+            Address::Mem(_) => "mem",
+        }
+    }
+
+    /// The part after `scheme://`: `host:port` or a mem name.
+    pub fn target(&self) -> &str {
+        match self {
+            Address::Tcp(s) | Address::Quic(s) | Address::Mem(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.scheme(), self.target())
+    }
+}
+
+/// The forms [`Address::from_str`] accepts, quoted in its errors.
+const EXPECTED_FORMS: &str = "tcp://host:port, quic://host:port or mem://name";
+
+/// Why a string is not an [`Address`]; the message names the text and the accepted forms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason} in '{text}': expected {EXPECTED_FORMS}")]
+pub struct AddressError {
+    text: String,
+    reason: String,
+}
+
+impl AddressError {
+    fn new(text: &str, reason: impl Into<String>) -> Self {
+        Self {
+            text: text.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The text that failed to parse.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl From<AddressError> for io::Error {
+    fn from(e: AddressError) -> Self {
+        io::Error::new(io::ErrorKind::InvalidInput, e)
+    }
+}
+
+impl FromStr for Address {
+    type Err = AddressError;
+
+    fn from_str(text: &str) -> Result<Self, AddressError> {
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return Err(AddressError::new(text, "empty address"));
+        }
+        let (scheme, rest) = match trimmed.split_once("://") {
+            Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
+            None => ("tcp".to_owned(), trimmed),
+        };
+        match scheme.as_str() {
+            "tcp" => check_host_port(text, rest).map(|()| Address::Tcp(rest.to_owned())),
+            "quic" => check_host_port(text, rest).map(|()| Address::Quic(rest.to_owned())),
+            "mem" => {
+                if rest.chars().any(|c| c.is_whitespace() || c == '/') {
+                    Err(AddressError::new(
+                        text,
+                        format!("mem name '{rest}' contains whitespace or '/'"),
+                    ))
+                } else {
+                    Ok(Address::Mem(rest.to_owned()))
+                }
+            }
+            "" => Err(AddressError::new(text, "missing scheme before '://'")),
+            other => Err(AddressError::new(text, format!("unknown scheme '{other}'"))),
+        }
+    }
+}
+
+/// Checks `host:port`: a non-empty host (IPv6 in brackets) and a decimal port below 65536.
+fn check_host_port(text: &str, hp: &str) -> Result<(), AddressError> {
+    let Some((host, port)) = hp.rsplit_once(':') else {
+        return Err(AddressError::new(text, format!("missing port in '{hp}'")));
+    };
+    if host.is_empty() {
+        return Err(AddressError::new(text, format!("missing host in '{hp}'")));
+    }
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) || port.parse::<u16>().is_err()
+    {
+        return Err(AddressError::new(
+            text,
+            format!("port '{port}' is not a number from 0 to 65535"),
+        ));
+    }
+    if let Some(inner) = host.strip_prefix('[') {
+        let ok = inner
+            .strip_suffix(']')
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok());
+        if !ok {
+            return Err(AddressError::new(
+                text,
+                format!("'{host}' is not a bracketed IPv6 address"),
+            ));
+        }
+    } else if host.contains(':') {
+        return Err(AddressError::new(
+            text,
+            format!("IPv6 host '{host}' must be written in brackets, as [{host}]"),
+        ));
+    } else if host
+        .chars()
+        .any(|c| c.is_whitespace() || matches!(c, '/' | '[' | ']' | '@'))
+    {
+        return Err(AddressError::new(
+            text,
+            format!("host '{host}' contains a character not allowed in a host name"),
+        ));
+    }
+    Ok(())
+}
+
+/// A boxed byte reader: the read half of any transport's stream.
+pub type BoxReader = Box<dyn AsyncRead + Send + Unpin>;
+/// A boxed byte writer: the write half of any transport's stream.
+pub type BoxWriter = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// One established connection, framed: a stream of [`Message`](sdm_proto::Message)s each way.
+///
+/// The reader yields `None` (or an error) once the peer drops its link or its process dies.
+/// The halves may be moved to different tasks.
+pub struct Link {
+    /// Frames from the peer.
+    pub reader: FramedRead<BoxReader, FrameCodec>,
+    /// Frames to the peer; `send` flushes, `feed` batches.
+    pub writer: FramedWrite<BoxWriter, FrameCodec>,
+    /// The peer, human-readable (e.g. `tcp://10.0.0.7:40212`), for logs and errors.
+    pub peer: String,
+}
+
+impl Link {
+    /// Frames a reader and a writer with codecs refusing frames above `max_frame` bytes.
+    pub fn new(
+        reader: BoxReader,
+        writer: BoxWriter,
+        peer: impl Into<String>,
+        max_frame: usize,
+    ) -> Self {
+        Self {
+            reader: FramedRead::new(reader, FrameCodec::new(max_frame)),
+            writer: FramedWrite::new(writer, FrameCodec::new(max_frame)),
+            peer: peer.into(),
+        }
+    }
+}
+
+impl fmt::Debug for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Link")
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A bound endpoint that yields one [`Link`] per incoming connection.
+///
+/// Dropping the listener stops accepting; links already accepted stay up.
+pub trait Listener: Send {
+    /// The address actually bound: a real port for `:0`, a real name for `mem://auto`.
+    fn local_addr(&self) -> Address;
+
+    /// Waits for the next connection. Cancel-safe: dropping the future loses no connection.
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<Link>>;
+}
+
+/// Opens and accepts [`Link`]s of one scheme. Pick one with [`transport_for`].
+pub trait Transport: Send + Sync + fmt::Debug {
+    /// Connects to a listener at `addr`.
+    fn connect(&self, addr: &Address) -> BoxFuture<'_, io::Result<Link>>;
+
+    /// Binds a listener at `addr` (port 0 or `mem://auto` picks a free one).
+    fn bind(&self, addr: &Address) -> BoxFuture<'_, io::Result<Box<dyn Listener>>>;
+}
+
+/// What every transport of a session shares.
+#[derive(Debug, Clone)]
+pub struct TransportConfig {
+    /// Largest frame accepted or sent, in bytes (default 64 MiB).
+    pub max_frame: usize,
+    /// The session certificate: required by `quic://`, ignored by the others.
+    pub tls: Option<SessionTls>,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self {
+            max_frame: DEFAULT_MAX_FRAME,
+            tls: None,
+        }
+    }
+}
+
+/// The transport for `addr`'s scheme. `quic://` fails unless `cfg.tls` holds the session
+/// certificate (the server presents it, clients pin its fingerprint).
+pub fn transport_for(addr: &Address, cfg: &TransportConfig) -> io::Result<Box<dyn Transport>> {
+    Ok(match addr {
+        Address::Tcp(_) => Box::new(TcpTransport::new(cfg)),
+        Address::Quic(_) => Box::new(
+            QuicTransport::new(cfg)
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot use {addr}: {e}")))?,
+        ),
+        Address::Mem(_) => Box::new(MemTransport::new(cfg)),
+    })
+}
+
+/// `err` with the same kind and `what` (naming the address) prepended.
+pub(crate) fn context(err: io::Error, what: impl fmt::Display) -> io::Error {
+    io::Error::new(err.kind(), format!("{what}: {err}"))
+}
+
+/// The error a transport returns for an address of another scheme.
+pub(crate) fn wrong_scheme(transport: &str, addr: &Address) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("the {transport} transport cannot use {addr}; use transport_for() to pick one"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints() {
+        for (text, want, shown) in [
+            (
+                "tcp://127.0.0.1:5000",
+                Address::Tcp("127.0.0.1:5000".into()),
+                "tcp://127.0.0.1:5000",
+            ),
+            (
+                "127.0.0.1:5000",
+                Address::Tcp("127.0.0.1:5000".into()),
+                "tcp://127.0.0.1:5000",
+            ),
+            ("TCP://h:1", Address::Tcp("h:1".into()), "tcp://h:1"),
+            (
+                "quic://[::1]:0",
+                Address::Quic("[::1]:0".into()),
+                "quic://[::1]:0",
+            ),
+            (
+                "mem://node-3",
+                Address::Mem("node-3".into()),
+                "mem://node-3",
+            ),
+            ("mem://", Address::Mem(String::new()), "mem://"),
+        ] {
+            let got: Address = text.parse().unwrap();
+            assert_eq!(got, want, "{text}");
+            assert_eq!(got.to_string(), shown);
+            assert_eq!(shown.parse::<Address>().unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn bad_text_is_named_in_the_error() {
+        for bad in [
+            "",
+            "udp://x:1",
+            "://x:1",
+            "tcp://x",
+            "tcp://:1",
+            "tcp://x:99999",
+            "tcp://x:-1",
+            "quic://::1:5",
+            "quic://[zz]:5",
+            "tcp://a/b:1",
+            "mem://a b",
+        ] {
+            let e = bad.parse::<Address>().unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains(&format!("'{bad}'")), "{msg}");
+            assert!(msg.contains("tcp://host:port"), "{msg}");
+            assert_eq!(e.text(), bad);
+        }
+        let e = "udp://x:1".parse::<Address>().unwrap_err().to_string();
+        assert!(e.starts_with("unknown scheme 'udp' in 'udp://x:1'"), "{e}");
+    }
+}
