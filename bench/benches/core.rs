@@ -1,1 +1,72 @@
-//! placeholder
+//! Criterion micro-benchmarks of the overlay's hot paths: id-set encoding, routing a
+//! broadcast at the root, and merging replies at one node.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use sdm_overlay::Node;
+use sdm_proto::{IdSet, Message, Status, SyncMode};
+use sdm_topology::{NodeId, Shape, Topology};
+
+fn idset(c: &mut Criterion) {
+    let all = IdSet::all(1_000_000);
+    let sparse: IdSet = (0..1_000_000).step_by(3).collect();
+    c.bench_function("idset/serialize_1M_range", |b| {
+        b.iter(|| black_box(&all).to_bytes())
+    });
+    c.bench_function("idset/serialize_333k_sparse", |b| {
+        b.iter(|| black_box(&sparse).to_bytes())
+    });
+    let bytes = all.to_bytes();
+    c.bench_function("idset/deserialize_1M_range", |b| {
+        b.iter(|| IdSet::from_bytes(black_box(&bytes)).unwrap())
+    });
+}
+
+fn route(c: &mut Criterion) {
+    let t = Shape::Binomial.build(1_000_000);
+    let all = IdSet::all(1_000_000);
+    c.bench_function("route/binomial_1M_root", |b| {
+        b.iter(|| t.route(NodeId::Master, black_box(&all)))
+    });
+    let k = Shape::KAry(8).build(1_000_000);
+    c.bench_function("route/kary8_1M_root", |b| {
+        b.iter(|| k.route(NodeId::Master, black_box(&all)))
+    });
+}
+
+fn merge(c: &mut Criterion) {
+    // The master of a flat 64-server tree merging 64 identical replies.
+    let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(64));
+    let replies: Vec<Message> = (0..64)
+        .map(|s| {
+            Message::reply(
+                1,
+                IdSet::single(s),
+                Status::Replied,
+                Bytes::from_static(b"same reply"),
+            )
+        })
+        .collect();
+    c.bench_function("node/merge_64_identical", |b| {
+        b.iter(|| {
+            let now = Instant::now();
+            let mut n = Node::new(NodeId::Master, topo.clone());
+            n.handle_from_parent(
+                now,
+                Message::command(1, IdSet::all(64), SyncMode::WaitAll, "q"),
+            );
+            while n.poll_output().is_some() {}
+            for (s, r) in replies.iter().enumerate() {
+                n.handle_from_child(now, NodeId::Server(s as u32), r.clone());
+            }
+            n.poll_output().unwrap()
+        })
+    });
+}
+
+criterion_group!(benches, idset, route, merge);
+criterion_main!(benches);

@@ -5,13 +5,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
 
-use crate::driver::{FRONTEND, accept_hello};
+use crate::setup::{ConnectPolicy, FRONTEND, accept_named};
 use crate::transport::{Link, Listener};
 
 /// One reply group as the front-end sees it.
@@ -60,9 +59,9 @@ impl Frontend {
     /// Waits on `listener` for the master to connect and say hello.
     pub async fn accept_master(
         listener: &mut dyn Listener,
-        handshake_timeout: Duration,
+        policy: &ConnectPolicy,
     ) -> io::Result<Self> {
-        Ok(Self::new(accept_hello(listener, FRONTEND, handshake_timeout).await?))
+        Ok(Self::new(accept_named(listener, FRONTEND, policy).await?))
     }
 
     /// Sends `payload` to `dest`; returns the op id to [`Frontend::collect`].

@@ -1,14 +1,17 @@
 //! sdm-overlay: the sdm node, its tokio driver, and the transports that carry its frames.
 //!
 //! - [`node`]: the sans-IO state machine (routing down, merging up, timeouts, lost links).
-//! - [`driver`]: runs a [`node::Node`] over real links with tokio; tree set-up and handshake.
+//! - [`driver`]: runs a [`node::Node`] over real links with tokio.
+//! - [`setup`] and [`auth`]: connecting the tree; the session-key challenge-response.
 //! - [`transport`]: `tcp://`, `quic://` and `mem://` links behind one trait, chosen by scheme.
 //! - [`frontend`]: the minimal front-end client of issue 2 (send, collect merged groups).
 //! - [`sim`]: a whole tree in one process with a virtual clock (tests and `sdm-sim`).
 
+pub mod auth;
 pub mod driver;
 pub mod frontend;
 pub mod node;
+pub mod setup;
 pub mod sim;
 pub mod transport;
 

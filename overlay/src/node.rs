@@ -249,7 +249,13 @@ impl Node {
             Kind::Reply => {
                 self.stats.replies_in += 1;
                 let status = msg.aggregate.status.unwrap_or(Status::Replied);
-                self.accept(msg.op, Source::Child(child), status, msg.payload, &msg.source);
+                self.accept(
+                    msg.op,
+                    Source::Child(child),
+                    status,
+                    msg.payload,
+                    &msg.source,
+                );
             }
             Kind::Event | Kind::Stdio => self.out.push_back(Output::ToParent(msg)),
             _ => {
@@ -263,7 +269,13 @@ impl Node {
     pub fn handle_local_reply(&mut self, now: Instant, op: u64, payload: Bytes) {
         let _ = now;
         let Some(me) = self.me.server() else { return };
-        self.accept(op, Source::Local, Status::Replied, payload, &IdSet::single(me));
+        self.accept(
+            op,
+            Source::Local,
+            Status::Replied,
+            payload,
+            &IdSet::single(me),
+        );
     }
 
     /// Accounts `ids` from `from`: only ids still outstanding from that source count.
@@ -355,7 +367,9 @@ impl Node {
 
     /// Sends what is ready for `op` upward and retires it when every id is accounted.
     fn progress(&mut self, op: u64) {
-        let Some(p) = self.ops.get_mut(&op) else { return };
+        let Some(p) = self.ops.get_mut(&op) else {
+            return;
+        };
         let done = p.done();
         if done || p.sync == SyncMode::DontWait {
             for g in p.groups.drain(..) {

@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sdm_overlay::Node;
-use sdm_overlay::driver::{self, ConnectPolicy, Delivery};
+use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
+use sdm_overlay::driver::{self, Delivery};
 use sdm_overlay::frontend::Frontend;
+use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, TransportConfig, transport_for};
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Shape, Topology};
@@ -34,45 +36,71 @@ async fn sixty_four_processes_merge_and_survive_sigkill() {
     let n = 64u32;
     let mut procs = Procs(Vec::new());
     let mut table = Vec::new();
+    let policy = ConnectPolicy::new(SessionKey::generate());
     for id in 0..n {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sdm-testnode"))
             .args(["--id", &id.to_string(), "--servers", &n.to_string()])
+            .env(SESSION_KEY_ENV, policy.key.to_hex())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn sdm-testnode");
         let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        let addr: Address = line.trim().strip_prefix("LISTEN ").expect("LISTEN line").parse().unwrap();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr: Address = line
+            .trim()
+            .strip_prefix("LISTEN ")
+            .expect("LISTEN line")
+            .parse()
+            .unwrap();
         table.push(addr);
         procs.0.push(child);
     }
-    let line = table.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" ") + "\n";
+    let line = table
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+        + "\n";
     for c in &mut procs.0 {
-        c.stdin.as_mut().unwrap().write_all(line.as_bytes()).unwrap();
+        c.stdin
+            .as_mut()
+            .unwrap()
+            .write_all(line.as_bytes())
+            .unwrap();
     }
 
     // Master and front-end live here; the master's link up is a real tcp connection too.
     let cfg = TransportConfig::default();
     let fe_addr: Address = "tcp://127.0.0.1:0".parse().unwrap();
-    let transport: Arc<dyn sdm_overlay::transport::Transport> = Arc::from(transport_for(&fe_addr, &cfg).unwrap());
+    let transport: Arc<dyn sdm_overlay::transport::Transport> =
+        Arc::from(transport_for(&fe_addr, &cfg).unwrap());
     let mut fe_listener = transport.bind(&fe_addr).await.unwrap();
     let fe_addr = fe_listener.local_addr();
     let topo: Arc<dyn Topology> = Arc::from(Shape::Binomial.build(n));
     let master = {
-        let (transport, topo) = (transport.clone(), topo.clone());
+        let (transport, topo, policy) = (transport.clone(), topo.clone(), policy.clone());
+        let table: Vec<Option<Address>> = table.iter().cloned().map(Some).collect();
         tokio::spawn(async move {
-            let policy = ConnectPolicy::default();
-            let children = driver::connect_children(&*transport, &*topo, NodeId::Master, &table, &policy).await;
+            let children =
+                setup::connect_children(&*transport, &*topo, NodeId::Master, &table, &policy).await;
             for (c, r) in &children {
                 assert!(r.is_ok(), "connecting to {c}: {r:?}");
             }
-            let up = driver::connect_frontend(&*transport, &fe_addr, &policy).await.unwrap();
+            let up = setup::connect_frontend(&*transport, &fe_addr, &policy)
+                .await
+                .unwrap();
             let none = Box::new(|_d: Delivery| unreachable!("the master delivers nothing"));
-            driver::run_node(Node::new(NodeId::Master, topo), up, children, none).await.unwrap();
+            driver::run_node(Node::new(NodeId::Master, topo), up, children, none)
+                .await
+                .unwrap();
         })
     };
-    let mut fe = Frontend::accept_master(&mut *fe_listener, Duration::from_secs(60)).await.unwrap();
+    let mut fe = Frontend::accept_master(&mut *fe_listener, &policy)
+        .await
+        .unwrap();
 
     let all = IdSet::all(n);
     let g = fe.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
@@ -85,7 +113,10 @@ async fn sixty_four_processes_merge_and_survive_sigkill() {
     let sub = topo.subtree(NodeId::Server(victim));
     assert_eq!(sub.to_string(), "[15-30]");
     assert!(!topo.children(NodeId::Server(victim)).is_empty());
-    let op = fe.send(&all, SyncMode::WaitAll, "sleep 1500").await.unwrap();
+    let op = fe
+        .send(&all, SyncMode::WaitAll, "sleep 1500")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     procs.0[victim as usize].kill().unwrap(); // SIGKILL
     procs.0[victim as usize].wait().unwrap();
@@ -110,7 +141,10 @@ async fn sixty_four_processes_merge_and_survive_sigkill() {
         }
         let mut waited = 0;
         while c.try_wait().unwrap().is_none() {
-            assert!(waited < 300, "server {i} did not exit after its parent left");
+            assert!(
+                waited < 300,
+                "server {i} did not exit after its parent left"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
             waited += 1;
         }

@@ -14,13 +14,21 @@ async fn broadcast_and_kill(scheme: &str) {
     let n = 16;
     let mut t = tree(scheme, n, Shape::Binomial).await;
     let all = IdSet::all(n);
-    let g = t.frontend.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
+    let g = t
+        .frontend
+        .request(&all, SyncMode::WaitAll, "ping")
+        .await
+        .unwrap();
     assert_eq!(g.len(), 1, "{scheme}: {g:?}");
     assert_eq!(g[0].sources.to_string(), "[0-15]");
     assert_eq!(&g[0].payload[..], b"ok");
 
     // Distinct answers stay apart and still partition the destination.
-    let g = t.frontend.request(&all, SyncMode::WaitAll, "id").await.unwrap();
+    let g = t
+        .frontend
+        .request(&all, SyncMode::WaitAll, "id")
+        .await
+        .unwrap();
     assert_eq!(g.len(), 16, "{scheme}");
     assert_partition(&g, &all);
 
@@ -28,7 +36,11 @@ async fn broadcast_and_kill(scheme: &str) {
     let victim = NodeId::Server(7);
     let sub = t.topo.subtree(victim);
     assert_eq!(sub.to_string(), "[7-14]");
-    let op = t.frontend.send(&all, SyncMode::WaitAll, "sleep 400").await.unwrap();
+    let op = t
+        .frontend
+        .send(&all, SyncMode::WaitAll, "sleep 400")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     t.servers[7].abort();
     let g = t.frontend.collect(op, &all).await.unwrap();
@@ -37,7 +49,15 @@ async fn broadcast_and_kill(scheme: &str) {
     assert_eq!(ids_with(&g, Status::Replied).to_string(), "[0-6,15]");
 
     // A timeout bounds a command whose servers are slow.
-    let g = t.frontend.request(&"[0-6,15]".parse().unwrap(), SyncMode::Timeout(300), "sleep 5000").await.unwrap();
+    let g = t
+        .frontend
+        .request(
+            &"[0-6,15]".parse().unwrap(),
+            SyncMode::Timeout(300),
+            "sleep 5000",
+        )
+        .await
+        .unwrap();
     assert_eq!(ids_with(&g, Status::TimedOut).to_string(), "[0-6,15]");
     t.master.abort();
 }

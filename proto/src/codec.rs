@@ -118,7 +118,16 @@ mod tests {
     fn four_gib_length_is_refused_at_once() {
         let mut buf = BytesMut::from(&[0xff, 0xff, 0xff, 0xff, 1, 2][..]);
         let e = FrameCodec::default().decode(&mut buf).unwrap_err();
-        assert!(matches!(e, WireError::FrameTooLarge { len: 0xffff_ffff, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                WireError::FrameTooLarge {
+                    len: 0xffff_ffff,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]
@@ -127,7 +136,10 @@ mod tests {
         let mut c = FrameCodec::new(64);
         assert!(c.encode(&m, &mut BytesMut::new()).is_err());
         let mut buf = frame(&m);
-        assert!(matches!(c.decode(&mut buf), Err(WireError::FrameTooLarge { .. })));
+        assert!(matches!(
+            c.decode(&mut buf),
+            Err(WireError::FrameTooLarge { .. })
+        ));
     }
 
     #[test]
@@ -137,7 +149,10 @@ mod tests {
         let mut half = BytesMut::from(&full[..full.len() / 2]);
         let mut c = FrameCodec::default();
         assert!(c.decode(&mut half).unwrap().is_none());
-        assert!(matches!(c.decode_eof(&mut half), Err(WireError::Truncated(_))));
+        assert!(matches!(
+            c.decode_eof(&mut half),
+            Err(WireError::Truncated(_))
+        ));
     }
 
     proptest! {

@@ -559,7 +559,10 @@ mod tests {
         assert_eq!(s.to_string(), "[0-3,7,100-199]");
         assert_eq!("[]".parse::<IdSet>().unwrap(), IdSet::new());
         assert_eq!(IdSet::new().to_string(), "[]");
-        assert_eq!(" [ 5 , 1 - 2 ] ".parse::<IdSet>().unwrap().to_string(), "[1-2,5]");
+        assert_eq!(
+            " [ 5 , 1 - 2 ] ".parse::<IdSet>().unwrap().to_string(),
+            "[1-2,5]"
+        );
         assert_eq!(
             "[4294967295]".parse::<IdSet>().unwrap().to_string(),
             "[4294967295]"

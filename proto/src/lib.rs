@@ -16,4 +16,6 @@ pub mod pb {
 
 pub use codec::{DEFAULT_MAX_FRAME, FrameCodec};
 pub use idset::{Id, IdSet, IdSetError, Runs};
-pub use message::{Aggregate, Kind, Message, Status, SyncMode, WIRE_VERSION, WireError, payload_hash};
+pub use message::{
+    Aggregate, Kind, Message, Status, SyncMode, WIRE_VERSION, WireError, payload_hash,
+};

@@ -179,7 +179,13 @@ impl Message {
             Kind::Stdio => pb::Kind::Stdio,
             Kind::Control => pb::Kind::Control,
         };
-        let set = |s: &IdSet| if s.is_empty() { Bytes::new() } else { Bytes::from(s.to_bytes()) };
+        let set = |s: &IdSet| {
+            if s.is_empty() {
+                Bytes::new()
+            } else {
+                Bytes::from(s.to_bytes())
+            }
+        };
         pb::Envelope {
             version: WIRE_VERSION,
             kind: kind as i32,
@@ -232,12 +238,13 @@ impl Message {
             pb::SyncMode::DontWait => SyncMode::DontWait,
             pb::SyncMode::Timeout => SyncMode::Timeout(agg.timeout_ms),
         };
-        let status = match pb::Status::try_from(agg.status).map_err(|_| bad("status", agg.status))? {
-            pb::Status::Unspecified => None,
-            pb::Status::Replied => Some(Status::Replied),
-            pb::Status::Lost => Some(Status::Lost),
-            pb::Status::TimedOut => Some(Status::TimedOut),
-        };
+        let status =
+            match pb::Status::try_from(agg.status).map_err(|_| bad("status", agg.status))? {
+                pb::Status::Unspecified => None,
+                pb::Status::Replied => Some(Status::Replied),
+                pb::Status::Lost => Some(Status::Lost),
+                pb::Status::TimedOut => Some(Status::TimedOut),
+            };
         let set = |field, b: &Bytes| {
             if b.is_empty() {
                 Ok(IdSet::new())
@@ -284,7 +291,10 @@ mod tests {
         env.kind = 42;
         assert!(matches!(
             Message::from_pb(env),
-            Err(WireError::UnknownEnum { field: "kind", value: 42 })
+            Err(WireError::UnknownEnum {
+                field: "kind",
+                value: 42
+            })
         ));
     }
 

@@ -60,7 +60,7 @@ impl KNomial {
             return self.top;
         }
         let mut w = 1;
-        while (p / w) % self.k == 0 {
+        while (p / w).is_multiple_of(self.k) {
             w *= self.k;
         }
         w
@@ -131,7 +131,10 @@ impl Topology for KAry {
     }
     fn child_positions(&self, p: u64) -> Vec<u64> {
         let m = self.positions();
-        (1..=self.k).map(|j| self.k * p + j).filter(|&c| c < m).collect()
+        (1..=self.k)
+            .map(|j| self.k * p + j)
+            .filter(|&c| c < m)
+            .collect()
     }
     fn subtree_positions(&self, p: u64) -> Vec<(u64, u64)> {
         let m = self.positions();

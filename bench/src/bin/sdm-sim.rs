@@ -42,17 +42,21 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.servers > 0, "--servers must be at least 1");
     for &k in &args.kill {
-        anyhow::ensure!(k < args.servers, "--kill {k}: no such server (0..{})", args.servers);
+        anyhow::ensure!(
+            k < args.servers,
+            "--kill {k}: no such server (0..{})",
+            args.servers
+        );
     }
     let n = args.servers;
     let distinct = args.distinct.min(n);
     // Distinct repliers spread evenly: ids i * (n / distinct).
-    let stride = if distinct > 0 { n / distinct } else { 0 };
+    let stride = n.checked_div(distinct).unwrap_or(0);
     let started = Instant::now();
     let topo = Arc::from(args.topology.build(n));
     let responder = Box::new(move |id: NodeId, _: &Bytes| {
         let s = id.server().expect("only servers deliver");
-        let body: Bytes = if stride > 0 && s % stride == 0 && s / stride < distinct {
+        let body: Bytes = if stride > 0 && s.is_multiple_of(stride) && s / stride < distinct {
             Bytes::from(format!("distinct reply from {s}"))
         } else {
             Bytes::from_static(b"ok")
@@ -103,7 +107,10 @@ fn main() -> anyhow::Result<()> {
     if !timed_out.is_empty() {
         out["timed_out"] = timed_out.to_string().into();
     }
-    println!("{}", serde_json::to_string(&out).context("printing the result")?);
+    println!(
+        "{}",
+        serde_json::to_string(&out).context("printing the result")?
+    );
     anyhow::ensure!(
         accounted == dest && twice == 0,
         "invariant broken: accounted {accounted} of {dest}, {twice} twice"

@@ -14,7 +14,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use sdm_overlay::Node;
-use sdm_overlay::driver::{self, ConnectPolicy, Delivery};
+use sdm_overlay::auth::SessionKey;
+use sdm_overlay::driver::{self, Delivery};
+use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, SessionTls, TransportConfig, transport_for};
 use sdm_topology::{NodeId, Shape, Topology};
 
@@ -37,7 +39,10 @@ struct Args {
 
 fn answer(id: u32, d: Delivery) {
     let text = String::from_utf8_lossy(&d.payload).into_owned();
-    if let Some(ms) = text.strip_prefix("sleep ").and_then(|v| v.trim().parse().ok()) {
+    if let Some(ms) = text
+        .strip_prefix("sleep ")
+        .and_then(|v| v.trim().parse().ok())
+    {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             d.reply.send("ok");
@@ -56,7 +61,12 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    anyhow::ensure!(args.id < args.servers, "--id {} is not below --servers {}", args.id, args.servers);
+    anyhow::ensure!(
+        args.id < args.servers,
+        "--id {} is not below --servers {}",
+        args.id,
+        args.servers
+    );
     let mut cfg = TransportConfig::default();
     if let Ok(pem) = std::env::var("SDM_SESSION_TLS") {
         cfg.tls = Some(SessionTls::from_pem(&pem).context("SDM_SESSION_TLS")?);
@@ -70,21 +80,32 @@ async fn main() -> anyhow::Result<()> {
         std::io::stdin().lock().read_line(&mut line).map(|_| line)
     })
     .await??;
-    let table: Vec<Address> = line
+    let table: Vec<Option<Address>> = line
         .split_whitespace()
-        .map(str::parse)
+        .map(|a| a.parse().map(Some))
         .collect::<Result<_, _>>()
         .context("routing table on stdin")?;
-    anyhow::ensure!(table.len() == args.servers as usize, "routing table has {} entries, expected {}", table.len(), args.servers);
+    anyhow::ensure!(
+        table.len() == args.servers as usize,
+        "routing table has {} entries, expected {}",
+        table.len(),
+        args.servers
+    );
     let topo: Arc<dyn Topology> = Arc::from(args.topology.build(args.servers));
     let me = NodeId::Server(args.id);
-    let policy = ConnectPolicy::default();
+    let policy = ConnectPolicy::new(SessionKey::from_env()?);
     let (children, parent) = tokio::join!(
-        driver::connect_children(&*transport, &*topo, me, &table, &policy),
-        driver::accept_parent(&mut *listener, me, Duration::from_secs(60)),
+        setup::connect_children(&*transport, &*topo, me, &table, &policy),
+        setup::accept_parent(&mut *listener, me, &policy),
     );
     let parent = parent.context("accepting the parent")?;
     let id = args.id;
-    driver::run_node(Node::new(me, topo), parent, children, Box::new(move |d| answer(id, d))).await?;
+    driver::run_node(
+        Node::new(me, topo),
+        parent,
+        children,
+        Box::new(move |d| answer(id, d)),
+    )
+    .await?;
     Ok(())
 }

@@ -43,7 +43,12 @@ fn ids_with(groups: &[Group], status: Status) -> IdSet {
 
 #[test]
 fn broadcast_merges_into_one_group() {
-    for shape in [Shape::Binomial, Shape::KAry(3), Shape::KNomial(4), Shape::Flat] {
+    for shape in [
+        Shape::Binomial,
+        Shape::KAry(3),
+        Shape::KNomial(4),
+        Shape::Flat,
+    ] {
         let mut net = net(shape, 64, same_reply());
         net.command(1, IdSet::all(64), SyncMode::WaitAll, "ping");
         net.run();
@@ -62,7 +67,11 @@ fn distinct_replies_stay_apart() {
         100,
         Box::new(|id, _| {
             let s = id.server().unwrap();
-            let body = if s % 10 == 3 { format!("odd {s}") } else { "same".into() };
+            let body = if s % 10 == 3 {
+                format!("odd {s}")
+            } else {
+                "same".into()
+            };
             Some((MS, Bytes::from(body)))
         }),
     );
@@ -78,7 +87,10 @@ fn forged_hash_never_merges_different_payloads() {
     let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Flat.build(2));
     let mut master = Node::new(NodeId::Master, topo);
     let now = Instant::now();
-    master.handle_from_parent(now, Message::command(1, IdSet::all(2), SyncMode::WaitAll, "q"));
+    master.handle_from_parent(
+        now,
+        Message::command(1, IdSet::all(2), SyncMode::WaitAll, "q"),
+    );
     while master.poll_output().is_some() {}
     let a = Message::reply(1, IdSet::single(0), Status::Replied, Bytes::from("aaa"));
     let mut b = Message::reply(1, IdSet::single(1), Status::Replied, Bytes::from("bbb"));
@@ -88,9 +100,14 @@ fn forged_hash_never_merges_different_payloads() {
     let out: Vec<_> = std::iter::from_fn(|| master.poll_output()).collect();
     assert_eq!(out.len(), 2, "{out:?}");
     for o in out {
-        let Output::ToParent(m) = o else { panic!("{o:?}") };
+        let Output::ToParent(m) = o else {
+            panic!("{o:?}")
+        };
         assert_eq!(m.source.len(), 1);
-        assert_eq!(m.aggregate.payload_hash, sdm_proto::payload_hash(&m.payload));
+        assert_eq!(
+            m.aggregate.payload_hash,
+            sdm_proto::payload_hash(&m.payload)
+        );
     }
 }
 
@@ -115,7 +132,10 @@ fn killed_interior_node_loses_exactly_its_subtree() {
     assert_eq!(ids_with(&g, Status::Lost), sub);
     assert_eq!(ids_with(&g, Status::Replied).to_string(), "[0-30,63]");
     let lost = g.iter().find(|g| g.status == Status::Lost).unwrap();
-    assert!(String::from_utf8_lossy(&lost.payload).contains("31"), "{lost:?}");
+    assert!(
+        String::from_utf8_lossy(&lost.payload).contains("31"),
+        "{lost:?}"
+    );
     // Later commands to the dead subtree are lost at once, not hung.
     net.command(3, IdSet::range(30..=40), SyncMode::WaitAll, "again");
     net.run();
@@ -146,7 +166,10 @@ fn silent_servers_time_out_and_late_replies_are_dropped() {
     assert_eq!(ids_with(&g, Status::TimedOut).to_string(), "[5,7,20]");
     // The timed-out ids time out at their own node, then merge on the way up.
     assert_eq!(g.iter().filter(|g| g.status == Status::TimedOut).count(), 1);
-    assert!(net.elapsed() >= Duration::from_secs(5), "late replies were delivered");
+    assert!(
+        net.elapsed() >= Duration::from_secs(5),
+        "late replies were delivered"
+    );
     assert_eq!(net.node(NodeId::Master).unwrap().pending_ops(), 0);
 }
 
@@ -163,7 +186,10 @@ fn dont_wait_forwards_early_and_still_partitions() {
     net.command(5, IdSet::all(16), SyncMode::DontWait, "x");
     net.run();
     let g = net.groups(5);
-    assert!(g.len() > 1, "don't-wait should not hold replies back: {g:?}");
+    assert!(
+        g.len() > 1,
+        "don't-wait should not hold replies back: {g:?}"
+    );
     assert_partition(&g, &IdSet::all(16));
 }
 
@@ -184,7 +210,10 @@ fn wrong_direction_frames_are_refused() {
     let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Binomial.build(4));
     let mut n = Node::new(NodeId::Server(1), topo);
     let now = Instant::now();
-    n.handle_from_parent(now, Message::reply(1, IdSet::single(0), Status::Replied, Bytes::new()));
+    n.handle_from_parent(
+        now,
+        Message::reply(1, IdSet::single(0), Status::Replied, Bytes::new()),
+    );
     let mut cmd = Message::command(1, IdSet::single(0), SyncMode::WaitAll, "x");
     cmd.kind = Kind::Control;
     n.handle_from_child(now, NodeId::Server(2), cmd);

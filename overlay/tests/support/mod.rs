@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sdm_overlay::Node;
-use sdm_overlay::driver::{self, ConnectPolicy, Delivery};
+use sdm_overlay::auth::SessionKey;
+use sdm_overlay::driver::{self, Delivery};
 use sdm_overlay::frontend::{Frontend, ReplyGroup};
+use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, SessionTls, Transport, TransportConfig, transport_for};
 use sdm_proto::{IdSet, Status};
 use sdm_topology::{NodeId, Shape, Topology};
@@ -17,7 +19,10 @@ use tokio::task::JoinHandle;
 /// Answers like `sdm-testnode`: `sleep MS` after MS ms, `id` with the id, else `ok`.
 pub fn answer(id: u32, d: Delivery) {
     let text = String::from_utf8_lossy(&d.payload).into_owned();
-    if let Some(ms) = text.strip_prefix("sleep ").and_then(|v| v.trim().parse().ok()) {
+    if let Some(ms) = text
+        .strip_prefix("sleep ")
+        .and_then(|v| v.trim().parse().ok())
+    {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             d.reply.send("ok");
@@ -57,35 +62,60 @@ pub async fn tree(scheme: &str, n: u32, shape: Shape) -> Tree {
     for _ in 0..n {
         listeners.push(transport.bind(&addr).await.unwrap());
     }
-    let table: Arc<Vec<Address>> = Arc::new(listeners.iter().map(|l| l.local_addr()).collect());
-    let policy = ConnectPolicy::default();
+    let table: Arc<Vec<Option<Address>>> =
+        Arc::new(listeners.iter().map(|l| Some(l.local_addr())).collect());
+    let policy = ConnectPolicy::new(SessionKey::generate());
     let mut servers = Vec::new();
     for (id, mut listener) in listeners.into_iter().enumerate() {
-        let (transport, topo, table, policy) = (transport.clone(), topo.clone(), table.clone(), policy.clone());
+        let (transport, topo, table, policy) = (
+            transport.clone(),
+            topo.clone(),
+            table.clone(),
+            policy.clone(),
+        );
         servers.push(tokio::spawn(async move {
             let me = NodeId::Server(id as u32);
             let (children, parent) = tokio::join!(
-                driver::connect_children(&*transport, &*topo, me, &table, &policy),
-                driver::accept_parent(&mut *listener, me, Duration::from_secs(30)),
+                setup::connect_children(&*transport, &*topo, me, &table, &policy),
+                setup::accept_parent(&mut *listener, me, &policy),
             );
             let parent = parent.unwrap();
             let handler = Box::new(move |d| answer(id as u32, d));
-            driver::run_node(Node::new(me, topo), parent, children, handler).await.unwrap();
+            driver::run_node(Node::new(me, topo), parent, children, handler)
+                .await
+                .unwrap();
         }));
     }
     let mut fe_listener = transport.bind(&addr).await.unwrap();
     let fe_addr = fe_listener.local_addr();
     let master = {
-        let (transport, topo, table) = (transport.clone(), topo.clone(), table.clone());
+        let (transport, topo, table, policy) = (
+            transport.clone(),
+            topo.clone(),
+            table.clone(),
+            policy.clone(),
+        );
         tokio::spawn(async move {
-            let children = driver::connect_children(&*transport, &*topo, NodeId::Master, &table, &policy).await;
-            let up = driver::connect_frontend(&*transport, &fe_addr, &policy).await.unwrap();
+            let children =
+                setup::connect_children(&*transport, &*topo, NodeId::Master, &table, &policy).await;
+            let up = setup::connect_frontend(&*transport, &fe_addr, &policy)
+                .await
+                .unwrap();
             let handler = Box::new(|_d: Delivery| unreachable!("the master delivers nothing"));
-            driver::run_node(Node::new(NodeId::Master, topo), up, children, handler).await.unwrap();
+            driver::run_node(Node::new(NodeId::Master, topo), up, children, handler)
+                .await
+                .unwrap();
         })
     };
-    let frontend = Frontend::accept_master(&mut *fe_listener, Duration::from_secs(30)).await.unwrap();
-    Tree { frontend, servers, master, topo }
+    let frontend = Frontend::accept_master(&mut *fe_listener, &policy)
+        .await
+        .unwrap();
+    Tree {
+        frontend,
+        servers,
+        master,
+        topo,
+    }
 }
 
 /// Ids of `groups` with `status`.
@@ -104,5 +134,8 @@ pub fn assert_partition(groups: &[ReplyGroup], dest: &IdSet) {
         assert!(g.sources.is_disjoint(&seen), "id reported twice: {g:?}");
         seen.union_with(&g.sources);
     }
-    assert_eq!(&seen, dest, "groups do not cover the destination: {groups:?}");
+    assert_eq!(
+        &seen, dest,
+        "groups do not cover the destination: {groups:?}"
+    );
 }

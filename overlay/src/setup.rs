@@ -1,0 +1,319 @@
+//! Link set-up: parents connect to children (probing successive ports), the master connects
+//! to the front-end, and every link runs the session-key challenge-response of
+//! [`crate::auth`] and checks the peer's id before it carries a frame.
+
+use std::io;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use sdm_proto::{IdSet, Kind, Message, SyncMode};
+use sdm_topology::{NodeId, Topology};
+
+use crate::auth::{SessionKey, nonce};
+use crate::transport::{Address, Link, Listener, Transport};
+
+/// The name the front-end answers to in the handshake.
+pub const FRONTEND: &str = "frontend";
+
+/// How to connect: the session key, and how hard to try.
+#[derive(Debug, Clone)]
+pub struct ConnectPolicy {
+    /// The session key both ends must prove.
+    pub key: SessionKey,
+    /// Rounds of attempts before giving up.
+    pub attempts: u32,
+    /// Delay between rounds.
+    pub delay: Duration,
+    /// Ports tried per round: the given port, then the next `probe_span - 1`.
+    pub probe_span: u16,
+    /// Limit for one connect plus handshake.
+    pub handshake_timeout: Duration,
+}
+
+impl ConnectPolicy {
+    /// Defaults (20 rounds, 100 ms apart, one port, 5 s handshakes) with `key`.
+    pub fn new(key: SessionKey) -> Self {
+        Self {
+            key,
+            attempts: 20,
+            delay: Duration::from_millis(100),
+            probe_span: 1,
+            handshake_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The longest [`connect_child`] can take before it reports failure.
+    pub fn deadline(&self) -> Duration {
+        (self.delay + self.handshake_timeout * u32::from(self.probe_span.max(1)))
+            * self.attempts.max(1)
+    }
+}
+
+fn control(text: String) -> Message {
+    let mut m = Message::command(0, IdSet::new(), SyncMode::WaitAll, text);
+    m.kind = Kind::Control;
+    m
+}
+
+fn bad(kind: io::ErrorKind, text: String) -> io::Error {
+    io::Error::new(kind, text)
+}
+
+async fn next_control(link: &mut Link) -> io::Result<String> {
+    match link.reader.next().await {
+        Some(Ok(m)) if m.kind == Kind::Control => {
+            Ok(String::from_utf8_lossy(&m.payload).into_owned())
+        }
+        Some(Ok(m)) => Err(bad(
+            io::ErrorKind::InvalidData,
+            format!(
+                "expected a handshake frame from {}, got {:?}",
+                link.peer, m.kind
+            ),
+        )),
+        Some(Err(e)) => Err(bad(
+            io::ErrorKind::InvalidData,
+            format!("bad frame from {}: {e}", link.peer),
+        )),
+        None => Err(bad(
+            io::ErrorKind::ConnectionAborted,
+            format!("{} closed the connection during the handshake", link.peer),
+        )),
+    }
+}
+
+async fn send_control(link: &mut Link, text: String) -> io::Result<()> {
+    link.writer
+        .send(&control(text))
+        .await
+        .map_err(io::Error::other)
+}
+
+/// Why one handshake attempt failed: `Refused` means a live peer that is not `to`.
+enum Attempt {
+    Refused(io::Error),
+    Failed(io::Error),
+}
+
+/// Connector side of the handshake on an open link.
+async fn handshake_connect(
+    link: &mut Link,
+    key: &SessionKey,
+    me: &str,
+    to: &str,
+) -> Result<(), Attempt> {
+    let nc = nonce();
+    send_control(link, format!("sdm-hello {to} {me} {nc}"))
+        .await
+        .map_err(Attempt::Failed)?;
+    let answer = next_control(link).await.map_err(Attempt::Failed)?;
+    let parts: Vec<&str> = answer.split(' ').collect();
+    match parts.as_slice() {
+        ["sdm-welcome", who, ns, mac] if *who == to => {
+            if !key.check_acceptor(to, me, &nc, ns, mac) {
+                return Err(Attempt::Failed(bad(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{} could not prove the session key: not part of this session",
+                        link.peer
+                    ),
+                )));
+            }
+            let proof = key.connector_mac(to, me, &nc, ns);
+            send_control(link, format!("sdm-proof {proof}"))
+                .await
+                .map_err(Attempt::Failed)?;
+            match next_control(link).await {
+                Ok(t) if t == "sdm-ready" => Ok(()),
+                Ok(t) => Err(Attempt::Failed(bad(
+                    io::ErrorKind::InvalidData,
+                    format!("unexpected {t:?}"),
+                ))),
+                Err(e) => Err(Attempt::Failed(bad(
+                    e.kind(),
+                    format!("{e} (did {to} refuse our session key?)"),
+                ))),
+            }
+        }
+        ["sdm-refuse", who] => Err(Attempt::Refused(bad(
+            io::ErrorKind::ConnectionRefused,
+            format!("{} is {who}, not {to}", link.peer),
+        ))),
+        _ => Err(Attempt::Failed(bad(
+            io::ErrorKind::InvalidData,
+            format!("{} answered {answer:?} to the hello", link.peer),
+        ))),
+    }
+}
+
+/// `addr` with its port moved up by `k` (mem addresses are returned unchanged).
+fn port_plus(addr: &Address, k: u16) -> Option<Address> {
+    if k == 0 {
+        return Some(addr.clone());
+    }
+    let (host, port) = addr.target().rsplit_once(':')?;
+    let port: u16 = port.parse::<u16>().ok()?.checked_add(k)?;
+    let t = format!("{host}:{port}");
+    match addr {
+        Address::Tcp(_) => Some(Address::Tcp(t)),
+        Address::Quic(_) => Some(Address::Quic(t)),
+        Address::Mem(_) => None,
+    }
+}
+
+/// Connects to the node named `to` at `addr` (probing `probe_span` ports per round, with a
+/// delay between rounds) and runs the handshake.
+async fn connect_named(
+    transport: &dyn Transport,
+    addr: &Address,
+    me: &str,
+    to: &str,
+    policy: &ConnectPolicy,
+) -> io::Result<Link> {
+    let mut last: Option<io::Error> = None;
+    for round in 0..policy.attempts.max(1) {
+        if round > 0 {
+            tokio::time::sleep(policy.delay).await;
+        }
+        for k in 0..policy.probe_span.max(1) {
+            let Some(a) = port_plus(addr, k) else { break };
+            let tried = tokio::time::timeout(policy.handshake_timeout, async {
+                let mut link = transport.connect(&a).await.map_err(Attempt::Failed)?;
+                handshake_connect(&mut link, &policy.key, me, to).await?;
+                Ok::<_, Attempt>(link)
+            })
+            .await;
+            match tried {
+                Ok(Ok(link)) => return Ok(link),
+                Ok(Err(Attempt::Refused(e) | Attempt::Failed(e))) => last = Some(e),
+                Err(_) => {
+                    last = Some(bad(
+                        io::ErrorKind::TimedOut,
+                        format!("handshake with {a} timed out"),
+                    ))
+                }
+            }
+        }
+    }
+    let e = last.unwrap_or_else(|| bad(io::ErrorKind::NotFound, "no address to try".into()));
+    Err(bad(
+        e.kind(),
+        format!(
+            "{to} at {addr}: {e} (after {} rounds)",
+            policy.attempts.max(1)
+        ),
+    ))
+}
+
+/// Connects to child `child` at `addr` and proves both ends hold the session key.
+pub async fn connect_child(
+    transport: &dyn Transport,
+    addr: &Address,
+    me: NodeId,
+    child: NodeId,
+    policy: &ConnectPolicy,
+) -> io::Result<Link> {
+    connect_named(transport, addr, &me.to_string(), &child.to_string(), policy).await
+}
+
+/// Connects the master to the front-end listening at `addr`.
+pub async fn connect_frontend(
+    transport: &dyn Transport,
+    addr: &Address,
+    policy: &ConnectPolicy,
+) -> io::Result<Link> {
+    connect_named(transport, addr, "master", FRONTEND, policy).await
+}
+
+/// Connects to every child of `me`; `table[s]` is server `s`'s address (`None`: unknown,
+/// reported as a failed link with `why`).
+pub async fn connect_children(
+    transport: &dyn Transport,
+    topo: &dyn Topology,
+    me: NodeId,
+    table: &[Option<Address>],
+    policy: &ConnectPolicy,
+) -> Vec<(NodeId, io::Result<Link>)> {
+    let kids = topo.children(me);
+    let futs = kids.iter().map(|&c| async move {
+        let s = c.server().expect("children are servers") as usize;
+        let res = match table.get(s) {
+            Some(Some(addr)) => connect_child(transport, addr, me, c, policy).await,
+            Some(None) => Err(bad(
+                io::ErrorKind::NotFound,
+                format!("server {c} did not start"),
+            )),
+            None => Err(bad(
+                io::ErrorKind::NotFound,
+                format!("routing table has no entry for server {c}"),
+            )),
+        };
+        (c, res)
+    });
+    futures::future::join_all(futs).await
+}
+
+/// Accepts connections on `listener` until one proves the session key and names `me`
+/// (our parent). Every other connection is refused and logged, costing only itself.
+pub async fn accept_parent(
+    listener: &mut dyn Listener,
+    me: NodeId,
+    policy: &ConnectPolicy,
+) -> io::Result<Link> {
+    accept_named(listener, &me.to_string(), policy).await
+}
+
+/// Accepts connections until one hands over a valid hello addressed to `me`.
+pub async fn accept_named(
+    listener: &mut dyn Listener,
+    me: &str,
+    policy: &ConnectPolicy,
+) -> io::Result<Link> {
+    loop {
+        let mut link = listener.accept().await?;
+        match tokio::time::timeout(
+            policy.handshake_timeout,
+            handshake_accept(&mut link, &policy.key, me),
+        )
+        .await
+        {
+            Ok(Ok(())) => return Ok(link),
+            Ok(Err(e)) => tracing::warn!(node = me, peer = %link.peer, "refused connection: {e}"),
+            Err(_) => {
+                tracing::warn!(node = me, peer = %link.peer, "refused connection: no handshake in time")
+            }
+        }
+    }
+}
+
+/// Acceptor side of the handshake on an open link.
+async fn handshake_accept(link: &mut Link, key: &SessionKey, me: &str) -> io::Result<()> {
+    let hello = next_control(link).await?;
+    let parts: Vec<&str> = hello.split(' ').collect();
+    let ["sdm-hello", to, from, nc] = parts.as_slice() else {
+        return Err(bad(
+            io::ErrorKind::InvalidData,
+            format!("first frame {hello:?} is not a hello"),
+        ));
+    };
+    if *to != me {
+        send_control(link, format!("sdm-refuse {me}")).await?;
+        return Err(bad(
+            io::ErrorKind::ConnectionRefused,
+            format!("hello is for {to}, not {me}"),
+        ));
+    }
+    let ns = nonce();
+    let mac = key.acceptor_mac(to, from, nc, &ns);
+    send_control(link, format!("sdm-welcome {me} {ns} {mac}")).await?;
+    let proof = next_control(link).await?;
+    match proof.strip_prefix("sdm-proof ") {
+        Some(mac) if key.check_connector(to, from, nc, &ns, mac) => {
+            send_control(link, "sdm-ready".into()).await
+        }
+        _ => Err(bad(
+            io::ErrorKind::PermissionDenied,
+            format!("{from} did not prove the session key"),
+        )),
+    }
+}
