@@ -71,9 +71,21 @@ impl Frontend {
         sync: SyncMode,
         payload: impl Into<Bytes>,
     ) -> io::Result<u64> {
+        self.send_filtered(dest, sync, "", payload).await
+    }
+
+    /// Sends `payload` to `dest`, replies merged by the filter named `filter`.
+    pub async fn send_filtered(
+        &mut self,
+        dest: &IdSet,
+        sync: SyncMode,
+        filter: &str,
+        payload: impl Into<Bytes>,
+    ) -> io::Result<u64> {
         let op = self.next_op;
         self.next_op += 1;
-        let m = Message::command(op, dest.clone(), sync, payload);
+        let mut m = Message::command(op, dest.clone(), sync, payload);
+        m.aggregate.filter = filter.to_owned();
         self.link.writer.send(&m).await.map_err(io::Error::other)?;
         Ok(op)
     }
@@ -82,30 +94,48 @@ impl Frontend {
     /// the ids not yet accounted come back as one lost group naming the reason.
     pub async fn collect(&mut self, op: u64, dest: &IdSet) -> io::Result<Vec<ReplyGroup>> {
         let mut seen = IdSet::new();
-        for g in self.inbox.get(&op).into_iter().flatten() {
-            seen.union_with(&g.sources);
+        let mut out = Vec::new();
+        while let Some(g) = self.next_group(op, dest, &mut seen).await? {
+            out.push(g);
         }
-        while !dest.is_subset(&seen) {
+        Ok(out)
+    }
+
+    /// The next reply group of `op` as it arrives; `seen` accumulates the ids accounted so
+    /// far, and `None` comes once it covers `dest`. A dead master link yields one lost
+    /// group for the rest.
+    pub async fn next_group(
+        &mut self,
+        op: u64,
+        dest: &IdSet,
+        seen: &mut IdSet,
+    ) -> io::Result<Option<ReplyGroup>> {
+        loop {
+            if let Some(groups) = self.inbox.get_mut(&op)
+                && !groups.is_empty()
+            {
+                let g = groups.remove(0);
+                seen.union_with(&g.sources);
+                return Ok(Some(g));
+            }
+            if dest.is_subset(seen) {
+                self.inbox.remove(&op);
+                return Ok(None);
+            }
             match self.next_frame().await {
-                Some(m) => {
-                    if m.kind == Kind::Reply && m.op == op {
-                        seen.union_with(&m.source);
-                    }
-                    self.file(m);
-                }
+                Some(m) => self.file(m),
                 None => {
-                    let missing = dest - &seen;
-                    let why = self.closed.clone().unwrap_or_default();
-                    self.inbox.entry(op).or_default().push(ReplyGroup {
-                        status: Status::Lost,
-                        sources: missing.clone(),
-                        payload: Bytes::from(format!("master link lost: {why}")),
-                    });
+                    let missing = dest - &*seen;
                     seen.union_with(&missing);
+                    let why = self.closed.clone().unwrap_or_default();
+                    return Ok(Some(ReplyGroup {
+                        status: Status::Lost,
+                        sources: missing,
+                        payload: Bytes::from(format!("master link lost: {why}")),
+                    }));
                 }
             }
         }
-        Ok(self.inbox.remove(&op).unwrap_or_default())
     }
 
     /// Sends and collects in one call.

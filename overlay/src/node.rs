@@ -72,10 +72,37 @@ struct Group {
     sources: IdSet,
 }
 
+/// How replies of one op are merged (the full filter registry arrives with sdm-filters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Merge {
+    /// Identical payloads become one group (the default; OMIS's unification rule).
+    Identical,
+    /// Decimal integer payloads are added up into one group; others merge as identical.
+    Sum,
+}
+
+impl Merge {
+    fn by_name(name: &str) -> Self {
+        match name {
+            "sum" => Merge::Sum,
+            "" | "identical" => Merge::Identical,
+            other => {
+                tracing::warn!(filter = other, "unknown filter; merging identical replies");
+                Merge::Identical
+            }
+        }
+    }
+}
+
+fn as_integer(p: &[u8]) -> Option<i128> {
+    std::str::from_utf8(p).ok()?.trim().parse().ok()
+}
+
 /// An operation in flight at this node.
 #[derive(Debug)]
 struct PendingOp {
     sync: SyncMode,
+    merge: Merge,
     /// Ids still expected, per source.
     outstanding: HashMap<Source, IdSet>,
     /// Merged groups not yet sent up.
@@ -90,6 +117,22 @@ impl PendingOp {
 
     /// Adds `ids` with `status`/`payload`, merging with an identical group if one exists.
     fn add(&mut self, status: Status, payload: Bytes, ids: &IdSet) {
+        if self.merge == Merge::Sum
+            && status == Status::Replied
+            && let Some(v) = as_integer(&payload)
+        {
+            let sum = self
+                .groups
+                .iter_mut()
+                .find(|g| g.status == Status::Replied && as_integer(&g.payload).is_some());
+            if let Some(g) = sum {
+                let total = as_integer(&g.payload).unwrap_or(0).saturating_add(v);
+                g.payload = Bytes::from(total.to_string());
+                g.hash = payload_hash(&g.payload);
+                g.sources.union_with(ids);
+                return;
+            }
+        }
         let hash = payload_hash(&payload);
         if let Some(g) = self
             .groups
@@ -178,6 +221,7 @@ impl Node {
         let route = self.topo.route(self.me, &msg.dest);
         let mut pending = PendingOp {
             sync: msg.aggregate.sync,
+            merge: Merge::by_name(&msg.aggregate.filter),
             outstanding: HashMap::new(),
             groups: Vec::new(),
             deadline: None,

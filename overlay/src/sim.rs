@@ -139,7 +139,12 @@ impl SimNet {
 
     /// The front-end sends command `op` to `dest` (encoded, as on a real link).
     pub fn command(&mut self, op: u64, dest: IdSet, sync: SyncMode, payload: impl Into<Bytes>) {
-        let frame = Message::command(op, dest, sync, payload).encode();
+        self.command_message(Message::command(op, dest, sync, payload));
+    }
+
+    /// The front-end sends `msg` (a command with any filter).
+    pub fn command_message(&mut self, msg: Message) {
+        let frame = msg.encode();
         let at = self.now + self.latency;
         self.push(
             at,

@@ -275,3 +275,22 @@ proptest! {
         prop_assert!(g.iter().filter(|x| x.status == Status::Replied).count() as u32 <= distinct);
     }
 }
+
+#[test]
+fn sum_filter_adds_up_integer_replies_shape_independently() {
+    for shape in [Shape::Binomial, Shape::KAry(3), Shape::Flat] {
+        let mut net = net(
+            shape,
+            100,
+            Box::new(|id, _| Some((MS, Bytes::from(id.server().unwrap().to_string())))),
+        );
+        let mut cmd = Message::command(1, IdSet::all(100), SyncMode::WaitAll, "value");
+        cmd.aggregate.filter = "sum".into();
+        net.command_message(cmd);
+        net.run();
+        let g = net.groups(1);
+        assert_eq!(g.len(), 1, "{shape}: {g:?}");
+        assert_eq!(&g[0].payload[..], b"4950");
+        assert_eq!(g[0].sources, IdSet::all(100));
+    }
+}

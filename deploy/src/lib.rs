@@ -1,0 +1,378 @@
+//! sdm-deploy: launchers that start sdm daemons through what a site already has (local
+//! fork/exec, ssh, Open MPI or MPICH `mpirun`, Slurm `srun`), behind one [`Launcher`] trait.
+//!
+//! A launcher starts `n` copies of a program; each copy learns its rank from the
+//! launcher's own variable (`SDM_ID` for local and ssh, `OMPI_COMM_WORLD_RANK` / `PMI_RANK`
+//! for mpirun, `SLURM_PROCID` for srun). Secrets travel in the environment (or, for ssh, on
+//! stdin), never on a command line. Every line the copies print on stdout comes back
+//! through [`Launched::next_line`].
+
+use std::io;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::str::FromStr;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    /// Number of copies (ranks).
+    pub n: u32,
+    /// The program (an absolute path for remote launchers).
+    pub program: PathBuf,
+    /// Its arguments (nothing secret).
+    pub args: Vec<String>,
+    /// Environment for every copy; secrets belong here.
+    pub env: Vec<(String, String)>,
+}
+
+/// The running copies, and their stdout lines.
+pub struct Launched {
+    children: Vec<Child>,
+    lines: mpsc::Receiver<String>,
+    what: String,
+}
+
+impl Launched {
+    fn new(what: String) -> (Self, mpsc::Sender<String>) {
+        let (tx, rx) = mpsc::channel(4096);
+        (
+            Self {
+                children: Vec::new(),
+                lines: rx,
+                what,
+            },
+            tx,
+        )
+    }
+
+    /// Starts `cmd` with stdout piped into the line stream; `stdin` is written and closed.
+    fn spawn(&mut self, mut cmd: Command, stdin: Option<String>, tx: &mpsc::Sender<String>) -> io::Result<()> {
+        cmd.stdout(Stdio::piped())
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .kill_on_drop(true);
+        let prog = format!("{:?}", cmd.as_std().get_program());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: cannot start {prog}: {e}", self.what)))?;
+        if let (Some(text), Some(mut w)) = (stdin, child.stdin.take()) {
+            tokio::spawn(async move {
+                let _ = w.write_all(text.as_bytes()).await;
+                let _ = w.shutdown().await;
+            });
+        }
+        let out = child.stdout.take().expect("stdout is piped");
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(out).lines();
+            while let Ok(Some(l)) = r.next_line().await {
+                if tx.send(l).await.is_err() {
+                    break;
+                }
+            }
+        });
+        self.children.push(child);
+        Ok(())
+    }
+
+    /// The next stdout line of any copy; `None` once every copy closed its stdout.
+    pub async fn next_line(&mut self) -> Option<String> {
+        self.lines.recv().await
+    }
+
+    /// Process ids of the launcher processes this side started (the copies themselves for
+    /// `local`, the `ssh` / `mpirun` / `srun` clients otherwise).
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().filter_map(Child::id).collect()
+    }
+
+    /// Waits up to `grace` for every process to exit, then kills the rest.
+    pub async fn shutdown(&mut self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
+        for c in &mut self.children {
+            if tokio::time::timeout_at(deadline, c.wait()).await.is_err() {
+                let _ = c.kill().await;
+            }
+        }
+    }
+
+    /// Kills every process at once.
+    pub async fn kill(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill().await;
+        }
+    }
+}
+
+/// Starts copies of a program.
+pub trait Launcher: Send + Sync + std::fmt::Debug {
+    /// Short name (`local`, `ssh`, `mpirun`, `srun`).
+    fn name(&self) -> &str;
+    /// Starts `spec.n` copies.
+    fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched>;
+}
+
+/// Fork/exec on this machine; rank in `SDM_ID`.
+#[derive(Debug, Default)]
+pub struct Local;
+
+impl Local {
+    /// Starts one copy with no rank variable (the master).
+    pub fn launch_one(&self, spec: &LaunchSpec) -> io::Result<Launched> {
+        let (mut l, tx) = Launched::new("local launcher".into());
+        let mut cmd = Command::new(&spec.program);
+        cmd.args(&spec.args).envs(spec.env.iter().cloned());
+        l.spawn(cmd, None, &tx)?;
+        Ok(l)
+    }
+}
+
+impl Launcher for Local {
+    fn name(&self) -> &str {
+        "local"
+    }
+    fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
+        let (mut l, tx) = Launched::new("local launcher".into());
+        for id in 0..spec.n {
+            let mut cmd = Command::new(&spec.program);
+            cmd.args(&spec.args)
+                .envs(spec.env.iter().cloned())
+                .env("SDM_ID", id.to_string())
+                .env("SDM_LOCAL_ID", id.to_string());
+            l.spawn(cmd, None, &tx)?;
+        }
+        Ok(l)
+    }
+}
+
+/// One `ssh` per copy, round-robin over `hosts`; the environment (secrets included) is
+/// sent on stdin and read by the remote shell, so it never appears on a command line.
+#[derive(Debug)]
+pub struct Ssh {
+    /// Hosts (ssh destinations, e.g. aliases from ~/.ssh/config).
+    pub hosts: Vec<String>,
+    /// Extra ssh options.
+    pub options: Vec<String>,
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+impl Launcher for Ssh {
+    fn name(&self) -> &str {
+        "ssh"
+    }
+    fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
+        if self.hosts.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "ssh launcher: no hosts given (--hosts)"));
+        }
+        let (mut l, tx) = Launched::new("ssh launcher".into());
+        for (name, v) in &spec.env {
+            if v.contains('\n') {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("ssh launcher: environment value of {name} spans lines; encode it on one line"),
+                ));
+            }
+        }
+        for id in 0..spec.n {
+            let host = &self.hosts[id as usize % self.hosts.len()];
+            let mut script = String::new();
+            let mut stdin = String::new();
+            for (name, v) in &spec.env {
+                script.push_str(&format!("IFS= read -r {name}; export {name}; "));
+                stdin.push_str(v);
+                stdin.push('\n');
+            }
+            let argv: Vec<String> = std::iter::once(spec.program.display().to_string())
+                .chain(spec.args.iter().cloned())
+                .map(|a| shell_quote(&a))
+                .collect();
+            script.push_str(&format!("SDM_ID={id} exec {}", argv.join(" ")));
+            let mut cmd = Command::new("ssh");
+            cmd.args(["-o", "BatchMode=yes"]).args(&self.options).arg(host).arg(script);
+            l.spawn(cmd, Some(stdin), &tx)?;
+        }
+        Ok(l)
+    }
+}
+
+/// `mpirun` of Open MPI or MPICH (detected from `mpirun --version`).
+#[derive(Debug, Default)]
+pub struct Mpirun {
+    /// Extra arguments before the program (e.g. a hostfile).
+    pub extra: Vec<String>,
+}
+
+impl Launcher for Mpirun {
+    fn name(&self) -> &str {
+        "mpirun"
+    }
+    fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
+        let version = std::process::Command::new("mpirun")
+            .arg("--version")
+            .output()
+            .map_err(|e| io::Error::new(e.kind(), format!("mpirun launcher: cannot run mpirun: {e} (install openmpi-bin)")))?;
+        let text = String::from_utf8_lossy(&version.stdout).to_string() + &String::from_utf8_lossy(&version.stderr);
+        let names: Vec<&str> = spec.env.iter().map(|(k, _)| k.as_str()).collect();
+        let mut cmd = Command::new("mpirun");
+        cmd.envs(spec.env.iter().cloned());
+        if text.contains("Open MPI") || text.contains("OpenRTE") {
+            // Names only: the values come from our environment.
+            cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", &spec.n.to_string()]);
+            for n in &names {
+                cmd.args(["-x", n]);
+            }
+        } else {
+            cmd.args(["-n", &spec.n.to_string()]);
+            if !names.is_empty() {
+                cmd.args(["-genvlist", &names.join(",")]);
+            }
+        }
+        cmd.args(&self.extra).arg(&spec.program).args(&spec.args);
+        let (mut l, tx) = Launched::new("mpirun launcher".into());
+        l.spawn(cmd, None, &tx)?;
+        Ok(l)
+    }
+}
+
+/// Slurm's `srun`: one job step of `n` tasks; the environment is inherited.
+#[derive(Debug, Default)]
+pub struct Srun {
+    /// Extra arguments (partition, nodes…).
+    pub extra: Vec<String>,
+}
+
+impl Launcher for Srun {
+    fn name(&self) -> &str {
+        "srun"
+    }
+    fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
+        let mut cmd = Command::new("srun");
+        cmd.envs(spec.env.iter().cloned())
+            .args(["-n", &spec.n.to_string(), "--export=ALL", "--kill-on-bad-exit=0"])
+            .args(&self.extra)
+            .arg(&spec.program)
+            .args(&spec.args);
+        let (mut l, tx) = Launched::new("srun launcher".into());
+        l.spawn(cmd, None, &tx)?;
+        Ok(l)
+    }
+}
+
+/// A launcher by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LauncherKind {
+    /// [`Local`].
+    #[default]
+    Local,
+    /// [`Ssh`].
+    Ssh,
+    /// [`Mpirun`].
+    Mpirun,
+    /// [`Srun`].
+    Srun,
+}
+
+impl FromStr for LauncherKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "local" => Ok(Self::Local),
+            "ssh" => Ok(Self::Ssh),
+            "mpirun" | "mpiexec" => Ok(Self::Mpirun),
+            "srun" => Ok(Self::Srun),
+            _ => Err(format!("unknown launcher {s:?}: expected local, ssh, mpirun or srun")),
+        }
+    }
+}
+
+impl std::fmt::Display for LauncherKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Local => "local",
+            Self::Ssh => "ssh",
+            Self::Mpirun => "mpirun",
+            Self::Srun => "srun",
+        })
+    }
+}
+
+impl LauncherKind {
+    /// The launcher; `hosts` is used by ssh.
+    pub fn build(self, hosts: Vec<String>) -> Box<dyn Launcher> {
+        match self {
+            Self::Local => Box::new(Local),
+            Self::Ssh => Box::new(Ssh {
+                hosts,
+                options: Vec::new(),
+            }),
+            Self::Mpirun => Box::new(Mpirun::default()),
+            Self::Srun => Box::new(Srun::default()),
+        }
+    }
+}
+
+/// The rank a launcher gave this process: `SDM_ID`, else `SLURM_PROCID`,
+/// `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `FLUX_TASK_RANK`.
+pub fn rank_from_env() -> Result<u32, String> {
+    const VARS: [&str; 5] = ["SDM_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "FLUX_TASK_RANK"];
+    for v in VARS {
+        if let Ok(s) = std::env::var(v) {
+            return s
+                .trim()
+                .parse()
+                .map_err(|_| format!("{v}={s:?} is not a server id"));
+        }
+    }
+    Err(format!("no server id in the environment: set one of {}", VARS.join(", ")))
+}
+
+/// The rank among the copies on this host, if the launcher says (used as a port hint).
+pub fn local_rank_from_env() -> Option<u32> {
+    ["SDM_LOCAL_ID", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse() {
+        for n in ["local", "ssh", "mpirun", "srun"] {
+            assert_eq!(n.parse::<LauncherKind>().unwrap().to_string(), n);
+        }
+        assert!("pbs".parse::<LauncherKind>().unwrap_err().contains("pbs"));
+    }
+
+    #[test]
+    fn quoting_survives_spaces_and_quotes() {
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+    }
+
+    #[tokio::test]
+    async fn local_launches_and_collects_lines() {
+        let spec = LaunchSpec {
+            n: 3,
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "echo rank=$SDM_ID secret=$S".into()],
+            env: vec![("S".into(), "x".into())],
+        };
+        let mut l = Local.launch(&spec).unwrap();
+        let mut got = Vec::new();
+        while let Some(line) = l.next_line().await {
+            got.push(line);
+        }
+        got.sort();
+        assert_eq!(got, ["rank=0 secret=x", "rank=1 secret=x", "rank=2 secret=x"]);
+        l.shutdown(Duration::from_secs(5)).await;
+    }
+}

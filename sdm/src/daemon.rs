@@ -1,0 +1,169 @@
+//! `sdm master` and `sdm server`: bind or connect, take the init command from the parent
+//! (the front-end, for the master), connect to the children it names, then run the node
+//! until the parent link ends. A daemon whose parent never comes exits on its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use futures::StreamExt;
+use sdm_overlay::Node;
+use sdm_overlay::auth::SessionKey;
+use sdm_overlay::driver::{self, Delivery, LocalHandler};
+use sdm_overlay::setup::{self, ConnectPolicy};
+use sdm_overlay::transport::{Address, Link, SessionTls, Transport, TransportConfig, transport_for};
+use sdm_proto::Kind;
+use sdm_topology::{NodeId, Topology};
+
+use crate::init::InitSpec;
+
+/// Environment variable holding the session's TLS certificate and key (PEM, hex-encoded so
+/// it fits on one line) for `quic://`.
+pub const SESSION_TLS_ENV: &str = "SDM_SESSION_TLS";
+
+/// Encodes the session certificate for [`SESSION_TLS_ENV`].
+pub fn tls_to_env(tls: &SessionTls) -> String {
+    tls.to_pem().bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The transport configuration from the environment (the TLS certificate, if any).
+pub fn transport_config_from_env() -> anyhow::Result<TransportConfig> {
+    let mut cfg = TransportConfig::default();
+    if let Ok(hex) = std::env::var(SESSION_TLS_ENV) {
+        let bytes: Option<Vec<u8>> = (0..hex.len())
+            .step_by(2)
+            .map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect();
+        let pem = bytes
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| anyhow!("{SESSION_TLS_ENV} is not hex-encoded PEM"))?;
+        cfg.tls = Some(SessionTls::from_pem(&pem).context(SESSION_TLS_ENV)?);
+    }
+    Ok(cfg)
+}
+
+/// Reads the init command from a fresh parent link, connects to our children, and runs the
+/// node until the parent goes away.
+async fn serve(
+    me: NodeId,
+    mut parent: Link,
+    transport: &dyn Transport,
+    key: SessionKey,
+    handler: LocalHandler,
+) -> anyhow::Result<()> {
+    let first = tokio::time::timeout(Duration::from_secs(120), parent.reader.next())
+        .await
+        .map_err(|_| anyhow!("{me}: no init command from the parent within 120 s"))?
+        .ok_or_else(|| anyhow!("{me}: parent closed before sending the init command"))?
+        .context("reading the init command")?;
+    if first.kind != Kind::Command {
+        bail!("{me}: expected the init command, got a {:?} frame", first.kind);
+    }
+    let spec = InitSpec::from_payload(&first.payload).map_err(|e| anyhow!("{me}: {e}"))?;
+    let shape = spec.shape().map_err(|e| anyhow!(e))?;
+    let table = spec.addresses().map_err(|e| anyhow!(e))?;
+    if let NodeId::Server(s) = me {
+        if s >= spec.servers {
+            bail!("server {s} is not part of a tree of {} servers", spec.servers);
+        }
+    }
+    let topo: Arc<dyn Topology> = Arc::from(shape.build(spec.servers));
+    let policy = spec.policy(key);
+    let children = setup::connect_children(transport, &*topo, me, &table, &policy).await;
+    for (c, r) in &children {
+        if let Err(e) = r {
+            tracing::warn!(node = %me, child = %c, "{e}");
+        }
+    }
+    let mut node = Node::new(me, topo);
+    node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
+    driver::run_node(node, parent, children, handler).await?;
+    Ok(())
+}
+
+/// `sdm master --frontend ADDR`: connects to the front-end (a bounded number of tries),
+/// then serves the tree below.
+pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> anyhow::Result<()> {
+    let cfg = transport_config_from_env()?;
+    let transport = transport_for(&frontend, &cfg)?;
+    let policy = ConnectPolicy {
+        attempts,
+        ..ConnectPolicy::new(key.clone())
+    };
+    let link = setup::connect_frontend(&*transport, &frontend, &policy)
+        .await
+        .with_context(|| format!("master: cannot reach the front-end at {frontend}"))?;
+    let none: LocalHandler = Box::new(|d: Delivery| d.reply.send("error: the master runs no requests"));
+    serve(NodeId::Master, link, &*transport, key, none).await
+}
+
+/// Options of `sdm server`.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Scheme to listen with (`tcp` or `quic`).
+    pub scheme: String,
+    /// Host to bind.
+    pub bind_host: String,
+    /// Host to advertise to the parent (default: the bound host).
+    pub advertise: Option<String>,
+    /// First port to try.
+    pub base_port: u16,
+    /// Ports to try after it.
+    pub port_span: u16,
+    /// How long to wait for a parent before exiting.
+    pub parent_timeout: Duration,
+}
+
+/// `sdm server --port BASE`: binds BASE (plus its local rank, then incrementing while taken),
+/// prints `SDM-LISTEN ID ADDRESS`, waits for its parent, then serves.
+pub async fn run_server(id: u32, local_rank: Option<u32>, key: SessionKey, opt: ServerOptions) -> anyhow::Result<()> {
+    let cfg = transport_config_from_env()?;
+    let probe: Address = format!("{}://{}:0", opt.scheme, opt.bind_host)
+        .parse()
+        .map_err(|e| anyhow!("server {id}: {e}"))?;
+    let transport = transport_for(&probe, &cfg)?;
+    let first = u32::from(opt.base_port) + local_rank.unwrap_or(0) % u32::from(opt.port_span.max(1));
+    let mut bound = None;
+    let mut last_err = None;
+    for k in 0..u32::from(opt.port_span.max(1)) {
+        let port = first + k;
+        if port > u32::from(u16::MAX) {
+            break;
+        }
+        let a: Address = format!("{}://{}:{port}", opt.scheme, opt.bind_host).parse()?;
+        match transport.bind(&a).await {
+            Ok(l) => {
+                bound = Some(l);
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last_err = Some(e),
+            Err(e) => return Err(e).with_context(|| format!("server {id}: binding {a}")),
+        }
+    }
+    let mut listener = bound.ok_or_else(|| {
+        anyhow!(
+            "server {id}: no free port in {first}..{}: {}",
+            first + u32::from(opt.port_span),
+            last_err.map(|e| e.to_string()).unwrap_or_default()
+        )
+    })?;
+    let local = listener.local_addr();
+    let shown = match &opt.advertise {
+        Some(h) => {
+            let port = local.target().rsplit_once(':').map(|(_, p)| p).unwrap_or("0");
+            format!("{}://{h}:{port}", opt.scheme)
+        }
+        None => local.to_string(),
+    };
+    // One write, so launchers that merge the copies' stdout keep the line whole.
+    println!("SDM-LISTEN {id} {shown}");
+    let me = NodeId::Server(id);
+    let policy = ConnectPolicy::new(key.clone());
+    let parent = tokio::time::timeout(opt.parent_timeout, setup::accept_parent(&mut *listener, me, &policy))
+        .await
+        .map_err(|_| anyhow!("server {id}: no parent connected within {:?}; exiting", opt.parent_timeout))??;
+    // The listener stays open while we serve (a quic listener owns the endpoint).
+    let served = serve(me, parent, &*transport, key, Box::new(move |d| crate::service::handle(id, d))).await;
+    drop(listener);
+    served
+}

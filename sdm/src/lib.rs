@@ -1,0 +1,15 @@
+//! sdm: the daemons (master and server), the front-end library for tool builders, and the
+//! pieces the `sdm` command is made of.
+//!
+//! - [`session`]: launch or attach a tree, send payloads to id-sets, receive merged reply
+//!   groups and events, shut down (the library a debugger or profiler links).
+//! - [`daemon`]: `sdm master` and `sdm server`: start-up, the init command, the node loop.
+//! - [`init`]: the init command that carries the routing table down the tree.
+//! - [`service`]: the requests every server answers by itself (`ping`, `info`, …).
+
+pub mod daemon;
+pub mod init;
+pub mod service;
+pub mod session;
+
+pub use session::{LaunchReport, Progress, Session, SessionOptions};

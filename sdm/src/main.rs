@@ -1,0 +1,275 @@
+//! The `sdm` command: `sdm launch` (start a tree, report, optionally send requests),
+//! `sdm topology` (print a tree shape), and the daemons `sdm master` and `sdm server`.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use sdm::session::{Progress, Session, SessionOptions};
+use sdm_deploy::LauncherKind;
+use sdm_overlay::auth::SessionKey;
+use sdm_overlay::frontend::ReplyGroup;
+use sdm_overlay::transport::Address;
+use sdm_proto::{Status, SyncMode};
+use sdm_topology::{Shape, Topology};
+
+#[derive(Parser, Debug)]
+#[command(name = "sdm", version, about = "sdm: a tree-based overlay network for parallel tools")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Start a master and N servers, report who is ready, optionally send requests, shut down.
+    Launch(LaunchArgs),
+    /// Print a tree shape.
+    Topology {
+        /// Number of servers.
+        #[arg(short, long)]
+        n: u32,
+        /// binomial, kary:K, knomial:K or flat.
+        #[arg(long, default_value = "binomial")]
+        shape: Shape,
+        /// Graphviz DOT instead of one line per node.
+        #[arg(long)]
+        dot: bool,
+    },
+    /// Daemon: the root of the tree; connects to the front-end.
+    Master {
+        /// The front-end's address, e.g. tcp://HOST:PORT.
+        #[arg(long)]
+        frontend: Address,
+        /// Connection attempts before giving up.
+        #[arg(long, default_value_t = 50)]
+        attempts: u32,
+    },
+    /// Daemon: one server; its id comes from SDM_ID, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or FLUX_TASK_RANK.
+    Server {
+        /// First port to bind (then the next while taken).
+        #[arg(long)]
+        port: u16,
+        /// tcp or quic.
+        #[arg(long, default_value = "tcp")]
+        transport: String,
+        /// Host to bind.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Host name to advertise to the parent (default: the bound host).
+        #[arg(long)]
+        advertise: Option<String>,
+        /// How many ports to try.
+        #[arg(long, default_value_t = 2048)]
+        port_span: u16,
+        /// Seconds to wait for a parent before exiting.
+        #[arg(long, default_value_t = 120)]
+        parent_timeout: u64,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct LaunchArgs {
+    /// Number of servers.
+    #[arg(short, long)]
+    n: u32,
+    /// local, ssh, mpirun or srun.
+    #[arg(long, default_value = "local")]
+    launcher: LauncherKind,
+    /// Hosts for --launcher ssh (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    hosts: Vec<String>,
+    /// tcp or quic.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// binomial, kary:K, knomial:K or flat.
+    #[arg(long, default_value = "binomial")]
+    topology: Shape,
+    /// Start-up deadline in seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+    /// Send this request to every server after start-up and print the merged replies (repeatable).
+    #[arg(long)]
+    send: Vec<String>,
+    /// Keep the tree up until Ctrl-C.
+    #[arg(long)]
+    hold: bool,
+    /// Machine-readable output (JSON lines).
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(match &cli.cmd {
+            Cmd::Launch(_) => 2,
+            _ => 1,
+        })
+        .enable_all()
+        .build()?;
+    rt.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.cmd {
+        Cmd::Launch(a) => launch(a).await,
+        Cmd::Topology { n, shape, dot } => {
+            let t = shape.build(n);
+            if dot {
+                print!("{}", sdm_topology::to_dot(&*t));
+            } else {
+                print_tree(&*t);
+            }
+            Ok(())
+        }
+        Cmd::Master { frontend, attempts } => {
+            let key = SessionKey::from_env()?;
+            sdm::daemon::run_master(frontend, key, attempts).await
+        }
+        Cmd::Server {
+            port,
+            transport,
+            host,
+            advertise,
+            port_span,
+            parent_timeout,
+        } => {
+            let id = sdm_deploy::rank_from_env().map_err(anyhow::Error::msg)?;
+            let key = SessionKey::from_env()?;
+            let opt = sdm::daemon::ServerOptions {
+                scheme: transport,
+                bind_host: host,
+                advertise,
+                base_port: port,
+                port_span,
+                parent_timeout: Duration::from_secs(parent_timeout),
+            };
+            sdm::daemon::run_server(id, sdm_deploy::local_rank_from_env(), key, opt).await
+        }
+    }
+}
+
+fn print_tree(t: &dyn Topology) {
+    use sdm_topology::NodeId;
+    let mut stack = vec![(NodeId::Master, 0usize)];
+    while let Some((node, depth)) = stack.pop() {
+        println!("{}{} {}", "  ".repeat(depth), node, t.subtree(node));
+        for c in t.children(node).into_iter().rev() {
+            stack.push((c, depth + 1));
+        }
+    }
+}
+
+async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
+    let opts = SessionOptions {
+        n: a.n,
+        launcher: a.launcher,
+        hosts: a.hosts.clone(),
+        transport: a.transport.clone(),
+        topology: a.topology,
+        startup_timeout: Duration::from_secs(a.timeout),
+        ..SessionOptions::default()
+    };
+    let tty = std::io::stderr().is_terminal() && !a.json;
+    let bar = if tty {
+        let b = ProgressBar::new(u64::from(a.n));
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {msg:<22} [{bar:30}] {pos}/{len} {elapsed}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        b.set_message("launching");
+        Some(b)
+    } else {
+        None
+    };
+    let quiet = a.json;
+    let n = a.n;
+    let mut session = Session::launch(&opts, |p| match (&bar, p) {
+        (Some(b), Progress::Listening { count }) => {
+            b.set_message("servers listening");
+            b.set_position(u64::from(*count));
+        }
+        (Some(b), Progress::MasterConnected) => b.set_message("master connected"),
+        (Some(b), Progress::InitSent) => b.set_message("connecting the tree"),
+        (Some(_), Progress::Launched) => {}
+        (None, Progress::Listening { count }) if !quiet && (count.is_power_of_two() || *count == n) => {
+            eprintln!("sdm: {count}/{n} servers listening");
+        }
+        (None, Progress::Listening { .. }) => {}
+        (None, p) if !quiet => eprintln!("sdm: {p:?}"),
+        (None, _) => {}
+    })
+    .await
+    .context("launching the tree")?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let r = session.report().clone();
+    if a.json {
+        let failed: Vec<_> = r
+            .failed
+            .iter()
+            .map(|(ids, why)| serde_json::json!({"ids": ids.to_string(), "reason": why}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"servers": n, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
+                "failed": failed, "seconds": r.seconds})
+        );
+    } else {
+        println!("ready  {} ({} of {n}) in {:.2} s", r.ready, r.ready.len(), r.seconds);
+        for (ids, why) in &r.failed {
+            println!("failed {ids}: {why}");
+        }
+    }
+    let all = session.all();
+    for req in &a.send {
+        let groups = session.request(&all, SyncMode::Timeout(30_000), req.clone()).await?;
+        print_groups(req, &groups, a.json);
+    }
+    if a.hold {
+        eprintln!("sdm: tree is up; Ctrl-C shuts it down");
+        tokio::signal::ctrl_c().await?;
+    }
+    session.shutdown(Duration::from_secs(10)).await;
+    if !r.failed.is_empty() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
+    let mut groups: Vec<&ReplyGroup> = groups.iter().collect();
+    groups.sort_by_key(|g| (g.status, g.sources.first()));
+    for g in groups {
+        let body = String::from_utf8_lossy(&g.payload);
+        if json {
+            let status = match g.status {
+                Status::Replied => "replied",
+                Status::Lost => "lost",
+                Status::TimedOut => "timed_out",
+            };
+            println!(
+                "{}",
+                serde_json::json!({"request": req, "ids": g.sources.to_string(), "status": status, "reply": body})
+            );
+        } else {
+            match g.status {
+                Status::Replied => println!("{} {body}", g.sources),
+                Status::Lost => println!("{} lost: {body}", g.sources),
+                Status::TimedOut => println!("{} timed out", g.sources),
+            }
+        }
+    }
+}

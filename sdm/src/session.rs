@@ -1,0 +1,349 @@
+//! [`Session`]: the front-end library. Launch a tree (master plus N servers through a
+//! launcher) or attach to a master, send payloads to id-sets with a sync mode and filter,
+//! receive merged reply groups and unsolicited events, shut down.
+//!
+//! Start-up: the front-end listens, launches the servers (each prints `SDM-LISTEN ID ADDR`
+//! through the launcher), launches the master, accepts it, and sends the init command with
+//! the routing table. The merged acknowledgements say which ids are ready and which failed
+//! and why, within the start-up deadline.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+use bytes::Bytes;
+use sdm_deploy::{LaunchSpec, Launched, LauncherKind};
+use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
+use sdm_overlay::frontend::{Frontend, ReplyGroup};
+use sdm_overlay::setup::ConnectPolicy;
+use sdm_overlay::transport::{Address, SessionTls, TransportConfig, transport_for};
+use sdm_proto::{IdSet, Message, Status, SyncMode};
+use sdm_topology::Shape;
+
+use crate::daemon::{SESSION_TLS_ENV, tls_to_env};
+use crate::init::InitSpec;
+
+/// How to launch a tree.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Number of servers.
+    pub n: u32,
+    /// How to start the servers.
+    pub launcher: LauncherKind,
+    /// Hosts for the ssh launcher.
+    pub hosts: Vec<String>,
+    /// `tcp` or `quic`.
+    pub transport: String,
+    /// Tree shape.
+    pub topology: Shape,
+    /// First port servers try (default: random in 20000..50000 for this session).
+    pub base_port: Option<u16>,
+    /// Host the front-end listens on and servers bind (loopback for one machine).
+    pub host: String,
+    /// Limit for the whole start-up: launch, connect, init.
+    pub startup_timeout: Duration,
+    /// Connection rounds per child and the delay between them.
+    pub connect_attempts: u32,
+    /// Delay between connection rounds.
+    pub connect_delay: Duration,
+    /// The `sdm` binary (default: found next to the running program, or `$SDM_BIN`).
+    pub program: Option<PathBuf>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            n: 4,
+            launcher: LauncherKind::Local,
+            hosts: Vec::new(),
+            transport: "tcp".into(),
+            topology: Shape::Binomial,
+            base_port: None,
+            host: "127.0.0.1".into(),
+            startup_timeout: Duration::from_secs(60),
+            connect_attempts: 20,
+            connect_delay: Duration::from_millis(100),
+            program: None,
+        }
+    }
+}
+
+/// Start-up progress, for a progress bar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// The launcher started.
+    Launched,
+    /// A server reported its address (`count` so far).
+    Listening {
+        /// Servers that reported so far.
+        count: u32,
+    },
+    /// The master connected to the front-end.
+    MasterConnected,
+    /// The init command went down the tree.
+    InitSent,
+}
+
+/// What start-up achieved.
+#[derive(Debug, Clone)]
+pub struct LaunchReport {
+    /// Servers that acknowledged the init command.
+    pub ready: IdSet,
+    /// Servers that did not, grouped by reason.
+    pub failed: Vec<(IdSet, String)>,
+    /// Seconds from launch to the last acknowledgement.
+    pub seconds: f64,
+}
+
+/// A running tree, driven from the front-end.
+pub struct Session {
+    fe: Frontend,
+    servers: Option<Launched>,
+    master: Option<Launched>,
+    n: u32,
+    report: LaunchReport,
+}
+
+/// Finds the `sdm` binary: `$SDM_BIN`, the running program if it is `sdm`, or an `sdm`
+/// next to it or one directory up (tests and examples live in subdirectories of target/).
+pub fn find_sdm_binary() -> anyhow::Result<PathBuf> {
+    if let Ok(p) = std::env::var("SDM_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().context("locating the running program")?;
+    if exe.file_name().is_some_and(|n| n == "sdm") {
+        return Ok(exe);
+    }
+    let mut dir = exe.parent();
+    for _ in 0..2 {
+        let Some(d) = dir else { break };
+        let cand = d.join("sdm");
+        if cand.is_file() {
+            return Ok(cand);
+        }
+        dir = d.parent();
+    }
+    Err(anyhow!("cannot find the sdm binary near {}; set SDM_BIN", exe.display()))
+}
+
+fn random_port() -> u16 {
+    let k = SessionKey::generate().to_hex();
+    20000 + (u16::from_str_radix(&k[..4], 16).unwrap_or(0) % 30000)
+}
+
+impl Session {
+    /// Launches the master and `opts.n` servers and initializes the tree. Returns once
+    /// every server is ready or the start-up deadline passed; see [`Session::report`].
+    pub async fn launch(opts: &SessionOptions, mut progress: impl FnMut(&Progress)) -> anyhow::Result<Self> {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + opts.startup_timeout;
+        anyhow::ensure!(opts.n > 0, "a tree needs at least one server (-n)");
+        let program = match &opts.program {
+            Some(p) => p.clone(),
+            None => find_sdm_binary()?,
+        };
+        let key = SessionKey::generate();
+        let mut env = vec![(SESSION_KEY_ENV.to_owned(), key.to_hex())];
+        let mut cfg = TransportConfig::default();
+        if opts.transport == "quic" {
+            let tls = SessionTls::generate();
+            env.push((SESSION_TLS_ENV.to_owned(), tls_to_env(&tls)));
+            cfg.tls = Some(tls);
+        } else if opts.transport != "tcp" {
+            anyhow::bail!("unknown transport {:?}: expected tcp or quic", opts.transport);
+        }
+        let fe_addr: Address = format!("{}://{}:0", opts.transport, opts.host).parse()?;
+        let transport = transport_for(&fe_addr, &cfg)?;
+        let mut listener = transport.bind(&fe_addr).await?;
+        let fe_addr = listener.local_addr();
+
+        let base = opts.base_port.unwrap_or_else(random_port);
+        let spec = LaunchSpec {
+            n: opts.n,
+            program: program.clone(),
+            args: vec![
+                "server".into(),
+                "--port".into(),
+                base.to_string(),
+                "--transport".into(),
+                opts.transport.clone(),
+                "--host".into(),
+                opts.host.clone(),
+            ],
+            env: env.clone(),
+        };
+        let mut servers = opts.launcher.build(opts.hosts.clone()).launch(&spec)?;
+        progress(&Progress::Launched);
+
+        // Collect addresses until all reported or the deadline (a third of start-up).
+        let listen_deadline = tokio::time::Instant::now() + opts.startup_timeout / 3;
+        let mut table: Vec<Option<String>> = vec![None; opts.n as usize];
+        let mut count = 0u32;
+        while count < opts.n {
+            let line = match tokio::time::timeout_at(listen_deadline, servers.next_line()).await {
+                Ok(Some(l)) => l,
+                Ok(None) | Err(_) => break,
+            };
+            let mut parts = line.split_whitespace();
+            if parts.next() != Some("SDM-LISTEN") {
+                tracing::debug!("server output: {line}");
+                continue;
+            }
+            let (Some(id), Some(addr)) = (parts.next().and_then(|s| s.parse::<u32>().ok()), parts.next()) else {
+                tracing::warn!("malformed start-up line {line:?}");
+                continue;
+            };
+            match table.get_mut(id as usize) {
+                Some(slot @ None) => {
+                    *slot = Some(addr.to_owned());
+                    count += 1;
+                    progress(&Progress::Listening { count });
+                }
+                Some(Some(_)) => tracing::warn!("server {id} reported twice; keeping the first"),
+                None => tracing::warn!("server id {id} is outside 0..{}", opts.n),
+            }
+        }
+
+        // The master runs here, next to the front-end.
+        let master_spec = LaunchSpec {
+            n: 1,
+            program,
+            args: vec!["master".into(), "--frontend".into(), fe_addr.to_string()],
+            env,
+        };
+        let master = sdm_deploy::Local.launch_one(&master_spec)?;
+        let policy = ConnectPolicy::new(key.clone());
+        let fe = tokio::time::timeout_at(deadline, Frontend::accept_master(&mut *listener, &policy))
+            .await
+            .map_err(|_| anyhow!("the master did not connect within {:?}", opts.startup_timeout))??;
+        progress(&Progress::MasterConnected);
+        let mut session = Session {
+            fe,
+            servers: Some(servers),
+            master: Some(master),
+            n: opts.n,
+            report: LaunchReport {
+                ready: IdSet::new(),
+                failed: Vec::new(),
+                seconds: 0.0,
+            },
+        };
+
+        let init = InitSpec {
+            servers: opts.n,
+            topology: opts.topology.to_string(),
+            table,
+            attempts: opts.connect_attempts,
+            delay_ms: opts.connect_delay.as_millis() as u64,
+            probe_span: 1,
+            handshake_ms: 5000,
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let all = IdSet::all(opts.n);
+        let op = session
+            .fe
+            .send(&all, SyncMode::Timeout(left.as_millis().max(1) as u32), init.to_payload())
+            .await?;
+        progress(&Progress::InitSent);
+        let groups = session.fe.collect(op, &all).await?;
+        for g in groups {
+            match g.status {
+                Status::Replied if &g.payload[..] == b"ready" => session.report.ready.union_with(&g.sources),
+                Status::Replied => session.report.failed.push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
+                Status::Lost => session.report.failed.push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
+                Status::TimedOut => session.report.failed.push((g.sources, "did not acknowledge the init command in time".into())),
+            }
+        }
+        session.report.seconds = started.elapsed().as_secs_f64();
+        Ok(session)
+    }
+
+    /// Attaches to a master that connects to `listener`-side address; used by tools that
+    /// start the daemons themselves.
+    pub fn attach(fe: Frontend, n: u32) -> Self {
+        Session {
+            fe,
+            servers: None,
+            master: None,
+            n,
+            report: LaunchReport {
+                ready: IdSet::all(n),
+                failed: Vec::new(),
+                seconds: 0.0,
+            },
+        }
+    }
+
+    /// What start-up achieved.
+    pub fn report(&self) -> &LaunchReport {
+        &self.report
+    }
+
+    /// Number of servers.
+    pub fn size(&self) -> u32 {
+        self.n
+    }
+
+    /// Every server id.
+    pub fn all(&self) -> IdSet {
+        IdSet::all(self.n)
+    }
+
+    /// Sends `payload` to `dest`; returns the op id.
+    pub async fn send(&mut self, dest: &IdSet, sync: SyncMode, payload: impl Into<Bytes>) -> anyhow::Result<u64> {
+        Ok(self.fe.send(dest, sync, payload).await?)
+    }
+
+    /// Sends `payload` to `dest` merged by the filter `filter`.
+    pub async fn send_filtered(
+        &mut self,
+        dest: &IdSet,
+        sync: SyncMode,
+        filter: &str,
+        payload: impl Into<Bytes>,
+    ) -> anyhow::Result<u64> {
+        Ok(self.fe.send_filtered(dest, sync, filter, payload).await?)
+    }
+
+    /// Every reply group of `op`, once they account for all of `dest`.
+    pub async fn collect(&mut self, op: u64, dest: &IdSet) -> anyhow::Result<Vec<ReplyGroup>> {
+        Ok(self.fe.collect(op, dest).await?)
+    }
+
+    /// The next reply group of `op` as it arrives (a stream, one call at a time); `None`
+    /// once `seen` covers `dest`.
+    pub async fn next_group(&mut self, op: u64, dest: &IdSet, seen: &mut IdSet) -> anyhow::Result<Option<ReplyGroup>> {
+        Ok(self.fe.next_group(op, dest, seen).await?)
+    }
+
+    /// Sends and collects.
+    pub async fn request(&mut self, dest: &IdSet, sync: SyncMode, payload: impl Into<Bytes>) -> anyhow::Result<Vec<ReplyGroup>> {
+        let op = self.send(dest, sync, payload).await?;
+        self.collect(op, dest).await
+    }
+
+    /// The next unsolicited event or stdio message.
+    pub async fn next_event(&mut self) -> Option<Message> {
+        self.fe.next_event().await
+    }
+
+    /// Process ids of the launched processes (master first), for orphan checks.
+    pub fn launched_pids(&self) -> Vec<u32> {
+        let mut v = Vec::new();
+        for l in [&self.master, &self.servers].into_iter().flatten() {
+            v.extend(l.pids());
+        }
+        v
+    }
+
+    /// Closes the front-end link: the master exits, its children see their parent go and
+    /// exit, and so on down the tree. Waits up to `grace` for the launched processes, then
+    /// kills what is left.
+    pub async fn shutdown(self, grace: Duration) {
+        let Session { fe, servers, master, .. } = self;
+        drop(fe);
+        for mut l in [master, servers].into_iter().flatten() {
+            l.shutdown(grace).await;
+        }
+    }
+}
