@@ -143,15 +143,23 @@ async fn exchange(bind: &str) {
     .expect("exchange timed out");
 
     // Dropping the client right after a send: the server gets the message, then the end.
+    // (The send runs beside the read: a 1 MiB frame does not fit in a mem pipe's buffer.)
     let last = Message::command(99, IdSet::single(0), SyncMode::WaitAll, big(3));
-    client.writer.send(&last).await.unwrap();
-    drop(client);
+    let sent = last.clone();
+    let sender = tokio::spawn(async move {
+        client.writer.send(&sent).await.expect("send last");
+        drop(client);
+    });
     timeout(
         STEP,
         expect_all(&mut server.reader, std::slice::from_ref(&last), "server"),
     )
     .await
     .expect("last message timed out");
+    timeout(STEP, sender)
+        .await
+        .expect("sender timed out")
+        .unwrap();
     expect_end(&mut server.reader, "server").await;
     drop(server);
 

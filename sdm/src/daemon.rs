@@ -156,7 +156,11 @@ pub async fn run_server(id: u32, local_rank: Option<u32>, key: SessionKey, opt: 
         None => local.to_string(),
     };
     // One write, so launchers that merge the copies' stdout keep the line whole.
-    println!("SDM-LISTEN {id} {shown}");
+    println!(
+        "SDM-LISTEN {id} {shown} {} {}",
+        crate::service::hostname(),
+        std::process::id()
+    );
     let me = NodeId::Server(id);
     let policy = ConnectPolicy::new(key.clone());
     let parent = tokio::time::timeout(opt.parent_timeout, setup::accept_parent(&mut *listener, me, &policy))

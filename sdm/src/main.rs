@@ -196,14 +196,14 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
     let quiet = a.json;
     let n = a.n;
     let mut session = Session::launch(&opts, |p| match (&bar, p) {
-        (Some(b), Progress::Listening { count }) => {
+        (Some(b), Progress::Listening { count, .. }) => {
             b.set_message("servers listening");
             b.set_position(u64::from(*count));
         }
         (Some(b), Progress::MasterConnected) => b.set_message("master connected"),
         (Some(b), Progress::InitSent) => b.set_message("connecting the tree"),
         (Some(_), Progress::Launched) => {}
-        (None, Progress::Listening { count }) if !quiet && (count.is_power_of_two() || *count == n) => {
+        (None, Progress::Listening { count, .. }) if !quiet && (count.is_power_of_two() || *count == n) => {
             eprintln!("sdm: {count}/{n} servers listening");
         }
         (None, Progress::Listening { .. }) => {}
@@ -225,7 +225,8 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::json!({"servers": n, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
-                "failed": failed, "seconds": r.seconds})
+                "failed": failed, "seconds": r.seconds,
+                "processes": r.processes.iter().map(|(id, host, pid)| serde_json::json!({"id": id, "host": host, "pid": pid})).collect::<Vec<_>>()})
         );
     } else {
         println!("ready  {} ({} of {n}) in {:.2} s", r.ready, r.ready.len(), r.seconds);

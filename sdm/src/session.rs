@@ -75,6 +75,12 @@ pub enum Progress {
     Launched,
     /// A server reported its address (`count` so far).
     Listening {
+        /// The server.
+        id: u32,
+        /// Its host name.
+        host: String,
+        /// Its process id on that host.
+        pid: u32,
         /// Servers that reported so far.
         count: u32,
     },
@@ -93,6 +99,8 @@ pub struct LaunchReport {
     pub failed: Vec<(IdSet, String)>,
     /// Seconds from launch to the last acknowledgement.
     pub seconds: f64,
+    /// The process table: (server id, host, pid) of every server that reported.
+    pub processes: Vec<(u32, String, u32)>,
 }
 
 /// A running tree, driven from the front-end.
@@ -179,6 +187,7 @@ impl Session {
         let listen_deadline = tokio::time::Instant::now() + opts.startup_timeout / 3;
         let mut table: Vec<Option<String>> = vec![None; opts.n as usize];
         let mut count = 0u32;
+        let mut session_procs = Vec::new();
         while count < opts.n {
             let line = match tokio::time::timeout_at(listen_deadline, servers.next_line()).await {
                 Ok(Some(l)) => l,
@@ -189,7 +198,12 @@ impl Session {
                 tracing::debug!("server output: {line}");
                 continue;
             }
-            let (Some(id), Some(addr)) = (parts.next().and_then(|s| s.parse::<u32>().ok()), parts.next()) else {
+            let (Some(id), Some(addr), host, pid) = (
+                parts.next().and_then(|s| s.parse::<u32>().ok()),
+                parts.next(),
+                parts.next().unwrap_or("?").to_owned(),
+                parts.next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(0),
+            ) else {
                 tracing::warn!("malformed start-up line {line:?}");
                 continue;
             };
@@ -197,7 +211,8 @@ impl Session {
                 Some(slot @ None) => {
                     *slot = Some(addr.to_owned());
                     count += 1;
-                    progress(&Progress::Listening { count });
+                    progress(&Progress::Listening { id, host: host.clone(), pid, count });
+                    session_procs.push((id, host, pid));
                 }
                 Some(Some(_)) => tracing::warn!("server {id} reported twice; keeping the first"),
                 None => tracing::warn!("server id {id} is outside 0..{}", opts.n),
@@ -226,6 +241,7 @@ impl Session {
                 ready: IdSet::new(),
                 failed: Vec::new(),
                 seconds: 0.0,
+                processes: session_procs,
             },
         };
 
@@ -270,6 +286,7 @@ impl Session {
                 ready: IdSet::all(n),
                 failed: Vec::new(),
                 seconds: 0.0,
+                processes: Vec::new(),
             },
         }
     }
