@@ -51,14 +51,23 @@ impl Launched {
     }
 
     /// Starts `cmd` with stdout piped into the line stream; `stdin` is written and closed.
-    fn spawn(&mut self, mut cmd: Command, stdin: Option<String>, tx: &mpsc::Sender<String>) -> io::Result<()> {
+    fn spawn(
+        &mut self,
+        mut cmd: Command,
+        stdin: Option<String>,
+        tx: &mpsc::Sender<String>,
+    ) -> io::Result<()> {
         cmd.stdout(Stdio::piped())
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .kill_on_drop(true);
         let prog = format!("{:?}", cmd.as_std().get_program());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: cannot start {prog}: {e}", self.what)))?;
+        let mut child = cmd.spawn().map_err(|e| {
+            io::Error::new(e.kind(), format!("{}: cannot start {prog}: {e}", self.what))
+        })?;
         if let (Some(text), Some(mut w)) = (stdin, child.stdin.take()) {
             tokio::spawn(async move {
                 let _ = w.write_all(text.as_bytes()).await;
@@ -169,14 +178,19 @@ impl Launcher for Ssh {
     }
     fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
         if self.hosts.is_empty() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "ssh launcher: no hosts given (--hosts)"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ssh launcher: no hosts given (--hosts)",
+            ));
         }
         let (mut l, tx) = Launched::new("ssh launcher".into());
         for (name, v) in &spec.env {
             if v.contains('\n') {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("ssh launcher: environment value of {name} spans lines; encode it on one line"),
+                    format!(
+                        "ssh launcher: environment value of {name} spans lines; encode it on one line"
+                    ),
                 ));
             }
         }
@@ -195,7 +209,10 @@ impl Launcher for Ssh {
                 .collect();
             script.push_str(&format!("SDM_ID={id} exec {}", argv.join(" ")));
             let mut cmd = Command::new("ssh");
-            cmd.args(["-o", "BatchMode=yes"]).args(&self.options).arg(host).arg(script);
+            cmd.args(["-o", "BatchMode=yes"])
+                .args(&self.options)
+                .arg(host)
+                .arg(script);
             l.spawn(cmd, Some(stdin), &tx)?;
         }
         Ok(l)
@@ -217,14 +234,25 @@ impl Launcher for Mpirun {
         let version = std::process::Command::new("mpirun")
             .arg("--version")
             .output()
-            .map_err(|e| io::Error::new(e.kind(), format!("mpirun launcher: cannot run mpirun: {e} (install openmpi-bin)")))?;
-        let text = String::from_utf8_lossy(&version.stdout).to_string() + &String::from_utf8_lossy(&version.stderr);
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("mpirun launcher: cannot run mpirun: {e} (install openmpi-bin)"),
+                )
+            })?;
+        let text = String::from_utf8_lossy(&version.stdout).to_string()
+            + &String::from_utf8_lossy(&version.stderr);
         let names: Vec<&str> = spec.env.iter().map(|(k, _)| k.as_str()).collect();
         let mut cmd = Command::new("mpirun");
         cmd.envs(spec.env.iter().cloned());
         if text.contains("Open MPI") || text.contains("OpenRTE") {
             // Names only: the values come from our environment.
-            cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", &spec.n.to_string()]);
+            cmd.args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-n",
+                &spec.n.to_string(),
+            ]);
             for n in &names {
                 cmd.args(["-x", n]);
             }
@@ -255,7 +283,12 @@ impl Launcher for Srun {
     fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
         let mut cmd = Command::new("srun");
         cmd.envs(spec.env.iter().cloned())
-            .args(["-n", &spec.n.to_string(), "--export=ALL", "--kill-on-bad-exit=0"])
+            .args([
+                "-n",
+                &spec.n.to_string(),
+                "--export=ALL",
+                "--kill-on-bad-exit=0",
+            ])
             .args(&self.extra)
             .arg(&spec.program)
             .args(&spec.args);
@@ -287,7 +320,9 @@ impl FromStr for LauncherKind {
             "ssh" => Ok(Self::Ssh),
             "mpirun" | "mpiexec" => Ok(Self::Mpirun),
             "srun" => Ok(Self::Srun),
-            _ => Err(format!("unknown launcher {s:?}: expected local, ssh, mpirun or srun")),
+            _ => Err(format!(
+                "unknown launcher {s:?}: expected local, ssh, mpirun or srun"
+            )),
         }
     }
 }
@@ -321,7 +356,13 @@ impl LauncherKind {
 /// The rank a launcher gave this process: `SDM_ID`, else `SLURM_PROCID`,
 /// `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `FLUX_TASK_RANK`.
 pub fn rank_from_env() -> Result<u32, String> {
-    const VARS: [&str; 5] = ["SDM_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "FLUX_TASK_RANK"];
+    const VARS: [&str; 5] = [
+        "SDM_ID",
+        "SLURM_PROCID",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "FLUX_TASK_RANK",
+    ];
     for v in VARS {
         if let Ok(s) = std::env::var(v) {
             return s
@@ -330,14 +371,22 @@ pub fn rank_from_env() -> Result<u32, String> {
                 .map_err(|_| format!("{v}={s:?} is not a server id"));
         }
     }
-    Err(format!("no server id in the environment: set one of {}", VARS.join(", ")))
+    Err(format!(
+        "no server id in the environment: set one of {}",
+        VARS.join(", ")
+    ))
 }
 
 /// The rank among the copies on this host, if the launcher says (used as a port hint).
 pub fn local_rank_from_env() -> Option<u32> {
-    ["SDM_LOCAL_ID", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+    [
+        "SDM_LOCAL_ID",
+        "SLURM_LOCALID",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
 #[cfg(test)]
@@ -372,7 +421,10 @@ mod tests {
             got.push(line);
         }
         got.sort();
-        assert_eq!(got, ["rank=0 secret=x", "rank=1 secret=x", "rank=2 secret=x"]);
+        assert_eq!(
+            got,
+            ["rank=0 secret=x", "rank=1 secret=x", "rank=2 secret=x"]
+        );
         l.shutdown(Duration::from_secs(5)).await;
     }
 }

@@ -210,6 +210,7 @@ async fn quic_client_pinned_to_another_certificate_is_refused() {
         .expect("refusal timed out")
         .expect_err("a client pinned to another certificate connected");
     let msg = e.to_string();
+    eprintln!("refused as expected: {msg}");
     assert!(msg.contains(&at.to_string()), "{msg}");
     assert!(msg.contains("certificate"), "{msg}");
 

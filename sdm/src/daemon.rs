@@ -11,7 +11,9 @@ use sdm_overlay::Node;
 use sdm_overlay::auth::SessionKey;
 use sdm_overlay::driver::{self, Delivery, LocalHandler};
 use sdm_overlay::setup::{self, ConnectPolicy};
-use sdm_overlay::transport::{Address, Link, SessionTls, Transport, TransportConfig, transport_for};
+use sdm_overlay::transport::{
+    Address, Link, SessionTls, Transport, TransportConfig, transport_for,
+};
 use sdm_proto::Kind;
 use sdm_topology::{NodeId, Topology};
 
@@ -32,7 +34,10 @@ pub fn transport_config_from_env() -> anyhow::Result<TransportConfig> {
     if let Ok(hex) = std::env::var(SESSION_TLS_ENV) {
         let bytes: Option<Vec<u8>> = (0..hex.len())
             .step_by(2)
-            .map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .map(|i| {
+                hex.get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+            })
             .collect();
         let pem = bytes
             .and_then(|b| String::from_utf8(b).ok())
@@ -57,15 +62,21 @@ async fn serve(
         .ok_or_else(|| anyhow!("{me}: parent closed before sending the init command"))?
         .context("reading the init command")?;
     if first.kind != Kind::Command {
-        bail!("{me}: expected the init command, got a {:?} frame", first.kind);
+        bail!(
+            "{me}: expected the init command, got a {:?} frame",
+            first.kind
+        );
     }
     let spec = InitSpec::from_payload(&first.payload).map_err(|e| anyhow!("{me}: {e}"))?;
     let shape = spec.shape().map_err(|e| anyhow!(e))?;
     let table = spec.addresses().map_err(|e| anyhow!(e))?;
-    if let NodeId::Server(s) = me {
-        if s >= spec.servers {
-            bail!("server {s} is not part of a tree of {} servers", spec.servers);
-        }
+    if let NodeId::Server(s) = me
+        && s >= spec.servers
+    {
+        bail!(
+            "server {s} is not part of a tree of {} servers",
+            spec.servers
+        );
     }
     let topo: Arc<dyn Topology> = Arc::from(shape.build(spec.servers));
     let policy = spec.policy(key);
@@ -93,7 +104,8 @@ pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> an
     let link = setup::connect_frontend(&*transport, &frontend, &policy)
         .await
         .with_context(|| format!("master: cannot reach the front-end at {frontend}"))?;
-    let none: LocalHandler = Box::new(|d: Delivery| d.reply.send("error: the master runs no requests"));
+    let none: LocalHandler =
+        Box::new(|d: Delivery| d.reply.send("error: the master runs no requests"));
     serve(NodeId::Master, link, &*transport, key, none).await
 }
 
@@ -116,13 +128,19 @@ pub struct ServerOptions {
 
 /// `sdm server --port BASE`: binds BASE (plus its local rank, then incrementing while taken),
 /// prints `SDM-LISTEN ID ADDRESS`, waits for its parent, then serves.
-pub async fn run_server(id: u32, local_rank: Option<u32>, key: SessionKey, opt: ServerOptions) -> anyhow::Result<()> {
+pub async fn run_server(
+    id: u32,
+    local_rank: Option<u32>,
+    key: SessionKey,
+    opt: ServerOptions,
+) -> anyhow::Result<()> {
     let cfg = transport_config_from_env()?;
     let probe: Address = format!("{}://{}:0", opt.scheme, opt.bind_host)
         .parse()
         .map_err(|e| anyhow!("server {id}: {e}"))?;
     let transport = transport_for(&probe, &cfg)?;
-    let first = u32::from(opt.base_port) + local_rank.unwrap_or(0) % u32::from(opt.port_span.max(1));
+    let first =
+        u32::from(opt.base_port) + local_rank.unwrap_or(0) % u32::from(opt.port_span.max(1));
     let mut bound = None;
     let mut last_err = None;
     for k in 0..u32::from(opt.port_span.max(1)) {
@@ -150,7 +168,11 @@ pub async fn run_server(id: u32, local_rank: Option<u32>, key: SessionKey, opt: 
     let local = listener.local_addr();
     let shown = match &opt.advertise {
         Some(h) => {
-            let port = local.target().rsplit_once(':').map(|(_, p)| p).unwrap_or("0");
+            let port = local
+                .target()
+                .rsplit_once(':')
+                .map(|(_, p)| p)
+                .unwrap_or("0");
             format!("{}://{h}:{port}", opt.scheme)
         }
         None => local.to_string(),
@@ -163,11 +185,26 @@ pub async fn run_server(id: u32, local_rank: Option<u32>, key: SessionKey, opt: 
     );
     let me = NodeId::Server(id);
     let policy = ConnectPolicy::new(key.clone());
-    let parent = tokio::time::timeout(opt.parent_timeout, setup::accept_parent(&mut *listener, me, &policy))
-        .await
-        .map_err(|_| anyhow!("server {id}: no parent connected within {:?}; exiting", opt.parent_timeout))??;
+    let parent = tokio::time::timeout(
+        opt.parent_timeout,
+        setup::accept_parent(&mut *listener, me, &policy),
+    )
+    .await
+    .map_err(|_| {
+        anyhow!(
+            "server {id}: no parent connected within {:?}; exiting",
+            opt.parent_timeout
+        )
+    })??;
     // The listener stays open while we serve (a quic listener owns the endpoint).
-    let served = serve(me, parent, &*transport, key, Box::new(move |d| crate::service::handle(id, d))).await;
+    let served = serve(
+        me,
+        parent,
+        &*transport,
+        key,
+        Box::new(move |d| crate::service::handle(id, d)),
+    )
+    .await;
     drop(listener);
     served
 }

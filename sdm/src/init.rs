@@ -38,7 +38,10 @@ pub struct InitSpec {
 impl InitSpec {
     /// The command payload.
     pub fn to_payload(&self) -> String {
-        format!("{INIT_PREFIX}{}", serde_json::to_string(self).expect("serializable"))
+        format!(
+            "{INIT_PREFIX}{}",
+            serde_json::to_string(self).expect("serializable")
+        )
     }
 
     /// Parses a payload; the error names what was wrong.
@@ -47,7 +50,8 @@ impl InitSpec {
         let json = text
             .strip_prefix(INIT_PREFIX)
             .ok_or_else(|| format!("expected the init command first, got {:?}", truncate(text)))?;
-        let spec: InitSpec = serde_json::from_str(json).map_err(|e| format!("init command: {e}"))?;
+        let spec: InitSpec =
+            serde_json::from_str(json).map_err(|e| format!("init command: {e}"))?;
         if spec.table.len() != spec.servers as usize {
             return Err(format!(
                 "init command: table has {} entries for {} servers",
@@ -62,7 +66,9 @@ impl InitSpec {
 
     /// The tree shape.
     pub fn shape(&self) -> Result<Shape, String> {
-        self.topology.parse().map_err(|e| format!("init command: {e}"))
+        self.topology
+            .parse()
+            .map_err(|e| format!("init command: {e}"))
     }
 
     /// The routing table, parsed.
@@ -113,10 +119,18 @@ mod tests {
         };
         let back = InitSpec::from_payload(spec.to_payload().as_bytes()).unwrap();
         assert_eq!(back, spec);
-        assert!(InitSpec::from_payload(b"ping").unwrap_err().contains("init command first"));
+        assert!(
+            InitSpec::from_payload(b"ping")
+                .unwrap_err()
+                .contains("init command first")
+        );
         let mut bad = spec.clone();
         bad.servers = 3;
-        assert!(InitSpec::from_payload(bad.to_payload().as_bytes()).unwrap_err().contains("2 entries"));
+        assert!(
+            InitSpec::from_payload(bad.to_payload().as_bytes())
+                .unwrap_err()
+                .contains("2 entries")
+        );
         let mut bad = spec;
         bad.topology = "tree".into();
         assert!(InitSpec::from_payload(bad.to_payload().as_bytes()).is_err());

@@ -16,7 +16,11 @@ use sdm_proto::{Status, SyncMode};
 use sdm_topology::{Shape, Topology};
 
 #[derive(Parser, Debug)]
-#[command(name = "sdm", version, about = "sdm: a tree-based overlay network for parallel tools")]
+#[command(
+    name = "sdm",
+    version,
+    about = "sdm: a tree-based overlay network for parallel tools"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -203,7 +207,9 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         (Some(b), Progress::MasterConnected) => b.set_message("master connected"),
         (Some(b), Progress::InitSent) => b.set_message("connecting the tree"),
         (Some(_), Progress::Launched) => {}
-        (None, Progress::Listening { count, .. }) if !quiet && (count.is_power_of_two() || *count == n) => {
+        (None, Progress::Listening { count, .. })
+            if !quiet && (count.is_power_of_two() || *count == n) =>
+        {
             eprintln!("sdm: {count}/{n} servers listening");
         }
         (None, Progress::Listening { .. }) => {}
@@ -229,14 +235,21 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
                 "processes": r.processes.iter().map(|(id, host, pid)| serde_json::json!({"id": id, "host": host, "pid": pid})).collect::<Vec<_>>()})
         );
     } else {
-        println!("ready  {} ({} of {n}) in {:.2} s", r.ready, r.ready.len(), r.seconds);
+        println!(
+            "ready  {} ({} of {n}) in {:.2} s",
+            r.ready,
+            r.ready.len(),
+            r.seconds
+        );
         for (ids, why) in &r.failed {
             println!("failed {ids}: {why}");
         }
     }
     let all = session.all();
     for req in &a.send {
-        let groups = session.request(&all, SyncMode::Timeout(30_000), req.clone()).await?;
+        let groups = session
+            .request(&all, SyncMode::Timeout(30_000), req.clone())
+            .await?;
         print_groups(req, &groups, a.json);
     }
     if a.hold {

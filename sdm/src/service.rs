@@ -56,7 +56,9 @@ pub fn handle(id: u32, d: Delivery) {
                     d.reply.send("ok");
                 });
             }
-            Err(_) => d.reply.send(format!("error: sleep needs milliseconds, got {arg:?}")),
+            Err(_) => d
+                .reply
+                .send(format!("error: sleep needs milliseconds, got {arg:?}")),
         },
         _ => d.reply.send(format!(
             "error: unknown request {verb:?} (expected ping, info, value or sleep MS)"

@@ -131,7 +131,10 @@ pub fn find_sdm_binary() -> anyhow::Result<PathBuf> {
         }
         dir = d.parent();
     }
-    Err(anyhow!("cannot find the sdm binary near {}; set SDM_BIN", exe.display()))
+    Err(anyhow!(
+        "cannot find the sdm binary near {}; set SDM_BIN",
+        exe.display()
+    ))
 }
 
 fn random_port() -> u16 {
@@ -142,7 +145,10 @@ fn random_port() -> u16 {
 impl Session {
     /// Launches the master and `opts.n` servers and initializes the tree. Returns once
     /// every server is ready or the start-up deadline passed; see [`Session::report`].
-    pub async fn launch(opts: &SessionOptions, mut progress: impl FnMut(&Progress)) -> anyhow::Result<Self> {
+    pub async fn launch(
+        opts: &SessionOptions,
+        mut progress: impl FnMut(&Progress),
+    ) -> anyhow::Result<Self> {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + opts.startup_timeout;
         anyhow::ensure!(opts.n > 0, "a tree needs at least one server (-n)");
@@ -158,7 +164,10 @@ impl Session {
             env.push((SESSION_TLS_ENV.to_owned(), tls_to_env(&tls)));
             cfg.tls = Some(tls);
         } else if opts.transport != "tcp" {
-            anyhow::bail!("unknown transport {:?}: expected tcp or quic", opts.transport);
+            anyhow::bail!(
+                "unknown transport {:?}: expected tcp or quic",
+                opts.transport
+            );
         }
         let fe_addr: Address = format!("{}://{}:0", opts.transport, opts.host).parse()?;
         let transport = transport_for(&fe_addr, &cfg)?;
@@ -202,7 +211,10 @@ impl Session {
                 parts.next().and_then(|s| s.parse::<u32>().ok()),
                 parts.next(),
                 parts.next().unwrap_or("?").to_owned(),
-                parts.next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(0),
+                parts
+                    .next()
+                    .and_then(|s| s.parse::<u32>().ok())
+                    .unwrap_or(0),
             ) else {
                 tracing::warn!("malformed start-up line {line:?}");
                 continue;
@@ -211,7 +223,12 @@ impl Session {
                 Some(slot @ None) => {
                     *slot = Some(addr.to_owned());
                     count += 1;
-                    progress(&Progress::Listening { id, host: host.clone(), pid, count });
+                    progress(&Progress::Listening {
+                        id,
+                        host: host.clone(),
+                        pid,
+                        count,
+                    });
                     session_procs.push((id, host, pid));
                 }
                 Some(Some(_)) => tracing::warn!("server {id} reported twice; keeping the first"),
@@ -228,9 +245,15 @@ impl Session {
         };
         let master = sdm_deploy::Local.launch_one(&master_spec)?;
         let policy = ConnectPolicy::new(key.clone());
-        let fe = tokio::time::timeout_at(deadline, Frontend::accept_master(&mut *listener, &policy))
-            .await
-            .map_err(|_| anyhow!("the master did not connect within {:?}", opts.startup_timeout))??;
+        let fe =
+            tokio::time::timeout_at(deadline, Frontend::accept_master(&mut *listener, &policy))
+                .await
+                .map_err(|_| {
+                    anyhow!(
+                        "the master did not connect within {:?}",
+                        opts.startup_timeout
+                    )
+                })??;
         progress(&Progress::MasterConnected);
         let mut session = Session {
             fe,
@@ -258,16 +281,31 @@ impl Session {
         let all = IdSet::all(opts.n);
         let op = session
             .fe
-            .send(&all, SyncMode::Timeout(left.as_millis().max(1) as u32), init.to_payload())
+            .send(
+                &all,
+                SyncMode::Timeout(left.as_millis().max(1) as u32),
+                init.to_payload(),
+            )
             .await?;
         progress(&Progress::InitSent);
         let groups = session.fe.collect(op, &all).await?;
         for g in groups {
             match g.status {
-                Status::Replied if &g.payload[..] == b"ready" => session.report.ready.union_with(&g.sources),
-                Status::Replied => session.report.failed.push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
-                Status::Lost => session.report.failed.push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
-                Status::TimedOut => session.report.failed.push((g.sources, "did not acknowledge the init command in time".into())),
+                Status::Replied if &g.payload[..] == b"ready" => {
+                    session.report.ready.union_with(&g.sources)
+                }
+                Status::Replied => session
+                    .report
+                    .failed
+                    .push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
+                Status::Lost => session
+                    .report
+                    .failed
+                    .push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
+                Status::TimedOut => session.report.failed.push((
+                    g.sources,
+                    "did not acknowledge the init command in time".into(),
+                )),
             }
         }
         session.report.seconds = started.elapsed().as_secs_f64();
@@ -307,7 +345,12 @@ impl Session {
     }
 
     /// Sends `payload` to `dest`; returns the op id.
-    pub async fn send(&mut self, dest: &IdSet, sync: SyncMode, payload: impl Into<Bytes>) -> anyhow::Result<u64> {
+    pub async fn send(
+        &mut self,
+        dest: &IdSet,
+        sync: SyncMode,
+        payload: impl Into<Bytes>,
+    ) -> anyhow::Result<u64> {
         Ok(self.fe.send(dest, sync, payload).await?)
     }
 
@@ -329,12 +372,22 @@ impl Session {
 
     /// The next reply group of `op` as it arrives (a stream, one call at a time); `None`
     /// once `seen` covers `dest`.
-    pub async fn next_group(&mut self, op: u64, dest: &IdSet, seen: &mut IdSet) -> anyhow::Result<Option<ReplyGroup>> {
+    pub async fn next_group(
+        &mut self,
+        op: u64,
+        dest: &IdSet,
+        seen: &mut IdSet,
+    ) -> anyhow::Result<Option<ReplyGroup>> {
         Ok(self.fe.next_group(op, dest, seen).await?)
     }
 
     /// Sends and collects.
-    pub async fn request(&mut self, dest: &IdSet, sync: SyncMode, payload: impl Into<Bytes>) -> anyhow::Result<Vec<ReplyGroup>> {
+    pub async fn request(
+        &mut self,
+        dest: &IdSet,
+        sync: SyncMode,
+        payload: impl Into<Bytes>,
+    ) -> anyhow::Result<Vec<ReplyGroup>> {
         let op = self.send(dest, sync, payload).await?;
         self.collect(op, dest).await
     }
@@ -357,7 +410,12 @@ impl Session {
     /// exit, and so on down the tree. Waits up to `grace` for the launched processes, then
     /// kills what is left.
     pub async fn shutdown(self, grace: Duration) {
-        let Session { fe, servers, master, .. } = self;
+        let Session {
+            fe,
+            servers,
+            master,
+            ..
+        } = self;
         drop(fe);
         for mut l in [master, servers].into_iter().flatten() {
             l.shutdown(grace).await;

@@ -24,7 +24,9 @@ fn opts(n: u32, launcher: LauncherKind) -> SessionOptions {
 fn gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(s) => s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Ok(s) => s
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
     }
 }
 
@@ -50,9 +52,15 @@ async fn full_cycle(o: SessionOptions) {
     let all = s.all();
     let g = s.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
     assert_eq!(g.len(), 1, "{g:?}");
-    assert_eq!((g[0].status, &g[0].payload[..]), (Status::Replied, &b"pong"[..]));
+    assert_eq!(
+        (g[0].status, &g[0].payload[..]),
+        (Status::Replied, &b"pong"[..])
+    );
     assert_eq!(g[0].sources, all);
-    let op = s.send_filtered(&all, SyncMode::WaitAll, "sum", "value").await.unwrap();
+    let op = s
+        .send_filtered(&all, SyncMode::WaitAll, "sum", "value")
+        .await
+        .unwrap();
     let g = s.collect(op, &all).await.unwrap();
     let expect = (u64::from(n) * u64::from(n - 1) / 2).to_string();
     assert_eq!(g.len(), 1);
@@ -90,26 +98,39 @@ async fn server_killed_before_it_connects_is_reported_by_id() {
         if let Progress::Listening { id, pid, .. } = p
             && *id == victim
         {
-            Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+            Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status()
+                .unwrap();
         }
     })
     .await
     .unwrap();
     let r = s.report().clone();
-    let sub = Shape::Binomial.build(n).as_ref().subtree(NodeId::Server(victim));
+    let sub = Shape::Binomial
+        .build(n)
+        .as_ref()
+        .subtree(NodeId::Server(victim));
     assert_eq!(sub.to_string(), "[3-6]");
     assert_eq!(r.ready, &IdSet::all(n) - &sub, "{:?}", r.failed);
     assert_eq!(r.failed.len(), 1, "{:?}", r.failed);
     let (ids, why) = &r.failed[0];
     assert_eq!(ids, &sub);
-    assert!(why.contains("server 3") && why.contains("could not connect"), "{why}");
+    assert!(
+        why.contains("server 3") && why.contains("could not connect"),
+        "{why}"
+    );
     s.shutdown(Duration::from_secs(20)).await;
 }
 
 /// Launchers that need system setup run when it is there, and must be there in CI.
 fn available(tool: &str, marker: &str) -> bool {
     let ok = Path::new(marker).exists()
-        && Command::new("which").arg(tool).stdout(Stdio::null()).status().is_ok_and(|s| s.success());
+        && Command::new("which")
+            .arg(tool)
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
     if !ok {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -148,15 +169,25 @@ async fn ssh_launch_over_loopback() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_launch_json_and_frontend_death_leaves_no_orphans() {
     let sdm = env!("CARGO_BIN_EXE_sdm");
-    let out = Command::new(sdm).args(["launch", "-n", "8", "--json", "--send", "ping"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(sdm)
+        .args(["launch", "-n", "8", "--json", "--send", "ping"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();
     let summary: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
     assert_eq!(summary["ready"], "[0-7]");
     assert_eq!(summary["ready_count"], 8);
     let reply: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
-    assert_eq!((reply["ids"].as_str(), reply["reply"].as_str()), (Some("[0-7]"), Some("pong")));
+    assert_eq!(
+        (reply["ids"].as_str(), reply["reply"].as_str()),
+        (Some("[0-7]"), Some("pong"))
+    );
 
     // Kill the front-end (sdm launch --hold) with SIGKILL: the master and every server exit.
     let mut child = Command::new(sdm)
@@ -166,9 +197,18 @@ async fn cli_launch_json_and_frontend_death_leaves_no_orphans() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
     let summary: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let pids: Vec<u32> = summary["processes"].as_array().unwrap().iter().map(|p| p["pid"].as_u64().unwrap() as u32).collect();
+    let pids: Vec<u32> = summary["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap() as u32)
+        .collect();
     assert_eq!(pids.len(), 6);
     child.kill().unwrap();
     child.wait().unwrap();
@@ -177,8 +217,14 @@ async fn cli_launch_json_and_frontend_death_leaves_no_orphans() {
 
 #[test]
 fn topology_dot() {
-    let out = Command::new(env!("CARGO_BIN_EXE_sdm")).args(["topology", "-n", "4", "--dot"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sdm"))
+        .args(["topology", "-n", "4", "--dot"])
+        .output()
+        .unwrap();
     let dot = String::from_utf8_lossy(&out.stdout);
-    assert!(dot.starts_with("digraph") && dot.contains("master"), "{dot}");
+    assert!(
+        dot.starts_with("digraph") && dot.contains("master"),
+        "{dot}"
+    );
     assert_eq!(dot.matches("->").count(), 4);
 }
