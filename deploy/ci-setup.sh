@@ -12,6 +12,10 @@
 # No systemd is assumed: daemons are started directly. Every wait is bounded.
 # See deploy/README.md.
 set -uo pipefail
+export PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
+# Nothing here reads stdin, and a daemon started with fd 0 closed breaks (slurmd then
+# fails every task launch with "Unspecified error"): give everything /dev/null.
+exec </dev/null
 
 MARKER_DIR=/run/sdmci
 PKGS=(openmpi-bin slurm-wlm munge openssh-server openssh-client iproute2 procps gcc)
@@ -88,6 +92,11 @@ install_if_changed() { # path content mode
 
 log "sdm CI setup on $(hostname) ($(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), $(nproc) cores)"
 mkdir -p "$MARKER_DIR"
+# Slurm, munge and Open MPI want the short host name to resolve.
+if ! getent hosts "$(hostname -s)" >/dev/null 2>&1; then
+  log "adding '127.0.0.1 $(hostname -s)' to /etc/hosts"
+  echo "127.0.0.1 $(hostname -s)" >>/etc/hosts
+fi
 rm -f "$MARKER_DIR/mpirun.ok" "$MARKER_DIR/slurm.ok" "$MARKER_DIR/ssh.ok"
 
 # ---------------------------------------------------------------------------------------
@@ -139,6 +148,21 @@ setup_mpi() {
   ver=$(mpirun --version 2>&1 | head -1)
   log "Open MPI: $ver ($(readlink -f "$(command -v mpirun)"))"
   case "$ver" in *"Open MPI"*) ;; *) die "Open MPI: mpirun is not Open MPI: $ver" ;; esac
+  # Open MPI 4.1.4 spawns >= 32 local procs from a thread pool (odls_base_cutoff=32) and on
+  # this machine then loses a child's exit about half the time when ranks exit at once:
+  # mpirun hangs forever after all ranks are gone. Spawning from one thread avoids it.
+  local params=/etc/openmpi/openmpi-mca-params.conf rest
+  if [ -f "$params" ]; then
+    rest=$(sed '/^# BEGIN sdmci/,/^# END sdmci/d' "$params")
+    if install_if_changed "$params" "$rest
+# BEGIN sdmci (deploy/ci-setup.sh): single-threaded spawn, see deploy/README.md
+odls_base_max_threads = 0
+# END sdmci" 0644; then
+      log "Open MPI: set odls_base_max_threads = 0 in $params"
+    fi
+  else
+    warn "Open MPI: $params not found; mpirun -n >= 32 may hang unless OMPI_MCA_odls_base_max_threads=0"
+  fi
   # No SLURM_* variables may leak in, or mpirun would try to launch through Slurm.
   local -a MPIRUN=(env -u SLURM_JOB_ID -u SLURM_JOBID timeout 60 mpirun --allow-run-as-root --oversubscribe)
   out=$(cd /tmp && "${MPIRUN[@]}" -n 4 hostname 2>&1 </dev/null) ||
@@ -202,7 +226,7 @@ setup_munge() {
   stop_pidfile /run/munge/munged.pid munged
   rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock
   log "munge: starting munged"
-  runuser -u munge -- /usr/sbin/munged --force ||
+  runuser -u munge -- /usr/sbin/munged --force </dev/null ||
     { warn "munge: munged failed to start (see /var/log/munge/munged.log)"; return 1; }
   local i
   for i in $(seq 1 50); do
@@ -264,8 +288,8 @@ EOF
 
 node_state() { timeout 10 sinfo -h -N -n "$1" -o '%T' 2>/dev/null | head -1; }
 
-srun_works() { # quick probe used for the "already running" fast path
-  timeout 30 srun --immediate=20 -n 1 true </dev/null >/dev/null 2>&1
+srun_works() { # quick probe: one task through the whole chain
+  timeout 15 srun --immediate=10 -n 1 true </dev/null >/dev/null 2>&1
 }
 
 setup_slurm() {
@@ -290,7 +314,7 @@ setup_slurm() {
     stop_pidfile "$SLURMD_PID" slurmd
     stop_pidfile "$SLURMCTLD_PID" slurmctld
     log "Slurm: starting slurmctld"
-    /usr/sbin/slurmctld -i ||
+    /usr/sbin/slurmctld -i </dev/null ||
       { tail -20 "$SLURM_LOG_DIR/slurmctld.log"; warn "Slurm: slurmctld failed to start"; return 1; }
     for i in $(seq 1 30); do
       timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP' && break
@@ -299,13 +323,14 @@ setup_slurm() {
     timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP' ||
       { tail -20 "$SLURM_LOG_DIR/slurmctld.log"; warn "Slurm: slurmctld does not answer 'scontrol ping' after 30 s"; return 1; }
     log "Slurm: starting slurmd"
-    /usr/sbin/slurmd ||
+    /usr/sbin/slurmd </dev/null ||
       { tail -20 "$SLURM_LOG_DIR/slurmd.log"; warn "Slurm: slurmd failed to start"; return 1; }
-    log "Slurm: waiting (<= 60 s) for node $node to be idle"
-    for i in $(seq 1 60); do
+    log "Slurm: waiting (<= 60 s) for node $node to be idle and to run 'srun -n 1 true'"
+    local deadline=$((SECONDS + 60)) ready=0
+    while [ "$SECONDS" -lt "$deadline" ]; do
       st=$(node_state "$node")
       case "$st" in
-        idle) break ;;
+        idle) srun_works && { ready=1; break; } ;;
         *down* | *drain* | *fail*)
           log "Slurm: node is '$st', resuming it"
           timeout 10 scontrol update nodename="$node" state=resume >/dev/null 2>&1 || true
@@ -313,18 +338,20 @@ setup_slurm() {
       esac
       sleep 1
     done
-    if [ "$(node_state "$node")" != idle ]; then
+    if [ "$ready" -ne 1 ]; then
       timeout 10 sinfo -N -l 2>&1
-      tail -20 "$SLURM_LOG_DIR/slurmd.log"
-      warn "Slurm: node $node is '$(node_state "$node")', not idle, after 60 s"
+      grep -v pmix "$SLURM_LOG_DIR/slurmd.log" | tail -20
+      timeout 20 srun --immediate=10 -n 1 true 2>&1 | tail -5
+      warn "Slurm: after 60 s node $node is '$(node_state "$node")' and/or 'srun -n 1 true' fails"
       return 1
     fi
+    log "Slurm: node $node idle, srun works"
   fi
   log "Slurm: $(timeout 10 sinfo -h -o '%P %a %D %T %c CPUs/node' 2>&1)"
 
   # Verifications.
   out=$(timeout 60 srun --immediate=30 -n 4 hostname 2>&1 </dev/null)
-  if [ $? -ne 0 ] || [ "$(printf '%s\n' "$out" | grep -cx "$node")" -ne 4 ]; then
+  if [ $? -ne 0 ] || [ "$(printf '%s\n' "$out" | grep -cx "$(hostname)")" -ne 4 ]; then
     warn "Slurm: 'srun -n 4 hostname' failed: $out"
     return 1
   fi
@@ -403,7 +430,12 @@ Subsystem sftp internal-sftp" 0644; then
   [ -s "$SSH_KEY.pub" ] || ssh-keygen -y -f "$SSH_KEY" >"$SSH_KEY.pub"
   touch /root/.ssh/authorized_keys
   chmod 0600 /root/.ssh/authorized_keys
-  grep -qxF "$(cat "$SSH_KEY.pub")" /root/.ssh/authorized_keys || cat "$SSH_KEY.pub" >>/root/.ssh/authorized_keys
+  # One sdmci key only: drop stale ones (comment "sdmci") left by an older key, add ours.
+  local pub others
+  pub=$(cat "$SSH_KEY.pub")
+  others=$(grep -vxF "$pub" /root/.ssh/authorized_keys | grep -v ' sdmci$')
+  install_if_changed /root/.ssh/authorized_keys "${others:+$others
+}$pub" 0600 && log "ssh: authorized $SSH_KEY.pub for root"
   # Our stanza goes first in ~/.ssh/config: ssh takes the first value it finds for each option.
   block="# BEGIN sdmci (deploy/ci-setup.sh)
 Host ${SSH_HOST_ALIAS}
@@ -430,7 +462,7 @@ $rest}" 0600; then
   else
     stop_pidfile "$SSHD_PID" sshd
     log "ssh: starting sshd on 127.0.0.1:$SSHD_PORT"
-    /usr/sbin/sshd -f "$SSHD_CONF" -E /var/log/sshd_sdmci.log ||
+    /usr/sbin/sshd -f "$SSHD_CONF" -E /var/log/sshd_sdmci.log </dev/null ||
       { tail -5 /var/log/sshd_sdmci.log 2>/dev/null; warn "ssh: sshd failed to start"; return 1; }
     for i in $(seq 1 50); do
       ss -Hltn 2>/dev/null | grep -q "127.0.0.1:$SSHD_PORT " && break

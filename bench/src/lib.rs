@@ -1,6 +1,11 @@
-//! sdm-bench: the scale simulator (`sdm-sim`) and benchmark helpers.
+//! sdm-bench: the scale simulator (`sdm-sim`), the macro benchmark harness (`sdm-bench`),
+//! its minimal-relay baseline (`sdm-relay`), and benchmark helpers.
 //!
 //! Results go to BENCHMARKS.md with the command, the machine and the date.
+
+pub mod baseline;
+pub mod stats;
+pub mod wire;
 
 /// Peak resident set size of this process in MiB (VmHWM from /proc/self/status).
 pub fn peak_rss_mb() -> f64 {

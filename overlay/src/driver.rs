@@ -112,13 +112,28 @@ fn spawn_link(
     tx
 }
 
+/// Events a server's local side sends up (kind and payload), for [`run_node_with_events`].
+pub type LocalEvents = mpsc::UnboundedReceiver<(Kind, Bytes)>;
+
 /// Runs `node` until its parent link closes. `children` holds each child's link, or the
 /// error that kept it from connecting (those ids are reported lost on every command).
 pub async fn run_node(
+    node: Node,
+    parent: Link,
+    children: Vec<(NodeId, io::Result<Link>)>,
+    handler: LocalHandler,
+) -> io::Result<()> {
+    let (_tx, rx) = mpsc::unbounded_channel();
+    run_node_with_events(node, parent, children, handler, rx).await
+}
+
+/// [`run_node`], also sending up every event that arrives on `events`.
+pub async fn run_node_with_events(
     mut node: Node,
     parent: Link,
     children: Vec<(NodeId, io::Result<Link>)>,
     mut handler: LocalHandler,
+    mut events: LocalEvents,
 ) -> io::Result<()> {
     let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(1024);
     let (reply_tx, mut reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
@@ -185,6 +200,7 @@ pub async fn run_node(
                     None => return Ok(()),
                 }
             }
+            Some((kind, payload)) = events.recv() => node.handle_local_event(kind, payload),
             Some((op, payload)) = reply_rx.recv() => {
                 node.handle_local_reply(Instant::now().into_std(), op, payload);
             }

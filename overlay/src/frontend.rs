@@ -149,6 +149,11 @@ impl Frontend {
         self.collect(op, dest).await
     }
 
+    /// An event already received, without waiting.
+    pub fn queued_event(&mut self) -> Option<Message> {
+        self.events.pop_front()
+    }
+
     /// The next unsolicited event (or stdio), waiting for one.
     pub async fn next_event(&mut self) -> Option<Message> {
         loop {

@@ -309,6 +309,16 @@ impl Node {
         }
     }
 
+    /// Something happened here (a breakpoint, an exit, a line of output): send it up as an
+    /// event (or stdio) from this server.
+    pub fn handle_local_event(&mut self, kind: Kind, payload: Bytes) {
+        let Some(me) = self.me.server() else { return };
+        let mut m = Message::reply(0, IdSet::single(me), Status::Replied, payload);
+        m.kind = kind;
+        m.aggregate.status = None;
+        self.out.push_back(Output::ToParent(m));
+    }
+
     /// The local command `op` produced `payload`.
     pub fn handle_local_reply(&mut self, now: Instant, op: u64, payload: Bytes) {
         let _ = now;

@@ -17,7 +17,11 @@ use sdm_overlay::transport::{
 use sdm_proto::Kind;
 use sdm_topology::{NodeId, Topology};
 
+use bytes::Bytes;
+
 use crate::init::InitSpec;
+use crate::monitor::MonitorHandle;
+use crate::service::ServerContext;
 
 /// Environment variable holding the session's TLS certificate and key (PEM, hex-encoded so
 /// it fits on one line) for `quic://`.
@@ -55,6 +59,7 @@ async fn serve(
     transport: &dyn Transport,
     key: SessionKey,
     handler: LocalHandler,
+    events: driver::LocalEvents,
 ) -> anyhow::Result<()> {
     let first = tokio::time::timeout(Duration::from_secs(120), parent.reader.next())
         .await
@@ -88,7 +93,7 @@ async fn serve(
     }
     let mut node = Node::new(me, topo);
     node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
-    driver::run_node(node, parent, children, handler).await?;
+    driver::run_node_with_events(node, parent, children, handler, events).await?;
     Ok(())
 }
 
@@ -106,7 +111,8 @@ pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> an
         .with_context(|| format!("master: cannot reach the front-end at {frontend}"))?;
     let none: LocalHandler =
         Box::new(|d: Delivery| d.reply.send("error: the master runs no requests"));
-    serve(NodeId::Master, link, &*transport, key, none).await
+    let (_tx, events) = tokio::sync::mpsc::unbounded_channel();
+    serve(NodeId::Master, link, &*transport, key, none, events).await
 }
 
 /// Options of `sdm server`.
@@ -197,14 +203,31 @@ pub async fn run_server(
         )
     })??;
     // The listener stays open while we serve (a quic listener owns the endpoint).
+    let (monitor, mut mon_events) = MonitorHandle::spawn(id, 0);
+    let ctx = ServerContext {
+        id,
+        monitor: monitor.clone(),
+        registry: crate::services::registry(),
+    };
+    let (ev_tx, events) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(e) = mon_events.recv().await {
+            if ev_tx.send((Kind::Event, Bytes::from(e))).is_err() {
+                break;
+            }
+        }
+    });
     let served = serve(
         me,
         parent,
         &*transport,
         key,
-        Box::new(move |d| crate::service::handle(id, d)),
+        Box::new(move |d| crate::service::handle(&ctx, d)),
+        events,
     )
     .await;
+    // Kill only what we started, and only once the tree is gone.
+    monitor.call(|m| m.kill_quietly()).await;
     drop(listener);
     served
 }

@@ -6,10 +6,18 @@
 //! - [`daemon`]: `sdm master` and `sdm server`: start-up, the init command, the node loop.
 //! - [`init`]: the init command that carries the routing table down the tree.
 //! - [`service`]: the requests every server answers by itself (`ping`, `info`, …).
+//! - [`omis`]: the OMIS request/reply language (parser, printer, service registry).
+//! - [`monitor`] and [`services`]: the node-local monitor over real processes (signals,
+//!   /proc, ptrace) and the OMIS services on it.
+//! - [`console`]: the parallel debugger console of `sdm run`.
 
+pub mod console;
 pub mod daemon;
 pub mod init;
+pub mod monitor;
+pub mod omis;
 pub mod service;
+pub mod services;
 pub mod session;
 
 pub use session::{LaunchReport, Progress, Session, SessionOptions};

@@ -30,6 +30,9 @@ struct Cli {
 enum Cmd {
     /// Start a master and N servers, report who is ready, optionally send requests, shut down.
     Launch(LaunchArgs),
+    /// Start PROGRAM under control on N servers, then run console commands (-c) or an
+    /// interactive console.
+    Run(RunArgs),
     /// Print a tree shape.
     Topology {
         /// Number of servers.
@@ -72,6 +75,34 @@ enum Cmd {
         #[arg(long, default_value_t = 120)]
         parent_timeout: u64,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Number of servers (and program processes).
+    #[arg(short, long)]
+    n: u32,
+    /// local, ssh, mpirun or srun.
+    #[arg(long, default_value = "local")]
+    launcher: LauncherKind,
+    /// Hosts for --launcher ssh (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    hosts: Vec<String>,
+    /// tcp or quic.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// binomial, kary:K, knomial:K or flat.
+    #[arg(long, default_value = "binomial")]
+    topology: Shape,
+    /// A console command to run (repeatable, in order); without any, the console is interactive.
+    #[arg(short = 'c', long = "command")]
+    commands: Vec<String>,
+    /// Machine-readable output (JSON lines).
+    #[arg(long)]
+    json: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true)]
+    program: Vec<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -127,6 +158,7 @@ fn main() -> anyhow::Result<()> {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Launch(a) => launch(a).await,
+        Cmd::Run(a) => run_console(a).await,
         Cmd::Topology { n, shape, dot } => {
             let t = shape.build(n);
             if dot {
@@ -286,4 +318,71 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
             }
         }
     }
+}
+
+async fn run_console(a: RunArgs) -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    let opts = SessionOptions {
+        n: a.n,
+        launcher: a.launcher,
+        hosts: a.hosts.clone(),
+        transport: a.transport.clone(),
+        topology: a.topology,
+        ..SessionOptions::default()
+    };
+    let session = Session::launch(&opts, |_| {})
+        .await
+        .context("launching the tree")?;
+    let r = session.report().clone();
+    for (ids, why) in &r.failed {
+        eprintln!("sdm: {ids} failed to start: {why}");
+    }
+    let mut console = sdm::console::Console::new(session, a.json);
+    let program = std::fs::canonicalize(&a.program[0])
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| a.program[0].clone());
+    let started = console.start_program(&program, &a.program[1..]).await?;
+    for l in &started {
+        if l.status != Status::Replied || l.text.contains("error") {
+            eprintln!("sdm: {} could not start {program}: {}", l.ids, l.text);
+        }
+    }
+    let mut out = std::io::stdout();
+    let mut failed = false;
+    if a.commands.is_empty() {
+        let stdin = std::io::stdin();
+        let interactive = stdin.is_terminal();
+        loop {
+            if interactive {
+                eprint!("sdm> ");
+                std::io::stderr().flush()?;
+            }
+            let mut line = String::new();
+            let got = tokio::task::block_in_place(|| stdin.lock().read_line(&mut line))?;
+            if got == 0 {
+                break;
+            }
+            match console.command(&line, &mut out).await {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => eprintln!("sdm: {e:#}"),
+            }
+        }
+    } else {
+        for c in &a.commands {
+            match console.command(c, &mut out).await {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    eprintln!("sdm: {c}: {e:#}");
+                    failed = true;
+                }
+            }
+        }
+    }
+    console.shutdown().await;
+    if failed {
+        std::process::exit(1);
+    }
+    Ok(())
 }

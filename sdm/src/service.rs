@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use sdm_overlay::driver::Delivery;
 
+use std::sync::Arc;
+
 use crate::init::INIT_PREFIX;
+use crate::monitor::{Monitor, MonitorHandle};
+use crate::omis::Registry;
 
 /// This host's name (from /proc; `unknown` if unreadable).
 pub fn hostname() -> String {
@@ -36,13 +40,48 @@ pub fn info_line() -> String {
     )
 }
 
-/// Answers one delivered request for server `id`.
-pub fn handle(id: u32, d: Delivery) {
-    let text = String::from_utf8_lossy(&d.payload);
+/// What a server needs to answer requests: its id, its monitor and the OMIS services.
+#[derive(Clone)]
+pub struct ServerContext {
+    /// This server's id.
+    pub id: u32,
+    /// The node-local monitor.
+    pub monitor: MonitorHandle,
+    /// The OMIS services.
+    pub registry: Arc<Registry<Monitor>>,
+}
+
+/// Answers one delivered request: OMIS requests (they start with a request id) go to the
+/// monitor thread in arrival order; the rest are the built-in requests.
+pub fn handle(ctx: &ServerContext, d: Delivery) {
+    let text = String::from_utf8_lossy(&d.payload).into_owned();
     if text.starts_with(INIT_PREFIX) {
+        if let Ok(spec) = crate::init::InitSpec::from_payload(text.as_bytes()) {
+            let _ = ctx.monitor.submit(move |m| m.servers = spec.servers);
+        }
         d.reply.send("ready");
         return;
     }
+    if text.trim_start().starts_with(|c: char| c.is_ascii_digit()) {
+        let reg = ctx.registry.clone();
+        // Queued now, in delivery order: a stop and a cont sent back to back run in order.
+        let rx = ctx
+            .monitor
+            .submit(move |m| crate::services::execute(&reg, m, &text));
+        tokio::spawn(async move {
+            let reply = rx
+                .await
+                .unwrap_or_else(|_| "0 [] error(\"monitor gone\")".into());
+            d.reply.send(reply);
+        });
+        return;
+    }
+    handle_builtin(ctx.id, d);
+}
+
+/// Answers the built-in (non-OMIS) requests for server `id`.
+pub fn handle_builtin(id: u32, d: Delivery) {
+    let text = String::from_utf8_lossy(&d.payload);
     let text = text.trim().to_owned();
     let (verb, arg) = text.split_once(' ').unwrap_or((&text, ""));
     match verb {

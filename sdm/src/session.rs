@@ -397,6 +397,11 @@ impl Session {
         self.fe.next_event().await
     }
 
+    /// An event already received, without waiting.
+    pub fn queued_event(&mut self) -> Option<Message> {
+        self.fe.queued_event()
+    }
+
     /// Process ids of the launched processes (master first), for orphan checks.
     pub fn launched_pids(&self) -> Vec<u32> {
         let mut v = Vec::new();

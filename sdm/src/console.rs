@@ -1,0 +1,398 @@
+//! The parallel debugger console of `sdm run`: commands (`stop`, `cont`, `status`, `bt`,
+//! `break`, `kill`, `omis`, `sleep`, `quit`) become OMIS requests to id-sets; merged
+//! replies print with their sender nodes, stack traces as a STAT-like call-prefix tree.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use sdm_overlay::frontend::ReplyGroup;
+use sdm_proto::{IdSet, Message, Status, SyncMode};
+
+use crate::omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
+use crate::session::Session;
+
+/// How long one console command may take before its silent ids count as timed out.
+const COMMAND_TIMEOUT_MS: u32 = 30_000;
+
+/// A console over a running session.
+pub struct Console {
+    session: Session,
+    next_id: i64,
+    json: bool,
+    history: Vec<String>,
+}
+
+/// One merged result line: who, what happened, and the OMIS reply (if any).
+#[derive(Debug, Clone)]
+pub struct Line {
+    /// The servers.
+    pub ids: IdSet,
+    /// Replied, lost or timed out.
+    pub status: Status,
+    /// The reply with its sender nodes filled in (replied groups).
+    pub reply: Option<BasicReply>,
+    /// The raw payload text (reason, for lost groups).
+    pub text: String,
+}
+
+impl Console {
+    /// A console printing plain text, or JSON lines with `json`.
+    pub fn new(session: Session, json: bool) -> Self {
+        Self {
+            session,
+            next_id: 1,
+            json,
+            history: Vec::new(),
+        }
+    }
+
+    /// The session underneath.
+    pub fn session(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// Ends the session.
+    pub async fn shutdown(self) {
+        self.session.shutdown(Duration::from_secs(10)).await;
+    }
+
+    /// Sends one OMIS basic request text to `dest` and returns the merged results.
+    pub async fn request(&mut self, dest: &IdSet, text: &str) -> anyhow::Result<Vec<Line>> {
+        let groups = self
+            .session
+            .request(dest, SyncMode::Timeout(COMMAND_TIMEOUT_MS), text.to_owned())
+            .await?;
+        Ok(lines(groups))
+    }
+
+    fn id(&mut self) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Starts `program` under control on every server.
+    pub async fn start_program(
+        &mut self,
+        program: &str,
+        args: &[String],
+    ) -> anyhow::Result<Vec<Line>> {
+        let quoted: Vec<String> = args
+            .iter()
+            .map(|a| Value::Str(a.clone()).to_string())
+            .collect();
+        let id = self.id();
+        let text = format!(
+            "{id} [] sdm_start({}, [{}])",
+            Value::Str(program.to_owned()),
+            quoted.join(",")
+        );
+        let all = self.session.all();
+        self.request(&all, &text).await
+    }
+
+    /// Runs one console command; returns false on `quit`.
+    pub async fn command(&mut self, line: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
+        let line = line.trim();
+        if line.is_empty() {
+            return Ok(true);
+        }
+        self.history.push(line.to_owned());
+        let (verb, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let rest = rest.trim();
+        let all = self.session.all();
+        let ids = |s: &str| -> anyhow::Result<IdSet> {
+            if s.is_empty() {
+                return Ok(all.clone());
+            }
+            let s = if s.starts_with('[') {
+                s.to_owned()
+            } else {
+                format!("[{s}]")
+            };
+            s.parse::<IdSet>().map_err(|e| anyhow!("{e}"))
+        };
+        match verb {
+            "quit" | "exit" => return Ok(false),
+            "history" => {
+                for (i, h) in self.history.iter().enumerate() {
+                    writeln!(out, "{:>4}  {h}", i + 1)?;
+                }
+            }
+            "sleep" => {
+                let secs: f64 = rest
+                    .parse()
+                    .with_context(|| format!("sleep: {rest:?} is not a number of seconds"))?;
+                let until = tokio::time::Instant::now() + Duration::from_secs_f64(secs);
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(until) => break,
+                        ev = self.session.next_event() => match ev {
+                            Some(m) => self.print_event(&m, out)?,
+                            None => break,
+                        },
+                    }
+                }
+            }
+            "stop" | "cont" | "kill" | "status" => {
+                let service = if verb == "status" { "sdm_status" } else { verb };
+                let id = self.id();
+                let dest = ids(rest)?;
+                let lines = self.request(&dest, &format!("{id} [] {service}()")).await?;
+                self.print_lines(verb, &lines, out, |r| match (verb, r.results.first()) {
+                    (_, Some(Value::Str(s))) => s.clone(),
+                    ("stop", Some(Value::Int(0))) => "stopped".into(),
+                    ("cont", Some(Value::Int(0))) => "running".into(),
+                    ("kill", Some(Value::Int(0))) => "killed".into(),
+                    _ => r.to_string(),
+                })?;
+            }
+            "break" => {
+                let (target, idtext) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+                if target.is_empty() {
+                    anyhow::bail!("break: give a function name or a 0x address");
+                }
+                let dest = ids(idtext.trim())?;
+                let id = self.id();
+                let param = if target.starts_with("0x") {
+                    target.to_owned()
+                } else {
+                    Value::Str(target.into()).to_string()
+                };
+                let lines = self
+                    .request(&dest, &format!("{id} [] breakpoint({param})"))
+                    .await?;
+                self.print_lines(verb, &lines, out, |r| match r.results.first() {
+                    Some(Value::Int(a)) => format!("breakpoint at {a:#x}"),
+                    Some(Value::Str(s)) => s.clone(),
+                    _ => r.to_string(),
+                })?;
+            }
+            "bt" => {
+                let dest = ids(rest)?;
+                let id = self.id();
+                let lines = self
+                    .request(&dest, &format!("{id} [] stack_backtrace()"))
+                    .await?;
+                self.print_tree(&lines, out)?;
+            }
+            "omis" => self.raw(rest, out).await?,
+            _ => anyhow::bail!(
+                "unknown command {verb:?}: expected stop, cont, status, bt, break, kill, omis, sleep, history or quit"
+            ),
+        }
+        // Events that arrived meanwhile.
+        while let Some(m) = self.session.queued_event() {
+            self.print_event(&m, out)?;
+        }
+        Ok(true)
+    }
+
+    /// `omis REQUEST`: sends each action to its receiver nodes (in order for `;`, all at
+    /// once for `,`) and prints the replies with their sender nodes.
+    async fn raw(&mut self, text: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+        let req = parse_request(text).map_err(|e| anyhow!("omis: {e}"))?;
+        if req.event.is_some() {
+            anyhow::bail!("omis: event-action requests are not supported by this console yet");
+        }
+        let (seq, actions) = match req.actions {
+            ActionList::Seq(v) => (true, v),
+            ActionList::Par(v) => (false, v),
+        };
+        let all = self.session.all();
+        let mut pending = Vec::new();
+        for a in &actions {
+            if let Some(r) = a.nodes.refs.first() {
+                anyhow::bail!("omis: ${r} only has a meaning inside an event's actions");
+            }
+            let dest = if a.nodes.all {
+                all.clone()
+            } else {
+                a.nodes.ids.clone()
+            };
+            let mut single = a.clone();
+            single.nodes = Nodes::all();
+            let op = self
+                .session
+                .send(
+                    &dest,
+                    SyncMode::Timeout(COMMAND_TIMEOUT_MS),
+                    single.to_string(),
+                )
+                .await?;
+            if seq {
+                let groups = self.session.collect(op, &dest).await?;
+                self.print_lines("omis", &lines(groups), out, |r| r.to_string())?;
+            } else {
+                pending.push((op, dest));
+            }
+        }
+        for (op, dest) in pending {
+            let groups = self.session.collect(op, &dest).await?;
+            self.print_lines("omis", &lines(groups), out, |r| r.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn print_lines(
+        &self,
+        cmd: &str,
+        lines: &[Line],
+        out: &mut dyn Write,
+        show: impl Fn(&BasicReply) -> String,
+    ) -> anyhow::Result<()> {
+        for l in lines {
+            let text = match (&l.status, &l.reply) {
+                (Status::Replied, Some(r)) => show(r),
+                (Status::Replied, None) => l.text.clone(),
+                (Status::Lost, _) => format!("lost: {}", l.text),
+                (Status::TimedOut, _) => "timed out".into(),
+            };
+            if self.json {
+                let status = status_name(l.status);
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({"command": cmd, "ids": l.ids.to_string(), "status": status, "result": text})
+                )?;
+            } else {
+                writeln!(out, "{} {text}", l.ids)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn print_event(&self, m: &Message, out: &mut dyn Write) -> anyhow::Result<()> {
+        let text = String::from_utf8_lossy(&m.payload);
+        if self.json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"event": text, "ids": m.source.to_string()})
+            )?;
+        } else {
+            writeln!(out, "{} event {text}", m.source)?;
+        }
+        Ok(())
+    }
+
+    /// Prints stack traces merged into a call-prefix tree, outermost frame first.
+    fn print_tree(&self, lines: &[Line], out: &mut dyn Write) -> anyhow::Result<()> {
+        let mut root = TreeNode::default();
+        let mut other = Vec::new();
+        for l in lines {
+            let frames = l.reply.as_ref().and_then(|r| match r.results.first() {
+                Some(Value::List(f)) => Some(f),
+                _ => None,
+            });
+            match frames {
+                Some(frames) => {
+                    let names: Vec<String> = frames
+                        .iter()
+                        .rev()
+                        .map(|f| match f {
+                            Value::List(parts) => match parts.get(2) {
+                                Some(Value::Str(s)) => s.clone(),
+                                _ => "?".into(),
+                            },
+                            _ => "?".into(),
+                        })
+                        .collect();
+                    root.insert(&names, &l.ids);
+                }
+                None => other.push(l.clone()),
+            }
+        }
+        if self.json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"command": "bt", "tree": root.to_json()["children"]})
+            )?;
+        } else {
+            root.print(out, 0)?;
+        }
+        self.print_lines("bt", &other, out, |r| r.to_string())
+    }
+}
+
+/// A node of the merged call-prefix tree: a function and the ranks whose stacks pass it.
+#[derive(Debug, Default)]
+struct TreeNode {
+    name: String,
+    ranks: IdSet,
+    children: Vec<TreeNode>,
+}
+
+impl TreeNode {
+    fn insert(&mut self, path: &[String], ranks: &IdSet) {
+        self.ranks.union_with(ranks);
+        let Some((first, rest)) = path.split_first() else {
+            return;
+        };
+        let child = match self.children.iter().position(|c| &c.name == first) {
+            Some(i) => &mut self.children[i],
+            None => {
+                self.children.push(TreeNode {
+                    name: first.clone(),
+                    ..TreeNode::default()
+                });
+                self.children.last_mut().expect("just pushed")
+            }
+        };
+        child.insert(rest, ranks);
+    }
+
+    fn print(&self, out: &mut dyn Write, depth: usize) -> std::io::Result<()> {
+        let mut kids: Vec<&TreeNode> = self.children.iter().collect();
+        kids.sort_by_key(|c| c.ranks.first());
+        for c in kids {
+            writeln!(out, "{}{} {}", "  ".repeat(depth), c.ranks, c.name)?;
+            c.print(out, depth + 1)?;
+        }
+        Ok(())
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "function": self.name,
+            "ranks": self.ranks.to_string(),
+            "children": self.children.iter().map(TreeNode::to_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Replied => "replied",
+        Status::Lost => "lost",
+        Status::TimedOut => "timed_out",
+    }
+}
+
+/// Turns merged reply groups into result lines, OMIS replies getting their senders.
+pub fn lines(groups: Vec<ReplyGroup>) -> Vec<Line> {
+    let mut out: Vec<Line> = groups
+        .into_iter()
+        .map(|g| {
+            let text = String::from_utf8_lossy(&g.payload).into_owned();
+            let reply = (g.status == Status::Replied)
+                .then(|| parse_reply(&text).ok())
+                .flatten()
+                .and_then(|r| r.0.into_iter().next())
+                .map(|mut r| {
+                    r.senders = g.sources.clone();
+                    r
+                });
+            Line {
+                ids: g.sources,
+                status: g.status,
+                reply,
+                text,
+            }
+        })
+        .collect();
+    out.sort_by_key(|l| (l.status, l.ids.first()));
+    out
+}

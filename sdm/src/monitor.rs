@@ -1,0 +1,673 @@
+//! The node-local monitor: controls the one application process a server starts, with
+//! signals, /proc and ptrace (stop, continue, kill, process info, registers, memory, stack
+//! backtraces symbolized with addr2line, breakpoints).
+//!
+//! ptrace requests must come from the tracing thread, so the [`Monitor`] lives on one
+//! dedicated OS thread ([`MonitorHandle`] sends it jobs) that also polls the process for
+//! breakpoint hits and exits and reports them as events. A process is only ptrace-attached
+//! while it has breakpoints (or for a moment, to read registers): a plain `stop` is a
+//! SIGSTOP, so tools outside see it in state `T` like any stopped job.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use nix::sys::ptrace;
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use tokio::sync::{mpsc, oneshot};
+
+/// What the monitored process is doing, as the monitor knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcState {
+    /// Running.
+    Running,
+    /// Stopped by the monitor.
+    Stopped,
+    /// Stopped at the breakpoint at this address.
+    AtBreakpoint(u64),
+    /// Exited with this status.
+    Exited(i32),
+    /// Killed by this signal.
+    Signaled(String),
+}
+
+/// One monitored process.
+#[derive(Debug)]
+struct Proc {
+    pid: Pid,
+    exe: PathBuf,
+    child: Child,
+    traced: bool,
+    /// Address -> (original byte, name).
+    breakpoints: HashMap<u64, (u8, String)>,
+    state: ProcState,
+}
+
+/// The monitor of one server (runs on its own thread; see [`MonitorHandle`]).
+pub struct Monitor {
+    /// This server's id (handed to the process as `SDM_RANK`).
+    pub rank: u32,
+    /// Number of servers in the tree.
+    pub servers: u32,
+    proc: Option<Proc>,
+    events: mpsc::UnboundedSender<String>,
+    loaders: HashMap<PathBuf, Option<addr2line::Loader>>,
+}
+
+type Job = Box<dyn FnOnce(&mut Monitor) + Send>;
+
+/// Sends jobs to the monitor thread.
+#[derive(Clone)]
+pub struct MonitorHandle {
+    tx: std_mpsc::Sender<Job>,
+}
+
+impl MonitorHandle {
+    /// Starts the monitor thread; events it detects (breakpoint hits, exits) arrive on the
+    /// returned receiver as OMIS-style event texts.
+    pub fn spawn(rank: u32, servers: u32) -> (Self, mpsc::UnboundedReceiver<String>) {
+        let (tx, rx) = std_mpsc::channel::<Job>();
+        let (etx, erx) = mpsc::unbounded_channel();
+        std::thread::Builder::new()
+            .name("sdm-monitor".into())
+            .spawn(move || {
+                let mut m = Monitor {
+                    rank,
+                    servers,
+                    proc: None,
+                    events: etx,
+                    loaders: HashMap::new(),
+                };
+                loop {
+                    match rx.recv_timeout(Duration::from_millis(5)) {
+                        Ok(job) => job(&mut m),
+                        Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                    m.poll();
+                }
+                m.kill_quietly();
+            })
+            .expect("spawning the monitor thread");
+        (Self { tx }, erx)
+    }
+
+    /// Queues `f` for the monitor thread at once (jobs run in the order they were
+    /// submitted) and returns where its result will arrive.
+    pub fn submit<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Monitor) -> R + Send + 'static,
+    ) -> oneshot::Receiver<R> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |m| {
+            let _ = tx.send(f(m));
+        });
+        self.tx
+            .send(job)
+            .expect("the monitor thread runs as long as its handle");
+        rx
+    }
+
+    /// Runs `f` on the monitor thread and returns its result.
+    pub async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Monitor) -> R + Send + 'static,
+    ) -> R {
+        self.submit(f)
+            .await
+            .expect("the monitor thread answers every job")
+    }
+}
+
+/// A monitor error: what failed, in words.
+pub type MonResult<T> = Result<T, String>;
+
+fn errno(what: &str, e: nix::Error) -> String {
+    format!("{what}: {e}")
+}
+
+impl Monitor {
+    fn proc(&mut self) -> MonResult<&mut Proc> {
+        self.proc
+            .as_mut()
+            .ok_or_else(|| "no process: start one first".to_owned())
+    }
+
+    /// Starts `program` with `args`; its stdout and stderr go to this server's stderr.
+    pub fn start(&mut self, program: &str, args: &[String]) -> MonResult<u32> {
+        if let Some(p) = &self.proc
+            && matches!(
+                p.state,
+                ProcState::Running | ProcState::Stopped | ProcState::AtBreakpoint(_)
+            )
+        {
+            return Err(format!("process {} is still alive", p.pid));
+        }
+        use std::os::fd::AsFd;
+        let out = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| format!("dup stderr: {e}"))?;
+        let mut cmd = Command::new(program);
+        // SAFETY: prctl is async-signal-safe; the child dies with this (monitor) thread, so a
+        // server killed with SIGKILL leaves no application process behind.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd
+            .args(args)
+            .env("SDM_RANK", self.rank.to_string())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .spawn()
+            .map_err(|e| format!("cannot start {program}: {e}"))?;
+        let pid = Pid::from_raw(child.id() as i32);
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .unwrap_or_else(|_| PathBuf::from(program));
+        self.proc = Some(Proc {
+            pid,
+            exe,
+            child,
+            traced: false,
+            breakpoints: HashMap::new(),
+            state: ProcState::Running,
+        });
+        Ok(pid.as_raw() as u32)
+    }
+
+    /// The process id, if a process was started.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(|p| p.pid.as_raw() as u32)
+    }
+
+    /// The monitor's view of the process state.
+    pub fn state(&self) -> Option<ProcState> {
+        self.proc.as_ref().map(|p| p.state.clone())
+    }
+
+    /// Stops the process (SIGSTOP, or a ptrace interrupt while breakpoints are set).
+    pub fn stop(&mut self) -> MonResult<()> {
+        let p = self.proc()?;
+        match p.state {
+            ProcState::Running => {}
+            ProcState::Stopped | ProcState::AtBreakpoint(_) => return Ok(()),
+            ref s => return Err(format!("process {} has ended ({s:?})", p.pid)),
+        }
+        if p.traced {
+            ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
+            wait_trace_stop(p)?;
+        } else {
+            kill(p.pid, Signal::SIGSTOP).map_err(|e| errno("SIGSTOP", e))?;
+            loop {
+                match waitpid(p.pid, Some(WaitPidFlag::WUNTRACED))
+                    .map_err(|e| errno("waitpid", e))?
+                {
+                    WaitStatus::Stopped(_, _) => break,
+                    WaitStatus::Exited(_, c) => {
+                        p.state = ProcState::Exited(c);
+                        return Err(format!("process exited with {c}"));
+                    }
+                    WaitStatus::Signaled(_, s, _) => {
+                        p.state = ProcState::Signaled(s.to_string());
+                        return Err(format!("process killed by {s}"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if p.state == ProcState::Running {
+            p.state = ProcState::Stopped;
+        }
+        Ok(())
+    }
+
+    /// Continues the process (stepping over a breakpoint it stopped at).
+    pub fn cont(&mut self) -> MonResult<()> {
+        let p = self.proc()?;
+        match p.state.clone() {
+            ProcState::Running => Ok(()),
+            ProcState::AtBreakpoint(addr) => {
+                let (orig, _) = p.breakpoints[&addr];
+                poke_byte(p.pid, addr, orig)?;
+                ptrace::step(p.pid, None).map_err(|e| errno("ptrace step", e))?;
+                wait_trace_stop(p)?;
+                poke_byte(p.pid, addr, 0xcc)?;
+                ptrace::cont(p.pid, None).map_err(|e| errno("ptrace cont", e))?;
+                p.state = ProcState::Running;
+                Ok(())
+            }
+            ProcState::Stopped if p.traced => {
+                ptrace::cont(p.pid, None).map_err(|e| errno("ptrace cont", e))?;
+                p.state = ProcState::Running;
+                Ok(())
+            }
+            ProcState::Stopped => {
+                kill(p.pid, Signal::SIGCONT).map_err(|e| errno("SIGCONT", e))?;
+                p.state = ProcState::Running;
+                Ok(())
+            }
+            s => Err(format!("process {} has ended ({s:?})", p.pid)),
+        }
+    }
+
+    /// Kills the process and reaps it.
+    pub fn kill(&mut self) -> MonResult<()> {
+        let p = self.proc()?;
+        if matches!(p.state, ProcState::Exited(_) | ProcState::Signaled(_)) {
+            return Ok(());
+        }
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+        p.state = ProcState::Signaled("SIGKILL".into());
+        Ok(())
+    }
+
+    /// Kills the process if there is one, ignoring errors (at shutdown).
+    pub fn kill_quietly(&mut self) {
+        if self.proc.is_some() {
+            let _ = self.kill();
+        }
+    }
+
+    /// One-line status: `running`, `stopped at 0x… in func`, `exited 0`, …
+    pub fn status(&mut self) -> MonResult<String> {
+        let state = self.proc()?.state.clone();
+        Ok(match state {
+            ProcState::Running => "running".into(),
+            ProcState::Stopped => match self.backtrace() {
+                // No absolute address: it differs per process (ASLR), and identical
+                // statuses should merge across ranks.
+                Ok(frames) if !frames.is_empty() => match &frames[0].location {
+                    Some(loc) => format!("stopped in {} at {loc}", frames[0].function),
+                    None => format!("stopped in {}", frames[0].function),
+                },
+                _ => "stopped".into(),
+            },
+            ProcState::AtBreakpoint(addr) => {
+                let name = self.proc()?.breakpoints[&addr].1.clone();
+                format!("stopped at breakpoint in {name}")
+            }
+            ProcState::Exited(c) => format!("exited {c}"),
+            ProcState::Signaled(s) => format!("killed by {s}"),
+        })
+    }
+
+    /// Facts from /proc: state letter, RSS (kB), user and system time (s), argv.
+    pub fn process_info(&mut self) -> MonResult<(String, u64, f64, f64, Vec<String>)> {
+        let pid = self.proc()?.pid;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+        let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let tick = 100.0; // USER_HZ on Linux
+        let state = f.first().copied().unwrap_or("?").to_owned();
+        let utime = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick;
+        let stime = f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick;
+        let rss_pages: u64 = f.get(21).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .split(|&b| b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect();
+        Ok((state, rss_pages * 4, utime, stime, argv))
+    }
+
+    /// Runs `f` with the process ptrace-stopped, attaching (and detaching) if needed.
+    fn with_traced<R>(&mut self, f: impl FnOnce(Pid) -> MonResult<R>) -> MonResult<R> {
+        let p = self.proc()?;
+        if !matches!(p.state, ProcState::Stopped | ProcState::AtBreakpoint(_)) {
+            return Err("the process must be stopped first".into());
+        }
+        if p.traced {
+            return f(p.pid);
+        }
+        ptrace::seize(p.pid, ptrace::Options::PTRACE_O_EXITKILL)
+            .map_err(|e| errno("ptrace seize", e))?;
+        let res = ptrace::interrupt(p.pid)
+            .map_err(|e| errno("ptrace interrupt", e))
+            .and_then(|()| wait_trace_stop(p))
+            .and_then(|()| f(p.pid));
+        // Detach, leaving the job stopped (state T) as it was.
+        let _ = ptrace::detach(p.pid, Some(Signal::SIGSTOP));
+        res
+    }
+
+    /// Integer registers (x86-64), as (name, value) pairs.
+    pub fn registers(&mut self) -> MonResult<Vec<(&'static str, u64)>> {
+        self.with_traced(|pid| {
+            let r = ptrace::getregs(pid).map_err(|e| errno("ptrace getregs", e))?;
+            Ok(vec![
+                ("rip", r.rip),
+                ("rsp", r.rsp),
+                ("rbp", r.rbp),
+                ("rax", r.rax),
+                ("rbx", r.rbx),
+                ("rcx", r.rcx),
+                ("rdx", r.rdx),
+                ("rsi", r.rsi),
+                ("rdi", r.rdi),
+                ("r8", r.r8),
+                ("r9", r.r9),
+                ("r10", r.r10),
+                ("r11", r.r11),
+                ("r12", r.r12),
+                ("r13", r.r13),
+                ("r14", r.r14),
+                ("r15", r.r15),
+                ("eflags", r.eflags),
+            ])
+        })
+    }
+
+    /// Reads `len` bytes at `addr` (through /proc/PID/mem).
+    pub fn read_memory(&mut self, addr: u64, len: usize) -> MonResult<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let pid = self.proc()?.pid;
+        let f = std::fs::File::open(format!("/proc/{pid}/mem"))
+            .map_err(|e| format!("/proc/{pid}/mem: {e}"))?;
+        let mut buf = vec![0u8; len.min(1 << 20)];
+        f.read_exact_at(&mut buf, addr)
+            .map_err(|e| format!("reading {len} bytes at {addr:#x}: {e}"))?;
+        Ok(buf)
+    }
+
+    /// Writes `bytes` at `addr` (through /proc/PID/mem).
+    pub fn write_memory(&mut self, addr: u64, bytes: &[u8]) -> MonResult<()> {
+        use std::os::unix::fs::FileExt;
+        let pid = self.proc()?.pid;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|e| format!("/proc/{pid}/mem: {e}"))?;
+        f.write_all_at(bytes, addr)
+            .map_err(|e| format!("writing {} bytes at {addr:#x}: {e}", bytes.len()))
+    }
+
+    /// The stack as (pc, fp) pairs, innermost first, by walking frame pointers.
+    pub fn raw_backtrace(&mut self) -> MonResult<Vec<(u64, u64)>> {
+        let (rip, rbp) = match self.registers() {
+            Ok(r) => (r[0].1, r[2].1),
+            Err(e) => return Err(e),
+        };
+        let mut frames = vec![(rip, rbp)];
+        let mut fp = rbp;
+        for _ in 0..128 {
+            if fp == 0 || fp % 8 != 0 {
+                break;
+            }
+            let Ok(w) = self.read_memory(fp, 16) else {
+                break;
+            };
+            let next = u64::from_le_bytes(w[0..8].try_into().expect("8 bytes"));
+            let ret = u64::from_le_bytes(w[8..16].try_into().expect("8 bytes"));
+            if ret == 0 {
+                break;
+            }
+            frames.push((ret, next));
+            if next <= fp {
+                break;
+            }
+            fp = next;
+        }
+        Ok(frames)
+    }
+
+    /// The stack, innermost first, each frame symbolized where symbols or debug info exist.
+    pub fn backtrace(&mut self) -> MonResult<Vec<Frame>> {
+        let raw = self.raw_backtrace()?;
+        let pid = self.proc()?.pid;
+        let maps = read_maps(pid);
+        Ok(raw
+            .into_iter()
+            .enumerate()
+            .map(|(i, (pc, fp))| {
+                // Return addresses point after the call: look up the call itself.
+                let probe_pc = if i == 0 { pc } else { pc.saturating_sub(1) };
+                let (function, location) = self.symbolize(&maps, probe_pc);
+                Frame {
+                    pc,
+                    fp,
+                    function: function.unwrap_or_else(|| format!("{pc:#x}")),
+                    location,
+                }
+            })
+            .collect())
+    }
+
+    fn symbolize(&mut self, maps: &[Mapping], pc: u64) -> (Option<String>, Option<String>) {
+        let Some(m) = maps.iter().find(|m| m.start <= pc && pc < m.end) else {
+            return (None, None);
+        };
+        let probe = pc - m.start + m.offset;
+        let loader = self
+            .loaders
+            .entry(m.path.clone())
+            .or_insert_with(|| addr2line::Loader::new(&m.path).ok());
+        let Some(loader) = loader else {
+            return (None, None);
+        };
+        let mut name = None;
+        if let Ok(mut frames) = loader.find_frames(probe) {
+            while let Ok(Some(f)) = frames.next() {
+                if let Some(func) = f.function {
+                    name = func.demangle().ok().map(|s| s.into_owned());
+                }
+            }
+        }
+        let name = name.or_else(|| {
+            loader
+                .find_symbol(probe)
+                .map(|s| addr2line::demangle_auto(s.into(), None).into_owned())
+        });
+        let loc = loader
+            .find_location(probe)
+            .ok()
+            .flatten()
+            .and_then(|l| Some(format!("{}:{}", l.file?.rsplit('/').next()?, l.line?)));
+        (name, loc)
+    }
+
+    /// Sets a breakpoint on a function name or `0x` address; returns the address. The
+    /// process stays ptrace-attached from now on.
+    pub fn set_breakpoint(&mut self, target: &str) -> MonResult<u64> {
+        let (pid, exe) = {
+            let p = self.proc()?;
+            (p.pid, p.exe.clone())
+        };
+        let addr = match target.strip_prefix("0x") {
+            Some(hex) => {
+                u64::from_str_radix(hex, 16).map_err(|_| format!("bad address {target:?}"))?
+            }
+            None => {
+                let svma = symbol_address(&exe, target)?;
+                let bias = read_maps(pid)
+                    .iter()
+                    .find(|m| m.path == exe)
+                    .map(|m| m.start - m.offset)
+                    .ok_or("the executable is not mapped")?;
+                if is_pie(&exe)? { bias + svma } else { svma }
+            }
+        };
+        let p = self.proc()?;
+        if p.breakpoints.contains_key(&addr) {
+            return Ok(addr);
+        }
+        let was_running = p.state == ProcState::Running;
+        if !p.traced {
+            if !was_running {
+                return Err("set breakpoints while the process runs, or before stopping it".into());
+            }
+            ptrace::seize(p.pid, ptrace::Options::PTRACE_O_EXITKILL)
+                .map_err(|e| errno("ptrace seize", e))?;
+            p.traced = true;
+        }
+        if was_running {
+            ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
+            wait_trace_stop(p)?;
+        }
+        let word = ptrace::read(p.pid, addr as ptrace::AddressType)
+            .map_err(|e| errno(&format!("reading {addr:#x}"), e))?;
+        let orig = (word & 0xff) as u8;
+        poke_byte(p.pid, addr, 0xcc)?;
+        p.breakpoints.insert(addr, (orig, target.to_owned()));
+        if was_running {
+            ptrace::cont(p.pid, None).map_err(|e| errno("ptrace cont", e))?;
+        }
+        Ok(addr)
+    }
+
+    /// Notices breakpoint hits and exits; reports them as events.
+    fn poll(&mut self) {
+        let Some(p) = self.proc.as_mut() else { return };
+        if !matches!(p.state, ProcState::Running) {
+            return;
+        }
+        let flags = WaitPidFlag::WNOHANG | WaitPidFlag::__WALL;
+        let st = match waitpid(p.pid, Some(flags)) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        match st {
+            WaitStatus::StillAlive => {}
+            WaitStatus::Exited(_, c) => {
+                p.state = ProcState::Exited(c);
+                let _ = self
+                    .events
+                    .send(format!("process_terminated(\"exited\",{c})"));
+            }
+            WaitStatus::Signaled(_, s, _) => {
+                p.state = ProcState::Signaled(s.to_string());
+                let _ = self
+                    .events
+                    .send(format!("process_terminated(\"killed\",\"{s}\")"));
+            }
+            WaitStatus::Stopped(pid, Signal::SIGTRAP) => {
+                let hit = ptrace::getregs(pid).ok().and_then(|mut r| {
+                    let addr = r.rip - 1;
+                    p.breakpoints.get(&addr).map(|(_, name)| {
+                        r.rip = addr;
+                        let _ = ptrace::setregs(pid, r);
+                        (addr, name.clone())
+                    })
+                });
+                match hit {
+                    Some((addr, name)) => {
+                        p.state = ProcState::AtBreakpoint(addr);
+                        let _ = self
+                            .events
+                            .send(format!("breakpoint(\"{name}\",{addr:#x})"));
+                    }
+                    None => {
+                        let _ = ptrace::cont(pid, Signal::SIGTRAP);
+                    }
+                }
+            }
+            WaitStatus::Stopped(pid, sig) => {
+                let _ = ptrace::cont(pid, sig);
+            }
+            WaitStatus::PtraceEvent(pid, _, _) => {
+                let _ = ptrace::cont(pid, None);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One symbolized stack frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Program counter (return address for outer frames).
+    pub pc: u64,
+    /// Frame pointer.
+    pub fp: u64,
+    /// Function name, or the address in hex.
+    pub function: String,
+    /// `file:line` where debug info exists.
+    pub location: Option<String>,
+}
+
+/// Waits until the traced process reports a ptrace stop.
+fn wait_trace_stop(p: &mut Proc) -> MonResult<()> {
+    loop {
+        match waitpid(p.pid, Some(WaitPidFlag::__WALL)).map_err(|e| errno("waitpid", e))? {
+            WaitStatus::Stopped(..) | WaitStatus::PtraceEvent(..) => return Ok(()),
+            WaitStatus::Exited(_, c) => {
+                p.state = ProcState::Exited(c);
+                return Err(format!("process exited with {c}"));
+            }
+            WaitStatus::Signaled(_, s, _) => {
+                p.state = ProcState::Signaled(s.to_string());
+                return Err(format!("process killed by {s}"));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn poke_byte(pid: Pid, addr: u64, byte: u8) -> MonResult<()> {
+    let word = ptrace::read(pid, addr as ptrace::AddressType)
+        .map_err(|e| errno(&format!("reading {addr:#x}"), e))?;
+    let new = (word & !0xff) | i64::from(byte);
+    ptrace::write(pid, addr as ptrace::AddressType, new)
+        .map_err(|e| errno(&format!("writing {addr:#x}"), e))
+}
+
+/// One executable mapping of /proc/PID/maps.
+#[derive(Debug, Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: PathBuf,
+}
+
+fn read_maps(pid: Pid) -> Vec<Mapping> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let range = f.next()?;
+            let _perms = f.next()?;
+            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+            let _dev = f.next()?;
+            let _inode = f.next()?;
+            let path = f.next()?;
+            if !path.starts_with('/') {
+                return None;
+            }
+            let (a, b) = range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(a, 16).ok()?,
+                end: u64::from_str_radix(b, 16).ok()?,
+                offset,
+                path: PathBuf::from(path),
+            })
+        })
+        .collect()
+}
+
+fn symbol_address(exe: &Path, name: &str) -> MonResult<u64> {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(exe).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", exe.display()))?;
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name() == Ok(name) && s.address() != 0)
+        .map(|s| s.address())
+        .ok_or_else(|| format!("no function {name:?} in {}", exe.display()))
+}
+
+fn is_pie(exe: &Path) -> MonResult<bool> {
+    use object::Object;
+    let data = std::fs::read(exe).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", exe.display()))?;
+    Ok(file.kind() == object::ObjectKind::Dynamic)
+}

@@ -1,0 +1,55 @@
+//! OMIS, the On-line Monitoring Interface Specification 1.0 (seeds/000): the payload protocol
+//! the sdm overlay carries, with its parser, printer, reply unification and service table.
+//!
+//! A request is `[event ':'] action_list`, each part a basic request
+//! `request_id receiver_nodes service(parameters)`, e.g.
+//! `11 [1] start_lib_call([1123], "pvm_send"): 12 [1] raise_event(5, [$1])`; actions are
+//! joined by `,` (parallel) or `;` (sequential). A reply is basic replies joined by `;`, e.g.
+//! `16 [2] print(1234); 1 [0-1023] stop(0)`. See [`parse_request`], [`parse_reply`], the
+//! `Display` impls (the canonical form, described in the `print` module), [`unify`] and
+//! [`Registry`].
+
+mod ast;
+mod parse;
+mod print;
+mod registry;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::fmt::Write;
+
+pub use ast::{ActionList, BasicReply, BasicRequest, Node, Nodes, Reply, Request, Value};
+pub use parse::{ParseError, parse_reply, parse_request};
+pub use registry::{ExtensionRegistrar, Handler, Registry, ServiceError, handler};
+
+/// Merges basic replies that answer the same request with the same results (OMIS 1.0
+/// section 5.2.2: "identical results on different nodes may be unified; sender_nodes
+/// contains the list of all nodes that produce the given result"): one reply per distinct
+/// `(id, service, results)`, its senders the union of theirs, in the order each first
+/// appears.
+///
+/// "Same results" means the same canonical text, so `0.0` and `-0.0` stay apart while two
+/// NaNs merge, and `1` (an integer) never merges with `1.0` (a float).
+pub fn unify(replies: Vec<BasicReply>) -> Vec<BasicReply> {
+    let mut out: Vec<BasicReply> = Vec::with_capacity(replies.len().min(64));
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut key = String::new();
+    for r in replies {
+        key.clear();
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{} {}(", r.id, r.service);
+        for (i, v) in r.results.iter().enumerate() {
+            let _ = write!(key, "{}{v}", if i > 0 { ", " } else { "" });
+        }
+        match index.entry(key.clone()) {
+            Entry::Occupied(e) => out[*e.get()].senders.union_with(&r.senders),
+            Entry::Vacant(e) => {
+                e.insert(out.len());
+                out.push(r);
+            }
+        }
+    }
+    out
+}

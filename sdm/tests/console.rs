@@ -1,0 +1,259 @@
+//! The debugger console over real processes: a global stop leaves every program process in
+//! state T (read from /proc, as ps does) and cont resumes them; stop and cont sent back to
+//! back never leave a mix; bt merges stacks into one call-prefix tree; a breakpoint stops
+//! exactly the ranks that reach it; bad OMIS gets an error naming the position.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use sdm::console::Console;
+use sdm::omis::Value;
+use sdm::session::{Session, SessionOptions};
+use sdm_proto::{IdSet, Status, SyncMode};
+
+/// Builds the C test program (frame pointers, debug info) once per test binary.
+fn spinner() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_spinner).clone()
+}
+
+fn build_spinner() -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sdm-spinner-{}", std::process::id()));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/spinner.c");
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    let ok = Command::new("gcc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&tmp)
+        .arg(src)
+        .status()
+        .expect("gcc (deploy/ci-setup.sh installs it)");
+    assert!(ok.success());
+    std::fs::rename(&tmp, &out).unwrap();
+    out
+}
+
+async fn console(n: u32, mode: &str) -> (Console, Vec<u32>) {
+    let opts = SessionOptions {
+        n,
+        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
+    assert_eq!(s.report().ready, IdSet::all(n));
+    let mut c = Console::new(s, false);
+    let prog = spinner();
+    let lines = c
+        .start_program(prog.to_str().unwrap(), &[mode.to_owned()])
+        .await
+        .unwrap();
+    let mut pids = Vec::new();
+    for l in &lines {
+        assert_eq!(l.status, Status::Replied, "{l:?}");
+        match l.reply.as_ref().and_then(|r| r.results.first()) {
+            Some(Value::Int(pid)) => pids.push(*pid as u32),
+            other => panic!("start failed on {}: {other:?} {}", l.ids, l.text),
+        }
+    }
+    assert_eq!(pids.len(), n as usize);
+    (c, pids)
+}
+
+fn state(pid: u32) -> char {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    s.rsplit_once(") ").unwrap().1.chars().next().unwrap()
+}
+
+async fn run(c: &mut Console, cmd: &str) -> String {
+    let mut out = Vec::new();
+    assert!(c.command(cmd, &mut out).await.unwrap());
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_stop_and_continue() {
+    let (mut c, pids) = console(8, "spin").await;
+    assert_eq!(run(&mut c, "stop").await.trim(), "[0-7] stopped");
+    for &p in &pids {
+        assert_eq!(state(p), 'T', "pid {p} after stop");
+    }
+    let status = run(&mut c, "status").await;
+    assert_eq!(
+        status.trim(),
+        "[0-7] stopped in spin at spinner.c:9",
+        "{status}"
+    );
+    assert_eq!(run(&mut c, "cont").await.trim(), "[0-7] running");
+    for &p in &pids {
+        assert_ne!(state(p), 'T', "pid {p} after cont");
+    }
+    // Part of the job only.
+    assert_eq!(run(&mut c, "stop 2-3").await.trim(), "[2-3] stopped");
+    let status = run(&mut c, "status").await;
+    assert!(
+        status.contains("[0-1,4-7] running") && status.contains("[2-3] stopped"),
+        "{status}"
+    );
+    run(&mut c, "kill").await;
+    c.shutdown().await;
+    for &p in &pids {
+        assert!(
+            std::fs::metadata(format!("/proc/{p}")).is_err() || state(p) == 'Z',
+            "pid {p} survived"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_and_cont_back_to_back_never_mix() {
+    let (mut c, pids) = console(8, "spin").await;
+    let all = IdSet::all(8);
+    for round in 0..5 {
+        let s = c.session();
+        let a = s
+            .send(&all, SyncMode::WaitAll, "1 [] stop()")
+            .await
+            .unwrap();
+        let b = s
+            .send(&all, SyncMode::WaitAll, "2 [] cont()")
+            .await
+            .unwrap();
+        s.collect(a, &all).await.unwrap();
+        s.collect(b, &all).await.unwrap();
+        let states: Vec<char> = pids.iter().map(|&p| state(p)).collect();
+        assert!(
+            states.iter().all(|&s| s != 'T'),
+            "round {round}: after stop;cont {states:?}"
+        );
+        let a = s
+            .send(&all, SyncMode::WaitAll, "3 [] cont()")
+            .await
+            .unwrap();
+        let b = s
+            .send(&all, SyncMode::WaitAll, "4 [] stop()")
+            .await
+            .unwrap();
+        s.collect(a, &all).await.unwrap();
+        s.collect(b, &all).await.unwrap();
+        let states: Vec<char> = pids.iter().map(|&p| state(p)).collect();
+        assert!(
+            states.iter().all(|&s| s == 'T'),
+            "round {round}: after cont;stop {states:?}"
+        );
+        s.send(&all, SyncMode::WaitAll, "5 [] cont()")
+            .await
+            .unwrap();
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bt_merges_stacks_into_one_tree() {
+    let (mut c, _) = console(8, "funcs").await;
+    run(&mut c, "stop").await;
+    let tree = run(&mut c, "bt").await;
+    // Every rank passes main; ranks split by the function they block in.
+    assert!(tree.contains("[0-7] main"), "{tree}");
+    for (ranks, f) in [
+        ("[0,3,6]", "func_a"),
+        ("[1,4,7]", "func_b"),
+        ("[2,5]", "func_c"),
+    ] {
+        assert!(tree.contains(&format!("{ranks} {f}\n")), "{f}: {tree}");
+        assert!(tree.contains(&format!("{ranks} spin\n")), "{f}: {tree}");
+    }
+    assert_eq!(
+        tree.matches(" main\n").count(),
+        1,
+        "one merged tree: {tree}"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breakpoint_stops_exactly_the_ranks_that_reach_it() {
+    let (mut c, _) = console(6, "odd").await;
+    let out = run(&mut c, "break reached_by_odd").await;
+    assert!(
+        out.starts_with("[0-5] breakpoint at 0x") || out.contains("breakpoint at"),
+        "{out}"
+    );
+    // Wait for the three odd ranks to report the hit.
+    let mut hit = IdSet::new();
+    while hit.len() < 3 {
+        let ev = tokio::time::timeout(Duration::from_secs(30), c.session().next_event())
+            .await
+            .expect("breakpoint events")
+            .unwrap();
+        assert!(String::from_utf8_lossy(&ev.payload).starts_with("breakpoint(\"reached_by_odd\""));
+        hit.union_with(&ev.source);
+    }
+    assert_eq!(hit.to_string(), "[1,3,5]");
+    let status = run(&mut c, "status").await;
+    assert!(status.contains("[0,2,4] running"), "{status}");
+    assert!(
+        status.contains("[1,3,5] stopped at breakpoint in reached_by_odd"),
+        "{status}"
+    );
+    // Continuing steps over the breakpoint; they reach it again.
+    assert_eq!(run(&mut c, "cont 1").await.trim(), "[1] running");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_omis_and_errors() {
+    let (mut c, _) = console(4, "spin").await;
+    let out = run(
+        &mut c,
+        "omis 7 [0-1] number_of_nodes(); 8 [2-3] print(\"hi\")",
+    )
+    .await;
+    assert!(out.contains("7 [0-1] number_of_nodes(4)"), "{out}");
+    assert!(out.contains("8 [2-3] print(\"hi\")"), "{out}");
+    let s = c.session();
+    let g = s
+        .request(&IdSet::all(4), SyncMode::WaitAll, "1 [] stop(")
+        .await
+        .unwrap();
+    assert_eq!(g.len(), 1);
+    let text = String::from_utf8_lossy(&g[0].payload);
+    assert!(
+        text.contains("bad request") && text.contains("column"),
+        "{text}"
+    );
+    let mut out = Vec::new();
+    let e = c.command("omis 1 [] stop(", &mut out).await.unwrap_err();
+    assert!(e.to_string().contains("column"), "{e}");
+    c.shutdown().await;
+}
+
+#[test]
+fn cli_run_stop_sleep_cont_status() {
+    let prog = spinner();
+    let out = Command::new(env!("CARGO_BIN_EXE_sdm"))
+        .args([
+            "run",
+            "-n",
+            "4",
+            "-c",
+            "stop",
+            "-c",
+            "sleep 0.5",
+            "-c",
+            "cont",
+            "-c",
+            "status",
+            "--",
+        ])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text, "[0-3] stopped\n[0-3] running\n[0-3] running\n");
+}
