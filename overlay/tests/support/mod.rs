@@ -51,6 +51,11 @@ fn listen_addr(scheme: &str) -> Address {
 
 /// Builds a tree of `n` servers over `scheme` (`tcp`, `quic` or `mem`).
 pub async fn tree(scheme: &str, n: u32, shape: Shape) -> Tree {
+    tree_with(scheme, n, shape, answer).await
+}
+
+/// [`tree`] with servers answering through `handler(id, delivery)`.
+pub async fn tree_with(scheme: &str, n: u32, shape: Shape, handler: fn(u32, Delivery)) -> Tree {
     let cfg = TransportConfig {
         tls: Some(SessionTls::generate()),
         ..TransportConfig::default()
@@ -80,7 +85,7 @@ pub async fn tree(scheme: &str, n: u32, shape: Shape) -> Tree {
                 setup::accept_parent(&mut *listener, me, &policy),
             );
             let parent = parent.unwrap();
-            let handler = Box::new(move |d| answer(id as u32, d));
+            let handler = Box::new(move |d| handler(id as u32, d));
             driver::run_node(Node::new(me, topo), parent, children, handler)
                 .await
                 .unwrap();
