@@ -11,6 +11,7 @@
 # Idempotent: a second run finds everything installed and running and only re-verifies.
 # No systemd is assumed: daemons are started directly. Every wait is bounded.
 # See deploy/README.md.
+# shellcheck disable=SC2016  # single-quoted $VARS are meant for the remote/rank shell
 set -uo pipefail
 export PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
 # Nothing here reads stdin, and a daemon started with fd 0 closed breaks (slurmd then
@@ -43,7 +44,7 @@ die() {
   printf '[ci-setup] FATAL: %s\n' "$*" >&2
   exit 1
 }
-# Wall-clock seconds (with milliseconds) taken by a command; prints "<rc> <seconds>".
+# Run a command; its wall-clock time goes to TIMED_SECS (e.g. 0.31), its status is returned.
 timed() {
   local s e rc
   s=$(date +%s%N)
@@ -63,11 +64,11 @@ pid_alive() { # pidfile [comm]
   fi
 }
 stop_pidfile() { # pidfile comm : stop that one daemon (TERM, then KILL after 10 s)
-  local pid i
+  local pid
   pid_alive "$1" "$2" || { rm -f "$1"; return 0; }
   pid=$(cat "$1")
   kill "$pid" 2>/dev/null
-  for i in $(seq 1 50); do
+  for _ in $(seq 1 50); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.2
   done
@@ -90,6 +91,7 @@ install_if_changed() { # path content mode
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (CI runs it as root); nothing done"
 
+# shellcheck source=/dev/null
 log "sdm CI setup on $(hostname) ($(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), $(nproc) cores)"
 mkdir -p "$MARKER_DIR"
 # Slurm, munge and Open MPI want the short host name to resolve.
@@ -172,8 +174,7 @@ setup_munge() {
   log "munge: starting munged"
   runuser -u munge -- /usr/sbin/munged --force </dev/null ||
     { warn "munge: munged failed to start (see /var/log/munge/munged.log)"; return 1; }
-  local i
-  for i in $(seq 1 50); do
+  for _ in $(seq 1 50); do
     munge_ok && { log "munge: munge -n | unmunge OK"; return 0; }
     sleep 0.2
   done
@@ -301,10 +302,12 @@ srun_works() { # quick probe: one task through the whole chain
 }
 
 setup_slurm() {
-  local node changed=0 st i out
+  local node changed=0 st out
   node=$(hostname -s)
-  command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v srun >/dev/null ||
-    { warn "Slurm: slurmctld/slurmd/srun not installed"; return 1; }
+  if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null; then
+    warn "Slurm: slurmctld/slurmd/srun not installed"
+    return 1
+  fi
   [ "$MUNGE_OK" -eq 1 ] || { warn "Slurm: munge is not working, Slurm cannot start"; return 1; }
 
   install -d -m 0755 /etc/slurm /var/spool/slurmctld /var/spool/slurmd "$SLURM_LOG_DIR"
@@ -324,7 +327,7 @@ setup_slurm() {
     log "Slurm: starting slurmctld"
     /usr/sbin/slurmctld -i </dev/null ||
       { tail -20 "$SLURM_LOG_DIR/slurmctld.log"; warn "Slurm: slurmctld failed to start"; return 1; }
-    for i in $(seq 1 30); do
+    for _ in $(seq 1 30); do
       timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP' && break
       sleep 1
     done
@@ -358,8 +361,8 @@ setup_slurm() {
   log "Slurm: $(timeout 10 sinfo -h -o '%P %a %D %T %c CPUs/node' 2>&1)"
 
   # Verifications.
-  out=$(timeout 60 srun --immediate=30 -n 4 hostname 2>&1 </dev/null)
-  if [ $? -ne 0 ] || [ "$(printf '%s\n' "$out" | grep -cx "$(hostname)")" -ne 4 ]; then
+  if ! out=$(timeout 60 srun --immediate=30 -n 4 hostname 2>&1 </dev/null) ||
+    [ "$(printf '%s\n' "$out" | grep -cx "$(hostname)")" -ne 4 ]; then
     warn "Slurm: 'srun -n 4 hostname' failed: $out"
     return 1
   fi
@@ -400,9 +403,11 @@ setup_slurm || warn "Slurm is NOT available: launcher tests that need srun will 
 # 5. sshd on 127.0.0.1:2222, root key, ~/.ssh/config alias
 # ---------------------------------------------------------------------------------------
 setup_ssh() {
-  local changed=0 i out block
-  [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v ssh-keygen >/dev/null ||
-    { warn "ssh: openssh-server/openssh-client not installed"; return 1; }
+  local changed=0 out block
+  if [ ! -x /usr/sbin/sshd ] || ! command -v ssh >/dev/null || ! command -v ssh-keygen >/dev/null; then
+    warn "ssh: openssh-server/openssh-client not installed"
+    return 1
+  fi
   ssh-keygen -A >/dev/null 2>&1 || { warn "ssh: ssh-keygen -A failed"; return 1; }
   install -d -m 0755 /run/sshd
   install -d -m 0700 /root/.ssh
@@ -472,7 +477,7 @@ $rest}" 0600; then
     log "ssh: starting sshd on 127.0.0.1:$SSHD_PORT"
     /usr/sbin/sshd -f "$SSHD_CONF" -E /var/log/sshd_sdmci.log </dev/null ||
       { tail -5 /var/log/sshd_sdmci.log 2>/dev/null; warn "ssh: sshd failed to start"; return 1; }
-    for i in $(seq 1 50); do
+    for _ in $(seq 1 50); do
       ss -Hltn 2>/dev/null | grep -q "127.0.0.1:$SSHD_PORT " && break
       sleep 0.2
     done

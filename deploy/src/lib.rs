@@ -244,7 +244,10 @@ impl Launcher for Mpirun {
             + &String::from_utf8_lossy(&version.stderr);
         let names: Vec<&str> = spec.env.iter().map(|(k, _)| k.as_str()).collect();
         let mut cmd = Command::new("mpirun");
-        cmd.envs(spec.env.iter().cloned());
+        // Open MPI 4.1 loses a child's exit when many ranks end at once and mpirun hangs;
+        // launching from the main thread avoids it (see deploy/README.md).
+        cmd.envs(spec.env.iter().cloned())
+            .env("OMPI_MCA_odls_base_max_threads", "0");
         if text.contains("Open MPI") || text.contains("OpenRTE") {
             // Names only: the values come from our environment.
             cmd.args([

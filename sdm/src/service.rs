@@ -57,7 +57,7 @@ pub fn handle(ctx: &ServerContext, d: Delivery) {
     let text = String::from_utf8_lossy(&d.payload).into_owned();
     if text.starts_with(INIT_PREFIX) {
         if let Ok(spec) = crate::init::InitSpec::from_payload(text.as_bytes()) {
-            let _ = ctx.monitor.submit(move |m| m.servers = spec.servers);
+            drop(ctx.monitor.submit(move |m| m.servers = spec.servers));
         }
         d.reply.send("ready");
         return;

@@ -28,6 +28,19 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    #[command(flatten)]
+    Bench(Bench),
+    /// Reads JSON lines of earlier runs (a file, or - for stdin) and prints the markdown
+    /// table of BENCHMARKS.md: median per figure, sdm against baseline, and their ratio.
+    Table {
+        /// The JSON lines.
+        file: String,
+    },
+}
+
+/// The benchmarks; each prints one JSON line.
+#[derive(Subcommand, Debug)]
+enum Bench {
     /// Wall time from launch to every server ready.
     Startup(Common),
     /// Round-trip time of a broadcast `ping` with merged replies.
@@ -54,12 +67,6 @@ enum Cmd {
         /// Untimed waves first (the window is full when timing starts).
         #[arg(long, default_value_t = 32)]
         warmup: u32,
-    },
-    /// Reads JSON lines of earlier runs (a file, or - for stdin) and prints the markdown
-    /// table of BENCHMARKS.md: median per figure, sdm against baseline, and their ratio.
-    Table {
-        /// The JSON lines.
-        file: String,
     },
 }
 
@@ -88,8 +95,8 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let common = match &cli.cmd {
-        Cmd::Startup(c) | Cmd::Rtt { common: c, .. } | Cmd::Throughput { common: c, .. } => c,
+    let bench = match &cli.cmd {
+        Cmd::Bench(b) => b,
         Cmd::Table { file } => {
             let text = if file == "-" {
                 std::io::read_to_string(std::io::stdin())?
@@ -100,6 +107,9 @@ fn main() -> anyhow::Result<()> {
             return Ok(());
         }
     };
+    let common = match bench {
+        Bench::Startup(c) | Bench::Rtt { common: c, .. } | Bench::Throughput { common: c, .. } => c,
+    };
     ensure!(common.n > 0, "-n must be at least 1");
     let out = if common.baseline {
         ensure!(
@@ -107,13 +117,13 @@ fn main() -> anyhow::Result<()> {
             "the baseline relays over tcp only (got --transport {})",
             common.transport
         );
-        baseline(&cli.cmd)?
+        baseline(bench)?
     } else {
         // One thread: the front-end is one task, as the baseline's front-end is one thread.
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
-            .block_on(sdm_run(&cli.cmd))?
+            .block_on(sdm_run(bench))?
     };
     println!("{out}");
     Ok(())
@@ -215,9 +225,9 @@ fn check_single(
     }
 }
 
-async fn sdm_run(cmd: &Cmd) -> anyhow::Result<Value> {
+async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
     match cmd {
-        Cmd::Startup(c) => {
+        Bench::Startup(c) => {
             let (s, wall, phases) = launch(c).await?;
             let r = s.report();
             let out = extend(
@@ -233,7 +243,7 @@ async fn sdm_run(cmd: &Cmd) -> anyhow::Result<Value> {
             s.shutdown(Duration::from_secs(20)).await;
             Ok(out)
         }
-        Cmd::Rtt {
+        Bench::Rtt {
             common: c,
             iters,
             warmup,
@@ -259,7 +269,7 @@ async fn sdm_run(cmd: &Cmd) -> anyhow::Result<Value> {
             result?;
             Ok(rtt_json(c, "sdm", wall, *iters, *warmup, &samples))
         }
-        Cmd::Throughput {
+        Bench::Throughput {
             common: c,
             waves,
             window,
@@ -360,10 +370,10 @@ fn throughput_json(
 
 // ---- baseline -----------------------------------------------------------------------------
 
-fn baseline(cmd: &Cmd) -> anyhow::Result<Value> {
+fn baseline(cmd: &Bench) -> anyhow::Result<Value> {
     let relay = find_relay_binary()?;
     match cmd {
-        Cmd::Startup(c) => {
+        Bench::Startup(c) => {
             let t = RelayTree::launch(&relay, c.n).context("starting the relay tree")?;
             let ph = t.phases();
             let out = extend(
@@ -388,7 +398,7 @@ fn baseline(cmd: &Cmd) -> anyhow::Result<Value> {
             t.shutdown(Duration::from_secs(20));
             Ok(out)
         }
-        Cmd::Rtt {
+        Bench::Rtt {
             common: c,
             iters,
             warmup,
@@ -409,7 +419,7 @@ fn baseline(cmd: &Cmd) -> anyhow::Result<Value> {
             t.shutdown(Duration::from_secs(20));
             Ok(rtt_json(c, "baseline", startup, *iters, *warmup, &samples))
         }
-        Cmd::Throughput {
+        Bench::Throughput {
             common: c,
             waves,
             window,

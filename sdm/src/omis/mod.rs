@@ -5,9 +5,14 @@
 //! `request_id receiver_nodes service(parameters)`, e.g.
 //! `11 [1] start_lib_call([1123], "pvm_send"): 12 [1] raise_event(5, [$1])`; actions are
 //! joined by `,` (parallel) or `;` (sequential). A reply is basic replies joined by `;`, e.g.
-//! `16 [2] print(1234); 1 [0-1023] stop(0)`. See [`parse_request`], [`parse_reply`], the
-//! `Display` impls (the canonical form, described in the `print` module), [`unify`] and
-//! [`Registry`].
+//! `16 [2] print(1234); 1 [0-1023] stop(0)`.
+//!
+//! [`parse_request`] and [`parse_reply`] accept the fields of a basic request or reply
+//! separated by commas (the grammar of section 7) or by whitespace (the spec's examples).
+//! `Display` prints the canonical form, the one of the spec's examples:
+//! `123 [1] process_info([231,345,654], 9)`: fields separated by a space, parameters by
+//! `", "`, list elements by `","`, actions by `", "` or `"; "`, the event followed by `": "`,
+//! node lists in range form. Parsing what was printed gives the value back.
 
 mod ast;
 mod parse;
@@ -17,7 +22,6 @@ mod registry;
 mod tests;
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::fmt::Write;
 
 pub use ast::{ActionList, BasicReply, BasicRequest, Node, Nodes, Reply, Request, Value};
@@ -43,12 +47,11 @@ pub fn unify(replies: Vec<BasicReply>) -> Vec<BasicReply> {
         for (i, v) in r.results.iter().enumerate() {
             let _ = write!(key, "{}{v}", if i > 0 { ", " } else { "" });
         }
-        match index.entry(key.clone()) {
-            Entry::Occupied(e) => out[*e.get()].senders.union_with(&r.senders),
-            Entry::Vacant(e) => {
-                e.insert(out.len());
-                out.push(r);
-            }
+        if let Some(&i) = index.get(key.as_str()) {
+            out[i].senders.union_with(&r.senders);
+        } else {
+            index.insert(key.clone(), out.len());
+            out.push(r);
         }
     }
     out

@@ -194,7 +194,10 @@ fn spec_placeholders_are_refused_with_a_position() {
     );
     // The printing line break of line 527.
     let e = parse_reply(SPEC_REPLIES[1].1).unwrap_err();
-    assert_eq!((e.line, e.column), (1, 58));
+    assert_eq!(
+        e.to_string(),
+        "column 59: expected a value (integer, float, string, list or $n), found '\\'"
+    );
 }
 
 #[test]
@@ -694,11 +697,11 @@ fn unify_merges_equal_results_only() {
     ]);
     assert_eq!(u.len(), 2);
     assert!(unify(vec![]).is_empty());
-    // A million single-node replies with one answer become one reply.
-    let many: Vec<_> = (0..1u32 << 20)
+    // Many single-node replies with one answer become one reply.
+    let many: Vec<_> = (0..1u32 << 17)
         .map(|i| basic_reply(1, IdSet::single(i), vec![Value::Int(0)]))
         .collect();
-    assert_eq!(Reply(unify(many)).to_string(), "1 [0-1048575] stop(0)");
+    assert_eq!(Reply(unify(many)).to_string(), "1 [0-131071] stop(0)");
 }
 
 #[derive(Default)]
