@@ -83,7 +83,15 @@ impl MonitorHandle {
                     loaders: HashMap::new(),
                 };
                 loop {
-                    match rx.recv_timeout(Duration::from_millis(5)) {
+                    // Poll often only while breakpoints may fire; an idle server sleeps.
+                    let wait = match &m.proc {
+                        Some(p) if p.traced && p.state == ProcState::Running => {
+                            Duration::from_millis(2)
+                        }
+                        Some(p) if p.state == ProcState::Running => Duration::from_millis(50),
+                        _ => Duration::from_secs(3600),
+                    };
+                    match rx.recv_timeout(wait) {
                         Ok(job) => job(&mut m),
                         Err(std_mpsc::RecvTimeoutError::Timeout) => {}
                         Err(std_mpsc::RecvTimeoutError::Disconnected) => break,

@@ -150,6 +150,17 @@ impl Session {
         mut progress: impl FnMut(&Progress),
     ) -> anyhow::Result<Self> {
         let started = Instant::now();
+        // One stdout pipe per server: lift the soft descriptor limit to the hard one.
+        if let Ok((soft, hard)) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            && soft < hard
+        {
+            let _ = nix::sys::resource::setrlimit(
+                nix::sys::resource::Resource::RLIMIT_NOFILE,
+                hard,
+                hard,
+            );
+        }
         let deadline = tokio::time::Instant::now() + opts.startup_timeout;
         anyhow::ensure!(opts.n > 0, "a tree needs at least one server (-n)");
         let program = match &opts.program {

@@ -179,8 +179,16 @@ async fn breakpoint_stops_exactly_the_ranks_that_reach_it() {
         out.starts_with("[0-5] breakpoint at 0x") || out.contains("breakpoint at"),
         "{out}"
     );
-    // Wait for the three odd ranks to report the hit.
+    // Wait for the three odd ranks to report the hit (some may have been printed with
+    // the break command's own output already).
     let mut hit = IdSet::new();
+    for l in out
+        .lines()
+        .filter(|l| l.contains(" event breakpoint(\"reached_by_odd\""))
+    {
+        let ids: IdSet = l.split_whitespace().next().unwrap().parse().unwrap();
+        hit.union_with(&ids);
+    }
     while hit.len() < 3 {
         let ev = tokio::time::timeout(Duration::from_secs(30), c.session().next_event())
             .await
