@@ -77,11 +77,9 @@ enum Cmd {
     },
 }
 
+/// How to start a tree: the options `launch` and `run` share.
 #[derive(clap::Args, Debug)]
-struct RunArgs {
-    /// Number of servers (and program processes).
-    #[arg(short, long)]
-    n: u32,
+struct TreeArgs {
     /// local, ssh, mpirun or srun.
     #[arg(long, default_value = "local")]
     launcher: LauncherKind,
@@ -94,6 +92,28 @@ struct RunArgs {
     /// binomial, kary:K, knomial:K or flat.
     #[arg(long, default_value = "binomial")]
     topology: Shape,
+}
+
+impl TreeArgs {
+    fn options(&self, n: u32) -> SessionOptions {
+        SessionOptions {
+            n,
+            launcher: self.launcher,
+            hosts: self.hosts.clone(),
+            transport: self.transport.clone(),
+            topology: self.topology,
+            ..SessionOptions::default()
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Number of servers (and program processes).
+    #[arg(short, long)]
+    n: u32,
+    #[command(flatten)]
+    tree: TreeArgs,
     /// A console command to run (repeatable, in order); without any, the console is interactive.
     #[arg(short = 'c', long = "command")]
     commands: Vec<String>,
@@ -110,18 +130,8 @@ struct LaunchArgs {
     /// Number of servers.
     #[arg(short, long)]
     n: u32,
-    /// local, ssh, mpirun or srun.
-    #[arg(long, default_value = "local")]
-    launcher: LauncherKind,
-    /// Hosts for --launcher ssh (comma-separated).
-    #[arg(long, value_delimiter = ',')]
-    hosts: Vec<String>,
-    /// tcp or quic.
-    #[arg(long, default_value = "tcp")]
-    transport: String,
-    /// binomial, kary:K, knomial:K or flat.
-    #[arg(long, default_value = "binomial")]
-    topology: Shape,
+    #[command(flatten)]
+    tree: TreeArgs,
     /// Start-up deadline in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
@@ -214,13 +224,8 @@ fn print_tree(t: &dyn Topology) {
 
 async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
     let opts = SessionOptions {
-        n: a.n,
-        launcher: a.launcher,
-        hosts: a.hosts.clone(),
-        transport: a.transport.clone(),
-        topology: a.topology,
         startup_timeout: Duration::from_secs(a.timeout),
-        ..SessionOptions::default()
+        ..a.tree.options(a.n)
     };
     let tty = std::io::stderr().is_terminal() && !a.json;
     let bar = if tty {
@@ -328,14 +333,7 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
 
 async fn run_console(a: RunArgs) -> anyhow::Result<()> {
     use std::io::{BufRead, Write};
-    let opts = SessionOptions {
-        n: a.n,
-        launcher: a.launcher,
-        hosts: a.hosts.clone(),
-        transport: a.transport.clone(),
-        topology: a.topology,
-        ..SessionOptions::default()
-    };
+    let opts = a.tree.options(a.n);
     let session = Session::launch(&opts, |_| {})
         .await
         .context("launching the tree")?;
