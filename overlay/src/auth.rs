@@ -59,27 +59,17 @@ impl SessionKey {
         hex_encode(&self.0)
     }
 
+    fn key(&self) -> hmac::Key {
+        hmac::Key::new(hmac::HMAC_SHA256, &self.0)
+    }
+
     fn mac(&self, parts: &[&str]) -> String {
-        let key = hmac::Key::new(hmac::HMAC_SHA256, &self.0);
-        let mut ctx = hmac::Context::with_key(&key);
-        for p in parts {
-            ctx.update(p.as_bytes());
-            ctx.update(b"\x00");
-        }
-        hex_encode(ctx.sign().as_ref())
+        hex_encode(hmac::sign(&self.key(), &mac_input(parts)).as_ref())
     }
 
     fn verify(&self, parts: &[&str], mac_hex: &str) -> bool {
-        let Some(tag) = hex_decode(mac_hex) else {
-            return false;
-        };
-        let key = hmac::Key::new(hmac::HMAC_SHA256, &self.0);
-        let mut msg = Vec::new();
-        for p in parts {
-            msg.extend_from_slice(p.as_bytes());
-            msg.push(0);
-        }
-        hmac::verify(&key, &msg, &tag).is_ok()
+        hex_decode(mac_hex)
+            .is_some_and(|tag| hmac::verify(&self.key(), &mac_input(parts), &tag).is_ok())
     }
 
     /// The acceptor's MAC over the hello and its own nonce.
@@ -132,11 +122,23 @@ pub(crate) fn nonce() -> String {
     hex_encode(&n)
 }
 
-fn hex_encode(b: &[u8]) -> String {
+/// What a MAC covers: the parts, each followed by a NUL so no two lists collide.
+fn mac_input(parts: &[&str]) -> Vec<u8> {
+    let mut msg = Vec::new();
+    for p in parts {
+        msg.extend_from_slice(p.as_bytes());
+        msg.push(0);
+    }
+    msg
+}
+
+/// Bytes as lowercase hex digits (keys, nonces, MACs, fingerprints, one-line PEM).
+pub fn hex_encode(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
+/// The bytes of an even-length string of hex digits; `None` for anything else.
+pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) || !s.is_ascii() {
         return None;
     }

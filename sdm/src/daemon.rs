@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use futures::StreamExt;
 use sdm_overlay::Node;
-use sdm_overlay::auth::SessionKey;
+use sdm_overlay::auth::{SessionKey, hex_decode, hex_encode};
 use sdm_overlay::driver::{self, Delivery, LocalHandler};
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{
@@ -29,21 +29,14 @@ pub const SESSION_TLS_ENV: &str = "SDM_SESSION_TLS";
 
 /// Encodes the session certificate for [`SESSION_TLS_ENV`].
 pub fn tls_to_env(tls: &SessionTls) -> String {
-    tls.to_pem().bytes().map(|b| format!("{b:02x}")).collect()
+    hex_encode(tls.to_pem().as_bytes())
 }
 
 /// The transport configuration from the environment (the TLS certificate, if any).
 pub fn transport_config_from_env() -> anyhow::Result<TransportConfig> {
     let mut cfg = TransportConfig::default();
     if let Ok(hex) = std::env::var(SESSION_TLS_ENV) {
-        let bytes: Option<Vec<u8>> = (0..hex.len())
-            .step_by(2)
-            .map(|i| {
-                hex.get(i..i + 2)
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-            })
-            .collect();
-        let pem = bytes
+        let pem = hex_decode(&hex)
             .and_then(|b| String::from_utf8(b).ok())
             .ok_or_else(|| anyhow!("{SESSION_TLS_ENV} is not hex-encoded PEM"))?;
         cfg.tls = Some(SessionTls::from_pem(&pem).context(SESSION_TLS_ENV)?);

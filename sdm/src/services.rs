@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use sdm_overlay::auth::{hex_decode, hex_encode};
+
 use crate::monitor::Monitor;
 use crate::omis::{BasicReply, BasicRequest, Registry, ServiceError, Value, parse_request};
 
@@ -35,10 +37,6 @@ fn str_param<'a>(req: &'a BasicRequest, i: usize, what: &str) -> Result<&'a str,
             i + 1
         ))),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The registry of every service a server offers.
@@ -102,7 +100,7 @@ pub fn registry() -> Arc<Registry<Monitor>> {
             let addr = int_param(req, 0, "address")? as u64;
             let len = int_param(req, 1, "length")? as usize;
             m.read_memory(addr, len)
-                .map(|b| vec![Value::Str(hex(&b))])
+                .map(|b| vec![Value::Str(hex_encode(&b))])
                 .map_err(err)
         }),
     );
@@ -111,14 +109,8 @@ pub fn registry() -> Arc<Registry<Monitor>> {
         Box::new(|m, req| {
             let addr = int_param(req, 0, "address")? as u64;
             let text = str_param(req, 1, "hex bytes")?;
-            let bytes: Option<Vec<u8>> = (0..text.len())
-                .step_by(2)
-                .map(|i| {
-                    text.get(i..i + 2)
-                        .and_then(|h| u8::from_str_radix(h, 16).ok())
-                })
-                .collect();
-            let bytes = bytes.ok_or_else(|| err("write_memory: bytes must be hex digits"))?;
+            let bytes =
+                hex_decode(text).ok_or_else(|| err("write_memory: bytes must be hex digits"))?;
             m.write_memory(addr, &bytes)
                 .map(|()| vec![Value::Int(0)])
                 .map_err(err)

@@ -74,6 +74,18 @@ async fn run(c: &mut Console, cmd: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_stop_and_continue() {
     let (mut c, pids) = console(8, "spin").await;
+    // Let every rank get past the dynamic loader into spin() (a busy machine is slow).
+    for _ in 0..100 {
+        run(&mut c, "stop").await;
+        let settled = run(&mut c, "status")
+            .await
+            .contains("[0-7] stopped in spin");
+        run(&mut c, "cont").await;
+        if settled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(run(&mut c, "stop").await.trim(), "[0-7] stopped");
     for &p in &pids {
         assert_eq!(state(p), 'T', "pid {p} after stop");
@@ -151,8 +163,18 @@ async fn stop_and_cont_back_to_back_never_mix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bt_merges_stacks_into_one_tree() {
     let (mut c, _) = console(8, "funcs").await;
-    run(&mut c, "stop").await;
-    let tree = run(&mut c, "bt").await;
+    // A rank stopped before it got past the dynamic loader has no main on its stack yet:
+    // let the programs run until every rank is in its function (a busy machine is slow).
+    let mut tree = String::new();
+    for _ in 0..100 {
+        run(&mut c, "stop").await;
+        tree = run(&mut c, "bt").await;
+        if tree.contains("[0-7] main") {
+            break;
+        }
+        run(&mut c, "cont").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Every rank passes main; ranks split by the function they block in.
     assert!(tree.contains("[0-7] main"), "{tree}");
     for (ranks, f) in [

@@ -187,7 +187,7 @@ impl SessionTls {
 impl fmt::Debug for SessionTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SessionTls")
-            .field("fingerprint", &hex(&self.fingerprint))
+            .field("fingerprint", &crate::auth::hex_encode(&self.fingerprint))
             .finish_non_exhaustive()
     }
 }
@@ -201,10 +201,6 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
     let mut out = [0; 32];
     out.copy_from_slice(digest.as_ref());
     out
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Accepts exactly the server certificate with the session's fingerprint.
@@ -240,8 +236,8 @@ impl ServerCertVerifier for PinnedCert {
         } else {
             Err(rustls::Error::InvalidCertificate(CertificateError::Other(
                 OtherError(Arc::new(PinMismatch {
-                    got: hex(&got),
-                    want: hex(&self.fingerprint),
+                    got: crate::auth::hex_encode(&got),
+                    want: crate::auth::hex_encode(&self.fingerprint),
                 })),
             )))
         }
@@ -347,7 +343,7 @@ impl fmt::Debug for QuicTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("QuicTransport")
             .field("max_frame", &self.max_frame)
-            .field("fingerprint", &hex(&self.fingerprint))
+            .field("fingerprint", &crate::auth::hex_encode(&self.fingerprint))
             .finish_non_exhaustive()
     }
 }
