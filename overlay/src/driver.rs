@@ -11,7 +11,10 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use sdm_proto::{Kind, Message};
 use sdm_topology::NodeId;
-use tokio::sync::mpsc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use crate::node::{Node, Output};
@@ -64,30 +67,39 @@ enum Inbound {
 }
 
 /// Starts the reader and writer tasks of one link; returns the writer's queue.
-fn spawn_link(
-    peer: Peer,
-    link: Link,
-    inbound: mpsc::Sender<Inbound>,
-) -> mpsc::UnboundedSender<Message> {
+fn spawn_link(peer: Peer, link: Link, inbound: mpsc::Sender<Inbound>) -> LinkTx {
     let Link {
         mut reader,
         mut writer,
         peer: name,
     } = link;
     let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
+    let backlog = Arc::new(AtomicUsize::new(0));
+    let queued = backlog.clone();
+    let drained = Arc::new(Notify::new());
+    let drained_w = drained.clone();
     let inbound_w = inbound.clone();
     let name_w = name.clone();
     tokio::spawn(async move {
         // Batch: queue every frame already waiting, then flush once.
         while let Some(m) = rx.recv().await {
             let mut res = writer.feed(&m).await;
-            while res.is_ok() {
+            let mut n = 1;
+            while res.is_ok() && n < 256 {
                 match rx.try_recv() {
-                    Ok(m) => res = writer.feed(&m).await,
+                    Ok(m) => {
+                        res = writer.feed(&m).await;
+                        n += 1;
+                    }
                     Err(_) => break,
                 }
             }
-            if let Err(e) = res.and(writer.flush().await) {
+            res = res.and(writer.flush().await);
+            queued.fetch_sub(n, Ordering::Relaxed);
+            // Wakes a node loop that stopped taking input while this queue was full (a
+            // stored permit if it is not waiting yet: no lost wake-up).
+            drained_w.notify_one();
+            if let Err(e) = res {
                 let why = format!("write to {name_w} failed: {e}");
                 let _ = inbound_w.send(Inbound::Closed(peer, why)).await;
                 return;
@@ -109,11 +121,41 @@ fn spawn_link(
         };
         let _ = inbound.send(Inbound::Closed(peer, why)).await;
     });
-    tx
+    LinkTx {
+        tx,
+        backlog,
+        drained,
+    }
 }
 
+/// The sending side of a link: its queue, and how many frames wait in it.
+struct LinkTx {
+    tx: mpsc::UnboundedSender<Message>,
+    backlog: Arc<AtomicUsize>,
+    /// Signalled each time the writer has sent a batch.
+    drained: Arc<Notify>,
+}
+
+impl LinkTx {
+    fn send(&self, m: Message) -> bool {
+        self.backlog.fetch_add(1, Ordering::Relaxed);
+        self.tx.send(m).is_ok()
+    }
+
+    fn backlog(&self) -> usize {
+        self.backlog.load(Ordering::Relaxed)
+    }
+}
+
+/// Frames waiting for the parent link above which this node stops taking stdio and
+/// frames from below (so output slows the printers down instead of piling up here);
+/// frames from the parent are always taken, so control never waits behind output.
+const PARENT_BACKLOG_LIMIT: usize = 4096;
+
 /// Events a server's local side sends up (kind and payload), for [`run_node_with_events`].
-pub type LocalEvents = mpsc::UnboundedReceiver<(Kind, Bytes)>;
+/// The channel is bounded: a full channel makes the producer (the process's output
+/// reader) wait, which makes the process wait: backpressure, never a dropped line.
+pub type LocalEvents = mpsc::Receiver<(Kind, Bytes)>;
 
 /// Runs `node` until its parent link closes. `children` holds each child's link, or the
 /// error that kept it from connecting (those ids are reported lost on every command).
@@ -123,7 +165,7 @@ pub async fn run_node(
     children: Vec<(NodeId, io::Result<Link>)>,
     handler: LocalHandler,
 ) -> io::Result<()> {
-    let (_tx, rx) = mpsc::unbounded_channel();
+    let (_tx, rx) = mpsc::channel(1);
     run_node_with_events(node, parent, children, handler, rx).await
 }
 
@@ -135,10 +177,13 @@ pub async fn run_node_with_events(
     mut handler: LocalHandler,
     mut events: LocalEvents,
 ) -> io::Result<()> {
+    // Frames from the parent and from children come on separate queues, so control from
+    // above is never stuck behind a flood from below.
+    let (up_tx, mut up_rx) = mpsc::channel::<Inbound>(1024);
     let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(1024);
     let (reply_tx, mut reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
-    let to_parent = spawn_link(Peer::Parent, parent, in_tx.clone());
-    let mut to_child: HashMap<NodeId, mpsc::UnboundedSender<Message>> = HashMap::new();
+    let to_parent = spawn_link(Peer::Parent, parent, up_tx);
+    let mut to_child: HashMap<NodeId, LinkTx> = HashMap::new();
     let start = Instant::now().into_std();
     for (id, link) in children {
         match link {
@@ -149,6 +194,7 @@ pub async fn run_node_with_events(
         }
     }
     drop(in_tx);
+    let mut children_open = true;
     loop {
         // Drain outputs first: they may arm a timer.
         while let Some(out) = node.poll_output() {
@@ -157,7 +203,7 @@ pub async fn run_node_with_events(
                     let _ = to_parent.send(m);
                 }
                 Output::ToChild(c, m) => {
-                    if to_child.get(&c).is_none_or(|tx| tx.send(m).is_err()) {
+                    if to_child.get(&c).is_none_or(|tx| !tx.send(m)) {
                         to_child.remove(&c);
                         let now = Instant::now().into_std();
                         node.handle_link_down(now, c, "no link");
@@ -181,8 +227,29 @@ pub async fn run_node_with_events(
             }
         }
         let deadline = node.poll_timeout().map(Instant::from_std);
+        let room = to_parent.backlog() < PARENT_BACKLOG_LIMIT;
         tokio::select! {
-            ev = in_rx.recv() => {
+            biased;
+            ev = up_rx.recv() => {
+                let now = Instant::now().into_std();
+                match ev {
+                    Some(Inbound::Frame(_, m)) => node.handle_from_parent(now, m),
+                    other => {
+                        let why = match other {
+                            Some(Inbound::Closed(_, w)) => w,
+                            _ => "parent link closed".to_owned(),
+                        };
+                        tracing::info!(node = %node.id(), "parent link ended: {why}");
+                        node.handle_parent_down();
+                        return Ok(());
+                    }
+                }
+            }
+            Some((op, payload)) = reply_rx.recv() => {
+                node.handle_local_reply(Instant::now().into_std(), op, payload);
+            }
+            () = sleep_until(deadline) => node.handle_timeout(Instant::now().into_std()),
+            ev = in_rx.recv(), if room && children_open => {
                 let now = Instant::now().into_std();
                 match ev {
                     Some(Inbound::Frame(Peer::Parent, m)) => node.handle_from_parent(now, m),
@@ -197,14 +264,12 @@ pub async fn run_node_with_events(
                             node.handle_link_down(now, c, &why);
                         }
                     }
-                    None => return Ok(()),
+                    // No children (left): only the parent can end this node.
+                    None => children_open = false,
                 }
             }
-            Some((kind, payload)) = events.recv() => node.handle_local_event(kind, payload),
-            Some((op, payload)) = reply_rx.recv() => {
-                node.handle_local_reply(Instant::now().into_std(), op, payload);
-            }
-            () = sleep_until(deadline) => node.handle_timeout(Instant::now().into_std()),
+            Some((kind, payload)) = events.recv(), if room => node.handle_local_event(kind, payload),
+            () = to_parent.drained.notified(), if !room => {}
         }
     }
 }

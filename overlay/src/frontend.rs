@@ -149,6 +149,11 @@ impl Frontend {
         self.collect(op, dest).await
     }
 
+    /// Why the master link ended, if it did.
+    pub fn closed_reason(&self) -> Option<&str> {
+        self.closed.as_deref()
+    }
+
     /// An event already received, without waiting.
     pub fn queued_event(&mut self) -> Option<Message> {
         self.events.pop_front()

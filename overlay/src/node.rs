@@ -20,6 +20,8 @@ use bytes::Bytes;
 use sdm_proto::{IdSet, Kind, Message, Status, SyncMode, payload_hash};
 use sdm_topology::{NodeId, Topology};
 
+use crate::coalesce::{Coalescer, StdioLine};
+
 /// What a node asks its driver to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
@@ -163,6 +165,8 @@ pub struct Node {
     dead: HashMap<NodeId, String>,
     out: VecDeque<Output>,
     stats: NodeStats,
+    /// Stdio lines from children waiting to merge with identical lines of other ranks.
+    stdio: Coalescer,
 }
 
 impl Node {
@@ -176,7 +180,24 @@ impl Node {
             dead: HashMap::new(),
             out: VecDeque::new(),
             stats: NodeStats::default(),
+            stdio: Coalescer::new(Duration::ZERO),
         }
+    }
+
+    /// How long stdio lines from children wait to merge with identical ones (zero: no
+    /// coalescing).
+    pub fn set_stdio_window(&mut self, window: Duration) {
+        for l in self.stdio.drain() {
+            self.push_stdio(l);
+        }
+        self.stdio = Coalescer::new(window);
+    }
+
+    fn push_stdio(&mut self, l: StdioLine) {
+        let mut m = Message::reply(0, l.sources, Status::Replied, l.payload);
+        m.kind = l.kind;
+        m.aggregate.status = None;
+        self.out.push_back(Output::ToParent(m));
     }
 
     /// This node's id.
@@ -288,7 +309,6 @@ impl Node {
 
     /// A frame arrived from child `child`.
     pub fn handle_from_child(&mut self, now: Instant, child: NodeId, msg: Message) {
-        let _ = now;
         match msg.kind {
             Kind::Reply => {
                 self.stats.replies_in += 1;
@@ -301,7 +321,17 @@ impl Node {
                     &msg.source,
                 );
             }
-            Kind::Event | Kind::Stdio => self.out.push_back(Output::ToParent(msg)),
+            Kind::Stdio | Kind::Event => {
+                // Events share the buffer so they never overtake their sources' output.
+                let line = StdioLine {
+                    kind: msg.kind,
+                    sources: msg.source,
+                    payload: msg.payload,
+                };
+                for l in self.stdio.push(now, line) {
+                    self.push_stdio(l);
+                }
+            }
             _ => {
                 tracing::warn!(node = %self.me, %child, kind = ?msg.kind, "refused frame from child");
                 self.stats.refused += 1;
@@ -391,6 +421,9 @@ impl Node {
 
     /// Time has reached `now`: operations past their deadline time out.
     pub fn handle_timeout(&mut self, now: Instant) {
+        for l in self.stdio.expire(now) {
+            self.push_stdio(l);
+        }
         while let Some(&(d, op)) = self.timers.first() {
             if d > now {
                 break;
@@ -411,7 +444,11 @@ impl Node {
 
     /// When [`Node::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.first().map(|&(d, _)| d)
+        let op = self.timers.first().map(|&(d, _)| d);
+        match (op, self.stdio.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next thing to do, if any.

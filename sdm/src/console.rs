@@ -9,6 +9,9 @@ use anyhow::{Context, anyhow};
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 
+use sdm_overlay::coalesce::{Coalescer, StdioLine};
+
+use crate::monitor::{STDERR, STDOUT};
 use crate::omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
 use crate::session::Session;
 
@@ -21,6 +24,12 @@ pub struct Console {
     next_id: i64,
     json: bool,
     history: Vec<String>,
+    /// Print every stdio line once per rank, `[3] text`, instead of merged.
+    label: bool,
+    /// Front-end coalescing of stdio lines (after the tree's own).
+    stdio: Coalescer,
+    /// Ranks whose program has ended.
+    terminated: IdSet,
 }
 
 /// One merged result line: who, what happened, and the OMIS reply (if any).
@@ -44,7 +53,147 @@ impl Console {
             next_id: 1,
             json,
             history: Vec::new(),
+            label: false,
+            stdio: Coalescer::new(Duration::from_millis(200)),
+            terminated: IdSet::new(),
         }
+    }
+
+    /// Prints stdio lines per rank (`label`), and merges identical lines of different
+    /// ranks arriving within `window` (zero: print each as it comes).
+    pub fn set_stdio(&mut self, label: bool, window: Duration) {
+        self.label = label;
+        self.stdio = Coalescer::new(window);
+    }
+
+    /// Ranks whose program has ended.
+    pub fn terminated(&self) -> &IdSet {
+        &self.terminated
+    }
+
+    /// Handles one message that is not a reply: output and events are coalesced (an event
+    /// never passes its sources' output), then printed; program ends are noted as printed.
+    fn incoming(&mut self, m: Message, out: &mut dyn Write) -> anyhow::Result<()> {
+        let line = StdioLine {
+            kind: m.kind,
+            sources: m.source,
+            payload: m.payload,
+        };
+        for l in self.stdio.push(std::time::Instant::now(), line) {
+            self.print_line(&l, out)?;
+        }
+        Ok(())
+    }
+
+    /// Prints stdio lines whose coalescing window has passed (`all`: everything).
+    fn flush_stdio(&mut self, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+        let lines = if all {
+            self.stdio.drain()
+        } else {
+            self.stdio.expire(std::time::Instant::now())
+        };
+        for l in lines {
+            self.print_line(&l, out)?;
+        }
+        Ok(())
+    }
+
+    fn print_line(&mut self, l: &StdioLine, out: &mut dyn Write) -> anyhow::Result<()> {
+        if l.kind != sdm_proto::Kind::Stdio {
+            if l.payload.starts_with(b"process_terminated") {
+                self.terminated.union_with(&l.sources);
+            }
+            return self.print_event(&l.sources, &l.payload, out);
+        }
+        let (stream, text) = match l.payload.split_first() {
+            Some((s, t)) => (*s, String::from_utf8_lossy(t)),
+            None => (STDOUT, "".into()),
+        };
+        let mut err = std::io::stderr();
+        let w: &mut dyn Write = if stream == STDERR { &mut err } else { out };
+        if self.json {
+            let name = if stream == STDERR { "stderr" } else { "stdout" };
+            writeln!(
+                w,
+                "{}",
+                serde_json::json!({"ids": l.sources.to_string(), "stream": name, "line": text})
+            )?;
+        } else if self.label {
+            for id in l.sources.iter() {
+                writeln!(w, "[{id}] {text}")?;
+            }
+        } else {
+            writeln!(w, "{} {text}", l.sources)?;
+        }
+        Ok(())
+    }
+
+    /// Prints output and events until every rank's program has ended, forwarding `input`
+    /// (if any) to the programs of `stdin_ids` as it comes, end of input included.
+    pub async fn wait_for_exit(
+        &mut self,
+        mut input: Option<tokio::sync::mpsc::Receiver<Option<String>>>,
+        stdin_ids: &IdSet,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<()> {
+        let all = self.session.all();
+        // Like srun --input: ranks that get no input see end of file at once.
+        let closed = &all - stdin_ids;
+        if !closed.is_empty() || input.is_none() {
+            let none = if input.is_none() { all.clone() } else { closed };
+            self.write_stdin(&none, "", true).await?;
+        }
+        while !all.is_subset(&self.terminated) {
+            let tick = tokio::time::sleep(Duration::from_millis(20));
+            tokio::select! {
+                ev = self.session.next_event() => match ev {
+                    Some(m) => self.incoming(m, out)?,
+                    None => {
+                        let missing = &all - &self.terminated;
+                        anyhow::bail!("the tree went away before {missing} ended: {}", self.session.closed_reason());
+                    }
+                },
+                chunk = async { input.as_mut().expect("guarded").recv().await }, if input.is_some() => {
+                    let (data, eof) = match chunk {
+                        Some(Some(d)) => (d, false),
+                        Some(None) | None => (String::new(), true),
+                    };
+                    if eof {
+                        input = None;
+                    }
+                    let live = stdin_ids - &self.terminated;
+                    self.write_stdin(&live, &data, eof).await?;
+                }
+                () = tick => {}
+            }
+            self.flush_stdio(false, out)?;
+        }
+        while let Some(m) = self.session.queued_event() {
+            self.incoming(m, out)?;
+        }
+        self.flush_stdio(true, out)?;
+        Ok(())
+    }
+
+    /// Writes `data` to the programs of `ids` (`eof`: then ends their input).
+    pub async fn write_stdin(&mut self, ids: &IdSet, data: &str, eof: bool) -> anyhow::Result<()> {
+        let live = ids - &self.terminated;
+        if live.is_empty() {
+            return Ok(());
+        }
+        let id = self.id();
+        let text = format!(
+            "{id} [] sdm_stdin({}, {})",
+            Value::Str(data.to_owned()),
+            i32::from(eof)
+        );
+        let op = self
+            .session
+            .send(&live, SyncMode::Timeout(COMMAND_TIMEOUT_MS), text)
+            .await?;
+        // Output that comes meanwhile is kept in order by the session.
+        self.session.collect(op, &live).await?;
+        Ok(())
     }
 
     /// The session underneath.
@@ -52,8 +201,12 @@ impl Console {
         &mut self.session
     }
 
-    /// Ends the session.
-    pub async fn shutdown(self) {
+    /// Ends the session (printing any output still held).
+    pub async fn shutdown(mut self) {
+        while let Some(m) = self.session.queued_event() {
+            let _ = self.incoming(m, &mut std::io::stdout());
+        }
+        let _ = self.flush_stdio(true, &mut std::io::stdout());
         self.session.shutdown(Duration::from_secs(10)).await;
     }
 
@@ -72,11 +225,13 @@ impl Console {
         id
     }
 
-    /// Starts `program` under control on every server.
+    /// Starts `program` under control on every server, its stdio on a pty (`iof` "pty"),
+    /// on pipes ("pipes") or left to the launcher ("runtime").
     pub async fn start_program(
         &mut self,
         program: &str,
         args: &[String],
+        iof: &str,
     ) -> anyhow::Result<Vec<Line>> {
         let quoted: Vec<String> = args
             .iter()
@@ -84,9 +239,10 @@ impl Console {
             .collect();
         let id = self.id();
         let text = format!(
-            "{id} [] sdm_start({}, [{}])",
+            "{id} [] sdm_start({}, [{}], {})",
             Value::Str(program.to_owned()),
-            quoted.join(",")
+            quoted.join(","),
+            Value::Str(iof.to_owned())
         );
         let all = self.session.all();
         self.request(&all, &text).await
@@ -126,13 +282,16 @@ impl Console {
                     .with_context(|| format!("sleep: {rest:?} is not a number of seconds"))?;
                 let until = tokio::time::Instant::now() + Duration::from_secs_f64(secs);
                 loop {
+                    let tick = tokio::time::sleep(Duration::from_millis(20));
                     tokio::select! {
                         () = tokio::time::sleep_until(until) => break,
                         ev = self.session.next_event() => match ev {
-                            Some(m) => self.print_event(&m, out)?,
-                            None => break,
+                            Some(m) => self.incoming(m, out)?,
+                            None => anyhow::bail!("the tree went away: {}", self.session.closed_reason()),
                         },
+                        () = tick => {}
                     }
+                    self.flush_stdio(false, out)?;
                 }
             }
             "stop" | "cont" | "kill" | "status" => {
@@ -182,10 +341,11 @@ impl Console {
                 "unknown command {verb:?}: expected stop, cont, status, bt, break, kill, omis, sleep, history or quit"
             ),
         }
-        // Events that arrived meanwhile.
+        // Output and events that arrived meanwhile.
         while let Some(m) = self.session.queued_event() {
-            self.print_event(&m, out)?;
+            self.incoming(m, out)?;
         }
+        self.flush_stdio(false, out)?;
         Ok(true)
     }
 
@@ -263,16 +423,25 @@ impl Console {
         Ok(())
     }
 
-    fn print_event(&self, m: &Message, out: &mut dyn Write) -> anyhow::Result<()> {
-        let text = String::from_utf8_lossy(&m.payload);
+    fn print_event(
+        &self,
+        sources: &IdSet,
+        payload: &[u8],
+        out: &mut dyn Write,
+    ) -> anyhow::Result<()> {
+        let text = String::from_utf8_lossy(payload);
         if self.json {
             writeln!(
                 out,
                 "{}",
-                serde_json::json!({"event": text, "ids": m.source.to_string()})
+                serde_json::json!({"event": text, "ids": sources.to_string()})
             )?;
+        } else if self.label {
+            for id in sources.iter() {
+                writeln!(out, "[{id}] event {text}")?;
+            }
         } else {
-            writeln!(out, "{} event {text}", m.source)?;
+            writeln!(out, "{sources} event {text}")?;
         }
         Ok(())
     }

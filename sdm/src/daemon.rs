@@ -85,6 +85,7 @@ async fn serve(
         }
     }
     let mut node = Node::new(me, topo);
+    node.set_stdio_window(Duration::from_millis(spec.stdio_window_ms));
     node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
     driver::run_node_with_events(node, parent, children, handler, events).await?;
     Ok(())
@@ -104,7 +105,7 @@ pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> an
         .with_context(|| format!("master: cannot reach the front-end at {frontend}"))?;
     let none: LocalHandler =
         Box::new(|d: Delivery| d.reply.send("error: the master runs no requests"));
-    let (_tx, events) = tokio::sync::mpsc::unbounded_channel();
+    let (_tx, events) = tokio::sync::mpsc::channel(1);
     serve(NodeId::Master, link, &*transport, key, none, events).await
 }
 
@@ -196,16 +197,18 @@ pub async fn run_server(
         )
     })??;
     // The listener stays open while we serve (a quic listener owns the endpoint).
-    let (monitor, mut mon_events) = MonitorHandle::spawn(id, 0);
+    // Output lines and events share one bounded queue to the node: a full queue makes
+    // the output reader, and so the process, wait.
+    let (ev_tx, events) = tokio::sync::mpsc::channel(1024);
+    let (monitor, mut mon_events) = MonitorHandle::spawn(id, 0, ev_tx.clone());
     let ctx = ServerContext {
         id,
         monitor: monitor.clone(),
         registry: crate::services::registry(),
     };
-    let (ev_tx, events) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Some(e) = mon_events.recv().await {
-            if ev_tx.send((Kind::Event, Bytes::from(e))).is_err() {
+            if ev_tx.send((Kind::Event, Bytes::from(e))).await.is_err() {
                 break;
             }
         }

@@ -33,6 +33,9 @@ pub struct InitSpec {
     pub probe_span: u16,
     /// Limit of one handshake, ms.
     pub handshake_ms: u64,
+    /// How long interior nodes hold stdio lines to merge identical ones, ms (0: never).
+    #[serde(default)]
+    pub stdio_window_ms: u64,
 }
 
 impl InitSpec {
@@ -116,6 +119,7 @@ mod tests {
             delay_ms: 100,
             probe_span: 1,
             handshake_ms: 1000,
+            stdio_window_ms: 20,
         };
         let back = InitSpec::from_payload(spec.to_payload().as_bytes()).unwrap();
         assert_eq!(back, spec);

@@ -12,7 +12,7 @@ use sdm_deploy::LauncherKind;
 use sdm_overlay::auth::SessionKey;
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_overlay::transport::Address;
-use sdm_proto::{Status, SyncMode};
+use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{Shape, Topology};
 
 #[derive(Parser, Debug)]
@@ -120,6 +120,23 @@ struct RunArgs {
     /// Machine-readable output (JSON lines).
     #[arg(long)]
     json: bool,
+    /// Print every output line once per rank, as `[3] text`.
+    #[arg(long)]
+    label: bool,
+    /// Do not merge identical output lines of different ranks.
+    #[arg(long)]
+    no_coalesce: bool,
+    /// How long interior nodes hold an output line to merge it with identical lines of
+    /// other ranks, in milliseconds; the console holds lines ten times as long.
+    #[arg(long, default_value_t = 20, value_name = "MS")]
+    coalesce_ms: u64,
+    /// Stdio of the programs: pty (default), pipes (stdout and stderr apart), or runtime
+    /// (left to the launcher).
+    #[arg(long, default_value = "pty")]
+    iof: String,
+    /// Which ranks get standard input (default: all).
+    #[arg(long)]
+    stdin: Option<String>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     program: Vec<String>,
@@ -333,7 +350,27 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
 
 async fn run_console(a: RunArgs) -> anyhow::Result<()> {
     use std::io::{BufRead, Write};
-    let opts = a.tree.options(a.n);
+    let mut opts = a.tree.options(a.n);
+    let window = if a.no_coalesce {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(a.coalesce_ms)
+    };
+    opts.stdio_window = window;
+    let stdin_ids: IdSet = match &a.stdin {
+        None => IdSet::all(a.n),
+        Some(s) => {
+            let s = if s.starts_with('[') {
+                s.clone()
+            } else {
+                format!("[{s}]")
+            };
+            s.parse().map_err(|e| anyhow::anyhow!("--stdin: {e}"))?
+        }
+    };
+    a.iof
+        .parse::<sdm::monitor::IoMode>()
+        .map_err(anyhow::Error::msg)?;
     let session = Session::launch(&opts, |_| {})
         .await
         .context("launching the tree")?;
@@ -342,10 +379,13 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
         eprintln!("sdm: {ids} failed to start: {why}");
     }
     let mut console = sdm::console::Console::new(session, a.json);
+    console.set_stdio(a.label, window * 10);
     let program = std::fs::canonicalize(&a.program[0])
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| a.program[0].clone());
-    let started = console.start_program(&program, &a.program[1..]).await?;
+    let started = console
+        .start_program(&program, &a.program[1..], &a.iof)
+        .await?;
     for l in &started {
         if l.status != Status::Replied || l.text.contains("error") {
             eprintln!("sdm: {} could not start {program}: {}", l.ids, l.text);
@@ -353,9 +393,32 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
     }
     let mut out = std::io::stdout();
     let mut failed = false;
-    if a.commands.is_empty() {
+    let interactive = std::io::stdin().is_terminal();
+    if a.commands.is_empty() && !interactive {
+        // Like srun: standard input goes to the programs; wait for them to end.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Option<String>>(64);
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = vec![0u8; 16 << 10];
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
+                        if tx.blocking_send(Some(chunk)).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = tx.blocking_send(None);
+        });
+        console
+            .wait_for_exit(Some(rx), &stdin_ids, &mut out)
+            .await?;
+    } else if a.commands.is_empty() {
         let stdin = std::io::stdin();
-        let interactive = stdin.is_terminal();
         loop {
             if interactive {
                 eprint!("sdm> ");

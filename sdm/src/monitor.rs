@@ -14,10 +14,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use nix::sys::ptrace;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
+use sdm_proto::Kind;
 use tokio::sync::{mpsc, oneshot};
 
 /// What the monitored process is doing, as the monitor knows it.
@@ -45,10 +47,85 @@ struct Proc {
     /// Address -> (original byte, name).
     breakpoints: HashMap<u64, (u8, String)>,
     state: ProcState,
+    /// Where stdin data goes (the pty master or the stdin pipe); `None` once closed.
+    stdin: Option<std::fs::File>,
+    /// Whether stdin is a pty (end of input is ^D) or a pipe (end of input is close).
+    stdin_is_pty: bool,
+    /// The threads reading the process's output; joined before its exit is reported.
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// How a started process's stdio is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoMode {
+    /// A pseudo-terminal: stdout and stderr interleave as on a terminal.
+    Pty,
+    /// Pipes: stdout and stderr stay apart.
+    Pipes,
+    /// Left to the launcher (the seed's attach case): inherited from the server.
+    Runtime,
+}
+
+impl std::str::FromStr for IoMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pty" => Ok(Self::Pty),
+            "pipes" => Ok(Self::Pipes),
+            "runtime" => Ok(Self::Runtime),
+            _ => Err(format!(
+                "unknown stdio mode {s:?}: expected pty, pipes or runtime"
+            )),
+        }
+    }
+}
+
+/// Stream tag of a stdio payload: the first byte.
+pub const STDOUT: u8 = 1;
+/// Stream tag of a stdio payload: the first byte.
+pub const STDERR: u8 = 2;
+
+/// Reads `fd` line by line and sends each line (tagged with `stream`) as stdio; blocks when
+/// the channel is full, which blocks the process when its output buffer fills.
+fn spawn_reader(
+    fd: std::fs::File,
+    stream: u8,
+    tx: mpsc::Sender<(Kind, Bytes)>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("sdm-stdio".into())
+        .spawn(move || {
+            use std::io::BufRead;
+            let mut r = std::io::BufReader::with_capacity(64 << 10, fd);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                line.push(stream);
+                match r.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break, // EOF, or EIO once a pty's last writer is gone
+                    Ok(_) => {
+                        if line.last() == Some(&b'\n') {
+                            line.pop();
+                        }
+                        if line.last() == Some(&b'\r') {
+                            line.pop();
+                        }
+                        if tx
+                            .blocking_send((Kind::Stdio, Bytes::copy_from_slice(&line)))
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+        .expect("spawning a stdio reader")
 }
 
 /// The monitor of one server (runs on its own thread; see [`MonitorHandle`]).
 pub struct Monitor {
+    stdio: mpsc::Sender<(Kind, Bytes)>,
     /// This server's id (handed to the process as `SDM_RANK`).
     pub rank: u32,
     /// Number of servers in the tree.
@@ -69,13 +146,18 @@ pub struct MonitorHandle {
 impl MonitorHandle {
     /// Starts the monitor thread; events it detects (breakpoint hits, exits) arrive on the
     /// returned receiver as OMIS-style event texts.
-    pub fn spawn(rank: u32, servers: u32) -> (Self, mpsc::UnboundedReceiver<String>) {
+    pub fn spawn(
+        rank: u32,
+        servers: u32,
+        stdio: mpsc::Sender<(Kind, Bytes)>,
+    ) -> (Self, mpsc::UnboundedReceiver<String>) {
         let (tx, rx) = std_mpsc::channel::<Job>();
         let (etx, erx) = mpsc::unbounded_channel();
         std::thread::Builder::new()
             .name("sdm-monitor".into())
             .spawn(move || {
                 let mut m = Monitor {
+                    stdio,
                     rank,
                     servers,
                     proc: None,
@@ -145,8 +227,8 @@ impl Monitor {
             .ok_or_else(|| "no process: start one first".to_owned())
     }
 
-    /// Starts `program` with `args`; its stdout and stderr go to this server's stderr.
-    pub fn start(&mut self, program: &str, args: &[String]) -> MonResult<u32> {
+    /// Starts `program` with `args`, its stdio handled as `mode` says.
+    pub fn start(&mut self, program: &str, args: &[String], mode: IoMode) -> MonResult<u32> {
         if let Some(p) = &self.proc
             && matches!(
                 p.state,
@@ -155,30 +237,88 @@ impl Monitor {
         {
             return Err(format!("process {} is still alive", p.pid));
         }
-        use std::os::fd::AsFd;
-        let out = std::io::stderr()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| format!("dup stderr: {e}"))?;
+        use std::os::fd::{AsFd, OwnedFd};
         let mut cmd = Command::new(program);
-        // SAFETY: prctl is async-signal-safe; the child dies with this (monitor) thread, so a
+        cmd.args(args).env("SDM_RANK", self.rank.to_string());
+        let mut master: Option<OwnedFd> = None;
+        match mode {
+            IoMode::Pty => {
+                let pty = nix::pty::openpty(None, None).map_err(|e| errno("openpty", e))?;
+                use nix::sys::termios::{LocalFlags, OutputFlags, SetArg, tcgetattr, tcsetattr};
+                let mut t = tcgetattr(&pty.slave).map_err(|e| errno("tcgetattr", e))?;
+                // No echo of forwarded input, no CR added to output lines.
+                t.local_flags.remove(LocalFlags::ECHO | LocalFlags::ECHONL);
+                t.output_flags.remove(OutputFlags::ONLCR);
+                tcsetattr(&pty.slave, SetArg::TCSANOW, &t).map_err(|e| errno("tcsetattr", e))?;
+                let dup = |f: &OwnedFd| f.try_clone().map_err(|e| format!("dup pty: {e}"));
+                cmd.stdin(Stdio::from(dup(&pty.slave)?))
+                    .stdout(Stdio::from(dup(&pty.slave)?))
+                    .stderr(Stdio::from(pty.slave));
+                master = Some(pty.master);
+            }
+            IoMode::Pipes => {
+                cmd.stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+            }
+            IoMode::Runtime => {
+                let out = std::io::stderr()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| format!("dup stderr: {e}"))?;
+                cmd.stdin(Stdio::null()).stdout(out);
+            }
+        }
+        // SAFETY: setsid and prctl are async-signal-safe. The child gets its own session
+        // (so the pty can be its terminal), and dies with this (monitor) thread, so a
         // server killed with SIGKILL leaves no application process behind.
         unsafe {
             use std::os::unix::process::CommandExt;
             cmd.pre_exec(|| {
+                let _ = nix::unistd::setsid();
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
             });
         }
-        let child = cmd
-            .args(args)
-            .env("SDM_RANK", self.rank.to_string())
-            .stdin(Stdio::null())
-            .stdout(out)
+        let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {program}: {e}"))?;
+        // The parent's copies of the pty slave went with `cmd`.
+        drop(cmd);
         let pid = Pid::from_raw(child.id() as i32);
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
             .unwrap_or_else(|_| PathBuf::from(program));
+        let mut readers = Vec::new();
+        let (stdin, stdin_is_pty) = match (mode, master) {
+            (IoMode::Pty, Some(m)) => {
+                let w = std::fs::File::from(m.try_clone().map_err(|e| format!("dup pty: {e}"))?);
+                readers.push(spawn_reader(
+                    std::fs::File::from(m),
+                    STDOUT,
+                    self.stdio.clone(),
+                ));
+                (Some(w), true)
+            }
+            (IoMode::Pipes, _) => {
+                let out = child.stdout.take().expect("piped");
+                let err = child.stderr.take().expect("piped");
+                readers.push(spawn_reader(
+                    std::fs::File::from(OwnedFd::from(out)),
+                    STDOUT,
+                    self.stdio.clone(),
+                ));
+                readers.push(spawn_reader(
+                    std::fs::File::from(OwnedFd::from(err)),
+                    STDERR,
+                    self.stdio.clone(),
+                ));
+                let w = child
+                    .stdin
+                    .take()
+                    .map(|s| std::fs::File::from(OwnedFd::from(s)));
+                (w, false)
+            }
+            _ => (None, false),
+        };
         self.proc = Some(Proc {
             pid,
             exe,
@@ -186,8 +326,42 @@ impl Monitor {
             traced: false,
             breakpoints: HashMap::new(),
             state: ProcState::Running,
+            stdin,
+            stdin_is_pty,
+            readers,
         });
         Ok(pid.as_raw() as u32)
+    }
+
+    /// Writes `data` to the process's stdin; `eof` then ends its input (^D on a pty, close
+    /// on a pipe).
+    pub fn write_stdin(&mut self, data: &[u8], eof: bool) -> MonResult<()> {
+        use std::io::Write;
+        let p = self.proc()?;
+        let Some(w) = p.stdin.as_mut() else {
+            return if data.is_empty() {
+                Ok(())
+            } else {
+                Err("the process's stdin is closed".into())
+            };
+        };
+        w.write_all(data)
+            .map_err(|e| format!("writing stdin: {e}"))?;
+        if eof {
+            if p.stdin_is_pty {
+                // ^D ends input at the start of a line; a partial line needs two.
+                let eot: &[u8] = if data.is_empty() || data.ends_with(b"\n") {
+                    b"\x04"
+                } else {
+                    b"\x04\x04"
+                };
+                w.write_all(eot)
+                    .map_err(|e| format!("writing stdin: {e}"))?;
+            } else {
+                p.stdin = None;
+            }
+        }
+        Ok(())
     }
 
     /// The process id, if a process was started.
@@ -274,6 +448,7 @@ impl Monitor {
         let _ = p.child.kill();
         let _ = p.child.wait();
         p.state = ProcState::Signaled("SIGKILL".into());
+        self.report_exit("process_terminated(\"killed\",\"SIGKILL\")".into());
         Ok(())
     }
 
@@ -532,6 +707,28 @@ impl Monitor {
         Ok(addr)
     }
 
+    /// Reports the process's end (`event`) after its last output line: a helper thread
+    /// waits for the output readers to reach end of file, then sends the event on the same
+    /// queue as the output, so no line can arrive after the exit. The monitor thread never
+    /// waits for output to drain (a reader may be blocked on a full queue).
+    fn report_exit(&mut self, event: String) {
+        let Some(p) = self.proc.as_mut() else { return };
+        p.stdin = None;
+        let readers = std::mem::take(&mut p.readers);
+        let tx = self.stdio.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sdm-exit".into())
+            .spawn(move || {
+                for r in readers {
+                    let _ = r.join();
+                }
+                let _ = tx.blocking_send((Kind::Event, Bytes::from(event)));
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot report the process's exit: {e}");
+        }
+    }
+
     /// Notices breakpoint hits and exits; reports them as events.
     fn poll(&mut self) {
         let Some(p) = self.proc.as_mut() else { return };
@@ -547,15 +744,11 @@ impl Monitor {
             WaitStatus::StillAlive => {}
             WaitStatus::Exited(_, c) => {
                 p.state = ProcState::Exited(c);
-                let _ = self
-                    .events
-                    .send(format!("process_terminated(\"exited\",{c})"));
+                self.report_exit(format!("process_terminated(\"exited\",{c})"));
             }
             WaitStatus::Signaled(_, s, _) => {
                 p.state = ProcState::Signaled(s.to_string());
-                let _ = self
-                    .events
-                    .send(format!("process_terminated(\"killed\",\"{s}\")"));
+                self.report_exit(format!("process_terminated(\"killed\",\"{s}\")"));
             }
             WaitStatus::Stopped(pid, Signal::SIGTRAP) => {
                 let hit = ptrace::getregs(pid).ok().and_then(|mut r| {

@@ -184,9 +184,22 @@ pub fn registry() -> Arc<Registry<Monitor>> {
                         )));
                     }
                 };
-                m.start(&program, &args)
+                let mode = match req.params.get(2) {
+                    None => crate::monitor::IoMode::Pty,
+                    Some(Value::Str(s)) => s.parse().map_err(err)?,
+                    Some(other) => return Err(err(format!("sdm_start: parameter 3 must be \"pty\", \"pipes\" or \"runtime\", got {other:?}"))),
+                };
+                m.start(&program, &args, mode)
                     .map(|pid| vec![Value::Int(i64::from(pid))])
                     .map_err(err)
+            }),
+        );
+        x.register(
+            "stdin",
+            Box::new(|m: &mut Monitor, req: &BasicRequest| {
+                let data = str_param(req, 0, "data")?;
+                let eof = matches!(req.params.get(1), Some(Value::Int(1)));
+                m.write_stdin(data.as_bytes(), eof).map(|()| vec![Value::Int(0)]).map_err(err)
             }),
         );
         x.register(

@@ -48,6 +48,8 @@ pub struct SessionOptions {
     pub connect_delay: Duration,
     /// The `sdm` binary (default: found next to the running program, or `$SDM_BIN`).
     pub program: Option<PathBuf>,
+    /// How long interior nodes hold stdio lines to merge identical ones (zero: never).
+    pub stdio_window: Duration,
 }
 
 impl Default for SessionOptions {
@@ -64,6 +66,7 @@ impl Default for SessionOptions {
             connect_attempts: 20,
             connect_delay: Duration::from_millis(100),
             program: None,
+            stdio_window: Duration::from_millis(20),
         }
     }
 }
@@ -287,6 +290,7 @@ impl Session {
             delay_ms: opts.connect_delay.as_millis() as u64,
             probe_span: 1,
             handshake_ms: 5000,
+            stdio_window_ms: opts.stdio_window.as_millis() as u64,
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let all = IdSet::all(opts.n);
@@ -406,6 +410,14 @@ impl Session {
     /// The next unsolicited event or stdio message.
     pub async fn next_event(&mut self) -> Option<Message> {
         self.fe.next_event().await
+    }
+
+    /// Why the master link ended, if it did.
+    pub fn closed_reason(&self) -> String {
+        self.fe
+            .closed_reason()
+            .unwrap_or("it is still open")
+            .to_owned()
     }
 
     /// An event already received, without waiting.

@@ -45,7 +45,7 @@ async fn console(n: u32, mode: &str) -> (Console, Vec<u32>) {
     let mut c = Console::new(s, false);
     let prog = spinner();
     let lines = c
-        .start_program(prog.to_str().unwrap(), &[mode.to_owned()])
+        .start_program(prog.to_str().unwrap(), &[mode.to_owned()], "pty")
         .await
         .unwrap();
     let mut pids = Vec::new();

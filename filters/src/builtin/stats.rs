@@ -1,0 +1,193 @@
+//! `stats`: per-key statistics over key/value maps: count, exact sum, min and max with the
+//! ids holding them ("which ranks are slow"); `finish` adds the mean.
+//!
+//! Leaf input: a key/value map ([`record::leaf_map`]); a map from several ids counts once per
+//! id. Record: `{"sdm":1,"type":"stats","keys":{"cpu":{"count":4,"sum":"10","min":"1",
+//! "min_ids":"[0]","max":"4","max_ids":"[3]"}}}`, keys sorted; after `finish` each key also
+//! has `"mean":"2.5"`.
+
+use std::collections::BTreeMap;
+
+use sdm_proto::IdSet;
+use serde::{Deserialize, Serialize};
+
+use crate::decimal::Decimal;
+use crate::record::{self, ids_text, overflow};
+use crate::{Filter, FilterError, Group};
+
+/// Statistics of one key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyStats {
+    /// Number of values.
+    pub count: u64,
+    /// Exact sum of the values.
+    pub sum: Decimal,
+    /// Smallest value.
+    pub min: Decimal,
+    /// The ids that hold the smallest value.
+    #[serde(with = "ids_text")]
+    pub min_ids: IdSet,
+    /// Largest value.
+    pub max: Decimal,
+    /// The ids that hold the largest value.
+    #[serde(with = "ids_text")]
+    pub max_ids: IdSet,
+    /// `sum / count` (only after `finish`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<Decimal>,
+}
+
+impl KeyStats {
+    /// One value `v` held by every id of `ids`.
+    pub fn single(v: Decimal, ids: &IdSet) -> Option<Self> {
+        Some(Self {
+            count: ids.len(),
+            sum: v.checked_mul_int(i128::from(ids.len()))?,
+            min: v,
+            min_ids: ids.clone(),
+            max: v,
+            max_ids: ids.clone(),
+            mean: None,
+        })
+    }
+
+    /// Merges `other` in; `None` on overflow.
+    pub fn merge(&mut self, other: &KeyStats) -> Option<()> {
+        let count = self.count.checked_add(other.count)?;
+        let sum = self.sum.checked_add(other.sum)?;
+        self.count = count;
+        self.sum = sum;
+        match other.min.cmp(&self.min) {
+            std::cmp::Ordering::Less => {
+                self.min = other.min;
+                self.min_ids = other.min_ids.clone();
+            }
+            std::cmp::Ordering::Equal => self.min_ids.union_with(&other.min_ids),
+            std::cmp::Ordering::Greater => {}
+        }
+        match other.max.cmp(&self.max) {
+            std::cmp::Ordering::Greater => {
+                self.max = other.max;
+                self.max_ids = other.max_ids.clone();
+            }
+            std::cmp::Ordering::Equal => self.max_ids.union_with(&other.max_ids),
+            std::cmp::Ordering::Less => {}
+        }
+        self.mean = None;
+        Some(())
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct StatsRecord {
+    keys: BTreeMap<String, KeyStats>,
+}
+
+/// Per-key statistics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    keys: BTreeMap<String, KeyStats>,
+    sources: IdSet,
+    any: bool,
+}
+
+impl Stats {
+    /// Empty statistics.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// Merges `add` into a copy of `into`'s entries it touches; all or nothing.
+pub(crate) fn merge_keys(
+    into: &mut BTreeMap<String, KeyStats>,
+    add: BTreeMap<String, KeyStats>,
+) -> Option<()> {
+    let mut merged = Vec::with_capacity(add.len());
+    for (k, v) in add {
+        match into.get(&k) {
+            Some(cur) => {
+                let mut m = cur.clone();
+                m.merge(&v)?;
+                merged.push((k, m));
+            }
+            None => merged.push((k, v)),
+        }
+    }
+    into.extend(merged);
+    Some(())
+}
+
+impl Filter for Stats {
+    fn name(&self) -> &str {
+        "stats"
+    }
+
+    fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
+        let add = if record::is_record(payload) {
+            record::decode::<StatsRecord>("stats", "stats", payload, sources)?.keys
+        } else {
+            let mut m = BTreeMap::new();
+            for (k, v) in record::leaf_map("stats", payload, sources)? {
+                let s = KeyStats::single(v, sources).ok_or_else(|| overflow("stats", sources))?;
+                m.insert(k, s);
+            }
+            m
+        };
+        merge_keys(&mut self.keys, add).ok_or_else(|| overflow("stats", sources))?;
+        self.sources.union_with(sources);
+        self.any = true;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
+        let s = std::mem::take(self);
+        if !s.any {
+            return Ok(Vec::new());
+        }
+        let rec = StatsRecord { keys: s.keys };
+        Ok(vec![Group::new(record::encode("stats", &rec), s.sources)])
+    }
+
+    fn finish(&mut self) -> Result<Vec<Group>, FilterError> {
+        let mut s = std::mem::take(self);
+        if !s.any {
+            return Ok(Vec::new());
+        }
+        for v in s.keys.values_mut() {
+            v.mean = v.sum.div_int(v.count);
+        }
+        let rec = StatsRecord { keys: s.keys };
+        Ok(vec![Group::new(record::encode("stats", &rec), s.sources)])
+    }
+}
+
+impl Stats {
+    /// Reads a `stats` record (flushed or finished) back into its per-key statistics.
+    pub fn decode(payload: &[u8]) -> Result<BTreeMap<String, KeyStats>, FilterError> {
+        Ok(record::decode::<StatsRecord>("stats", "stats", payload, &IdSet::new())?.keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_ranks_are_slow() {
+        let mut f = Stats::new();
+        f.fold(b"t 1\nn 2", &"[0-1]".parse().unwrap()).unwrap();
+        f.fold(br#"{"t": 5}"#, &IdSet::single(2)).unwrap();
+        f.fold(br#"{"t": "5.0"}"#, &IdSet::single(3)).unwrap();
+        let g = f.finish().unwrap();
+        let k = Stats::decode(&g[0].payload).unwrap();
+        let t = &k["t"];
+        assert_eq!(t.count, 4);
+        assert_eq!(t.sum.to_string(), "12");
+        assert_eq!(t.mean.unwrap().to_string(), "3");
+        assert_eq!(t.min_ids.to_string(), "[0-1]");
+        assert_eq!(t.max_ids.to_string(), "[2-3]");
+        assert_eq!(k["n"].count, 2);
+        assert_eq!(g[0].sources.to_string(), "[0-3]");
+    }
+}

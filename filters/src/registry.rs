@@ -1,0 +1,172 @@
+//! [`Registry`]: filters by name. A command names its filter as `name` or `name:params`
+//! (`histogram:0:100:10`); the registry makes a fresh [`Filter`] for each op or stream wave.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::error::{ErrorKind, FilterError};
+use crate::{Filter, builtin, plugin};
+
+/// Makes a filter from the parameters after `name:` (empty if none). Called once per op.
+pub type Factory = Arc<dyn Fn(&str) -> Result<Box<dyn Filter>, FilterError> + Send + Sync>;
+
+/// The filters a node knows, by name: the built-ins and any loaded plugins.
+#[derive(Clone)]
+pub struct Registry {
+    factories: BTreeMap<String, Factory>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.factories.keys()).finish()
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Registry {
+    /// A registry holding every built-in filter (see the crate docs for the list).
+    pub fn new() -> Self {
+        let mut r = Self::empty();
+        builtin::register_all(&mut r);
+        r
+    }
+
+    /// A registry with no filters.
+    pub fn empty() -> Self {
+        Self {
+            factories: BTreeMap::new(),
+        }
+    }
+
+    /// Registers `factory` under `name` (no `:`); a name already taken is refused.
+    pub fn register(
+        &mut self,
+        name: &str,
+        factory: impl Fn(&str) -> Result<Box<dyn Filter>, FilterError> + Send + Sync + 'static,
+    ) -> Result<(), FilterError> {
+        if name.is_empty() || name.contains(':') {
+            return Err(FilterError::new(
+                name,
+                ErrorKind::BadParameters,
+                "a filter name must be non-empty and hold no ':'",
+            ));
+        }
+        if self.factories.contains_key(name) {
+            return Err(FilterError::new(
+                name,
+                ErrorKind::Duplicate,
+                "a filter by this name is already registered",
+            ));
+        }
+        self.factories.insert(name.to_owned(), Arc::new(factory));
+        Ok(())
+    }
+
+    /// Loads the plugin at `path` (see [`plugin`]) and registers it under the name it
+    /// declares; returns that name.
+    pub fn load_plugin(&mut self, path: impl AsRef<Path>) -> Result<String, FilterError> {
+        let p = plugin::Plugin::load(path.as_ref())?;
+        let name = p.name().to_owned();
+        let p = Arc::new(p);
+        self.register(&name, move |params| p.create(params))?;
+        Ok(name)
+    }
+
+    /// A fresh filter for `spec` (`name` or `name:params`; empty means `identical`).
+    pub fn create(&self, spec: &str) -> Result<Box<dyn Filter>, FilterError> {
+        let (name, params) = split_spec(spec);
+        let f = self.factories.get(name).ok_or_else(|| {
+            FilterError::new(
+                spec,
+                ErrorKind::UnknownFilter,
+                format!(
+                    "no such filter; known: {}",
+                    self.factories
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })?;
+        f(params)
+    }
+
+    /// Whether `spec`'s name is registered (its parameters are not checked).
+    pub fn contains(&self, spec: &str) -> bool {
+        self.factories.contains_key(split_spec(spec).0)
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.factories.keys().map(String::as_str)
+    }
+}
+
+/// `name:params` → (`name`, `params`); `""` → `identical`.
+fn split_spec(spec: &str) -> (&str, &str) {
+    match spec.split_once(':') {
+        Some((n, p)) => (n, p),
+        None if spec.is_empty() => ("identical", ""),
+        None => (spec, ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_safety() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<Box<dyn Filter>>();
+        send_sync::<Registry>();
+        send_sync::<FilterError>();
+    }
+
+    #[test]
+    fn names_and_errors() {
+        let r = Registry::new();
+        for n in [
+            "identical",
+            "sum",
+            "min",
+            "max",
+            "mean",
+            "count",
+            "histogram",
+            "concat",
+            "stats",
+            "stacktrace",
+            "lines",
+            "counters",
+            "statements",
+        ] {
+            assert!(r.contains(n), "{n}");
+        }
+        assert!(r.contains(""));
+        assert_eq!(r.create("").unwrap().name(), "identical");
+        assert_eq!(
+            r.create("histogram:0:10:5").unwrap().name(),
+            "histogram:0:10:5"
+        );
+        let e = r.create("nope").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnknownFilter);
+        assert!(e.to_string().contains("known: concat"), "{e}");
+        let e = r.create("histogram:0:10").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadParameters);
+        assert!(r.create("sum:3").is_err());
+        let mut r = r;
+        assert_eq!(
+            r.register("sum", |_| unreachable!()).unwrap_err().kind(),
+            ErrorKind::Duplicate
+        );
+    }
+}

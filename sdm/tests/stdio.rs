@@ -1,0 +1,280 @@
+//! End-to-end tests of stdio forwarding through the real `sdm run` CLI: programs on
+//! pseudo-terminals (or pipes) under real servers, their output up the tree with each
+//! rank's order kept, identical lines coalesced, standard input down to an id-set, and a
+//! global stop that completes while every rank floods its output.
+//!
+//! The tests run one at a time (each starts up to 16 servers and a flood of output).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+use sdm_proto::IdSet;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `sdm run ARGS` with `input` on its standard input.
+fn sdm_run(args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sdm"))
+        .arg("run")
+        // Windows wide enough that ranks started a little apart on a loaded machine
+        // still merge (the default is 20 ms at interior nodes, 200 ms at the console).
+        .args(["--coalesce-ms", "100"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting sdm run");
+    let mut stdin = child.stdin.take().expect("piped");
+    stdin.write_all(input).expect("writing sdm's stdin");
+    drop(stdin);
+    let out = child.wait_with_output().expect("waiting for sdm run");
+    assert!(
+        out.status.success(),
+        "sdm run {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Splits `[ids] text` lines.
+fn parse(text: &str) -> Vec<(IdSet, String)> {
+    text.lines()
+        .map(|l| {
+            let (ids, rest) = l.split_once(' ').unwrap_or((l, ""));
+            let ids: IdSet = ids.parse().unwrap_or_else(|e| panic!("{l:?}: {e}"));
+            (ids, rest.to_owned())
+        })
+        .collect()
+}
+
+/// Per rank, the numbers it printed (from lines that are numbers), in order.
+fn numbers_per_rank(lines: &[(IdSet, String)]) -> BTreeMap<u32, Vec<u64>> {
+    let mut per: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for (ids, text) in lines {
+        if let Ok(n) = text.parse::<u64>() {
+            for id in ids.iter() {
+                per.entry(id).or_default().push(n);
+            }
+        }
+    }
+    per
+}
+
+#[test]
+fn label_prints_every_line_of_every_rank_in_order() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = sdm_run(
+        &["-n", "16", "--label", "--", "sh", "-c", "seq 1 10000"],
+        b"",
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines = parse(&text);
+    for (ids, _) in &lines {
+        assert_eq!(ids.len(), 1, "--label prints one rank per line");
+    }
+    let per = numbers_per_rank(&lines);
+    assert_eq!(per.len(), 16);
+    let want: Vec<u64> = (1..=10000).collect();
+    for (rank, got) in &per {
+        assert!(
+            got == &want,
+            "rank {rank}: {} lines, not 1..=10000 in order",
+            got.len()
+        );
+    }
+    let numbers = lines
+        .iter()
+        .filter(|(_, t)| t.parse::<u64>().is_ok())
+        .count();
+    assert_eq!(numbers, 160_000);
+    let exits = lines
+        .iter()
+        .filter(|(_, t)| t == "event process_terminated(\"exited\",0)")
+        .count();
+    assert_eq!(exits, 16, "one exit event per rank");
+    assert_eq!(lines.len(), 160_016);
+}
+
+#[test]
+fn identical_lines_of_all_ranks_coalesce() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = sdm_run(&["-n", "16", "--", "sh", "-c", "seq 1 3000"], b"");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines = parse(&text);
+    // Nothing lost, nothing doubled, each rank in order...
+    let per = numbers_per_rank(&lines);
+    let want: Vec<u64> = (1..=3000).collect();
+    assert_eq!(per.len(), 16);
+    for (rank, got) in &per {
+        assert!(
+            got == &want,
+            "rank {rank}: {} numbers, not 1..=3000 in order",
+            got.len()
+        );
+    }
+    // ...and merged: each number is printed once for all sixteen ranks.
+    let numbers: Vec<&(IdSet, String)> = lines
+        .iter()
+        .filter(|(_, t)| t.parse::<u64>().is_ok())
+        .collect();
+    let whole = numbers
+        .iter()
+        .filter(|(ids, _)| ids == &IdSet::all(16))
+        .count();
+    assert_eq!(
+        numbers.len(),
+        3000,
+        "{} of 3000 lines merged for [0-15]",
+        whole
+    );
+    assert_eq!(whole, 3000);
+}
+
+#[test]
+fn no_coalesce_prints_each_rank_apart() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = sdm_run(&["-n", "4", "--no-coalesce", "--", "echo", "same"], b"");
+    let lines = parse(&String::from_utf8(out.stdout).unwrap());
+    let same: Vec<&IdSet> = lines
+        .iter()
+        .filter(|(_, t)| t == "same")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(same.len(), 4, "{lines:?}");
+    assert!(same.iter().all(|ids| ids.len() == 1));
+}
+
+#[test]
+fn stdin_goes_to_every_program_and_ends() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = sdm_run(&["-n", "4", "--", "cat"], b"hi\n");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.lines().next(),
+        Some("[0-3] hi"),
+        "cat echoes the input once per rank, merged: {text}"
+    );
+    assert!(
+        text.contains("[0-3] event process_terminated(\"exited\",0)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn stdin_goes_only_to_the_chosen_ranks() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let script = "while read x; do echo \"got $x\"; done; echo done";
+    let out = sdm_run(
+        &["-n", "4", "--stdin", "1-2", "--", "sh", "-c", script],
+        b"a\nb\n",
+    );
+    let lines = parse(&String::from_utf8(out.stdout).unwrap());
+    let who = |t: &str| -> IdSet {
+        lines
+            .iter()
+            .filter(|(_, x)| x == t)
+            .fold(IdSet::new(), |acc, (ids, _)| &acc | ids)
+    };
+    assert_eq!(who("got a"), "[1-2]".parse().unwrap(), "{lines:?}");
+    assert_eq!(who("got b"), "[1-2]".parse().unwrap(), "{lines:?}");
+    assert_eq!(
+        who("done"),
+        IdSet::all(4),
+        "the others see end of input at once"
+    );
+}
+
+#[test]
+fn pipes_keep_stderr_apart() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = sdm_run(
+        &[
+            "-n",
+            "2",
+            "--iof",
+            "pipes",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2",
+        ],
+        b"",
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stdout.lines().any(|l| l == "[0-1] out"), "{stdout}");
+    assert!(!stdout.contains("err"), "{stdout}");
+    assert!(stderr.lines().any(|l| l == "[0-1] err"), "{stderr}");
+}
+
+#[test]
+fn runtime_leaves_stdio_to_the_launcher() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = sdm_run(&["-n", "2", "--iof", "runtime", "--", "echo", "plain"], b"");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        !stdout.contains("plain"),
+        "not forwarded by the tree: {stdout}"
+    );
+    assert_eq!(
+        stderr.lines().filter(|l| l.trim_end() == "plain").count(),
+        2,
+        "the launcher passes each program's output through: {stderr}"
+    );
+}
+
+#[test]
+fn a_global_stop_completes_under_an_output_flood() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Eight ranks print numbered lines as fast as they can (different on every rank, so
+    // nothing merges); the stop must still reach all of them, and no line may be lost.
+    let flood = "i=0; while :; do i=$((i+1)); echo \"$SDM_RANK $i\"; done";
+    let out = sdm_run(
+        &[
+            "-n",
+            "8",
+            "--label",
+            "-c",
+            "sleep 0.5",
+            "-c",
+            "stop",
+            "-c",
+            "status",
+            "-c",
+            "kill",
+            "--",
+            "sh",
+            "-c",
+            flood,
+        ],
+        b"",
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut status = Vec::new();
+    for line in text.lines() {
+        let (id, rest) = line.split_once(' ').unwrap();
+        let id: IdSet = id.parse().unwrap();
+        match rest
+            .split_once(' ')
+            .map(|(r, n)| (r.parse::<u32>(), n.parse::<u64>()))
+        {
+            Some((Ok(rank), Ok(n))) => {
+                assert_eq!(id, IdSet::single(rank), "{line}");
+                let prev = last.insert(rank, n).unwrap_or(0);
+                assert_eq!(n, prev + 1, "rank {rank}: a line lost or out of order");
+            }
+            _ => status.push(line.to_owned()),
+        }
+    }
+    assert_eq!(last.len(), 8, "every rank printed: {status:?}");
+    assert!(
+        status.iter().any(|l| l.starts_with("[0-7] stopped in")),
+        "status after the stop: {status:?}"
+    );
+    assert!(status.iter().any(|l| l == "[0-7] killed"), "{status:?}");
+}
