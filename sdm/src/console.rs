@@ -203,8 +203,15 @@ impl Console {
 
     /// Ends the session (printing any output still held).
     pub async fn shutdown(mut self) {
+        let mut out = std::io::stdout();
         while let Some(m) = self.session.queued_event() {
-            let _ = self.incoming(m, &mut std::io::stdout());
+            let _ = self.incoming(m, &mut out);
+        }
+        // Events still on their way (replies of event actions that the last commands
+        // raised) get a moment to arrive: until nothing has come for a short while.
+        let quiet = self.stdio.window().max(Duration::from_millis(100));
+        while let Ok(Some(m)) = tokio::time::timeout(quiet, self.session.next_event()).await {
+            let _ = self.incoming(m, &mut out);
         }
         let _ = self.flush_stdio(true, &mut std::io::stdout());
         self.session.shutdown(Duration::from_secs(10)).await;
@@ -246,6 +253,30 @@ impl Console {
         );
         let all = self.session.all();
         self.request(&all, &text).await
+    }
+
+    /// Attaches rank `i` to the running process `pids[i]` (processes this tree did not
+    /// start: they are detached, not killed, when it ends).
+    pub async fn attach(&mut self, pids: &[u32]) -> anyhow::Result<Vec<Line>> {
+        let mut pending = Vec::new();
+        for (rank, pid) in pids.iter().enumerate() {
+            let id = self.id();
+            let dest = IdSet::single(rank as u32);
+            let op = self
+                .session
+                .send(
+                    &dest,
+                    SyncMode::Timeout(COMMAND_TIMEOUT_MS),
+                    format!("{id} [] sdm_attach({pid})"),
+                )
+                .await?;
+            pending.push((op, dest));
+        }
+        let mut out = Vec::new();
+        for (op, dest) in pending {
+            out.extend(lines(self.session.collect(op, &dest).await?));
+        }
+        Ok(out)
     }
 
     /// Runs one console command; returns false on `quit`.
@@ -353,8 +384,27 @@ impl Console {
     /// once for `,`) and prints the replies with their sender nodes.
     async fn raw(&mut self, text: &str, out: &mut dyn Write) -> anyhow::Result<()> {
         let req = parse_request(text).map_err(|e| anyhow!("omis: {e}"))?;
-        if req.event.is_some() {
-            anyhow::bail!("omis: event-action requests are not supported by this console yet");
+        if let Some(ev) = &req.event {
+            // Stored on the event's nodes; its actions run there at each occurrence and
+            // their replies come back as events.
+            let dest = if ev.nodes.is_all() {
+                self.session.all()
+            } else {
+                ev.nodes.ids.clone()
+            };
+            let mut stored = req.clone();
+            if let Some(e) = stored.event.as_mut() {
+                e.nodes = Nodes::all();
+            }
+            let groups = self
+                .session
+                .request(
+                    &dest,
+                    SyncMode::Timeout(COMMAND_TIMEOUT_MS),
+                    stored.to_string(),
+                )
+                .await?;
+            return self.print_lines("omis", &lines(groups), out, |r| r.to_string());
         }
         let (seq, actions) = match req.actions {
             ActionList::Seq(v) => (true, v),
@@ -436,12 +486,20 @@ impl Console {
                 "{}",
                 serde_json::json!({"event": text, "ids": sources.to_string()})
             )?;
-        } else if self.label {
-            for id in sources.iter() {
-                writeln!(out, "[{id}] event {text}")?;
-            }
         } else {
-            writeln!(out, "{sources} event {text}")?;
+            // Replies of event actions start with their request id; the rest are events.
+            let what = if text.starts_with(|c: char| c.is_ascii_digit()) {
+                ""
+            } else {
+                "event "
+            };
+            if self.label {
+                for id in sources.iter() {
+                    writeln!(out, "[{id}] {what}{text}")?;
+                }
+            } else {
+                writeln!(out, "{sources} {what}{text}")?;
+            }
         }
         Ok(())
     }

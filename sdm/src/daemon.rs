@@ -206,6 +206,9 @@ pub async fn run_server(
         monitor: monitor.clone(),
         registry: crate::services::registry(),
     };
+    // Event actions run on the monitor thread with the same services.
+    let reg = ctx.registry.clone();
+    drop(monitor.submit(move |m| m.registry = Some(reg)));
     tokio::spawn(async move {
         while let Some(e) = mon_events.recv().await {
             if ev_tx.send((Kind::Event, Bytes::from(e))).await.is_err() {

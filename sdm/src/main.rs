@@ -137,8 +137,17 @@ struct RunArgs {
     /// Which ranks get standard input (default: all).
     #[arg(long)]
     stdin: Option<String>,
+    /// Attach to these running processes (one pid per rank, comma-separated) instead of
+    /// starting a program; they are detached, not killed, at the end.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "PIDS",
+        conflicts_with = "program"
+    )]
+    attach: Vec<u32>,
     /// The program and its arguments.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "attach")]
     program: Vec<String>,
 }
 
@@ -371,6 +380,13 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
     a.iof
         .parse::<sdm::monitor::IoMode>()
         .map_err(anyhow::Error::msg)?;
+    if !a.attach.is_empty() && a.attach.len() != a.n as usize {
+        anyhow::bail!(
+            "--attach: {} pids for {} ranks (give one per rank)",
+            a.attach.len(),
+            a.n
+        );
+    }
     let session = Session::launch(&opts, |_| {})
         .await
         .context("launching the tree")?;
@@ -380,15 +396,23 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
     }
     let mut console = sdm::console::Console::new(session, a.json);
     console.set_stdio(a.label, window * 10);
-    let program = std::fs::canonicalize(&a.program[0])
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| a.program[0].clone());
-    let started = console
-        .start_program(&program, &a.program[1..], &a.iof)
-        .await?;
-    for l in &started {
-        if l.status != Status::Replied || l.text.contains("error") {
-            eprintln!("sdm: {} could not start {program}: {}", l.ids, l.text);
+    if a.attach.is_empty() {
+        let program = std::fs::canonicalize(&a.program[0])
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| a.program[0].clone());
+        let started = console
+            .start_program(&program, &a.program[1..], &a.iof)
+            .await?;
+        for l in &started {
+            if l.status != Status::Replied || l.text.contains("error") {
+                eprintln!("sdm: {} could not start {program}: {}", l.ids, l.text);
+            }
+        }
+    } else {
+        for l in &console.attach(&a.attach).await? {
+            if l.status != Status::Replied || l.text.contains("error") {
+                eprintln!("sdm: {} could not attach: {}", l.ids, l.text);
+            }
         }
     }
     let mut out = std::io::stdout();

@@ -8,9 +8,10 @@
 //! while it has breakpoints (or for a moment, to read registers): a plain `stop` is a
 //! SIGSTOP, so tools outside see it in state `T` like any stopped job.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
@@ -21,6 +22,9 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use sdm_proto::Kind;
 use tokio::sync::{mpsc, oneshot};
+
+use crate::omis::{Registry, Value};
+use crate::services::AsyncRequest;
 
 /// What the monitored process is doing, as the monitor knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +46,8 @@ pub enum ProcState {
 struct Proc {
     pid: Pid,
     exe: PathBuf,
-    child: Child,
+    /// The process handle, if this server started it (`None`: attached).
+    child: Option<Child>,
     traced: bool,
     /// Address -> (original byte, name).
     breakpoints: HashMap<u64, (u8, String)>,
@@ -133,6 +138,14 @@ pub struct Monitor {
     proc: Option<Proc>,
     events: mpsc::UnboundedSender<String>,
     loaders: HashMap<PathBuf, Option<addr2line::Loader>>,
+    /// The services event actions run with (set once the server has its registry).
+    pub registry: Option<Arc<Registry<Monitor>>>,
+    /// Stored event-action requests, by request id.
+    pub requests: BTreeMap<i64, AsyncRequest>,
+    /// Defined user events.
+    pub user_events: BTreeSet<i64>,
+    /// How deep event actions are nested (an action may raise an event).
+    firing: u32,
 }
 
 type Job = Box<dyn FnOnce(&mut Monitor) + Send>;
@@ -163,6 +176,10 @@ impl MonitorHandle {
                     proc: None,
                     events: etx,
                     loaders: HashMap::new(),
+                    registry: None,
+                    requests: BTreeMap::new(),
+                    user_events: BTreeSet::new(),
+                    firing: 0,
                 };
                 loop {
                     // Poll often only while breakpoints may fire; an idle server sleeps.
@@ -322,7 +339,7 @@ impl Monitor {
         self.proc = Some(Proc {
             pid,
             exe,
-            child,
+            child: Some(child),
             traced: false,
             breakpoints: HashMap::new(),
             state: ProcState::Running,
@@ -445,18 +462,85 @@ impl Monitor {
         if matches!(p.state, ProcState::Exited(_) | ProcState::Signaled(_)) {
             return Ok(());
         }
-        let _ = p.child.kill();
-        let _ = p.child.wait();
+        match p.child.as_mut() {
+            Some(c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            None => {
+                let _ = kill(p.pid, Signal::SIGKILL);
+                let _ = waitpid(p.pid, Some(WaitPidFlag::__WALL));
+            }
+        }
         p.state = ProcState::Signaled("SIGKILL".into());
         self.report_exit("process_terminated(\"killed\",\"SIGKILL\")".into());
         Ok(())
     }
 
-    /// Kills the process if there is one, ignoring errors (at shutdown).
+    /// At shutdown: kills the process if this server started it; a process it attached to
+    /// is detached (breakpoints removed) and left running.
     pub fn kill_quietly(&mut self) {
-        if self.proc.is_some() {
-            let _ = self.kill();
+        match &self.proc {
+            Some(p) if p.child.is_none() => self.detach(),
+            Some(_) => drop(self.kill()),
+            None => {}
         }
+    }
+
+    /// Attaches to a running process this server did not start (ptrace seize, so it may
+    /// be stopped, inspected and given breakpoints); it is detached, not killed, when the
+    /// server ends.
+    pub fn attach(&mut self, pid: u32) -> MonResult<u32> {
+        if let Some(p) = &self.proc
+            && matches!(
+                p.state,
+                ProcState::Running | ProcState::Stopped | ProcState::AtBreakpoint(_)
+            )
+        {
+            return Err(format!("already controlling process {}", p.pid));
+        }
+        let raw = i32::try_from(pid).map_err(|_| format!("{pid} is not a process id"))?;
+        let pid = Pid::from_raw(raw);
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map_err(|e| format!("no process {pid} to attach to: {e}"))?;
+        ptrace::seize(pid, ptrace::Options::empty()).map_err(|e| errno("ptrace seize", e))?;
+        self.proc = Some(Proc {
+            pid,
+            exe,
+            child: None,
+            traced: true,
+            breakpoints: HashMap::new(),
+            state: ProcState::Running,
+            stdin: None,
+            stdin_is_pty: false,
+            readers: Vec::new(),
+        });
+        Ok(pid.as_raw() as u32)
+    }
+
+    /// Lets an attached process go: removes breakpoints and detaches, leaving it running.
+    fn detach(&mut self) {
+        let Some(p) = self.proc.as_mut() else { return };
+        if !p.traced {
+            return;
+        }
+        if p.state == ProcState::Running
+            && ptrace::interrupt(p.pid).is_ok()
+            && wait_trace_stop(p).is_err()
+        {
+            return;
+        }
+        for (addr, (orig, _)) in std::mem::take(&mut p.breakpoints) {
+            let _ = poke_byte(p.pid, addr, orig);
+        }
+        if let ProcState::AtBreakpoint(addr) = p.state
+            && let Ok(mut r) = ptrace::getregs(p.pid)
+        {
+            r.rip = addr;
+            let _ = ptrace::setregs(p.pid, r);
+        }
+        let _ = ptrace::detach(p.pid, None);
+        p.traced = false;
     }
 
     /// One-line status: `running`, `stopped at 0x… in func`, `exited 0`, …
@@ -707,6 +791,29 @@ impl Monitor {
         Ok(addr)
     }
 
+    /// An event occurred here: runs the actions of the enabled requests waiting for it
+    /// (OMIS section 5.2) and sends their replies up. `key` selects among definitions (a
+    /// breakpoint's function, a user event's number); `params` are `$1`, `$2`…
+    pub fn fire(&mut self, service: &str, key: Option<Value>, params: Vec<Value>) {
+        const MAX_DEPTH: u32 = 8;
+        let Some(reg) = self.registry.clone() else {
+            return;
+        };
+        if self.firing >= MAX_DEPTH {
+            let _ = self.events.send(format!(
+                "error(\"event {service} not handled: actions raise events {MAX_DEPTH} deep\")"
+            ));
+            return;
+        }
+        self.firing += 1;
+        let replies =
+            crate::services::run_event_actions(&reg, self, service, key.as_ref(), &params);
+        self.firing -= 1;
+        for r in replies {
+            let _ = self.events.send(r);
+        }
+    }
+
     /// Reports the process's end (`event`) after its last output line: a helper thread
     /// waits for the output readers to reach end of file, then sends the event on the same
     /// queue as the output, so no line can arrive after the exit. The monitor thread never
@@ -745,10 +852,14 @@ impl Monitor {
             WaitStatus::Exited(_, c) => {
                 p.state = ProcState::Exited(c);
                 self.report_exit(format!("process_terminated(\"exited\",{c})"));
+                let how = vec![Value::Str("exited".into()), Value::Int(i64::from(c))];
+                self.fire("process_terminated", None, how);
             }
             WaitStatus::Signaled(_, s, _) => {
                 p.state = ProcState::Signaled(s.to_string());
                 self.report_exit(format!("process_terminated(\"killed\",\"{s}\")"));
+                let how = vec![Value::Str("killed".into()), Value::Str(s.to_string())];
+                self.fire("process_terminated", None, how);
             }
             WaitStatus::Stopped(pid, Signal::SIGTRAP) => {
                 let hit = ptrace::getregs(pid).ok().and_then(|mut r| {
@@ -765,6 +876,9 @@ impl Monitor {
                         let _ = self
                             .events
                             .send(format!("breakpoint(\"{name}\",{addr:#x})"));
+                        let key = Value::Str(name.clone());
+                        let params = vec![Value::Str(name), Value::Int(addr as i64)];
+                        self.fire("breakpoint", Some(key), params);
                     }
                     None => {
                         let _ = ptrace::cont(pid, Signal::SIGTRAP);

@@ -11,7 +11,11 @@ use std::sync::Arc;
 use sdm_overlay::auth::{hex_decode, hex_encode};
 
 use crate::monitor::Monitor;
-use crate::omis::{BasicReply, BasicRequest, Registry, ServiceError, Value, parse_request};
+use sdm_proto::IdSet;
+
+use crate::omis::{
+    ActionList, BasicReply, BasicRequest, Registry, ServiceError, Value, parse_request,
+};
 
 fn err(e: impl Into<String>) -> ServiceError {
     ServiceError(e.into())
@@ -71,11 +75,85 @@ pub fn registry() -> Arc<Registry<Monitor>> {
     );
     r.register_base(
         "stop",
-        Box::new(|m, _| m.stop().map(|()| vec![Value::Int(0)]).map_err(err)),
+        Box::new(|m, _| {
+            m.stop().map_err(err)?;
+            let pid = m.pid().map_or(0, i64::from);
+            m.fire("process_stopped", None, vec![Value::Int(pid)]);
+            Ok(vec![Value::Int(0)])
+        }),
     );
     r.register_base(
         "cont",
-        Box::new(|m, _| m.cont().map(|()| vec![Value::Int(0)]).map_err(err)),
+        Box::new(|m, _| {
+            m.cont().map_err(err)?;
+            let pid = m.pid().map_or(0, i64::from);
+            m.fire("process_continued", None, vec![Value::Int(pid)]);
+            Ok(vec![Value::Int(0)])
+        }),
+    );
+    // Asynchronous service requests (OMIS 8.2.1) and user defined events (8.2.2).
+    for (name, on) in [
+        ("enable", Some(true)),
+        ("disable", Some(false)),
+        ("delete", None),
+    ] {
+        r.register_base(
+            name,
+            Box::new(move |m, req| {
+                let id = int_param(req, 0, "request id")?;
+                let known = m.requests.contains_key(&id);
+                match (known, on) {
+                    (false, _) => return Err(err(format!("{name}: no request {id} on this node"))),
+                    (true, Some(on)) => m.requests.get_mut(&id).expect("known").enabled = on,
+                    (true, None) => drop(m.requests.remove(&id)),
+                }
+                Ok(vec![Value::Int(0)])
+            }),
+        );
+    }
+    r.register_base(
+        "define_user_event",
+        Box::new(|m, req| {
+            let n = int_param(req, 0, "event number")?;
+            if !m.user_events.insert(n) {
+                return Err(err(format!(
+                    "define_user_event: event {n} is already defined"
+                )));
+            }
+            Ok(vec![Value::Int(0)])
+        }),
+    );
+    r.register_base(
+        "destroy_user_event",
+        Box::new(|m, req| {
+            let n = int_param(req, 0, "event number")?;
+            if !m.user_events.remove(&n) {
+                return Err(err(format!("destroy_user_event: event {n} is not defined")));
+            }
+            // "All asynchronous service requests using this event will be deleted."
+            m.requests.retain(|_, r| {
+                !(r.event.service == "user_event" && r.event.params.first() == Some(&Value::Int(n)))
+            });
+            Ok(vec![Value::Int(0)])
+        }),
+    );
+    r.register_base(
+        "raise_event",
+        Box::new(|m, req| {
+            let n = int_param(req, 0, "event number")?;
+            if !m.user_events.contains(&n) {
+                return Err(err(format!(
+                    "raise_event: event {n} is not defined (define_user_event first)"
+                )));
+            }
+            let params = match req.params.get(1) {
+                None => Vec::new(),
+                Some(Value::List(v)) => v.clone(),
+                Some(other) => vec![other.clone()],
+            };
+            m.fire("user_event", Some(Value::Int(n)), params);
+            Ok(vec![Value::Int(0)])
+        }),
     );
     r.register_base(
         "kill",
@@ -203,6 +281,14 @@ pub fn registry() -> Arc<Registry<Monitor>> {
             }),
         );
         x.register(
+            "attach",
+            Box::new(|m: &mut Monitor, req: &BasicRequest| {
+                let pid = int_param(req, 0, "pid")?;
+                let pid = u32::try_from(pid).map_err(|_| err(format!("sdm_attach: {pid} is not a pid")))?;
+                m.attach(pid).map(|p| vec![Value::Int(i64::from(p))]).map_err(err)
+            }),
+        );
+        x.register(
             "status",
             Box::new(|m: &mut Monitor, _: &BasicRequest| {
                 m.status().map(|s| vec![Value::Str(s)]).map_err(err)
@@ -221,11 +307,8 @@ pub fn execute(registry: &Registry<Monitor>, m: &mut Monitor, text: &str) -> Str
         Ok(r) => r,
         Err(e) => return format!("0 [] error(\"bad request: {}\")", escape(&e.to_string())),
     };
-    if let Some(ev) = &req.event {
-        return format!(
-            "{} [] {}(\"error: event-action requests are not supported yet; use breakpoint(...) and the process_stopped events it raises\")",
-            ev.id, ev.service
-        );
+    if let Some(ev) = req.event {
+        return define_async(registry, m, ev, req.actions);
     }
     let actions = match &req.actions {
         crate::omis::ActionList::Seq(v) | crate::omis::ActionList::Par(v) => v,
@@ -238,12 +321,169 @@ pub fn execute(registry: &Registry<Monitor>, m: &mut Monitor, text: &str) -> Str
         };
         replies.push(BasicReply {
             id: action.id,
-            senders: sdm_proto::IdSet::new(),
+            senders: IdSet::new(),
             service: action.service.clone(),
             results,
         });
     }
     crate::omis::Reply(replies).to_string()
+}
+
+/// The events a request may wait for, and what each passes to its actions as `$1`, `$2`…
+pub const EVENTS: [(&str, &str); 5] = [
+    ("breakpoint", "the function name and the address"),
+    ("process_stopped", "the pid (stopped by the stop service)"),
+    (
+        "process_continued",
+        "the pid (continued by the cont service)",
+    ),
+    (
+        "process_terminated",
+        "how it ended and the exit code or signal",
+    ),
+    ("user_event", "the parameters given to raise_event"),
+];
+
+/// An asynchronous service request (OMIS section 5.2): an event and the actions to run
+/// at each occurrence; stored disabled until `enable`.
+#[derive(Debug, Clone)]
+pub struct AsyncRequest {
+    /// The event definition (its id is the request id).
+    pub event: BasicRequest,
+    /// What runs when the event occurs.
+    pub actions: ActionList,
+    /// Whether occurrences are being looked for.
+    pub enabled: bool,
+}
+
+/// Stores `event: actions` on this node. The actions run where the event occurs, so their
+/// receivers must be `[$0]` or this node.
+fn define_async(
+    registry: &Registry<Monitor>,
+    m: &mut Monitor,
+    event: BasicRequest,
+    actions: ActionList,
+) -> String {
+    let fail = |e: String| {
+        format!(
+            "{} [] {}(\"error: {}\")",
+            event.id,
+            event.service,
+            escape(&e)
+        )
+    };
+    if !EVENTS.iter().any(|(n, _)| *n == event.service) {
+        let known: Vec<&str> = EVENTS.iter().map(|(n, _)| *n).collect();
+        return fail(format!(
+            "{} is not an event (events: {})",
+            event.service,
+            known.join(", ")
+        ));
+    }
+    for a in actions.actions() {
+        let here = a.nodes.refs == [0] && a.nodes.ids.is_empty()
+            || a.nodes.refs.is_empty() && a.nodes.ids == IdSet::single(m.rank);
+        if !here {
+            return fail(format!(
+                "action {} ({}) must run where the event occurs: give it the receiver [$0]",
+                a.id, a.service
+            ));
+        }
+    }
+    match event.service.as_str() {
+        "breakpoint" => {
+            if let Err(e) = registry.call(m, &event) {
+                return fail(e.0);
+            }
+        }
+        "user_event" => match event.params.first() {
+            Some(Value::Int(n)) if m.user_events.contains(n) => {}
+            Some(Value::Int(n)) => return fail(format!("user event {n} is not defined")),
+            _ => return fail("user_event needs the event number".into()),
+        },
+        _ => {}
+    }
+    if m.requests.contains_key(&event.id) {
+        return fail(format!("request {} already exists on this node", event.id));
+    }
+    let id = event.id;
+    let service = event.service.clone();
+    m.requests.insert(
+        id,
+        AsyncRequest {
+            event,
+            actions,
+            enabled: false,
+        },
+    );
+    format!("{id} [] {service}(0)")
+}
+
+/// Whether a stored event definition matches an occurrence with `key` (the breakpoint's
+/// function or address, the user event's number).
+fn matches(def: &BasicRequest, key: Option<&Value>, params: &[Value]) -> bool {
+    match (def.service.as_str(), def.params.first(), key) {
+        ("breakpoint", Some(Value::Int(addr)), _) => params.get(1) == Some(&Value::Int(*addr)),
+        ("breakpoint", Some(name), Some(k)) => name == k,
+        ("user_event", Some(n), Some(k)) => n == k,
+        ("user_event", _, _) => false,
+        _ => true,
+    }
+}
+
+/// `$0` is this node, `$n` the occurrence's n-th parameter.
+fn substitute(v: &Value, node: u32, params: &[Value]) -> Value {
+    match v {
+        Value::Ref(0) => Value::Int(i64::from(node)),
+        Value::Ref(n) => params
+            .get(*n as usize - 1)
+            .cloned()
+            .unwrap_or(Value::List(Vec::new())),
+        Value::List(items) => {
+            Value::List(items.iter().map(|x| substitute(x, node, params)).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// Runs the actions of every enabled request waiting for `service` (with `key` and the
+/// occurrence's `params`); returns one reply text per request that ran.
+pub fn run_event_actions(
+    registry: &Registry<Monitor>,
+    m: &mut Monitor,
+    service: &str,
+    key: Option<&Value>,
+    params: &[Value],
+) -> Vec<String> {
+    let due: Vec<ActionList> = m
+        .requests
+        .values()
+        .filter(|r| r.enabled && r.event.service == service && matches(&r.event, key, params))
+        .map(|r| r.actions.clone())
+        .collect();
+    let mut out = Vec::new();
+    for actions in due {
+        let mut replies = Vec::new();
+        for a in actions.actions() {
+            let mut a = a.clone();
+            a.params = a
+                .params
+                .iter()
+                .map(|v| substitute(v, m.rank, params))
+                .collect();
+            let results = registry
+                .call(m, &a)
+                .unwrap_or_else(|e| vec![Value::Str(format!("error: {e}"))]);
+            replies.push(BasicReply {
+                id: a.id,
+                senders: IdSet::new(),
+                service: a.service.clone(),
+                results,
+            });
+        }
+        out.push(crate::omis::Reply(replies).to_string());
+    }
+    out
 }
 
 fn escape(s: &str) -> String {

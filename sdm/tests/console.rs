@@ -287,3 +287,154 @@ fn cli_run_stop_sleep_cont_status() {
     );
     assert_eq!(text, "[0-3] stopped\n[0-3] running\n[0-3] running\n");
 }
+
+/// The ranks that sent an event (or event-action reply) containing `needle`: from what
+/// was already printed (`printed`), then from what the console prints while it sleeps,
+/// until `want` ranks are seen (or 30 s pass).
+async fn ranks_with(c: &mut Console, printed: &str, needle: &str, want: u64) -> IdSet {
+    let mut text = printed.to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut seen = IdSet::new();
+        for l in text.lines().filter(|l| l.contains(needle)) {
+            seen.union_with(&l.split_whitespace().next().unwrap().parse().unwrap());
+        }
+        if seen.len() >= want || std::time::Instant::now() > deadline {
+            if seen.len() < want {
+                eprintln!("looked for {needle:?} in:\n{text}");
+            }
+            return seen;
+        }
+        text += &run(c, "sleep 0.3").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_actions_run_where_the_breakpoint_is_hit() {
+    let (mut c, _) = console(4, "odd").await;
+    let out = run(
+        &mut c,
+        r#"omis 1 [] breakpoint("reached_by_odd"): 2 [$0] node_info(); 3 [$0] print($1)"#,
+    )
+    .await;
+    assert_eq!(
+        out.trim(),
+        "[0-3] 1 [0-3] breakpoint(0)",
+        "stored, disabled"
+    );
+    // Stored requests start disabled: nothing runs until enable.
+    let out = run(&mut c, "omis 4 [] enable(1)").await;
+    assert!(out.contains("[0-3] 4 [0-3] enable(0)"), "{out}");
+    let hit = ranks_with(&mut c, &out, "3 [] print(\"reached_by_odd\")", 2).await;
+    assert_eq!(
+        hit.to_string(),
+        "[1,3]",
+        "the actions ran exactly where it was hit"
+    );
+    // Actions must run where the event occurs; other receivers are refused clearly.
+    let out = run(&mut c, r#"omis 5 [] breakpoint("main"): 6 [] stop()"#).await;
+    assert!(out.contains("must run where the event occurs"), "{out}");
+    let out = run(&mut c, "omis 7 [] nosuch(1): 8 [$0] stop()").await;
+    assert!(out.contains("nosuch is not an event"), "{out}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enable_disable_delete_and_process_stopped_events() {
+    let (mut c, _) = console(2, "spin").await;
+    run(
+        &mut c,
+        r#"omis 1 [] process_stopped([]): 2 [$0] print("saw stop")"#,
+    )
+    .await;
+    run(
+        &mut c,
+        r#"omis 3 [] process_continued([]): 4 [$0] print("saw cont")"#,
+    )
+    .await;
+    // Disabled: a stop raises nothing.
+    let out = run(&mut c, "stop").await + &run(&mut c, "cont").await;
+    run(&mut c, "omis 5 [] enable(1), 6 [] enable(3)").await;
+    let out = out + &run(&mut c, "stop").await;
+    let out = out + &run(&mut c, "cont").await + &run(&mut c, "sleep 1").await;
+    let stops = ranks_with(&mut c, &out, "2 [] print(\"saw stop\")", 2).await;
+    assert_eq!(stops, IdSet::all(2));
+    let conts = ranks_with(&mut c, &out, "4 [] print(\"saw cont\")", 2).await;
+    assert_eq!(conts, IdSet::all(2));
+    run(&mut c, "omis 7 [] disable(1)").await;
+    let out = run(&mut c, "stop").await + &run(&mut c, "sleep 0.5").await;
+    assert!(!out.contains("saw stop"), "disabled again: {out}");
+    let out = run(&mut c, "omis 8 [] delete(1)").await + &run(&mut c, "omis 9 [] enable(1)").await;
+    assert!(out.contains("no request 1 on this node"), "{out}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_defined_events() {
+    let (mut c, _) = console(4, "spin").await;
+    let out = run(&mut c, "omis 1 [] raise_event(5, [1])").await;
+    assert!(out.contains("event 5 is not defined"), "{out}");
+    run(&mut c, "omis 2 [] define_user_event(5)").await;
+    run(&mut c, "omis 3 [] user_event(5): 4 [$0] print($2)").await;
+    run(&mut c, "omis 5 [] enable(3)").await;
+    let out = run(&mut c, r#"omis 6 [2] raise_event(5, [7, "from two"])"#).await;
+    assert_eq!(
+        out.lines().next(),
+        Some("[2] 6 [2] raise_event(0)"),
+        "{out}"
+    );
+    let got = ranks_with(&mut c, &out, "4 [] print(\"from two\")", 1).await;
+    assert_eq!(got.to_string(), "[2]", "raised on node 2 only");
+    // Destroying the event deletes the requests that wait for it.
+    run(&mut c, "omis 7 [] destroy_user_event(5)").await;
+    let out = run(&mut c, "omis 8 [] enable(3)").await;
+    assert!(out.contains("no request 3"), "{out}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_to_running_processes_and_leave_them_running() {
+    let prog = spinner();
+    let mut procs: Vec<std::process::Child> = (0..2)
+        .map(|rank| {
+            Command::new(&prog)
+                .arg("funcs")
+                .env("SDM_RANK", rank.to_string())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let pids: Vec<u32> = procs.iter().map(|p| p.id()).collect();
+    let opts = SessionOptions {
+        n: 2,
+        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
+    let mut c = Console::new(s, false);
+    let lines = c.attach(&pids).await.unwrap();
+    for l in &lines {
+        assert_eq!(l.status, Status::Replied, "{l:?}");
+        assert!(!l.text.contains("error"), "{}", l.text);
+    }
+    assert_eq!(run(&mut c, "stop").await.trim(), "[0-1] stopped");
+    let bt = run(&mut c, "bt").await;
+    assert!(
+        bt.contains("[0] func_a") && bt.contains("[1] func_b"),
+        "{bt}"
+    );
+    assert_eq!(run(&mut c, "cont").await.trim(), "[0-1] running");
+    c.shutdown().await;
+    // Not started by the tree: detached and still running, not killed.
+    std::thread::sleep(Duration::from_millis(200));
+    for (p, pid) in procs.iter_mut().zip(&pids) {
+        assert!(p.try_wait().unwrap().is_none(), "process {pid} was killed");
+        let st = state(*pid);
+        assert!(st == 'R' || st == 'S', "process {pid} in state {st}");
+    }
+    for mut p in procs {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+}
