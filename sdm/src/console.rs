@@ -175,6 +175,23 @@ impl Console {
         Ok(())
     }
 
+    /// Prints output and events as they come, for at most 20 ms or until `until`.
+    pub async fn pump(
+        &mut self,
+        until: tokio::time::Instant,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<()> {
+        let tick = tokio::time::Instant::now() + Duration::from_millis(20);
+        tokio::select! {
+            () = tokio::time::sleep_until(until.min(tick)) => {}
+            ev = self.session.next_event() => match ev {
+                Some(m) => self.incoming(m, out)?,
+                None => anyhow::bail!("the tree went away: {}", self.session.closed_reason()),
+            },
+        }
+        self.flush_stdio(false, out)
+    }
+
     /// Writes `data` to the programs of `ids` (`eof`: then ends their input).
     pub async fn write_stdin(&mut self, ids: &IdSet, data: &str, eof: bool) -> anyhow::Result<()> {
         let live = ids - &self.terminated;
@@ -312,17 +329,8 @@ impl Console {
                     .parse()
                     .with_context(|| format!("sleep: {rest:?} is not a number of seconds"))?;
                 let until = tokio::time::Instant::now() + Duration::from_secs_f64(secs);
-                loop {
-                    let tick = tokio::time::sleep(Duration::from_millis(20));
-                    tokio::select! {
-                        () = tokio::time::sleep_until(until) => break,
-                        ev = self.session.next_event() => match ev {
-                            Some(m) => self.incoming(m, out)?,
-                            None => anyhow::bail!("the tree went away: {}", self.session.closed_reason()),
-                        },
-                        () = tick => {}
-                    }
-                    self.flush_stdio(false, out)?;
+                while tokio::time::Instant::now() < until {
+                    self.pump(until, out).await?;
                 }
             }
             "stop" | "cont" | "kill" | "status" => {

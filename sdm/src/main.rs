@@ -1,7 +1,8 @@
 //! The `sdm` command: `sdm launch` (start a tree, report, optionally send requests),
 //! `sdm topology` (print a tree shape), and the daemons `sdm master` and `sdm server`.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -357,8 +358,94 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
     }
 }
 
+/// Writes whole lines through rustyline's external printer, so output that arrives while
+/// the user types appears above the prompt instead of inside the line being edited.
+struct PromptSafe<P: rustyline::ExternalPrinter>(P, Vec<u8>);
+
+impl<P: rustyline::ExternalPrinter> std::io::Write for PromptSafe<P> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.1.extend_from_slice(buf);
+        while let Some(i) = self.1.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.1.drain(..=i).collect();
+            self.0
+                .print(String::from_utf8_lossy(&line).into_owned())
+                .map_err(std::io::Error::other)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The interactive console: a line editor (history kept in ~/.sdm_history) on its own
+/// thread; output and events keep printing while a line is being typed.
+async fn line_editor(console: &mut sdm::console::Console) -> anyhow::Result<()> {
+    use rustyline::error::ReadlineError;
+    let (line_tx, mut line_rx) = tokio::sync::mpsc::channel::<String>(1);
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let (printer_tx, printer_rx) = tokio::sync::oneshot::channel();
+    let history = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".sdm_history"));
+    std::thread::spawn(move || {
+        let mut rl = match rustyline::DefaultEditor::new() {
+            Ok(rl) => rl,
+            Err(e) => {
+                eprintln!("sdm: no line editor: {e}");
+                return;
+            }
+        };
+        if let Some(h) = &history {
+            let _ = rl.load_history(h);
+        }
+        let _ = printer_tx.send(rl.create_external_printer().ok());
+        loop {
+            match rl.readline("sdm> ") {
+                Ok(line) => {
+                    let _ = rl.add_history_entry(line.as_str());
+                    // Wait for the command to finish before prompting again.
+                    if line_tx.blocking_send(line).is_err() || done_rx.recv().is_err() {
+                        break;
+                    }
+                }
+                Err(ReadlineError::Interrupted) => {}
+                Err(_) => break,
+            }
+        }
+        if let Some(h) = &history {
+            let _ = rl.save_history(h);
+        }
+    });
+    let mut printer = printer_rx
+        .await
+        .ok()
+        .flatten()
+        .map(|p| PromptSafe(p, Vec::new()));
+    let mut stdout = std::io::stdout();
+    loop {
+        let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+        tokio::select! {
+            line = line_rx.recv() => {
+                let Some(line) = line else { return Ok(()) };
+                match console.command(&line, &mut stdout).await {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(()),
+                    Err(e) => eprintln!("sdm: {e:#}"),
+                }
+                stdout.flush()?;
+                let _ = done_tx.send(());
+            }
+            r = async {
+                match printer.as_mut() {
+                    Some(p) => console.pump(far, p).await,
+                    None => console.pump(far, &mut std::io::stdout()).await,
+                }
+            } => r?,
+        }
+    }
+}
+
 async fn run_console(a: RunArgs) -> anyhow::Result<()> {
-    use std::io::{BufRead, Write};
     let mut opts = a.tree.options(a.n);
     let window = if a.no_coalesce {
         Duration::ZERO
@@ -442,23 +529,7 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
             .wait_for_exit(Some(rx), &stdin_ids, &mut out)
             .await?;
     } else if a.commands.is_empty() {
-        let stdin = std::io::stdin();
-        loop {
-            if interactive {
-                eprint!("sdm> ");
-                std::io::stderr().flush()?;
-            }
-            let mut line = String::new();
-            let got = tokio::task::block_in_place(|| stdin.lock().read_line(&mut line))?;
-            if got == 0 {
-                break;
-            }
-            match console.command(&line, &mut out).await {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(e) => eprintln!("sdm: {e:#}"),
-            }
-        }
+        line_editor(&mut console).await?;
     } else {
         for c in &a.commands {
             match console.command(c, &mut out).await {
