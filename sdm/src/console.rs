@@ -192,24 +192,12 @@ impl Console {
         self.flush_stdio(false, out)
     }
 
-    /// Writes `data` to the programs of `ids` (`eof`: then ends their input).
+    /// Writes `data` to the programs of `ids` still running (`eof`: then ends their input).
     pub async fn write_stdin(&mut self, ids: &IdSet, data: &str, eof: bool) -> anyhow::Result<()> {
         let live = ids - &self.terminated;
-        if live.is_empty() {
-            return Ok(());
+        if !live.is_empty() {
+            self.session.write_stdin(&live, data.as_bytes(), eof).await?;
         }
-        let id = self.id();
-        let text = format!(
-            "{id} [] sdm_stdin({}, {})",
-            Value::Str(data.to_owned()),
-            i32::from(eof)
-        );
-        let op = self
-            .session
-            .send(&live, SyncMode::Timeout(COMMAND_TIMEOUT_MS), text)
-            .await?;
-        // Output that comes meanwhile is kept in order by the session.
-        self.session.collect(op, &live).await?;
         Ok(())
     }
 

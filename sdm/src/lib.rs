@@ -9,11 +9,13 @@
 //! - [`omis`]: the OMIS request/reply language (parser, printer, service registry).
 //! - [`monitor`] and [`services`]: the node-local monitor over real processes (signals,
 //!   /proc, ptrace) and the OMIS services on it.
+//! - [`iof`]: stdio handlers for tools (output and events of the programs, merged).
 //! - [`console`]: the parallel debugger console of `sdm run`.
 
 pub mod console;
 pub mod daemon;
 pub mod init;
+pub mod iof;
 pub mod monitor;
 pub mod omis;
 pub mod service;

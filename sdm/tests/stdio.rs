@@ -278,3 +278,62 @@ fn a_global_stop_completes_under_an_output_flood() {
     );
     assert!(status.iter().any(|l| l == "[0-7] killed"), "{status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn library_stdio_handlers_and_stdin() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use sdm::iof::Iof;
+    use sdm::session::{Session, SessionOptions};
+    use sdm_proto::{Status, SyncMode};
+
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let opts = SessionOptions {
+        n: 4,
+        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        ..SessionOptions::default()
+    };
+    let mut s = Session::launch(&opts, |_| {}).await.unwrap();
+    let all = s.all();
+    let script = r#"0 [] sdm_start("/bin/sh", ["-c", "read x; echo \"out $x\"; echo \"err $x\" >&2"], "pipes")"#;
+    for g in s.request(&all, SyncMode::WaitAll, script).await.unwrap() {
+        assert_eq!(g.status, Status::Replied, "{g:?}");
+    }
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let mut iof = Iof::new(Duration::from_millis(500));
+    let (o, e, v) = (got.clone(), got.clone(), got.clone());
+    iof.set_stdout_handler(move |ids, l| {
+        o.lock().unwrap().push(format!("stdout {ids} {}", String::from_utf8_lossy(l)))
+    })
+    .set_stderr_handler(move |ids, l| {
+        e.lock().unwrap().push(format!("stderr {ids} {}", String::from_utf8_lossy(l)))
+    })
+    .set_event_handler(move |ids, t| v.lock().unwrap().push(format!("event {ids} {t}")));
+    let odd: IdSet = "[1,3]".parse().unwrap();
+    let even: IdSet = "[0,2]".parse().unwrap();
+    s.write_stdin(&odd, b"odd\n", true).await.unwrap();
+    s.write_stdin(&even, b"even\n", true).await.unwrap();
+    let until = tokio::time::Instant::now() + Duration::from_secs(60);
+    while got.lock().unwrap().iter().filter(|l| l.starts_with("event")).count() < 1
+        && tokio::time::Instant::now() < until
+    {
+        let step = tokio::time::Instant::now() + Duration::from_millis(200);
+        s.pump_stdio(&mut iof, step).await.unwrap();
+    }
+    iof.flush();
+    let got = got.lock().unwrap().clone();
+    for want in [
+        "stdout [1,3] out odd",
+        "stderr [1,3] err odd",
+        "stdout [0,2] out even",
+        "stderr [0,2] err even",
+    ] {
+        assert!(got.iter().any(|l| l == want), "{want:?} not in {got:?}");
+    }
+    assert!(
+        got.iter().any(|l| l == "event [0-3] process_terminated(\"exited\",0)"),
+        "{got:?}"
+    );
+    s.shutdown(Duration::from_secs(10)).await;
+}
