@@ -38,33 +38,43 @@ fn route(c: &mut Criterion) {
     });
 }
 
-fn merge(c: &mut Criterion) {
-    // The master of a flat 64-server tree merging 64 identical replies.
+/// The master of a flat 64-server tree: a command with `filter`, then one reply per server
+/// (`payload(s)`), until the merged groups go up.
+fn merge_at_master(c: &mut Criterion, name: &str, filter: &str, payload: fn(u32) -> Bytes) {
     let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(64));
     let replies: Vec<Message> = (0..64)
-        .map(|s| {
-            Message::reply(
-                1,
-                IdSet::single(s),
-                Status::Replied,
-                Bytes::from_static(b"same reply"),
-            )
-        })
+        .map(|s| Message::reply(1, IdSet::single(s), Status::Replied, payload(s)))
         .collect();
-    c.bench_function("node/merge_64_identical", |b| {
+    let mut cmd = Message::command(1, IdSet::all(64), SyncMode::WaitAll, "q");
+    cmd.aggregate.filter = filter.to_owned();
+    c.bench_function(name, |b| {
         b.iter(|| {
             let now = Instant::now();
             let mut n = Node::new(NodeId::Master, topo.clone());
-            n.handle_from_parent(
-                now,
-                Message::command(1, IdSet::all(64), SyncMode::WaitAll, "q"),
-            );
+            n.handle_from_parent(now, cmd.clone());
             while n.poll_output().is_some() {}
             for (s, r) in replies.iter().enumerate() {
                 n.handle_from_child(now, NodeId::Server(s as u32), r.clone());
             }
-            n.poll_output().unwrap()
+            let mut groups = 0;
+            while n.poll_output().is_some() {
+                groups += 1;
+            }
+            groups
         })
+    });
+}
+
+fn merge(c: &mut Criterion) {
+    merge_at_master(c, "node/merge_64_identical", "", |_| {
+        Bytes::from_static(b"same reply")
+    });
+    // 64 groups: the identical merge must not go quadratic or copy much.
+    merge_at_master(c, "node/merge_64_distinct", "", |s| {
+        Bytes::from(format!("{s:>64}"))
+    });
+    merge_at_master(c, "node/merge_64_sum", "sum", |s| {
+        Bytes::from(s.to_string())
     });
 }
 

@@ -52,7 +52,12 @@
 //! # Plugins
 //!
 //! [`Registry::load_plugin`] loads a shared library that implements the C ABI of
-//! `include/sdm_filter.h` (see [`plugin`]).
+//! `include/sdm_filter.h` (see [`plugin`]). In a running tree the front-end names the
+//! plugins (`sdm::session::SessionOptions::filter_plugins`): it loads each one itself (a
+//! plugin that does not load fails the launch), and the init command carries their absolute
+//! paths (`InitSpec::filter_plugins`) to every daemon, which loads them into the registry
+//! its node makes each op's filter from. A plugin that fails (init, fold or flush) fails the
+//! ids concerned, which reach the front-end as a lost group naming the error.
 
 pub mod builtin;
 pub mod decimal;
@@ -102,6 +107,13 @@ pub trait Filter: Send {
 
     /// Folds one payload, replied by `sources`, into the state.
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError>;
+
+    /// [`fold`](Filter::fold) for a payload the caller already holds as [`Bytes`] (a
+    /// received frame): a filter that keeps payloads as they are (`identical`) keeps this one
+    /// without copying it. The default calls `fold`.
+    fn fold_bytes(&mut self, payload: Bytes, sources: &IdSet) -> Result<(), FilterError> {
+        self.fold(&payload, sources)
+    }
 
     /// Takes the groups to send upward, ordered canonically, and resets the state.
     fn flush(&mut self) -> Result<Vec<Group>, FilterError>;

@@ -97,6 +97,21 @@ pub fn decode<T: DeserializeOwned>(
     Ok(v.body)
 }
 
+/// Reads a payload that is either a record of type `kind` (a partial state flushed below,
+/// read for filter `kind`) or a leaf input, read by `leaf`.
+pub(crate) fn record_or_leaf<T: DeserializeOwned>(
+    kind: &str,
+    payload: &[u8],
+    sources: &IdSet,
+    leaf: impl FnOnce() -> Result<T, FilterError>,
+) -> Result<T, FilterError> {
+    if is_record(payload) {
+        decode(kind, kind, payload, sources)
+    } else {
+        leaf()
+    }
+}
+
 /// Reads a scalar payload.
 pub fn scalar(filter: &str, payload: &[u8], sources: &IdSet) -> Result<Decimal, FilterError> {
     Decimal::parse(payload).map_err(|e| {

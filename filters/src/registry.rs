@@ -37,6 +37,26 @@ impl Registry {
         r
     }
 
+    /// A spec that makes each built-in filter, in a fixed order, with sample parameters
+    /// where a filter needs them (`histogram` twice: whole and fractional, negative
+    /// bounds). For tests, fuzzers and examples that want to exercise every built-in.
+    pub const BUILTIN_SPECS: &'static [&'static str] = &[
+        "identical",
+        "sum",
+        "min",
+        "max",
+        "count",
+        "mean",
+        "histogram:0:100:10",
+        "histogram:-1.5:2.5:3",
+        "concat",
+        "stats",
+        "stacktrace",
+        "lines",
+        "counters",
+        "statements",
+    ];
+
     /// A registry with no filters.
     pub fn empty() -> Self {
         Self {
@@ -134,21 +154,7 @@ mod tests {
     #[test]
     fn names_and_errors() {
         let r = Registry::new();
-        for n in [
-            "identical",
-            "sum",
-            "min",
-            "max",
-            "mean",
-            "count",
-            "histogram",
-            "concat",
-            "stats",
-            "stacktrace",
-            "lines",
-            "counters",
-            "statements",
-        ] {
+        for n in Registry::BUILTIN_SPECS {
             assert!(r.contains(n), "{n}");
         }
         assert!(r.contains(""));

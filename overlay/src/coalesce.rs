@@ -155,7 +155,9 @@ impl Coalescer {
         while seqs.front().is_some_and(|&s| s < base) {
             seqs.pop_front();
         }
-        let seq = match seqs.iter().find(|&&s| s >= floor) {
+        // Ascending: the first candidate at or after the floor, by binary search (a rank
+        // repeating one line would otherwise make every push scan all its copies).
+        let seq = match seqs.get(seqs.partition_point(|&s| s < floor)) {
             Some(&s) => {
                 let g = &mut self.groups[(s - base) as usize];
                 g.line.sources.union_with(&line.sources);
@@ -323,6 +325,19 @@ mod tests {
             }
         }
         assert_eq!(out.first(), Some(&line("[0]", "only mine")));
+    }
+
+    #[test]
+    fn a_rank_repeating_one_line_keeps_every_copy_in_order() {
+        let t = Instant::now();
+        let mut c = Coalescer::with_limits(ms(20), ms(500), 1 << 20);
+        for _ in 0..100_000 {
+            assert!(c.push(t, line("[0]", "y")).is_empty());
+        }
+        assert!(c.push(t, line("[1]", "y")).is_empty()); // joins the first copy
+        let out = c.drain();
+        assert_eq!(out.len(), 100_000);
+        assert_eq!(out[0], line("[0-1]", "y"));
     }
 
     #[test]

@@ -66,14 +66,19 @@ enum Inbound {
     Closed(Peer, String),
 }
 
-/// Starts the reader and writer tasks of one link; returns the writer's queue.
+/// Starts the reader and writer tasks of one link; returns the writer's queues.
+///
+/// The writer has two queues: control (commands and replies) and bulk (stdio and events,
+/// which keep their order among themselves). Control goes first, so a reply is never stuck
+/// behind a flood of output waiting for the same link.
 fn spawn_link(peer: Peer, link: Link, inbound: mpsc::Sender<Inbound>) -> LinkTx {
     let Link {
         mut reader,
         mut writer,
         peer: name,
     } = link;
-    let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
+    let (ctrl, mut ctrl_rx) = mpsc::unbounded_channel::<Message>();
+    let (bulk, mut bulk_rx) = mpsc::unbounded_channel::<Message>();
     let backlog = Arc::new(AtomicUsize::new(0));
     let queued = backlog.clone();
     let drained = Arc::new(Notify::new());
@@ -81,21 +86,32 @@ fn spawn_link(peer: Peer, link: Link, inbound: mpsc::Sender<Inbound>) -> LinkTx 
     let inbound_w = inbound.clone();
     let name_w = name.clone();
     tokio::spawn(async move {
-        // Batch: queue every frame already waiting, then flush once.
-        while let Some(m) = rx.recv().await {
+        loop {
+            let (m, is_bulk) = tokio::select! {
+                biased;
+                Some(m) = ctrl_rx.recv() => (m, false),
+                Some(m) = bulk_rx.recv() => (m, true),
+                else => break,
+            };
+            // Batch: queue what else is waiting (control first), then flush once.
             let mut res = writer.feed(&m).await;
-            let mut n = 1;
+            let (mut n, mut bulk_n) = (1, usize::from(is_bulk));
             while res.is_ok() && n < 256 {
-                match rx.try_recv() {
-                    Ok(m) => {
-                        res = writer.feed(&m).await;
-                        n += 1;
-                    }
-                    Err(_) => break,
-                }
+                let next = match ctrl_rx.try_recv() {
+                    Ok(m) => m,
+                    Err(_) => match bulk_rx.try_recv() {
+                        Ok(m) => {
+                            bulk_n += 1;
+                            m
+                        }
+                        Err(_) => break,
+                    },
+                };
+                res = writer.feed(&next).await;
+                n += 1;
             }
             res = res.and(writer.flush().await);
-            queued.fetch_sub(n, Ordering::Relaxed);
+            queued.fetch_sub(bulk_n, Ordering::Relaxed);
             // Wakes a node loop that stopped taking input while this queue was full (a
             // stored permit if it is not waiting yet: no lost wake-up).
             drained_w.notify_one();
@@ -122,15 +138,17 @@ fn spawn_link(peer: Peer, link: Link, inbound: mpsc::Sender<Inbound>) -> LinkTx 
         let _ = inbound.send(Inbound::Closed(peer, why)).await;
     });
     LinkTx {
-        tx,
+        ctrl,
+        bulk,
         backlog,
         drained,
     }
 }
 
-/// The sending side of a link: its queue, and how many frames wait in it.
+/// The sending side of a link: its two queues, and how many bulk frames wait.
 struct LinkTx {
-    tx: mpsc::UnboundedSender<Message>,
+    ctrl: mpsc::UnboundedSender<Message>,
+    bulk: mpsc::UnboundedSender<Message>,
     backlog: Arc<AtomicUsize>,
     /// Signalled each time the writer has sent a batch.
     drained: Arc<Notify>,
@@ -138,8 +156,12 @@ struct LinkTx {
 
 impl LinkTx {
     fn send(&self, m: Message) -> bool {
-        self.backlog.fetch_add(1, Ordering::Relaxed);
-        self.tx.send(m).is_ok()
+        if matches!(m.kind, Kind::Stdio | Kind::Event) {
+            self.backlog.fetch_add(1, Ordering::Relaxed);
+            self.bulk.send(m).is_ok()
+        } else {
+            self.ctrl.send(m).is_ok()
+        }
     }
 
     fn backlog(&self) -> usize {
@@ -147,10 +169,11 @@ impl LinkTx {
     }
 }
 
-/// Frames waiting for the parent link above which this node stops taking stdio and
-/// frames from below (so output slows the printers down instead of piling up here);
-/// frames from the parent are always taken, so control never waits behind output.
-const PARENT_BACKLOG_LIMIT: usize = 4096;
+/// Bulk frames (stdio, events) waiting for the parent link above which this node stops
+/// taking stdio and frames from below (so output slows the printers down instead of piling
+/// up here); frames from the parent are always taken, and control frames overtake bulk
+/// ones, so control never waits behind output.
+const PARENT_BACKLOG_LIMIT: usize = 1024;
 
 /// Events a server's local side sends up (kind and payload), for [`run_node_with_events`].
 /// The channel is bounded: a full channel makes the producer (the process's output
@@ -180,7 +203,7 @@ pub async fn run_node_with_events(
     // Frames from the parent and from children come on separate queues, so control from
     // above is never stuck behind a flood from below.
     let (up_tx, mut up_rx) = mpsc::channel::<Inbound>(1024);
-    let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(1024);
+    let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(128);
     let (reply_tx, mut reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
     let to_parent = spawn_link(Peer::Parent, parent, up_tx);
     let mut to_child: HashMap<NodeId, LinkTx> = HashMap::new();

@@ -1,13 +1,20 @@
 //! [`Frontend`]: the front-end's end of the link to the master: send a command to an
 //! id-set, collect the merged reply groups until every destination id is accounted.
 //!
+//! An op sent with a filter ([`Frontend::send_filtered`]) is finished here: [`Frontend::collect`]
+//! folds the replied groups that reach the front-end into a fresh filter and returns its
+//! [`finish`](sdm_filters::Filter::finish) (`mean`: the mean, not a sum and a count;
+//! `stacktrace`: the printed tree). [`Frontend::next_group`] streams the groups unfinished.
+//!
 //! The richer tool-builder library (launching, events, stdio) builds on this in `sdm`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
+use sdm_filters::{FilterError, Registry};
 use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
 
 use crate::setup::{ConnectPolicy, FRONTEND, accept_named};
@@ -35,6 +42,59 @@ impl ReplyGroup {
     }
 }
 
+/// Runs the front-end end of filter `filter` over the final groups of one op: the replied
+/// groups are folded into a fresh filter from `registry` and replaced by its
+/// [`finish`](sdm_filters::Filter::finish); lost and timed-out groups follow unchanged.
+///
+/// Every id stays accounted: if the filter cannot be made, refuses a group, or fails to
+/// finish, the ids concerned come back as a lost group whose payload is the filter error
+/// (`filter "sum": payload from [7] is not a decimal number: "x"`).
+pub fn finish(registry: &Registry, filter: &str, groups: Vec<ReplyGroup>) -> Vec<ReplyGroup> {
+    let (replied, others): (Vec<_>, Vec<_>) = groups
+        .into_iter()
+        .partition(|g| g.status == Status::Replied);
+    let mut out = Vec::with_capacity(others.len() + 1);
+    let mut failed = Vec::new();
+    let lost = |e: &FilterError, sources: IdSet| ReplyGroup {
+        status: Status::Lost,
+        sources,
+        payload: Bytes::from(e.to_string()),
+    };
+    match registry.create(filter) {
+        Err(e) => failed.extend(replied.into_iter().map(|g| lost(&e, g.sources))),
+        Ok(mut f) => {
+            let mut folded = IdSet::new();
+            for g in replied {
+                match f.fold_bytes(g.payload, &g.sources) {
+                    Ok(()) => folded.union_with(&g.sources),
+                    Err(e) => failed.push(lost(&e, g.sources)),
+                }
+            }
+            match f.finish() {
+                Ok(groups) => out.extend(groups.into_iter().map(|g| ReplyGroup {
+                    status: Status::Replied,
+                    sources: g.sources,
+                    payload: g.payload,
+                })),
+                Err(e) if !folded.is_empty() => failed.push(lost(&e, folded)),
+                Err(_) => {}
+            }
+        }
+    }
+    // One lost group per distinct error, like the tree's own merge.
+    for g in failed {
+        match out
+            .iter_mut()
+            .find(|o| o.status == Status::Lost && o.payload == g.payload)
+        {
+            Some(o) => o.sources.union_with(&g.sources),
+            None => out.push(g),
+        }
+    }
+    out.extend(others);
+    out
+}
+
 /// The front-end side of the master link.
 pub struct Frontend {
     link: Link,
@@ -42,6 +102,10 @@ pub struct Frontend {
     inbox: HashMap<u64, Vec<ReplyGroup>>,
     events: VecDeque<Message>,
     closed: Option<String>,
+    /// Filters of the ops in flight that were sent with one (not `identical`).
+    filters: HashMap<u64, String>,
+    /// Where those filters come from, for their finish.
+    registry: Arc<Registry>,
 }
 
 impl Frontend {
@@ -53,7 +117,15 @@ impl Frontend {
             inbox: HashMap::new(),
             events: VecDeque::new(),
             closed: None,
+            filters: HashMap::new(),
+            registry: crate::node::builtin_registry(),
         }
+    }
+
+    /// Finishes filtered ops with the filters of `registry` (the built-ins plus the
+    /// plugins the daemons load) instead of the built-ins alone.
+    pub fn set_registry(&mut self, registry: Arc<Registry>) {
+        self.registry = registry;
     }
 
     /// Waits on `listener` for the master to connect and say hello.
@@ -74,7 +146,9 @@ impl Frontend {
         self.send_filtered(dest, sync, "", payload).await
     }
 
-    /// Sends `payload` to `dest`, replies merged by the filter named `filter`.
+    /// Sends `payload` to `dest`, replies merged by the filter named `filter` (`name` or
+    /// `name:params`; `""` is `identical`). [`Frontend::collect`] returns the filter's
+    /// finished form.
     pub async fn send_filtered(
         &mut self,
         dest: &IdSet,
@@ -87,18 +161,26 @@ impl Frontend {
         let mut m = Message::command(op, dest.clone(), sync, payload);
         m.aggregate.filter = filter.to_owned();
         self.link.writer.send(&m).await.map_err(io::Error::other)?;
+        if !matches!(filter, "" | "identical") {
+            self.filters.insert(op, filter.to_owned());
+        }
         Ok(op)
     }
 
     /// Reads reply groups for `op` until they cover `dest`. If the master link ends first,
-    /// the ids not yet accounted come back as one lost group naming the reason.
+    /// the ids not yet accounted come back as one lost group naming the reason. An op sent
+    /// with a filter comes back finished (see [`finish`]).
     pub async fn collect(&mut self, op: u64, dest: &IdSet) -> io::Result<Vec<ReplyGroup>> {
+        let filter = self.filters.remove(&op);
         let mut seen = IdSet::new();
         let mut out = Vec::new();
         while let Some(g) = self.next_group(op, dest, &mut seen).await? {
             out.push(g);
         }
-        Ok(out)
+        Ok(match filter {
+            Some(filter) => finish(&self.registry, &filter, out),
+            None => out,
+        })
     }
 
     /// The next reply group of `op` as it arrives; `seen` accumulates the ids accounted so
@@ -120,6 +202,7 @@ impl Frontend {
             }
             if dest.is_subset(seen) {
                 self.inbox.remove(&op);
+                self.filters.remove(&op);
                 return Ok(None);
             }
             match self.next_frame().await {
@@ -146,6 +229,18 @@ impl Frontend {
         payload: impl Into<Bytes>,
     ) -> io::Result<Vec<ReplyGroup>> {
         let op = self.send(dest, sync, payload).await?;
+        self.collect(op, dest).await
+    }
+
+    /// Sends with filter `filter` and collects the finished groups in one call.
+    pub async fn request_filtered(
+        &mut self,
+        dest: &IdSet,
+        sync: SyncMode,
+        filter: &str,
+        payload: impl Into<Bytes>,
+    ) -> io::Result<Vec<ReplyGroup>> {
+        let op = self.send_filtered(dest, sync, filter, payload).await?;
         self.collect(op, dest).await
     }
 

@@ -1,6 +1,7 @@
 //! sdm-overlay: the sdm node, its tokio driver, and the transports that carry its frames.
 //!
-//! - [`node`]: the sans-IO state machine (routing down, merging up, timeouts, lost links).
+//! - [`node`]: the sans-IO state machine (routing down, merging up through the op's
+//!   [`filters`], timeouts, lost links).
 //! - [`driver`]: runs a [`node::Node`] over real links with tokio.
 //! - [`setup`] and [`auth`]: connecting the tree; the session-key challenge-response.
 //! - [`transport`]: `tcp://`, `quic://` and `mem://` links behind one trait, chosen by scheme.
@@ -18,3 +19,6 @@ pub mod sim;
 pub mod transport;
 
 pub use node::{Node, NodeStats, Output};
+/// The filters crate, whose [`Registry`](sdm_filters::Registry) a [`Node`] makes its ops'
+/// filters from (re-exported so daemons and tools name one version of it).
+pub use sdm_filters as filters;

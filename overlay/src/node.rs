@@ -7,17 +7,22 @@
 //! the inputs as things happen, then drain `poll_output` and re-read `poll_timeout`.
 //!
 //! Down, a command is delivered locally if this node is in its destination and forwarded to
-//! each child with the destination narrowed to that child's subtree. Up, replies are grouped
-//! by status and payload (by XXH3 hash, then confirmed byte for byte) with their sources
-//! unioned. Every id of `destination ∩ subtree` leaves this node exactly once: replied, lost
-//! (its link died) or timed out.
+//! each child with the destination narrowed to that child's subtree. Up, replied payloads are
+//! folded into the op's filter, made from the node's [`Registry`] by the name the command
+//! carries (`""`: `identical`, which groups by XXH3 hash confirmed byte for byte); when the op
+//! sends upward the filter is flushed and each group goes up as one reply. Lost and timed-out
+//! ids merge by status and payload, outside the filter. Every id of `destination ∩ subtree`
+//! leaves this node exactly once: replied, lost (its link died, or the filter could not fold
+//! its reply: the payload names the filter error) or timed out.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sdm_proto::{IdSet, Kind, Message, Status, SyncMode, payload_hash};
+use sdm_filters::builtin::Identical;
+use sdm_filters::{Filter, FilterError, Registry};
+use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Topology};
 
 use crate::coalesce::{Coalescer, StdioLine};
@@ -65,49 +70,36 @@ enum Source {
     Child(NodeId),
 }
 
-/// One merged reply group waiting to go up.
+/// One lost or timed-out group waiting to go up.
 #[derive(Debug)]
 struct Group {
     status: Status,
-    hash: u64,
     payload: Bytes,
     sources: IdSet,
 }
 
-/// How replies of one op are merged (the full filter registry arrives with sdm-filters).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Merge {
-    /// Identical payloads become one group (the default; OMIS's unification rule).
-    Identical,
-    /// Decimal integer payloads are added up into one group; others merge as identical.
-    Sum,
-}
-
-impl Merge {
-    fn by_name(name: &str) -> Self {
-        match name {
-            "sum" => Merge::Sum,
-            "" | "identical" => Merge::Identical,
-            other => {
-                tracing::warn!(filter = other, "unknown filter; merging identical replies");
-                Merge::Identical
-            }
-        }
-    }
-}
-
-fn as_integer(p: &[u8]) -> Option<i128> {
-    std::str::from_utf8(p).ok()?.trim().parse().ok()
+/// The registry a [`Node`] uses unless given another: the built-in filters, made once per
+/// process and shared.
+pub(crate) fn builtin_registry() -> Arc<Registry> {
+    static BUILTIN: LazyLock<Arc<Registry>> = LazyLock::new(|| Arc::new(Registry::new()));
+    Arc::clone(&BUILTIN)
 }
 
 /// An operation in flight at this node.
 #[derive(Debug)]
 struct PendingOp {
     sync: SyncMode,
-    merge: Merge,
+    /// Folds the replied payloads (the command's filter); `Err` if the filter could not be
+    /// made here: then every replied id goes up lost with this payload (the error).
+    filter: Result<Box<dyn Filter>, Bytes>,
+    /// Every id this node answers for (`destination ∩ reach`), to account the ids of a
+    /// failed flush.
+    expected: IdSet,
+    /// Ids already sent up.
+    sent: IdSet,
     /// Ids still expected, per source.
     outstanding: HashMap<Source, IdSet>,
-    /// Merged groups not yet sent up.
+    /// Lost and timed-out groups not yet sent up, merged by status and payload.
     groups: Vec<Group>,
     deadline: Option<Instant>,
 }
@@ -117,40 +109,70 @@ impl PendingOp {
         self.outstanding.values().all(IdSet::is_empty)
     }
 
-    /// Adds `ids` with `status`/`payload`, merging with an identical group if one exists.
+    /// Adds `ids` with `status`/`payload`: replies are folded into the filter; other groups
+    /// (and replies the filter refuses, as lost with the filter's error) merge by payload.
     fn add(&mut self, status: Status, payload: Bytes, ids: &IdSet) {
-        if self.merge == Merge::Sum
-            && status == Status::Replied
-            && let Some(v) = as_integer(&payload)
-        {
-            let sum = self
-                .groups
-                .iter_mut()
-                .find(|g| g.status == Status::Replied && as_integer(&g.payload).is_some());
-            if let Some(g) = sum {
-                let total = as_integer(&g.payload).unwrap_or(0).saturating_add(v);
-                g.payload = Bytes::from(total.to_string());
-                g.hash = payload_hash(&g.payload);
-                g.sources.union_with(ids);
-                return;
-            }
-        }
-        let hash = payload_hash(&payload);
-        if let Some(g) = self
+        let (status, payload) = match (status, &mut self.filter) {
+            (Status::Replied, Ok(f)) => match f.fold_bytes(payload, ids) {
+                Ok(()) => return,
+                Err(e) => (Status::Lost, filter_failure(&e)),
+            },
+            (Status::Replied, Err(why)) => (Status::Lost, why.clone()),
+            (s, _) => (s, payload),
+        };
+        match self
             .groups
             .iter_mut()
-            .find(|g| g.status == status && g.hash == hash && g.payload == payload)
+            .find(|g| g.status == status && g.payload == payload)
         {
-            g.sources.union_with(ids);
-        } else {
-            self.groups.push(Group {
+            Some(g) => g.sources.union_with(ids),
+            None => self.groups.push(Group {
                 status,
-                hash,
                 payload,
                 sources: ids.clone(),
-            });
+            }),
         }
     }
+
+    /// Takes everything ready to go up: the filter's flushed groups (replied) and the lost
+    /// and timed-out groups. A failed flush sends the ids it held up as lost.
+    fn take_groups(&mut self) -> (Vec<sdm_filters::Group>, Vec<Group>) {
+        let replied = match &mut self.filter {
+            Ok(f) => f.flush().unwrap_or_else(|e| {
+                // The ids the filter held: answered here, not yet sent, not in a group.
+                let mut held = &self.expected - &self.sent;
+                for ids in self.outstanding.values() {
+                    held.difference_with(ids);
+                }
+                for g in &self.groups {
+                    held.difference_with(&g.sources);
+                }
+                if !held.is_empty() {
+                    self.add(Status::Lost, filter_failure(&e), &held);
+                }
+                Vec::new()
+            }),
+            Err(_) => Vec::new(),
+        };
+        let others = std::mem::take(&mut self.groups);
+        // Only don't-wait ops flush more than once (others flush when done), so only they
+        // need to remember what went up for the accounting of a later failed flush.
+        if self.sync == SyncMode::DontWait {
+            for ids in replied.iter().map(|g| &g.sources) {
+                self.sent.union_with(ids);
+            }
+            for ids in others.iter().map(|g| &g.sources) {
+                self.sent.union_with(ids);
+            }
+        }
+        (replied, others)
+    }
+}
+
+/// The payload of a lost group whose replies a filter could not fold: the filter's error,
+/// e.g. `filter "sum": payload from [7] is not a decimal number: "x"`.
+fn filter_failure(e: &FilterError) -> Bytes {
+    Bytes::from(e.to_string())
 }
 
 /// The routing and aggregation state machine of one node.
@@ -158,7 +180,8 @@ impl PendingOp {
 pub struct Node {
     me: NodeId,
     topo: Arc<dyn Topology>,
-    ops: HashMap<u64, PendingOp>,
+    /// Boxed: a node's table keeps a few slots even for one op, and an op is large.
+    ops: HashMap<u64, Box<PendingOp>>,
     /// (deadline, op) for every op with a deadline.
     timers: BTreeSet<(Instant, u64)>,
     /// Children whose link died, with the reason.
@@ -167,6 +190,8 @@ pub struct Node {
     stats: NodeStats,
     /// Stdio lines from children waiting to merge with identical lines of other ranks.
     stdio: Coalescer,
+    /// Where each op's filter comes from.
+    registry: Arc<Registry>,
 }
 
 impl Node {
@@ -181,7 +206,27 @@ impl Node {
             out: VecDeque::new(),
             stats: NodeStats::default(),
             stdio: Coalescer::new(Duration::ZERO),
+            registry: builtin_registry(),
         }
+    }
+
+    /// The node `me` in tree `topo`, making each op's filter from `registry` (the built-ins
+    /// plus the plugins a daemon loaded) instead of the built-ins alone.
+    pub fn with_registry(me: NodeId, topo: Arc<dyn Topology>, registry: Arc<Registry>) -> Self {
+        Self {
+            registry,
+            ..Self::new(me, topo)
+        }
+    }
+
+    /// Makes the filters of later ops from `registry` (ops in flight keep theirs).
+    pub fn set_registry(&mut self, registry: Arc<Registry>) {
+        self.registry = registry;
+    }
+
+    /// The registry the filters of new ops come from.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
     }
 
     /// How long stdio lines from children wait to merge with identical ones (zero: no
@@ -240,13 +285,6 @@ impl Node {
             return;
         }
         let route = self.topo.route(self.me, &msg.dest);
-        let mut pending = PendingOp {
-            sync: msg.aggregate.sync,
-            merge: Merge::by_name(&msg.aggregate.filter),
-            outstanding: HashMap::new(),
-            groups: Vec::new(),
-            deadline: None,
-        };
         // Ids the destination names that no node below here can reach. Below the master
         // the parent already narrowed the destination, so this is only ever non-empty at
         // the master (ids beyond N) or if a parent misbehaves.
@@ -258,6 +296,23 @@ impl Node {
             reach.union_with(share);
         }
         let unreachable = &msg.dest - &reach;
+        let filter = match msg.aggregate.filter.as_str() {
+            // The default, without a registry lookup: `""` is always the identical merge.
+            "" => Ok(Box::new(Identical::new()) as Box<dyn Filter>),
+            spec => self.registry.create(spec).map_err(|e| {
+                tracing::debug!(node = %self.me, op, "{e}; the replies of this op go up as lost");
+                filter_failure(&e)
+            }),
+        };
+        let mut pending = Box::new(PendingOp {
+            sync: msg.aggregate.sync,
+            filter,
+            expected: reach,
+            sent: IdSet::new(),
+            outstanding: HashMap::new(),
+            groups: Vec::new(),
+            deadline: None,
+        });
         if !unreachable.is_empty() {
             let why = if self.me == NodeId::Master {
                 format!("no such server: the tree has {} servers", self.topo.size())
@@ -463,10 +518,15 @@ impl Node {
         };
         let done = p.done();
         if done || p.sync == SyncMode::DontWait {
-            for g in p.groups.drain(..) {
+            let (replied, others) = p.take_groups();
+            let replied = replied
+                .into_iter()
+                .map(|g| Message::reply(op, g.sources, Status::Replied, g.payload));
+            let others = others
+                .into_iter()
+                .map(|g| Message::reply(op, g.sources, g.status, g.payload));
+            for m in replied.chain(others) {
                 self.stats.replies_out += 1;
-                let mut m = Message::reply(op, g.sources, g.status, g.payload);
-                m.aggregate.payload_hash = g.hash;
                 self.out.push_back(Output::ToParent(m));
             }
         }

@@ -5,6 +5,7 @@
 use std::io;
 use std::time::Duration;
 
+use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
 use sdm_proto::{IdSet, Kind, Message, SyncMode};
 use sdm_topology::{NodeId, Topology};
@@ -179,7 +180,11 @@ async fn connect_named(
             let Some(a) = port_plus(addr, k) else { break };
             let tried = tokio::time::timeout(policy.handshake_timeout, async {
                 let mut link = transport.connect(&a).await.map_err(Attempt::Failed)?;
+                let session_max = link.reader.decoder().max_frame();
+                let small = HANDSHAKE_MAX_FRAME.min(session_max);
+                link.reader.decoder_mut().set_max_frame(small);
                 handshake_connect(&mut link, &policy.key, me, to).await?;
+                link.reader.decoder_mut().set_max_frame(session_max);
                 Ok::<_, Attempt>(link)
             })
             .await;
@@ -263,27 +268,86 @@ pub async fn accept_parent(
     accept_named(listener, &me.to_string(), policy).await
 }
 
-/// Accepts connections until one hands over a valid hello addressed to `me`.
+/// Most handshakes [`accept_named`] runs at once; connections beyond it are closed at once
+/// (and logged) until one of the running handshakes ends.
+pub const MAX_PENDING_HANDSHAKES: usize = 1024;
+
+/// Largest frame an unauthenticated peer may send: handshake lines are under 300 bytes, so
+/// a stranger can never make the acceptor buffer a session-sized frame.
+pub const HANDSHAKE_MAX_FRAME: usize = 4096;
+
+/// Accepts connections until one hands over a valid hello addressed to `me` and proves the
+/// session key.
+///
+/// Handshakes run concurrently, each under its own `policy.handshake_timeout`: a silent,
+/// slow or hostile connection costs only itself and never delays a legitimate peer. Every
+/// refused connection is logged with its peer and reason. The returned link has the
+/// session's frame limit back; the other pending handshakes are dropped (their connections
+/// close).
 pub async fn accept_named(
     listener: &mut dyn Listener,
     me: &str,
     policy: &ConnectPolicy,
 ) -> io::Result<Link> {
+    let mut pending = FuturesUnordered::new();
     loop {
-        let mut link = listener.accept().await?;
-        match tokio::time::timeout(
-            policy.handshake_timeout,
-            handshake_accept(&mut link, &policy.key, me),
-        )
-        .await
-        {
-            Ok(Ok(())) => return Ok(link),
-            Ok(Err(e)) => tracing::warn!(node = me, peer = %link.peer, "refused connection: {e}"),
-            Err(_) => {
-                tracing::warn!(node = me, peer = %link.peer, "refused connection: no handshake in time")
+        tokio::select! {
+            accepted = listener.accept() => {
+                let mut link = match accepted {
+                    Ok(link) => link,
+                    Err(e) if transient_accept_error(&e) => {
+                        tracing::warn!(node = me, "accept failed, still listening: {e}");
+                        // Out of descriptors or memory: let pending handshakes end first.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if pending.len() >= MAX_PENDING_HANDSHAKES {
+                    tracing::warn!(
+                        node = me,
+                        peer = %link.peer,
+                        "refused connection: {MAX_PENDING_HANDSHAKES} handshakes already running"
+                    );
+                    continue;
+                }
+                let (key, timeout) = (&policy.key, policy.handshake_timeout);
+                pending.push(async move {
+                    let session_max = link.reader.decoder().max_frame();
+                    link.reader.decoder_mut().set_max_frame(HANDSHAKE_MAX_FRAME.min(session_max));
+                    let r = tokio::time::timeout(timeout, handshake_accept(&mut link, key, me)).await;
+                    link.reader.decoder_mut().set_max_frame(session_max);
+                    (link, r)
+                });
             }
+            Some((link, r)) = pending.next(), if !pending.is_empty() => match r {
+                Ok(Ok(())) => return Ok(link),
+                Ok(Err(e)) => {
+                    tracing::warn!(node = me, peer = %link.peer, "refused connection: {e}")
+                }
+                Err(_) => tracing::warn!(
+                    node = me,
+                    peer = %link.peer,
+                    "refused connection: no handshake within {:?}",
+                    policy.handshake_timeout
+                ),
+            },
         }
     }
+}
+
+/// Accept errors that concern one connection or a passing shortage, not the listener.
+fn transient_accept_error(e: &io::Error) -> bool {
+    // Linux: ENOMEM, ENFILE, EMFILE, ENOBUFS.
+    const SHORTAGE: [i32; 4] = [12, 23, 24, 105];
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    ) || e.raw_os_error().is_some_and(|n| SHORTAGE.contains(&n))
 }
 
 /// Acceptor side of the handshake on an open link.

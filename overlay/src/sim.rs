@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use sdm_filters::Registry;
 use sdm_proto::{IdSet, Message, SyncMode};
 use sdm_topology::{NodeId, Topology};
 
@@ -103,6 +104,14 @@ impl SimNet {
             frontend: Vec::new(),
             root_bytes: 0,
             frames: 0,
+        }
+    }
+
+    /// Makes every live node's filters of later ops from `registry` (see
+    /// [`Node::set_registry`]).
+    pub fn set_registry(&mut self, registry: Arc<Registry>) {
+        for n in self.nodes.iter_mut().flatten() {
+            n.set_registry(Arc::clone(&registry));
         }
     }
 

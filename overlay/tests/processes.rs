@@ -4,103 +4,24 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
-use sdm_overlay::Node;
-use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
-use sdm_overlay::driver::{self, Delivery};
-use sdm_overlay::frontend::Frontend;
-use sdm_overlay::setup::{self, ConnectPolicy};
-use sdm_overlay::transport::{Address, TransportConfig, transport_for};
+use sdm_overlay::auth::SessionKey;
+use sdm_overlay::setup::ConnectPolicy;
 use sdm_proto::{IdSet, Status, SyncMode};
-use sdm_topology::{NodeId, Shape, Topology};
-use support::{assert_partition, ids_with};
-
-/// Kills every process it holds when dropped, so a failing test leaves no orphans.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use sdm_topology::{NodeId, Shape};
+use support::{Procs, assert_partition, ids_with, master_for_processes};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_processes_merge_and_survive_sigkill() {
     let n = 64u32;
-    let mut procs = Procs(Vec::new());
-    let mut table = Vec::new();
     let policy = ConnectPolicy::new(SessionKey::generate());
-    for id in 0..n {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sdm-testnode"))
-            .args(["--id", &id.to_string(), "--servers", &n.to_string()])
-            .env(SESSION_KEY_ENV, policy.key.to_hex())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn sdm-testnode");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr: Address = line
-            .trim()
-            .strip_prefix("LISTEN ")
-            .expect("LISTEN line")
-            .parse()
-            .unwrap();
-        table.push(addr);
-        procs.0.push(child);
-    }
-    let line = table
-        .iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(" ")
-        + "\n";
-    for c in &mut procs.0 {
-        c.stdin
-            .as_mut()
-            .unwrap()
-            .write_all(line.as_bytes())
-            .unwrap();
-    }
+    let (mut procs, table) = Procs::spawn(n, &policy);
+    procs.send_table(&table);
 
     // Master and front-end live here; the master's link up is a real tcp connection too.
-    let cfg = TransportConfig::default();
-    let fe_addr: Address = "tcp://127.0.0.1:0".parse().unwrap();
-    let transport: Arc<dyn sdm_overlay::transport::Transport> =
-        Arc::from(transport_for(&fe_addr, &cfg).unwrap());
-    let mut fe_listener = transport.bind(&fe_addr).await.unwrap();
-    let fe_addr = fe_listener.local_addr();
-    let topo: Arc<dyn Topology> = Arc::from(Shape::Binomial.build(n));
-    let master = {
-        let (transport, topo, policy) = (transport.clone(), topo.clone(), policy.clone());
-        let table: Vec<Option<Address>> = table.iter().cloned().map(Some).collect();
-        tokio::spawn(async move {
-            let children =
-                setup::connect_children(&*transport, &*topo, NodeId::Master, &table, &policy).await;
-            for (c, r) in &children {
-                assert!(r.is_ok(), "connecting to {c}: {r:?}");
-            }
-            let up = setup::connect_frontend(&*transport, &fe_addr, &policy)
-                .await
-                .unwrap();
-            let none = Box::new(|_d: Delivery| unreachable!("the master delivers nothing"));
-            driver::run_node(Node::new(NodeId::Master, topo), up, children, none)
-                .await
-                .unwrap();
-        })
-    };
-    let mut fe = Frontend::accept_master(&mut *fe_listener, &policy)
-        .await
-        .unwrap();
+    let (mut fe, master, topo) =
+        master_for_processes(&table, Shape::Binomial, &policy, policy.clone()).await;
 
     let all = IdSet::all(n);
     let g = fe.request(&all, SyncMode::WaitAll, "ping").await.unwrap();

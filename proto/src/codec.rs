@@ -36,6 +36,13 @@ impl FrameCodec {
     pub fn max_frame(&self) -> usize {
         self.max
     }
+
+    /// Changes the maximum frame size from the next frame on (e.g. a small limit while a
+    /// link is still unauthenticated, the session's limit after).
+    pub fn set_max_frame(&mut self, max: usize) {
+        self.inner.set_max_frame_length(max);
+        self.max = max;
+    }
 }
 
 impl Default for FrameCodec {
@@ -153,6 +160,23 @@ mod tests {
             c.decode_eof(&mut half),
             Err(WireError::Truncated(_))
         ));
+    }
+
+    #[test]
+    fn lowered_maximum_applies_to_the_next_frame() {
+        let m = Message::command(1, IdSet::all(4), SyncMode::WaitAll, vec![0u8; 100]);
+        let mut buf = frame(&m);
+        buf.extend_from_slice(&frame(&m));
+        let mut c = FrameCodec::default();
+        assert_eq!(c.decode(&mut buf).unwrap().unwrap(), m);
+        c.set_max_frame(64);
+        assert_eq!(c.max_frame(), 64);
+        assert!(matches!(
+            c.decode(&mut buf),
+            Err(WireError::FrameTooLarge { max: 64, .. })
+        ));
+        c.set_max_frame(DEFAULT_MAX_FRAME);
+        assert_eq!(c.decode(&mut buf).unwrap().unwrap(), m);
     }
 
     proptest! {

@@ -274,7 +274,9 @@ impl IdSet {
                 if count > (bytes.len() - pos) as u64 / 2 {
                     return Err(IdSetError::Truncated(bytes.len()));
                 }
-                let mut b = RoaringBitmap::new();
+                // Check the whole run list before building anything: a refused input costs
+                // its length, never the size of the ranges it names.
+                let mut runs = Vec::with_capacity(count as usize);
                 let mut next: u64 = 0;
                 for _ in 0..count {
                     let at = pos;
@@ -285,11 +287,15 @@ impl IdSet {
                     if end > u64::from(Id::MAX) {
                         return Err(IdSetError::Overflow(at));
                     }
-                    b.insert_range(start as Id..=end as Id);
+                    runs.push(start as Id..=end as Id);
                     next = end + 1;
                 }
                 if pos != bytes.len() {
                     return Err(IdSetError::Trailing(bytes.len() - pos));
+                }
+                let mut b = RoaringBitmap::new();
+                for r in runs {
+                    b.insert_range(r);
                 }
                 Ok(Self(b))
             }
@@ -369,22 +375,27 @@ fn get_varint(b: &[u8], pos: &mut usize) -> Result<u64, IdSetError> {
 }
 
 /// Iterator over the maximal runs of an [`IdSet`], from [`IdSet::runs`].
+///
+/// Walks roaring's own runs (at most one per container boundary more than the set's maximal
+/// runs), so the cost follows the number of runs, never the number of ids: `[0-4294967295]`
+/// is one step, not four billion.
 pub struct Runs<'a> {
     inner: roaring::bitmap::Iter<'a>,
-    pending: Option<Id>,
+    pending: Option<RangeInclusive<Id>>,
 }
 
 impl Iterator for Runs<'_> {
     type Item = RangeInclusive<Id>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let start = self.pending.take().or_else(|| self.inner.next())?;
-        let mut end = start;
-        for id in self.inner.by_ref() {
-            if end.checked_add(1) == Some(id) {
-                end = id;
+        let first = self.pending.take().or_else(|| self.inner.next_range())?;
+        let (start, mut end) = (*first.start(), *first.end());
+        // Roaring splits runs at every 65536-id container boundary: join them back.
+        while let Some(r) = self.inner.next_range() {
+            if end.checked_add(1) == Some(*r.start()) {
+                end = *r.end();
             } else {
-                self.pending = Some(id);
+                self.pending = Some(r);
                 break;
             }
         }
@@ -615,6 +626,40 @@ mod tests {
     }
 
     #[test]
+    fn whole_id_space_is_cheap_to_walk_print_and_encode() {
+        // A 7-byte frame field can name every id: walking it must cost its runs, not its ids.
+        let all = IdSet::range(0..=Id::MAX);
+        let b = all.to_bytes();
+        assert_eq!(b, [TAG_RUNS, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+        let back = IdSet::from_bytes(&b).unwrap();
+        assert_eq!(back.len(), 1 << 32);
+        assert_eq!(back.runs().collect::<Vec<_>>(), vec![0..=Id::MAX]);
+        assert_eq!(back.to_string(), "[0-4294967295]");
+        let mut holes = back.clone();
+        for id in [5, 65_535, 65_536, 1 << 31, Id::MAX] {
+            holes.remove(id);
+        }
+        assert_eq!(
+            holes.to_string(),
+            "[0-4,6-65534,65537-2147483647,2147483649-4294967294]"
+        );
+        assert_eq!(IdSet::from_bytes(&holes.to_bytes()).unwrap(), holes);
+    }
+
+    #[test]
+    fn runs_join_across_container_boundaries() {
+        let s: IdSet = (65_530..65_545)
+            .chain([70_000])
+            .chain(131_000..140_000)
+            .collect();
+        let runs: Vec<_> = s.runs().collect();
+        assert_eq!(
+            runs,
+            vec![65_530..=65_544, 70_000..=70_000, 131_000..=139_999]
+        );
+    }
+
+    #[test]
     fn hostile_roaring_header_is_refused() {
         let mut b = vec![TAG_ROARING];
         b.extend_from_slice(&12346u32.to_le_bytes());
@@ -655,6 +700,19 @@ mod tests {
             let ir = sa.intersect_range(lo..=hi);
             prop_assert_eq!(model(&ir), ma.range(lo..=hi).copied().collect::<BTreeSet<_>>());
             prop_assert_eq!(sa.range_len(lo..=hi), ma.range(lo..=hi).count() as u64);
+        }
+
+        #[test]
+        fn runs_match_a_walk_over_the_ids(a in arb_ids()) {
+            let s: IdSet = a.into_iter().collect();
+            let mut want: Vec<RangeInclusive<Id>> = Vec::new();
+            for id in s.iter() {
+                match want.last_mut() {
+                    Some(r) if r.end().checked_add(1) == Some(id) => *r = *r.start()..=id,
+                    _ => want.push(id..=id),
+                }
+            }
+            prop_assert_eq!(s.runs().collect::<Vec<_>>(), want);
         }
 
         #[test]

@@ -196,7 +196,9 @@ impl Console {
     pub async fn write_stdin(&mut self, ids: &IdSet, data: &str, eof: bool) -> anyhow::Result<()> {
         let live = ids - &self.terminated;
         if !live.is_empty() {
-            self.session.write_stdin(&live, data.as_bytes(), eof).await?;
+            self.session
+                .write_stdin(&live, data.as_bytes(), eof)
+                .await?;
         }
         Ok(())
     }
@@ -363,9 +365,23 @@ impl Console {
                     .await?;
                 self.print_tree(&lines, out)?;
             }
+            "top" => {
+                let dest = ids(rest)?;
+                let sample = crate::top::sample(
+                    &mut self.session,
+                    &dest,
+                    Duration::from_millis(u64::from(COMMAND_TIMEOUT_MS)),
+                )
+                .await?;
+                if self.json {
+                    writeln!(out, "{}", crate::top::json(&sample, 0.0))?;
+                } else {
+                    write!(out, "{}", crate::top::table(&sample))?;
+                }
+            }
             "omis" => self.raw(rest, out).await?,
             _ => anyhow::bail!(
-                "unknown command {verb:?}: expected stop, cont, status, bt, break, kill, omis, sleep, history or quit"
+                "unknown command {verb:?}: expected stop, cont, status, bt, break, kill, top, omis, sleep, history or quit"
             ),
         }
         // Output and events that arrived meanwhile.

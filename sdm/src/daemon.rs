@@ -84,7 +84,7 @@ async fn serve(
             tracing::warn!(node = %me, child = %c, "{e}");
         }
     }
-    let mut node = Node::new(me, topo);
+    let mut node = Node::with_registry(me, topo, Arc::new(spec.registry()));
     node.set_stdio_window(Duration::from_millis(spec.stdio_window_ms));
     node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
     driver::run_node_with_events(node, parent, children, handler, events).await?;

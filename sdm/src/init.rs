@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use sdm_overlay::auth::SessionKey;
+use sdm_overlay::filters::Registry;
 use sdm_overlay::setup::ConnectPolicy;
 use sdm_overlay::transport::Address;
 use sdm_topology::Shape;
@@ -36,6 +37,12 @@ pub struct InitSpec {
     /// How long interior nodes hold stdio lines to merge identical ones, ms (0: never).
     #[serde(default)]
     pub stdio_window_ms: u64,
+    /// Filter plugins (paths of shared libraries, see `sdm_filters::plugin`) every daemon
+    /// loads before it serves, so commands can name their filters. A path must be valid on
+    /// the daemon's host; a plugin that does not load there is logged, and ops naming its
+    /// filter come back lost with the registry's "no such filter" error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filter_plugins: Vec<String>,
 }
 
 impl InitSpec {
@@ -89,6 +96,19 @@ impl InitSpec {
             .collect()
     }
 
+    /// The filter registry of a daemon: the built-ins plus every plugin of
+    /// [`filter_plugins`](Self::filter_plugins) that loads (the others are logged).
+    pub fn registry(&self) -> Registry {
+        let mut r = Registry::new();
+        for p in &self.filter_plugins {
+            match r.load_plugin(p) {
+                Ok(name) => tracing::debug!(plugin = %p, "loaded filter {name:?}"),
+                Err(e) => tracing::warn!(plugin = %p, "{e}"),
+            }
+        }
+        r
+    }
+
     /// The connection policy, with the session key.
     pub fn policy(&self, key: SessionKey) -> ConnectPolicy {
         ConnectPolicy {
@@ -120,6 +140,7 @@ mod tests {
             probe_span: 1,
             handshake_ms: 1000,
             stdio_window_ms: 20,
+            filter_plugins: vec!["/opt/tool/libcsum.so".into()],
         };
         let back = InitSpec::from_payload(spec.to_payload().as_bytes()).unwrap();
         assert_eq!(back, spec);

@@ -57,13 +57,19 @@ impl Iof {
     }
 
     /// Sets the standard output handler.
-    pub fn set_stdout_handler(&mut self, f: impl FnMut(&IdSet, &[u8]) + Send + 'static) -> &mut Self {
+    pub fn set_stdout_handler(
+        &mut self,
+        f: impl FnMut(&IdSet, &[u8]) + Send + 'static,
+    ) -> &mut Self {
         self.stdout = Box::new(f);
         self
     }
 
     /// Sets the standard error handler.
-    pub fn set_stderr_handler(&mut self, f: impl FnMut(&IdSet, &[u8]) + Send + 'static) -> &mut Self {
+    pub fn set_stderr_handler(
+        &mut self,
+        f: impl FnMut(&IdSet, &[u8]) + Send + 'static,
+    ) -> &mut Self {
         self.stderr = Box::new(f);
         self
     }
@@ -132,7 +138,12 @@ mod tests {
     use super::*;
 
     fn msg(kind: Kind, ids: &str, payload: &[u8]) -> Message {
-        let mut m = Message::reply(0, ids.parse().unwrap(), Status::Replied, Bytes::copy_from_slice(payload));
+        let mut m = Message::reply(
+            0,
+            ids.parse().unwrap(),
+            Status::Replied,
+            Bytes::copy_from_slice(payload),
+        );
         m.kind = kind;
         m
     }
@@ -142,14 +153,32 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let mut iof = Iof::new(Duration::from_millis(50));
         let (a, b, c) = (seen.clone(), seen.clone(), seen.clone());
-        iof.set_stdout_handler(move |ids, l| a.lock().unwrap().push(format!("out {ids} {}", String::from_utf8_lossy(l))))
-            .set_stderr_handler(move |ids, l| b.lock().unwrap().push(format!("err {ids} {}", String::from_utf8_lossy(l))))
-            .set_event_handler(move |ids, e| c.lock().unwrap().push(format!("ev {ids} {e}")));
+        iof.set_stdout_handler(move |ids, l| {
+            a.lock()
+                .unwrap()
+                .push(format!("out {ids} {}", String::from_utf8_lossy(l)))
+        })
+        .set_stderr_handler(move |ids, l| {
+            b.lock()
+                .unwrap()
+                .push(format!("err {ids} {}", String::from_utf8_lossy(l)))
+        })
+        .set_event_handler(move |ids, e| c.lock().unwrap().push(format!("ev {ids} {e}")));
         assert!(iof.handle(msg(Kind::Stdio, "[0]", b"\x01hello")).is_none());
         assert!(iof.handle(msg(Kind::Stdio, "[1]", b"\x01hello")).is_none());
         assert!(iof.handle(msg(Kind::Stdio, "[1]", b"\x02oops")).is_none());
-        assert!(iof.handle(msg(Kind::Event, "[0-1]", b"process_terminated(\"exited\",0)")).is_none());
-        assert!(iof.handle(msg(Kind::Reply, "[0]", b"x")).is_some(), "replies are not stdio");
+        assert!(
+            iof.handle(msg(
+                Kind::Event,
+                "[0-1]",
+                b"process_terminated(\"exited\",0)"
+            ))
+            .is_none()
+        );
+        assert!(
+            iof.handle(msg(Kind::Reply, "[0]", b"x")).is_some(),
+            "replies are not stdio"
+        );
         assert!(seen.lock().unwrap().is_empty(), "held for the window");
         iof.flush();
         assert_eq!(

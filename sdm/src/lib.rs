@@ -11,6 +11,7 @@
 //!   /proc, ptrace) and the OMIS services on it.
 //! - [`iof`]: stdio handlers for tools (output and events of the programs, merged).
 //! - [`console`]: the parallel debugger console of `sdm run`.
+//! - [`top`]: `sdm top`, job-wide process metrics merged by the `stats` filter.
 
 pub mod console;
 pub mod daemon;
@@ -21,5 +22,6 @@ pub mod omis;
 pub mod service;
 pub mod services;
 pub mod session;
+pub mod top;
 
 pub use session::{LaunchReport, Progress, Session, SessionOptions};

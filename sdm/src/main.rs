@@ -34,6 +34,9 @@ enum Cmd {
     /// Start PROGRAM under control on N servers, then run console commands (-c) or an
     /// interactive console.
     Run(RunArgs),
+    /// Start PROGRAM on N servers and show job-wide process metrics (min / mean / max and
+    /// the ranks at the extremes) every period, merged in the tree.
+    Top(TopArgs),
     /// Print a tree shape.
     Topology {
         /// Number of servers.
@@ -153,6 +156,27 @@ struct RunArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct TopArgs {
+    /// Number of servers (and program processes).
+    #[arg(short, long)]
+    n: u32,
+    #[command(flatten)]
+    tree: TreeArgs,
+    /// Seconds between samples.
+    #[arg(long, default_value_t = 1.0)]
+    period: f64,
+    /// Stop after this many samples (default: until the programs end or ^C).
+    #[arg(long)]
+    count: Option<u64>,
+    /// JSON lines instead of a table refreshed in place.
+    #[arg(long)]
+    json: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true)]
+    program: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
 struct LaunchArgs {
     /// Number of servers.
     #[arg(short, long)]
@@ -202,6 +226,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Launch(a) => launch(a).await,
         Cmd::Run(a) => run_console(a).await,
+        Cmd::Top(a) => run_top(a).await,
         Cmd::Topology { n, shape, dot } => {
             let t = shape.build(n);
             if dot {
@@ -356,6 +381,65 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
             }
         }
     }
+}
+
+async fn run_top(a: TopArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.period > 0.0, "--period must be positive");
+    let session = Session::launch(&a.tree.options(a.n), |_| {})
+        .await
+        .context("launching the tree")?;
+    for (ids, why) in &session.report().failed {
+        eprintln!("sdm: {ids} failed to start: {why}");
+    }
+    let mut console = sdm::console::Console::new(session, a.json);
+    let program = std::fs::canonicalize(&a.program[0])
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| a.program[0].clone());
+    // The programs' own output would scroll the table away: it goes to the launcher.
+    for l in &console
+        .start_program(&program, &a.program[1..], "runtime")
+        .await?
+    {
+        if l.status != Status::Replied || l.text.contains("error") {
+            eprintln!("sdm: {} could not start {program}: {}", l.ids, l.text);
+        }
+    }
+    let period = Duration::from_secs_f64(a.period);
+    let tty = !a.json && std::io::stdout().is_terminal();
+    let t0 = tokio::time::Instant::now();
+    let mut n = 0u64;
+    let all = console.session().all();
+    loop {
+        let s =
+            sdm::top::sample(console.session(), &all, period.max(Duration::from_secs(2))).await?;
+        n += 1;
+        let t = t0.elapsed().as_secs_f64();
+        if a.json {
+            println!("{}", sdm::top::json(&s, t));
+        } else {
+            if tty {
+                print!("\x1b[H\x1b[2J");
+            }
+            println!("sdm top: {} ranks, sample {n} at {t:.1} s", a.n);
+            print!("{}", sdm::top::table(&s));
+        }
+        std::io::stdout().flush()?;
+        let ended = s.stats.is_empty() && !s.missing.is_empty();
+        if ended || a.count.is_some_and(|c| n >= c) {
+            break;
+        }
+        let until = t0 + period.mul_f64(n as f64);
+        let mut sink = std::io::sink();
+        while tokio::time::Instant::now() < until {
+            console.pump(until, &mut sink).await?;
+        }
+    }
+    console
+        .session()
+        .request(&all, SyncMode::Timeout(10_000), "0 [] kill()")
+        .await?;
+    console.shutdown().await;
+    Ok(())
 }
 
 /// Writes whole lines through rustyline's external printer, so output that arrives while

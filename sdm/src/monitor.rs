@@ -146,6 +146,8 @@ pub struct Monitor {
     pub user_events: BTreeSet<i64>,
     /// How deep event actions are nested (an action may raise an event).
     firing: u32,
+    /// CPU seconds of the process and when they were read, for `procstat`'s CPU %.
+    last_cpu: Option<(f64, std::time::Instant)>,
 }
 
 type Job = Box<dyn FnOnce(&mut Monitor) + Send>;
@@ -180,6 +182,7 @@ impl MonitorHandle {
                     requests: BTreeMap::new(),
                     user_events: BTreeSet::new(),
                     firing: 0,
+                    last_cpu: None,
                 };
                 loop {
                     // Poll often only while breakpoints may fire; an idle server sleeps.
@@ -566,6 +569,64 @@ impl Monitor {
         })
     }
 
+    /// Metrics of the process for `sdm top`, from /proc: CPU % since the previous sample
+    /// (since the start for the first), RSS (kB), threads, bytes read and written, and
+    /// context switches (voluntary + involuntary), as `name value` pairs.
+    pub fn procstat(&mut self) -> MonResult<Vec<(&'static str, f64)>> {
+        let pid = self.proc()?.pid;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+        let f: Vec<&str> = stat
+            .rsplit_once(") ")
+            .map(|(_, r)| r)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let field = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let tick = 100.0; // USER_HZ on Linux
+        let cpu = (field(11) + field(12)) / tick;
+        let now = std::time::Instant::now();
+        let cpu_pct = match self.last_cpu {
+            Some((c, t)) if now > t => 100.0 * (cpu - c) / now.duration_since(t).as_secs_f64(),
+            _ => {
+                let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+                    .ok()
+                    .and_then(|u| u.split_whitespace().next()?.parse().ok())
+                    .unwrap_or(0.0);
+                let age = uptime - field(19) / tick;
+                if age > 0.0 { 100.0 * cpu / age } else { 0.0 }
+            }
+        };
+        self.last_cpu = Some((cpu, now));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let from_status = |key: &str| -> f64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0.0)
+        };
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+        let from_io = |key: &str| -> f64 {
+            io.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0)
+        };
+        Ok(vec![
+            ("cpu_pct", (cpu_pct * 10.0).round() / 10.0),
+            ("rss_kb", from_status("VmRSS:")),
+            ("threads", from_status("Threads:")),
+            ("read_bytes", from_io("rchar:")),
+            ("write_bytes", from_io("wchar:")),
+            (
+                "ctx_switches",
+                from_status("voluntary_ctxt_switches:")
+                    + from_status("nonvoluntary_ctxt_switches:"),
+            ),
+        ])
+    }
+
     /// Facts from /proc: state letter, RSS (kB), user and system time (s), argv.
     pub fn process_info(&mut self) -> MonResult<(String, u64, f64, f64, Vec<String>)> {
         let pid = self.proc()?.pid;
@@ -745,24 +806,7 @@ impl Monitor {
     /// Sets a breakpoint on a function name or `0x` address; returns the address. The
     /// process stays ptrace-attached from now on.
     pub fn set_breakpoint(&mut self, target: &str) -> MonResult<u64> {
-        let (pid, exe) = {
-            let p = self.proc()?;
-            (p.pid, p.exe.clone())
-        };
-        let addr = match target.strip_prefix("0x") {
-            Some(hex) => {
-                u64::from_str_radix(hex, 16).map_err(|_| format!("bad address {target:?}"))?
-            }
-            None => {
-                let svma = symbol_address(&exe, target)?;
-                let bias = read_maps(pid)
-                    .iter()
-                    .find(|m| m.path == exe)
-                    .map(|m| m.start - m.offset)
-                    .ok_or("the executable is not mapped")?;
-                if is_pie(&exe)? { bias + svma } else { svma }
-            }
-        };
+        let addr = self.resolve(target)?;
         let p = self.proc()?;
         if p.breakpoints.contains_key(&addr) {
             return Ok(addr);
@@ -834,6 +878,61 @@ impl Monitor {
         if let Err(e) = spawned {
             tracing::warn!("cannot report the process's exit: {e}");
         }
+    }
+
+    /// The address of a function name (or a `0x` address) in the process.
+    fn resolve(&mut self, target: &str) -> MonResult<u64> {
+        let (pid, exe) = {
+            let p = self.proc()?;
+            (p.pid, p.exe.clone())
+        };
+        Ok(match target.strip_prefix("0x") {
+            Some(hex) => {
+                u64::from_str_radix(hex, 16).map_err(|_| format!("bad address {target:?}"))?
+            }
+            None => {
+                let svma = symbol_address(&exe, target)?;
+                let bias = read_maps(pid)
+                    .iter()
+                    .find(|m| m.path == exe)
+                    .map(|m| m.start - m.offset)
+                    .ok_or("the executable is not mapped")?;
+                if is_pie(&exe)? { bias + svma } else { svma }
+            }
+        })
+    }
+
+    /// Removes the breakpoint at `target` (restoring the original byte); a process stopped
+    /// at it must be continued first.
+    pub fn clear_breakpoint(&mut self, target: &str) -> MonResult<()> {
+        let addr = self.resolve(target)?;
+        let p = self.proc()?;
+        let Some(&(orig, _)) = p.breakpoints.get(&addr) else {
+            return Ok(());
+        };
+        match p.state {
+            ProcState::AtBreakpoint(a) if a == addr => {
+                return Err(format!(
+                    "the process is stopped at {target}: continue it first"
+                ));
+            }
+            ProcState::Exited(_) | ProcState::Signaled(_) => {
+                p.breakpoints.remove(&addr);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let was_running = p.state == ProcState::Running;
+        if was_running {
+            ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
+            wait_trace_stop(p)?;
+        }
+        poke_byte(p.pid, addr, orig)?;
+        p.breakpoints.remove(&addr);
+        if was_running {
+            ptrace::cont(p.pid, None).map_err(|e| errno("ptrace cont", e))?;
+        }
+        Ok(())
     }
 
     /// Notices breakpoint hits and exits; reports them as events.

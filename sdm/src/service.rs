@@ -1,5 +1,6 @@
 //! The requests every sdm server answers by itself, before any payload protocol (OMIS)
-//! is layered on: `sdm-init`, `ping`, `info`, `value`, `sleep MS`. Anything else gets an
+//! is layered on: `sdm-init`, `ping`, `info`, `value`, `sleep MS`, and `procstat` (the
+//! monitored program's metrics as a JSON object, for `sdm top`). Anything else gets an
 //! error reply naming the request.
 
 use std::time::Duration;
@@ -72,6 +73,25 @@ pub fn handle(ctx: &ServerContext, d: Delivery) {
             let reply = rx
                 .await
                 .unwrap_or_else(|_| "0 [] error(\"monitor gone\")".into());
+            d.reply.send(reply);
+        });
+        return;
+    }
+    if text.trim() == "procstat" {
+        // The program's metrics as a JSON object (the `stats` filter's leaf input).
+        let rx = ctx.monitor.submit(|m| m.procstat());
+        tokio::spawn(async move {
+            let reply = match rx.await {
+                Ok(Ok(pairs)) => {
+                    let map: serde_json::Map<String, serde_json::Value> = pairs
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), serde_json::json!(v)))
+                        .collect();
+                    serde_json::Value::Object(map).to_string()
+                }
+                Ok(Err(e)) => format!("error: procstat: {e}"),
+                Err(_) => "error: procstat: monitor gone".to_owned(),
+            };
             d.reply.send(reply);
         });
         return;

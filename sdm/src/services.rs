@@ -101,11 +101,33 @@ pub fn registry() -> Arc<Registry<Monitor>> {
             name,
             Box::new(move |m, req| {
                 let id = int_param(req, 0, "request id")?;
-                let known = m.requests.contains_key(&id);
-                match (known, on) {
-                    (false, _) => return Err(err(format!("{name}: no request {id} on this node"))),
-                    (true, Some(on)) => m.requests.get_mut(&id).expect("known").enabled = on,
-                    (true, None) => drop(m.requests.remove(&id)),
+                let Some(r) = m.requests.get(&id) else {
+                    return Err(err(format!("{name}: no request {id} on this node")));
+                };
+                // A breakpoint is planted while its request is enabled, and only then.
+                let target = match (r.event.service.as_str(), r.event.params.first()) {
+                    ("breakpoint", Some(Value::Str(t))) => Some(t.clone()),
+                    ("breakpoint", Some(Value::Int(a))) => Some(format!("{a:#x}")),
+                    _ => None,
+                };
+                let was = r.enabled;
+                let now = on.unwrap_or(false);
+                if let Some(t) = &target {
+                    let others = m.requests.iter().any(|(i, o)| {
+                        *i != id
+                            && o.enabled
+                            && o.event.service == "breakpoint"
+                            && o.event.params.first() == r.event.params.first()
+                    });
+                    if now && !was {
+                        m.set_breakpoint(t).map_err(err)?;
+                    } else if !now && was && !others {
+                        m.clear_breakpoint(t).map_err(err)?;
+                    }
+                }
+                match on {
+                    Some(on) => m.requests.get_mut(&id).expect("known").enabled = on,
+                    None => drop(m.requests.remove(&id)),
                 }
                 Ok(vec![Value::Int(0)])
             }),
@@ -308,7 +330,7 @@ pub fn execute(registry: &Registry<Monitor>, m: &mut Monitor, text: &str) -> Str
         Err(e) => return format!("0 [] error(\"bad request: {}\")", escape(&e.to_string())),
     };
     if let Some(ev) = req.event {
-        return define_async(registry, m, ev, req.actions);
+        return define_async(m, ev, req.actions);
     }
     let actions = match &req.actions {
         crate::omis::ActionList::Seq(v) | crate::omis::ActionList::Par(v) => v,
@@ -358,12 +380,7 @@ pub struct AsyncRequest {
 
 /// Stores `event: actions` on this node. The actions run where the event occurs, so their
 /// receivers must be `[$0]` or this node.
-fn define_async(
-    registry: &Registry<Monitor>,
-    m: &mut Monitor,
-    event: BasicRequest,
-    actions: ActionList,
-) -> String {
+fn define_async(m: &mut Monitor, event: BasicRequest, actions: ActionList) -> String {
     let fail = |e: String| {
         format!(
             "{} [] {}(\"error: {}\")",
@@ -391,11 +408,15 @@ fn define_async(
         }
     }
     match event.service.as_str() {
-        "breakpoint" => {
-            if let Err(e) = registry.call(m, &event) {
-                return fail(e.0);
+        // Planted when the request is enabled (and removed when none waits for it).
+        "breakpoint" => match event.params.first() {
+            Some(Value::Str(_) | Value::Int(_)) => {}
+            other => {
+                return fail(format!(
+                    "breakpoint needs a function name or an address, got {other:?}"
+                ));
             }
-        }
+        },
         "user_event" => match event.params.first() {
             Some(Value::Int(n)) if m.user_events.contains(n) => {}
             Some(Value::Int(n)) => return fail(format!("user event {n} is not defined")),

@@ -8,12 +8,14 @@
 //! and why, within the start-up deadline.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 use bytes::Bytes;
 use sdm_deploy::{LaunchSpec, Launched, LauncherKind};
 use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
+use sdm_overlay::filters::Registry;
 use sdm_overlay::frontend::{Frontend, ReplyGroup};
 use sdm_overlay::setup::ConnectPolicy;
 use sdm_overlay::transport::{Address, SessionTls, TransportConfig, transport_for};
@@ -50,6 +52,11 @@ pub struct SessionOptions {
     pub program: Option<PathBuf>,
     /// How long interior nodes hold stdio lines to merge identical ones (zero: never).
     pub stdio_window: Duration,
+    /// Filter plugins (shared libraries implementing `sdm_filter.h`) the front-end and every
+    /// daemon load, so commands can name their filters. The front-end loads them first (a
+    /// plugin that does not load fails the launch); daemons get the absolute paths in the
+    /// init command, so each path must hold the same library on every host.
+    pub filter_plugins: Vec<PathBuf>,
 }
 
 impl Default for SessionOptions {
@@ -67,6 +74,7 @@ impl Default for SessionOptions {
             connect_delay: Duration::from_millis(100),
             program: None,
             stdio_window: Duration::from_millis(20),
+            filter_plugins: Vec::new(),
         }
     }
 }
@@ -113,6 +121,24 @@ pub struct Session {
     master: Option<Launched>,
     n: u32,
     report: LaunchReport,
+}
+
+/// Loads `paths` into a registry of the built-in filters, as the front-end's check that
+/// each plugin loads; returns the registry and the plugins' absolute paths for the daemons.
+fn load_filter_plugins(paths: &[PathBuf]) -> anyhow::Result<(Registry, Vec<String>)> {
+    let mut registry = Registry::new();
+    let mut absolute = Vec::with_capacity(paths.len());
+    for p in paths {
+        let abs =
+            std::path::absolute(p).with_context(|| format!("filter plugin {}", p.display()))?;
+        registry.load_plugin(&abs)?;
+        absolute.push(
+            abs.to_str()
+                .ok_or_else(|| anyhow!("filter plugin path {} is not UTF-8", abs.display()))?
+                .to_owned(),
+        );
+    }
+    Ok((registry, absolute))
 }
 
 /// Finds the `sdm` binary: `$SDM_BIN`, the running program if it is `sdm`, or an `sdm`
@@ -166,6 +192,7 @@ impl Session {
         }
         let deadline = tokio::time::Instant::now() + opts.startup_timeout;
         anyhow::ensure!(opts.n > 0, "a tree needs at least one server (-n)");
+        let (registry, filter_plugins) = load_filter_plugins(&opts.filter_plugins)?;
         let program = match &opts.program {
             Some(p) => p.clone(),
             None => find_sdm_binary()?,
@@ -259,7 +286,7 @@ impl Session {
         };
         let master = sdm_deploy::Local.launch_one(&master_spec)?;
         let policy = ConnectPolicy::new(key.clone());
-        let fe =
+        let mut fe =
             tokio::time::timeout_at(deadline, Frontend::accept_master(&mut *listener, &policy))
                 .await
                 .map_err(|_| {
@@ -269,6 +296,7 @@ impl Session {
                     )
                 })??;
         progress(&Progress::MasterConnected);
+        fe.set_registry(Arc::new(registry));
         let mut session = Session {
             fe,
             servers: Some(servers),
@@ -291,6 +319,7 @@ impl Session {
             probe_span: 1,
             handshake_ms: 5000,
             stdio_window_ms: opts.stdio_window.as_millis() as u64,
+            filter_plugins,
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let all = IdSet::all(opts.n);
@@ -380,7 +409,8 @@ impl Session {
         Ok(self.fe.send_filtered(dest, sync, filter, payload).await?)
     }
 
-    /// Every reply group of `op`, once they account for all of `dest`.
+    /// Every reply group of `op`, once they account for all of `dest`; an op sent with a
+    /// filter comes back finished (see [`Session::request_filtered`]).
     pub async fn collect(&mut self, op: u64, dest: &IdSet) -> anyhow::Result<Vec<ReplyGroup>> {
         Ok(self.fe.collect(op, dest).await?)
     }
@@ -394,6 +424,23 @@ impl Session {
         seen: &mut IdSet,
     ) -> anyhow::Result<Option<ReplyGroup>> {
         Ok(self.fe.next_group(op, dest, seen).await?)
+    }
+
+    /// Sends with filter `filter` (`name` or `name:params`) and collects the finished
+    /// result: the filter's `finish` over every replied group (`mean`: the mean), then the
+    /// lost and timed-out groups. Ids whose replies the filter refused come back lost, with
+    /// the filter's error as the payload.
+    pub async fn request_filtered(
+        &mut self,
+        dest: &IdSet,
+        sync: SyncMode,
+        filter: &str,
+        payload: impl Into<Bytes>,
+    ) -> anyhow::Result<Vec<ReplyGroup>> {
+        Ok(self
+            .fe
+            .request_filtered(dest, sync, filter, payload)
+            .await?)
     }
 
     /// Sends and collects.

@@ -279,8 +279,18 @@ fn a_global_stop_completes_under_an_output_flood() {
     assert!(status.iter().any(|l| l == "[0-7] killed"), "{status:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn library_stdio_handlers_and_stdin() {
+#[test]
+fn library_stdio_handlers_and_stdin() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(library_stdio());
+}
+
+async fn library_stdio() {
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -288,7 +298,6 @@ async fn library_stdio_handlers_and_stdin() {
     use sdm::session::{Session, SessionOptions};
     use sdm_proto::{Status, SyncMode};
 
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let opts = SessionOptions {
         n: 4,
         program: Some(env!("CARGO_BIN_EXE_sdm").into()),
@@ -304,10 +313,14 @@ async fn library_stdio_handlers_and_stdin() {
     let mut iof = Iof::new(Duration::from_millis(500));
     let (o, e, v) = (got.clone(), got.clone(), got.clone());
     iof.set_stdout_handler(move |ids, l| {
-        o.lock().unwrap().push(format!("stdout {ids} {}", String::from_utf8_lossy(l)))
+        o.lock()
+            .unwrap()
+            .push(format!("stdout {ids} {}", String::from_utf8_lossy(l)))
     })
     .set_stderr_handler(move |ids, l| {
-        e.lock().unwrap().push(format!("stderr {ids} {}", String::from_utf8_lossy(l)))
+        e.lock()
+            .unwrap()
+            .push(format!("stderr {ids} {}", String::from_utf8_lossy(l)))
     })
     .set_event_handler(move |ids, t| v.lock().unwrap().push(format!("event {ids} {t}")));
     let odd: IdSet = "[1,3]".parse().unwrap();
@@ -315,7 +328,13 @@ async fn library_stdio_handlers_and_stdin() {
     s.write_stdin(&odd, b"odd\n", true).await.unwrap();
     s.write_stdin(&even, b"even\n", true).await.unwrap();
     let until = tokio::time::Instant::now() + Duration::from_secs(60);
-    while got.lock().unwrap().iter().filter(|l| l.starts_with("event")).count() < 1
+    while got
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.starts_with("event"))
+        .count()
+        < 1
         && tokio::time::Instant::now() < until
     {
         let step = tokio::time::Instant::now() + Duration::from_millis(200);
@@ -332,7 +351,8 @@ async fn library_stdio_handlers_and_stdin() {
         assert!(got.iter().any(|l| l == want), "{want:?} not in {got:?}");
     }
     assert!(
-        got.iter().any(|l| l == "event [0-3] process_terminated(\"exited\",0)"),
+        got.iter()
+            .any(|l| l == "event [0-3] process_terminated(\"exited\",0)"),
         "{got:?}"
     );
     s.shutdown(Duration::from_secs(10)).await;

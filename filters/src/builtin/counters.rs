@@ -13,6 +13,7 @@ use bytes::Bytes;
 use sdm_proto::IdSet;
 use serde::{Deserialize, Serialize};
 
+use super::FoldedIds;
 use crate::decimal::Decimal;
 use crate::record::{self, ids_text, overflow};
 use crate::{Filter, FilterError, Group};
@@ -44,8 +45,7 @@ pub struct CountersRecord {
 pub struct Counters {
     total: Row,
     rows: BTreeMap<Row, IdSet>,
-    sources: IdSet,
-    any: bool,
+    folded: FoldedIds,
 }
 
 impl Counters {
@@ -74,37 +74,29 @@ impl Filter for Counters {
     }
 
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
-        let rec = if record::is_record(payload) {
-            record::decode("counters", "counters", payload, sources)?
-        } else {
+        let rec = record::record_or_leaf("counters", payload, sources, || {
             let row = record::leaf_map("counters", payload, sources)?;
             let mut total = Row::new();
             add_row(&mut total, &row, sources.len())
                 .ok_or_else(|| overflow("counters", sources))?;
-            CountersRecord {
+            let ids = sources.clone();
+            Ok(CountersRecord {
                 total,
-                rows: vec![RankRow {
-                    ids: sources.clone(),
-                    row,
-                }],
-            }
-        };
+                rows: vec![RankRow { ids, row }],
+            })
+        })?;
         let mut total = self.total.clone();
         add_row(&mut total, &rec.total, 1).ok_or_else(|| overflow("counters", sources))?;
         self.total = total;
         for r in rec.rows {
             self.rows.entry(r.row).or_default().union_with(&r.ids);
         }
-        self.sources.union_with(sources);
-        self.any = true;
+        self.folded.add(sources);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
         let s = std::mem::take(self);
-        if !s.any {
-            return Ok(Vec::new());
-        }
         let mut rows: Vec<RankRow> = s
             .rows
             .into_iter()
@@ -115,10 +107,7 @@ impl Filter for Counters {
             total: s.total,
             rows,
         };
-        Ok(vec![Group::new(
-            record::encode("counters", &rec),
-            s.sources,
-        )])
+        Ok(s.folded.into_groups(|| record::encode("counters", &rec)))
     }
 }
 

@@ -8,6 +8,7 @@
 use sdm_proto::IdSet;
 use serde::{Deserialize, Serialize};
 
+use super::FoldedIds;
 use crate::decimal::Decimal;
 use crate::error::ErrorKind;
 use crate::record;
@@ -36,8 +37,7 @@ pub struct HistogramRecord {
 pub struct Histogram {
     name: String,
     state: HistogramRecord,
-    sources: IdSet,
-    any: bool,
+    folded: FoldedIds,
 }
 
 impl Histogram {
@@ -63,8 +63,7 @@ impl Histogram {
                 under: 0,
                 over: 0,
             },
-            sources: IdSet::new(),
-            any: false,
+            folded: FoldedIds::default(),
         })
     }
 
@@ -154,20 +153,17 @@ impl Filter for Histogram {
                 .ok_or_else(|| record::overflow(&self.name, sources))?;
         }
         self.state = next;
-        self.sources.union_with(sources);
-        self.any = true;
+        self.folded.add(sources);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
-        if !std::mem::take(&mut self.any) {
-            return Ok(Vec::new());
-        }
-        let out = record::encode("histogram", &self.state);
+        let groups = std::mem::take(&mut self.folded)
+            .into_groups(|| record::encode("histogram", &self.state));
         self.state.counts.iter_mut().for_each(|c| *c = 0);
         self.state.under = 0;
         self.state.over = 0;
-        Ok(vec![Group::new(out, std::mem::take(&mut self.sources))])
+        Ok(groups)
     }
 }
 

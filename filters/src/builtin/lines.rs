@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use sdm_proto::IdSet;
 use serde::{Deserialize, Serialize};
 
+use super::FoldedIds;
 use crate::record::{self, ids_text};
 use crate::{Filter, FilterError, Group};
 
@@ -37,8 +38,7 @@ struct LinesRecord {
 #[derive(Debug, Default)]
 pub struct Lines {
     lines: BTreeMap<(u64, String), IdSet>,
-    sources: IdSet,
-    any: bool,
+    folded: FoldedIds,
 }
 
 impl Lines {
@@ -49,16 +49,14 @@ impl Lines {
 
     fn take(&mut self) -> Option<(Vec<LineGroup>, IdSet)> {
         let s = std::mem::take(self);
-        if !s.any {
-            return None;
-        }
+        let ids = s.folded.take()?;
         let mut v: Vec<LineGroup> = s
             .lines
             .into_iter()
             .map(|((i, text), ids)| LineGroup { i, text, ids })
             .collect();
         v.sort_by(|a, b| (a.i, a.ids.first(), &a.text).cmp(&(b.i, b.ids.first(), &b.text)));
-        Some((v, s.sources))
+        Some((v, ids))
     }
 
     /// Reads a flushed `lines` record.
@@ -98,8 +96,7 @@ impl Filter for Lines {
         for k in add {
             self.lines.entry(k).or_default().union_with(sources);
         }
-        self.sources.union_with(sources);
-        self.any = true;
+        self.folded.add(sources);
         Ok(())
     }
 

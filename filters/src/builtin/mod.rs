@@ -21,9 +21,43 @@ pub use stacktrace::{StackNode, StackTrace, StackTree};
 pub use statements::{EventKind, StatementRecord, StatementTotal, Statements};
 pub use stats::{KeyStats, Stats};
 
-use crate::Filter;
+use bytes::Bytes;
+use sdm_proto::IdSet;
+
 use crate::error::{ErrorKind, FilterError};
 use crate::registry::Registry;
+use crate::{Filter, Group};
+
+/// The ids folded into a one-group filter since its last flush, and whether anything was
+/// folded at all (a fold from an empty id-set still counts). Shared by the filters whose
+/// flush is a single group speaking for every folded id.
+#[derive(Debug, Default)]
+pub(crate) struct FoldedIds {
+    ids: IdSet,
+    any: bool,
+}
+
+impl FoldedIds {
+    /// Notes a successful fold of a payload from `sources`.
+    pub(crate) fn add(&mut self, sources: &IdSet) {
+        self.ids.union_with(sources);
+        self.any = true;
+    }
+
+    /// The ids, or `None` if nothing was folded.
+    pub(crate) fn take(self) -> Option<IdSet> {
+        self.any.then_some(self.ids)
+    }
+
+    /// A flush: no groups if nothing was folded, else one group of `payload()` from every
+    /// folded id.
+    pub(crate) fn into_groups<B: Into<Bytes>>(self, payload: impl FnOnce() -> B) -> Vec<Group> {
+        match self.take() {
+            Some(ids) => vec![Group::new(payload(), ids)],
+            None => Vec::new(),
+        }
+    }
+}
 
 /// Refuses parameters for filters that take none.
 fn no_params(name: &str, params: &str) -> Result<(), FilterError> {

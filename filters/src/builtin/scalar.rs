@@ -7,10 +7,10 @@
 //! and sends upward the record `{"sdm":1,"type":"mean","sum":"<decimal>","count":<n>}`;
 //! its `finish` gives `sum / count` as a scalar, rounded half-to-even to 18 fraction digits.
 
-use bytes::Bytes;
 use sdm_proto::IdSet;
 use serde::{Deserialize, Serialize};
 
+use super::FoldedIds;
 use crate::decimal::Decimal;
 use crate::record::{self, overflow};
 use crate::{Filter, FilterError, Group};
@@ -19,8 +19,7 @@ use crate::{Filter, FilterError, Group};
 #[derive(Debug, Default)]
 pub struct Sum {
     total: Decimal,
-    sources: IdSet,
-    any: bool,
+    folded: FoldedIds,
 }
 
 impl Sum {
@@ -41,18 +40,13 @@ impl Filter for Sum {
             .total
             .checked_add(v)
             .ok_or_else(|| overflow("sum", sources))?;
-        self.sources.union_with(sources);
-        self.any = true;
+        self.folded.add(sources);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
         let s = std::mem::take(self);
-        Ok(if s.any {
-            vec![Group::new(s.total.to_string(), s.sources)]
-        } else {
-            Vec::new()
-        })
+        Ok(s.folded.into_groups(|| s.total.to_string()))
     }
 }
 
@@ -113,10 +107,7 @@ impl Filter for MinMax {
 
 /// Counts the ids that replied.
 #[derive(Debug, Default)]
-pub struct Count {
-    sources: IdSet,
-    any: bool,
-}
+pub struct Count(FoldedIds);
 
 impl Count {
     /// An empty count.
@@ -131,17 +122,14 @@ impl Filter for Count {
     }
 
     fn fold(&mut self, _payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
-        self.sources.union_with(sources);
-        self.any = true;
+        self.0.add(sources);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
-        let s = std::mem::take(self);
-        Ok(if s.any {
-            vec![Group::new(s.sources.len().to_string(), s.sources)]
-        } else {
-            Vec::new()
+        Ok(match std::mem::take(&mut self.0).take() {
+            Some(ids) => vec![Group::new(ids.len().to_string(), ids)],
+            None => Vec::new(),
         })
     }
 }
@@ -160,8 +148,7 @@ pub struct MeanRecord {
 pub struct Mean {
     sum: Decimal,
     count: u64,
-    sources: IdSet,
-    any: bool,
+    folded: FoldedIds,
 }
 
 impl Mean {
@@ -177,18 +164,16 @@ impl Filter for Mean {
     }
 
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
-        let r = if record::is_record(payload) {
-            record::decode::<MeanRecord>("mean", "mean", payload, sources)?
-        } else {
+        let r = record::record_or_leaf("mean", payload, sources, || {
             let v = record::scalar("mean", payload, sources)?;
             let n = sources.len();
-            MeanRecord {
+            Ok(MeanRecord {
                 sum: v
                     .checked_mul_int(i128::from(n))
                     .ok_or_else(|| overflow("mean", sources))?,
                 count: n,
-            }
-        };
+            })
+        })?;
         let sum = self
             .sum
             .checked_add(r.sum)
@@ -199,34 +184,24 @@ impl Filter for Mean {
             .ok_or_else(|| overflow("mean", sources))?;
         self.sum = sum;
         self.count = count;
-        self.sources.union_with(sources);
-        self.any = true;
+        self.folded.add(sources);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
         let s = std::mem::take(self);
-        if !s.any {
-            return Ok(Vec::new());
-        }
         let rec = MeanRecord {
             sum: s.sum,
             count: s.count,
         };
-        Ok(vec![Group::new(record::encode("mean", &rec), s.sources)])
+        Ok(s.folded.into_groups(|| record::encode("mean", &rec)))
     }
 
     fn finish(&mut self) -> Result<Vec<Group>, FilterError> {
         let s = std::mem::take(self);
-        if !s.any {
-            return Ok(Vec::new());
-        }
         // count is zero only if every source set was empty: no values, no mean.
-        let text = match s.sum.div_int(s.count) {
-            Some(m) => m.to_string(),
-            None => String::new(),
-        };
-        Ok(vec![Group::new(Bytes::from(text), s.sources)])
+        let text = s.sum.div_int(s.count).map(|m| m.to_string());
+        Ok(s.folded.into_groups(|| text.unwrap_or_default()))
     }
 }
 

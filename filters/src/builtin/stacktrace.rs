@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use sdm_proto::IdSet;
 use serde::{Deserialize, Serialize};
 
+use super::FoldedIds;
 use crate::error::excerpt;
 use crate::record::{self, ids_text};
 use crate::{Filter, FilterError, Group};
@@ -140,8 +141,7 @@ impl StackTree {
 #[derive(Debug, Default)]
 pub struct StackTrace {
     tree: StackTree,
-    sources: IdSet,
-    any: bool,
+    folded: FoldedIds,
 }
 
 impl StackTrace {
@@ -152,7 +152,7 @@ impl StackTrace {
 
     fn take(&mut self) -> Option<(StackTree, IdSet)> {
         let s = std::mem::take(self);
-        s.any.then_some((s.tree, s.sources))
+        Some((s.tree, s.folded.take()?))
     }
 }
 
@@ -184,8 +184,7 @@ impl Filter for StackTrace {
                 self.tree.insert(frames, sources);
             }
         }
-        self.sources.union_with(sources);
-        self.any = true;
+        self.folded.add(sources);
         Ok(())
     }
 

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use sdm_proto::IdSet;
 use serde::{Deserialize, Serialize};
 
+use super::FoldedIds;
 use crate::error::excerpt;
 use crate::record::{self, ids_text, overflow};
 use crate::{Filter, FilterError, Group};
@@ -141,8 +142,7 @@ struct StatementsRecord {
 #[derive(Debug, Default)]
 pub struct Statements {
     by_key: BTreeMap<Key, StatementTotal>,
-    sources: IdSet,
-    any: bool,
+    folded: FoldedIds,
 }
 
 impl Statements {
@@ -166,10 +166,7 @@ impl Filter for Statements {
     }
 
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
-        let add: Vec<StatementTotal> = if record::is_record(payload) {
-            record::decode::<StatementsRecord>("statements", "statements", payload, sources)?
-                .statements
-        } else {
+        let add = record::record_or_leaf("statements", payload, sources, || {
             let leaf: Vec<StatementRecord> = serde_json::from_slice(payload).map_err(|e| {
                 FilterError::bad_input(
                     "statements",
@@ -180,18 +177,16 @@ impl Filter for Statements {
                     ),
                 )
             })?;
-            let mut v = Vec::with_capacity(leaf.len());
-            for r in &leaf {
-                v.push(
-                    StatementTotal::from_leaf(r, sources)
-                        .ok_or_else(|| overflow("statements", sources))?,
-                );
-            }
-            v
-        };
+            let statements = leaf
+                .iter()
+                .map(|r| StatementTotal::from_leaf(r, sources))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| overflow("statements", sources))?;
+            Ok(StatementsRecord { statements })
+        })?;
         // Merge into copies first: a failed fold changes nothing.
         let mut merged: BTreeMap<Key, StatementTotal> = BTreeMap::new();
-        for t in add {
+        for t in add.statements {
             let k = t.key();
             let slot = match merged.remove(&k).or_else(|| self.by_key.get(&k).cloned()) {
                 Some(mut cur) => {
@@ -204,23 +199,16 @@ impl Filter for Statements {
             merged.insert(k, slot);
         }
         self.by_key.extend(merged);
-        self.sources.union_with(sources);
-        self.any = true;
+        self.folded.add(sources);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
         let s = std::mem::take(self);
-        if !s.any {
-            return Ok(Vec::new());
-        }
         let rec = StatementsRecord {
             statements: s.by_key.into_values().collect(),
         };
-        Ok(vec![Group::new(
-            record::encode("statements", &rec),
-            s.sources,
-        )])
+        Ok(s.folded.into_groups(|| record::encode("statements", &rec)))
     }
 }
 

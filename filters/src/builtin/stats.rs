@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use sdm_proto::IdSet;
 use serde::{Deserialize, Serialize};
 
+use super::FoldedIds;
 use crate::decimal::Decimal;
 use crate::record::{self, ids_text, overflow};
 use crate::{Filter, FilterError, Group};
@@ -87,8 +88,7 @@ struct StatsRecord {
 #[derive(Debug, Default)]
 pub struct Stats {
     keys: BTreeMap<String, KeyStats>,
-    sources: IdSet,
-    any: bool,
+    folded: FoldedIds,
 }
 
 impl Stats {
@@ -124,41 +124,32 @@ impl Filter for Stats {
     }
 
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
-        let add = if record::is_record(payload) {
-            record::decode::<StatsRecord>("stats", "stats", payload, sources)?.keys
-        } else {
-            let mut m = BTreeMap::new();
+        let add = record::record_or_leaf("stats", payload, sources, || {
+            let mut keys = BTreeMap::new();
             for (k, v) in record::leaf_map("stats", payload, sources)? {
                 let s = KeyStats::single(v, sources).ok_or_else(|| overflow("stats", sources))?;
-                m.insert(k, s);
+                keys.insert(k, s);
             }
-            m
-        };
-        merge_keys(&mut self.keys, add).ok_or_else(|| overflow("stats", sources))?;
-        self.sources.union_with(sources);
-        self.any = true;
+            Ok(StatsRecord { keys })
+        })?;
+        merge_keys(&mut self.keys, add.keys).ok_or_else(|| overflow("stats", sources))?;
+        self.folded.add(sources);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
         let s = std::mem::take(self);
-        if !s.any {
-            return Ok(Vec::new());
-        }
-        let rec = StatsRecord { keys: s.keys };
-        Ok(vec![Group::new(record::encode("stats", &rec), s.sources)])
+        Ok(s.folded
+            .into_groups(|| record::encode("stats", &StatsRecord { keys: s.keys })))
     }
 
     fn finish(&mut self) -> Result<Vec<Group>, FilterError> {
         let mut s = std::mem::take(self);
-        if !s.any {
-            return Ok(Vec::new());
-        }
         for v in s.keys.values_mut() {
             v.mean = v.sum.div_int(v.count);
         }
-        let rec = StatsRecord { keys: s.keys };
-        Ok(vec![Group::new(record::encode("stats", &rec), s.sources)])
+        Ok(s.folded
+            .into_groups(|| record::encode("stats", &StatsRecord { keys: s.keys })))
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proptest::prelude::*;
+use sdm_filters::{ErrorKind, Filter, FilterError, Registry};
 use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Shape};
 
@@ -237,6 +238,7 @@ proptest! {
         silent in proptest::collection::vec(any::<u32>(), 0..4),
         timeout in any::<bool>(),
         distinct in 1u32..4,
+        filter in prop_oneof![Just(""), Just("sum"), Just("count"), Just("no-such-filter")],
     ) {
         let mut dest = IdSet::new();
         for (a, l) in dest_ranges { dest.insert_range(a..=a + l); }
@@ -245,12 +247,14 @@ proptest! {
         let topo = shape.build(n);
         let mut net = net(shape, n, Box::new(move |id, _| {
             let s = id.server().unwrap();
-            (!silent2.contains(&s)).then(|| (MS * 3, Bytes::from(format!("r{}", s % distinct))))
+            (!silent2.contains(&s)).then(|| (MS * 3, Bytes::from(format!("{}", s % distinct))))
         }));
         let kills: Vec<u32> = kills.into_iter().map(|k| k % n).collect();
         if !kill_late { for &k in &kills { net.kill(k); } }
         let sync = if timeout { SyncMode::Timeout(10_000) } else { SyncMode::WaitAll };
-        net.command(1, dest.clone(), sync, "go");
+        let mut cmd = Message::command(1, dest.clone(), sync, "go");
+        cmd.aggregate.filter = filter.into();
+        net.command_message(cmd);
         if kill_late {
             while net.elapsed() < MS * 2 && net.step() {}
             for &k in &kills { net.kill(k); }
@@ -268,11 +272,33 @@ proptest! {
         let mut lost = &dest - &IdSet::all(n);
         for &k in &kills { lost.union_with(&(&dest & &topo.subtree(NodeId::Server(k)))); }
         let timed: IdSet = silent.iter().copied().filter(|s| dest.contains(*s) && !lost.contains(*s)).collect();
+        let mut replied = &(&dest - &lost) - &timed;
+        if filter == "no-such-filter" {
+            // An unknown filter: every reply is accounted as lost, naming the filter.
+            lost.union_with(&replied);
+            replied = IdSet::new();
+        }
         prop_assert_eq!(ids_with(&g, Status::Lost), lost.clone());
         prop_assert_eq!(ids_with(&g, Status::TimedOut), timed.clone());
-        prop_assert_eq!(ids_with(&g, Status::Replied), &(&dest - &lost) - &timed);
-        // Identical replies merged: at most one replied group per distinct payload.
-        prop_assert!(g.iter().filter(|x| x.status == Status::Replied).count() as u32 <= distinct);
+        prop_assert_eq!(ids_with(&g, Status::Replied), replied.clone());
+        let replied_groups = g.iter().filter(|x| x.status == Status::Replied).count() as u32;
+        match filter {
+            // Identical replies merged: at most one replied group per distinct payload.
+            "" => prop_assert!(replied_groups <= distinct),
+            // Reducing filters: the master sends one replied group, the exact total.
+            "sum" | "count" => {
+                prop_assert!(replied_groups <= 1);
+                let want = if filter == "sum" {
+                    replied.iter().map(|s| u64::from(s % distinct)).sum::<u64>()
+                } else {
+                    replied.len()
+                };
+                if let Some(r) = g.iter().find(|x| x.status == Status::Replied) {
+                    prop_assert_eq!(String::from_utf8_lossy(&r.payload), want.to_string());
+                }
+            }
+            _ => prop_assert_eq!(replied_groups, 0),
+        }
     }
 }
 
@@ -292,5 +318,174 @@ fn sum_filter_adds_up_integer_replies_shape_independently() {
         assert_eq!(g.len(), 1, "{shape}: {g:?}");
         assert_eq!(&g[0].payload[..], b"4950");
         assert_eq!(g[0].sources, IdSet::all(100));
+    }
+}
+
+/// A registry with the built-ins and `flaky`, a sum whose flush fails at `[3]`'s parent.
+fn flaky_registry() -> Arc<Registry> {
+    #[derive(Debug, Default)]
+    struct Flaky {
+        inner: sdm_filters::builtin::Sum,
+        failing: bool,
+    }
+    impl Filter for Flaky {
+        fn name(&self) -> &str {
+            "flaky"
+        }
+        fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
+            self.failing |= sources.contains(3);
+            self.inner.fold(payload, sources)
+        }
+        fn flush(&mut self) -> Result<Vec<sdm_filters::Group>, FilterError> {
+            let groups = self.inner.flush()?;
+            if std::mem::take(&mut self.failing) {
+                return Err(FilterError::new(
+                    "flaky",
+                    ErrorKind::Plugin,
+                    "flush failed on purpose",
+                ));
+            }
+            Ok(groups)
+        }
+    }
+    let mut r = Registry::new();
+    r.register("flaky", |_| {
+        Ok(Box::new(Flaky::default()) as Box<dyn Filter>)
+    })
+    .unwrap();
+    Arc::new(r)
+}
+
+fn with_filter(dest: IdSet, sync: SyncMode, filter: &str, payload: &str) -> Message {
+    let mut cmd = Message::command(1, dest, sync, payload.to_owned());
+    cmd.aggregate.filter = filter.into();
+    cmd
+}
+
+#[test]
+fn a_payload_the_filter_refuses_is_lost_with_the_filter_error() {
+    for shape in [Shape::Binomial, Shape::Flat] {
+        let mut net = net(
+            shape,
+            16,
+            Box::new(|id, _| {
+                let s = id.server().unwrap();
+                let body = if s == 7 {
+                    "seven".into()
+                } else {
+                    s.to_string()
+                };
+                Some((MS, Bytes::from(body)))
+            }),
+        );
+        net.command_message(with_filter(IdSet::all(16), SyncMode::WaitAll, "sum", "v"));
+        net.run();
+        let g = net.groups(1);
+        assert_partition(&g, &IdSet::all(16));
+        let replied: Vec<_> = g.iter().filter(|g| g.status == Status::Replied).collect();
+        assert_eq!(replied.len(), 1, "{shape}: {g:?}");
+        assert_eq!(&replied[0].payload[..], b"113"); // 0+…+15 - 7
+        assert_eq!(ids_with(&g, Status::Lost), IdSet::single(7));
+        let lost = g.iter().find(|g| g.status == Status::Lost).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&lost.payload),
+            r#"filter "sum": payload from [7] is not a decimal number: "seven""#
+        );
+    }
+}
+
+#[test]
+fn an_unknown_filter_loses_every_reply_and_says_why() {
+    let mut net = net(Shape::Binomial, 8, same_reply());
+    net.command_message(with_filter(IdSet::all(8), SyncMode::WaitAll, "nope:1", "v"));
+    net.run();
+    let g = net.groups(1);
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!((g[0].status, &g[0].sources), (Status::Lost, &IdSet::all(8)));
+    let why = String::from_utf8_lossy(&g[0].payload);
+    assert!(
+        why.starts_with(r#"filter "nope:1": no such filter; known: "#),
+        "{why}"
+    );
+    assert_eq!(net.node(NodeId::Master).unwrap().pending_ops(), 0);
+}
+
+#[test]
+fn a_failed_flush_loses_exactly_the_ids_it_held() {
+    let mut net = net(
+        Shape::Binomial,
+        16,
+        Box::new(|id, _| Some((MS, Bytes::from(id.server().unwrap().to_string())))),
+    );
+    net.set_registry(flaky_registry());
+    net.command_message(with_filter(IdSet::all(16), SyncMode::WaitAll, "flaky", "v"));
+    net.run();
+    let g = net.groups(1);
+    assert_partition(&g, &IdSet::all(16));
+    // Server 3 (a child of the master, subtree [3-6]) fails its flush: the ids it held go up
+    // lost, the master never folds 3 and sums the rest.
+    assert_eq!(ids_with(&g, Status::Lost).to_string(), "[3-6]", "{g:?}");
+    let lost = g.iter().find(|g| g.status == Status::Lost).unwrap();
+    assert!(
+        String::from_utf8_lossy(&lost.payload).contains("flush failed on purpose"),
+        "{lost:?}"
+    );
+    let replied = g.iter().find(|g| g.status == Status::Replied).unwrap();
+    assert_eq!(&replied.payload[..], b"102"); // 120 - (3+4+5+6)
+    // The same filter without id 3 works.
+    net.command_message(Message {
+        op: 2,
+        ..with_filter(IdSet::range(4..=15), SyncMode::WaitAll, "flaky", "v")
+    });
+    net.run();
+    let g = net.groups(2);
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!(&g[0].payload[..], b"114"); // 4+…+15
+}
+
+#[test]
+fn dont_wait_flushes_partial_sums_that_add_up() {
+    let mut net = net(
+        Shape::Binomial,
+        16,
+        Box::new(|id, _| {
+            let s = id.server().unwrap();
+            Some((MS * (1 + s * 10), Bytes::from(s.to_string())))
+        }),
+    );
+    net.command_message(with_filter(IdSet::all(16), SyncMode::DontWait, "sum", "v"));
+    net.run();
+    let g = net.groups(1);
+    assert!(g.len() > 1, "{g:?}");
+    assert_partition(&g, &IdSet::all(16));
+    let total: u64 = g
+        .iter()
+        .map(|g| String::from_utf8_lossy(&g.payload).parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, 120);
+}
+
+#[test]
+fn mean_sends_records_up_and_finishes_at_the_front_end() {
+    for shape in [Shape::Binomial, Shape::KAry(3), Shape::Flat] {
+        let mut net = net(
+            shape,
+            16,
+            Box::new(|id, _| Some((MS, Bytes::from(id.server().unwrap().to_string())))),
+        );
+        net.command_message(with_filter(IdSet::all(16), SyncMode::WaitAll, "mean", "v"));
+        net.run();
+        let g = net.groups(1);
+        assert_eq!(g.len(), 1, "{shape}: {g:?}");
+        assert_eq!(
+            &g[0].payload[..],
+            br#"{"sdm":1,"type":"mean","sum":"120","count":16}"#
+        );
+        let fin = crate::frontend::finish(&Registry::new(), "mean", g);
+        assert_eq!(fin.len(), 1);
+        assert_eq!(
+            (fin[0].status, &fin[0].payload[..], &fin[0].sources),
+            (Status::Replied, &b"7.5"[..], &IdSet::all(16))
+        );
     }
 }

@@ -4,7 +4,13 @@
 //! Every transport hands out a [`Link`]: a [`FramedRead`] and a [`FramedWrite`] of
 //! [`Message`](sdm_proto::Message)s with the session's maximum frame size. Dropping a link (or
 //! only its writer) ends the peer's reader once the data already written has been delivered.
+//!
+//! Liveness: tcp links set `TCP_USER_TIMEOUT` and TCP keepalive ([`TransportConfig`]), so a
+//! peer that vanishes without a FIN (power loss, cut cable) ends the link within a bounded
+//! time; quic links have their own idle timeout and keepalive. A [`DelayTransport`] adds a
+//! one-way delay to every link, for tests and benchmarks of deep trees.
 
+mod delay;
 mod mem;
 mod quic;
 mod tcp;
@@ -12,12 +18,14 @@ mod tcp;
 use std::fmt;
 use std::io;
 use std::str::FromStr;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use sdm_proto::{DEFAULT_MAX_FRAME, FrameCodec};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
+pub use delay::DelayTransport;
 pub use mem::MemTransport;
 pub use quic::{QUIC_IDLE_TIMEOUT, QUIC_KEEP_ALIVE, QuicTransport, SessionTls, TlsError};
 pub use tcp::TcpTransport;
@@ -226,6 +234,19 @@ pub trait Transport: Send + Sync + fmt::Debug {
     fn bind(&self, addr: &Address) -> BoxFuture<'_, io::Result<Box<dyn Listener>>>;
 }
 
+/// Default [`TransportConfig::tcp_user_timeout`]: written data unacknowledged this long
+/// ends a tcp link. Linux also counts time spent at a zero window, which is what
+/// backpressure looks like (a consumer slower than a flood of output), so this is far
+/// longer than any pause a slow console causes; silent peers are found by keepalives.
+pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Default [`TransportConfig::tcp_keepalive`]: idle time before the first keepalive probe,
+/// and between probes.
+pub const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// Keepalive probes a silent tcp peer may miss before its link ends.
+pub const TCP_KEEPALIVE_RETRIES: u32 = 3;
+
 /// What every transport of a session shares.
 #[derive(Debug, Clone)]
 pub struct TransportConfig {
@@ -233,6 +254,18 @@ pub struct TransportConfig {
     pub max_frame: usize,
     /// The session certificate: required by `quic://`, ignored by the others.
     pub tls: Option<SessionTls>,
+    /// tcp: `TCP_USER_TIMEOUT`, how long written data may stay unacknowledged before the
+    /// kernel ends the link (default [`DEFAULT_TCP_USER_TIMEOUT`]; `None` keeps the system's,
+    /// which is many minutes). It also bounds how long failed keepalives take to end a link.
+    pub tcp_user_timeout: Option<Duration>,
+    /// tcp: keepalive probes after this much idle time, then every this much, ending the
+    /// link after [`TCP_KEEPALIVE_RETRIES`] unanswered ones (default
+    /// [`DEFAULT_TCP_KEEPALIVE`]; `None` turns keepalive off). A silent peer is detected
+    /// within about `keepalive × (1 + retries)`, or the user timeout if it is shorter.
+    pub tcp_keepalive: Option<Duration>,
+    /// One-way delay added to everything each link writes (default zero: none), for tests and
+    /// benchmarks; see [`DelayTransport`].
+    pub delay: Duration,
 }
 
 impl Default for TransportConfig {
@@ -240,20 +273,29 @@ impl Default for TransportConfig {
         Self {
             max_frame: DEFAULT_MAX_FRAME,
             tls: None,
+            tcp_user_timeout: Some(DEFAULT_TCP_USER_TIMEOUT),
+            tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
+            delay: Duration::ZERO,
         }
     }
 }
 
 /// The transport for `addr`'s scheme. `quic://` fails unless `cfg.tls` holds the session
-/// certificate (the server presents it, clients pin its fingerprint).
+/// certificate (the server presents it, clients pin its fingerprint). A non-zero
+/// `cfg.delay` wraps it in a [`DelayTransport`].
 pub fn transport_for(addr: &Address, cfg: &TransportConfig) -> io::Result<Box<dyn Transport>> {
-    Ok(match addr {
+    let t: Box<dyn Transport> = match addr {
         Address::Tcp(_) => Box::new(TcpTransport::new(cfg)),
         Address::Quic(_) => Box::new(
             QuicTransport::new(cfg)
                 .map_err(|e| io::Error::new(e.kind(), format!("cannot use {addr}: {e}")))?,
         ),
         Address::Mem(_) => Box::new(MemTransport::new(cfg)),
+    };
+    Ok(if cfg.delay.is_zero() {
+        t
+    } else {
+        Box::new(DelayTransport::new(t, cfg.delay))
     })
 }
 

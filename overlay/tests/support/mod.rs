@@ -1,17 +1,26 @@
 //! Shared harness for the overlay's end-to-end tests: builds trees of real nodes, in-process
 //! over any transport or as real OS processes, and checks reply groups.
+//!
+//! The pieces compose: [`transport`] makes a transport and the address to bind it on,
+//! [`bind_servers`] binds every server's listener, [`Net::spawn_server`] runs a server,
+//! [`Net::start_master`] runs the master and accepts it at a front-end; [`tree_over`] is all
+//! of them at once. [`Procs`] runs `sdm-testnode` processes instead of in-process servers.
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use sdm_overlay::Node;
-use sdm_overlay::auth::SessionKey;
+use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::driver::{self, Delivery};
 use sdm_overlay::frontend::{Frontend, ReplyGroup};
 use sdm_overlay::setup::{self, ConnectPolicy};
-use sdm_overlay::transport::{Address, SessionTls, Transport, TransportConfig, transport_for};
+use sdm_overlay::transport::{
+    Address, Listener, SessionTls, Transport, TransportConfig, transport_for,
+};
 use sdm_proto::{IdSet, Status};
 use sdm_topology::{NodeId, Shape, Topology};
 use tokio::task::JoinHandle;
@@ -42,10 +51,113 @@ pub struct Tree {
     pub topo: Arc<dyn Topology>,
 }
 
-fn listen_addr(scheme: &str) -> Address {
+/// The address to bind on for `scheme`: `mem://auto`, else an ephemeral loopback port.
+pub fn listen_addr(scheme: &str) -> Address {
     match scheme {
         "mem" => "mem://auto".parse().unwrap(),
         s => format!("{s}://127.0.0.1:0").parse().unwrap(),
+    }
+}
+
+/// A transport for `scheme` (`tcp`, `quic` or `mem`) under `cfg`, and the address to bind
+/// its listeners on.
+pub fn transport(scheme: &str, cfg: &TransportConfig) -> (Arc<dyn Transport>, Address) {
+    let addr = listen_addr(scheme);
+    (Arc::from(transport_for(&addr, cfg).unwrap()), addr)
+}
+
+/// Binds `n` listeners on `addr`: server `i` listens on the `i`th; the table holds their
+/// addresses, as the master and every server need it.
+pub async fn bind_servers(
+    transport: &dyn Transport,
+    addr: &Address,
+    n: u32,
+) -> (Vec<Box<dyn Listener>>, Arc<Vec<Option<Address>>>) {
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(transport.bind(addr).await.unwrap());
+    }
+    let table = Arc::new(listeners.iter().map(|l| Some(l.local_addr())).collect());
+    (listeners, table)
+}
+
+/// How [`Net::start_master`] dials the master's children.
+#[derive(Clone, Debug)]
+pub enum Dial {
+    /// With the tree's policy; a child that does not connect is the tree's to report lost.
+    Lenient,
+    /// With this policy, and every child must connect (asserted in the master's task).
+    Strict(ConnectPolicy),
+}
+
+/// What every node of a tree shares: the transport, the topology, the routing table (index:
+/// server id) and the session's policy.
+#[derive(Clone)]
+pub struct Net {
+    pub transport: Arc<dyn Transport>,
+    pub topo: Arc<dyn Topology>,
+    pub table: Arc<Vec<Option<Address>>>,
+    pub policy: ConnectPolicy,
+}
+
+impl Net {
+    /// Spawns server `id` on `listener`: it connects to its children, accepts its parent,
+    /// then routes and answers through `handler(id, delivery)` until its parent leaves.
+    pub fn spawn_server(
+        &self,
+        id: u32,
+        mut listener: Box<dyn Listener>,
+        handler: fn(u32, Delivery),
+    ) -> JoinHandle<()> {
+        let net = self.clone();
+        tokio::spawn(async move {
+            let me = NodeId::Server(id);
+            let (children, parent) = tokio::join!(
+                setup::connect_children(&*net.transport, &*net.topo, me, &net.table, &net.policy),
+                setup::accept_parent(&mut *listener, me, &net.policy),
+            );
+            let parent = parent.unwrap();
+            let handler = Box::new(move |d| handler(id, d));
+            driver::run_node(Node::new(me, net.topo), parent, children, handler)
+                .await
+                .unwrap();
+        })
+    }
+
+    /// Binds a front-end on `addr`, spawns the master (its children dialed as `dial` says,
+    /// then its link up to the front-end) and accepts it: the front-end and the master's
+    /// task, which ends when the front-end goes.
+    pub async fn start_master(&self, addr: &Address, dial: Dial) -> (Frontend, JoinHandle<()>) {
+        let mut fe_listener = self.transport.bind(addr).await.unwrap();
+        let fe_addr = fe_listener.local_addr();
+        let net = self.clone();
+        let master = tokio::spawn(async move {
+            let (t, topo) = (&*net.transport, &*net.topo);
+            let children = match &dial {
+                Dial::Lenient => {
+                    setup::connect_children(t, topo, NodeId::Master, &net.table, &net.policy).await
+                }
+                Dial::Strict(policy) => {
+                    let children =
+                        setup::connect_children(t, topo, NodeId::Master, &net.table, policy).await;
+                    for (c, r) in &children {
+                        assert!(r.is_ok(), "connecting to {c}: {r:?}");
+                    }
+                    children
+                }
+            };
+            let up = setup::connect_frontend(t, &fe_addr, &net.policy)
+                .await
+                .unwrap();
+            let handler = Box::new(|_d: Delivery| unreachable!("the master delivers nothing"));
+            driver::run_node(Node::new(NodeId::Master, net.topo), up, children, handler)
+                .await
+                .unwrap();
+        });
+        let frontend = Frontend::accept_master(&mut *fe_listener, &self.policy)
+            .await
+            .unwrap();
+        (frontend, master)
     }
 }
 
@@ -60,67 +172,120 @@ pub async fn tree_with(scheme: &str, n: u32, shape: Shape, handler: fn(u32, Deli
         tls: Some(SessionTls::generate()),
         ..TransportConfig::default()
     };
-    let addr = listen_addr(scheme);
-    let transport: Arc<dyn Transport> = Arc::from(transport_for(&addr, &cfg).unwrap());
+    let (transport, addr) = transport(scheme, &cfg);
+    tree_over(transport, &addr, n, shape, handler).await
+}
+
+/// A tree of `n` servers of `shape` whose every link (front-end included) runs over
+/// `transport`, listening on `addr`; servers answer through `handler(id, delivery)`.
+pub async fn tree_over(
+    transport: Arc<dyn Transport>,
+    addr: &Address,
+    n: u32,
+    shape: Shape,
+    handler: fn(u32, Delivery),
+) -> Tree {
     let topo: Arc<dyn Topology> = Arc::from(shape.build(n));
-    let mut listeners = Vec::new();
-    for _ in 0..n {
-        listeners.push(transport.bind(&addr).await.unwrap());
-    }
-    let table: Arc<Vec<Option<Address>>> =
-        Arc::new(listeners.iter().map(|l| Some(l.local_addr())).collect());
-    let policy = ConnectPolicy::new(SessionKey::generate());
-    let mut servers = Vec::new();
-    for (id, mut listener) in listeners.into_iter().enumerate() {
-        let (transport, topo, table, policy) = (
-            transport.clone(),
-            topo.clone(),
-            table.clone(),
-            policy.clone(),
-        );
-        servers.push(tokio::spawn(async move {
-            let me = NodeId::Server(id as u32);
-            let (children, parent) = tokio::join!(
-                setup::connect_children(&*transport, &*topo, me, &table, &policy),
-                setup::accept_parent(&mut *listener, me, &policy),
-            );
-            let parent = parent.unwrap();
-            let handler = Box::new(move |d| handler(id as u32, d));
-            driver::run_node(Node::new(me, topo), parent, children, handler)
-                .await
-                .unwrap();
-        }));
-    }
-    let mut fe_listener = transport.bind(&addr).await.unwrap();
-    let fe_addr = fe_listener.local_addr();
-    let master = {
-        let (transport, topo, table, policy) = (
-            transport.clone(),
-            topo.clone(),
-            table.clone(),
-            policy.clone(),
-        );
-        tokio::spawn(async move {
-            let children =
-                setup::connect_children(&*transport, &*topo, NodeId::Master, &table, &policy).await;
-            let up = setup::connect_frontend(&*transport, &fe_addr, &policy)
-                .await
-                .unwrap();
-            let handler = Box::new(|_d: Delivery| unreachable!("the master delivers nothing"));
-            driver::run_node(Node::new(NodeId::Master, topo), up, children, handler)
-                .await
-                .unwrap();
-        })
+    let (listeners, table) = bind_servers(&*transport, addr, n).await;
+    let net = Net {
+        transport,
+        topo,
+        table,
+        policy: ConnectPolicy::new(SessionKey::generate()),
     };
-    let frontend = Frontend::accept_master(&mut *fe_listener, &policy)
-        .await
-        .unwrap();
+    let servers = (0..n)
+        .zip(listeners)
+        .map(|(id, listener)| net.spawn_server(id, listener, handler))
+        .collect();
+    let (frontend, master) = net.start_master(addr, Dial::Lenient).await;
     Tree {
         frontend,
         servers,
         master,
-        topo,
+        topo: net.topo,
     }
+}
+
+/// Real `sdm-testnode` processes (index: server id); every one is killed and reaped when
+/// this is dropped, so a failing test leaves no orphans.
+pub struct Procs(pub Vec<Child>);
+
+impl Procs {
+    /// Spawns `n` testnodes holding `policy`'s key; returns them with the address each one
+    /// listens on (it prints `LISTEN <address>` first). They wait for [`Procs::send_table`].
+    pub fn spawn(n: u32, policy: &ConnectPolicy) -> (Procs, Vec<Address>) {
+        let mut procs = Procs(Vec::new());
+        let mut table = Vec::new();
+        for id in 0..n {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_sdm-testnode"))
+                .args(["--id", &id.to_string(), "--servers", &n.to_string()])
+                .env(SESSION_KEY_ENV, policy.key.to_hex())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn sdm-testnode");
+            let mut line = String::new();
+            BufReader::new(child.stdout.as_mut().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            let addr: Address = line
+                .trim()
+                .strip_prefix("LISTEN ")
+                .expect("LISTEN line")
+                .parse()
+                .unwrap();
+            table.push(addr);
+            procs.0.push(child);
+        }
+        (procs, table)
+    }
+
+    /// Sends every process the routing table `table` (one line of addresses, server 0
+    /// first), on which each connects to its children and accepts its parent.
+    pub fn send_table(&mut self, table: &[Address]) {
+        let line = table
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+            + "\n";
+        for c in &mut self.0 {
+            c.stdin
+                .as_mut()
+                .unwrap()
+                .write_all(line.as_bytes())
+                .unwrap();
+        }
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A front-end and master in this process over tcp for the servers at `table` (testnode
+/// processes): the master dials them with `dial`, both ends use `policy`'s key. Returns the
+/// front-end, the master's task and the topology.
+pub async fn master_for_processes(
+    table: &[Address],
+    shape: Shape,
+    policy: &ConnectPolicy,
+    dial: ConnectPolicy,
+) -> (Frontend, JoinHandle<()>, Arc<dyn Topology>) {
+    let (transport, addr) = transport("tcp", &TransportConfig::default());
+    let net = Net {
+        transport,
+        topo: Arc::from(shape.build(table.len() as u32)),
+        table: Arc::new(table.iter().cloned().map(Some).collect()),
+        policy: policy.clone(),
+    };
+    let (fe, master) = net.start_master(&addr, Dial::Strict(dial)).await;
+    (fe, master, net.topo)
 }
 
 /// Ids of `groups` with `status`.

@@ -1,0 +1,218 @@
+//! sdm-stdio-bench: stdio forwarding under load, on a real local tree.
+//!
+//! - `lines`: every rank prints `--lines` lines as fast as it can (distinct per rank, or
+//!   the same on every rank with `--identical`); reports the lines per second handed to
+//!   the front-end's stdio handler (counted per rank: a merged `[0-63] 5` counts 64) and
+//!   checks that none is lost.
+//! - `stop`: the latency of a global stop (request to all ranks, every reply back) while
+//!   the programs sleep and while every rank floods its output (`yes`), as ratio
+//!   flood/idle, measured in the same invocation.
+//!
+//! Each run prints one JSON line.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use clap::{Parser, Subcommand};
+use sdm::iof::Iof;
+use sdm::session::{Session, SessionOptions, find_sdm_binary};
+use sdm_bench::stats::summarize;
+use sdm_proto::{IdSet, Status, SyncMode};
+use serde_json::json;
+
+/// Stdio benchmarks.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    /// Number of servers (and programs).
+    #[arg(short, long, default_value_t = 64, global = true)]
+    n: u32,
+    /// The front-end's merge window in milliseconds (interior nodes use a tenth).
+    #[arg(long, default_value_t = 200, global = true)]
+    window_ms: u64,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Lines per second to the front-end.
+    Lines {
+        /// Lines each rank prints.
+        #[arg(long, default_value_t = 20_000)]
+        lines: u64,
+        /// Every rank prints the same lines (they merge) instead of its own.
+        #[arg(long)]
+        identical: bool,
+    },
+    /// Global stop latency, idle against flooding.
+    Stop {
+        /// Timed stops per condition.
+        #[arg(long, default_value_t = 20)]
+        iters: u32,
+        /// Time a `ping` round trip (answered by the server itself, not the monitor)
+        /// instead of stop.
+        #[arg(long)]
+        ping: bool,
+    },
+}
+
+async fn launch(n: u32, window_ms: u64) -> anyhow::Result<Session> {
+    let opts = SessionOptions {
+        n,
+        program: Some(find_sdm_binary()?),
+        stdio_window: Duration::from_millis(window_ms / 10),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.context("launch")?;
+    ensure!(
+        s.report().failed.is_empty(),
+        "start-up incomplete: {:?}",
+        s.report().failed
+    );
+    Ok(s)
+}
+
+async fn start(s: &mut Session, script: &str) -> anyhow::Result<()> {
+    let all = s.all();
+    let req = format!(
+        "0 [] sdm_start(\"/bin/sh\", [\"-c\", {}], \"pty\")",
+        sdm::omis::Value::Str(script.to_owned())
+    );
+    for g in s.request(&all, SyncMode::WaitAll, req).await? {
+        ensure!(
+            g.status == Status::Replied,
+            "start failed on {}: {:?}",
+            g.sources,
+            g.payload
+        );
+    }
+    Ok(())
+}
+
+async fn lines(
+    n: u32,
+    window_ms: u64,
+    per_rank: u64,
+    identical: bool,
+) -> anyhow::Result<serde_json::Value> {
+    let mut s = launch(n, window_ms).await?;
+    let count = Arc::new(AtomicU64::new(0));
+    let ended = Arc::new(std::sync::Mutex::new(IdSet::new()));
+    let mut iof = Iof::new(Duration::from_millis(window_ms));
+    let c = count.clone();
+    let e = ended.clone();
+    iof.set_stdout_handler(move |ids, _| {
+        c.fetch_add(ids.len(), Ordering::Relaxed);
+    })
+    .set_event_handler(move |ids, text| {
+        if text.starts_with("process_terminated") {
+            e.lock().expect("not poisoned").union_with(ids);
+        }
+    });
+    let script = if identical {
+        format!("seq 1 {per_rank}")
+    } else {
+        format!("awk -v r=\"$SDM_RANK\" 'BEGIN {{ for (i = 1; i <= {per_rank}; i++) print r, i }}'")
+    };
+    let all = s.all();
+    let t0 = Instant::now();
+    start(&mut s, &script).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    while !all.is_subset(&ended.lock().expect("not poisoned")) {
+        if tokio::time::Instant::now() > deadline {
+            bail!("programs did not end within 600 s");
+        }
+        let step = tokio::time::Instant::now() + Duration::from_millis(50);
+        s.pump_stdio(&mut iof, step).await?;
+    }
+    iof.flush();
+    let secs = t0.elapsed().as_secs_f64();
+    let got = count.load(Ordering::Relaxed);
+    let want = per_rank * u64::from(n);
+    s.shutdown(Duration::from_secs(20)).await;
+    ensure!(got == want, "{got} rank-lines arrived, {want} were printed");
+    Ok(json!({
+        "bench": "stdio_lines", "n": n, "lines_per_rank": per_rank, "identical": identical,
+        "window_ms": window_ms, "seconds": secs, "rank_lines": got,
+        "rank_lines_per_second": got as f64 / secs,
+    }))
+}
+
+/// Times `iters` global stops (each followed by a cont and 300 ms of output flowing).
+async fn stops(s: &mut Session, iof: &mut Iof, iters: u32, ping: bool) -> anyhow::Result<Vec<f64>> {
+    let all = s.all();
+    let mut samples = Vec::new();
+    for _ in 0..iters {
+        let t = Instant::now();
+        let probe = if ping { "ping" } else { "0 [] stop()" };
+        let groups = s.request(&all, SyncMode::WaitAll, probe).await?;
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+        ensure!(
+            groups.len() == 1 && groups[0].status == Status::Replied && groups[0].sources == all,
+            "{probe}: {groups:?}"
+        );
+        if !ping {
+            s.request(&all, SyncMode::WaitAll, "0 [] cont()").await?;
+        }
+        let until = tokio::time::Instant::now() + Duration::from_millis(300);
+        s.pump_stdio(iof, until).await?;
+    }
+    Ok(samples)
+}
+
+async fn stop(n: u32, window_ms: u64, iters: u32, ping: bool) -> anyhow::Result<serde_json::Value> {
+    let mut results = serde_json::Map::new();
+    let mut p50 = Vec::new();
+    for (name, script) in [
+        ("idle", "exec sleep 100000"),
+        ("flood", "exec yes \"rank $SDM_RANK floods\""),
+    ] {
+        let mut s = launch(n, window_ms).await?;
+        let lines = Arc::new(AtomicU64::new(0));
+        let mut iof = Iof::new(Duration::from_millis(window_ms));
+        let l = lines.clone();
+        iof.set_stdout_handler(move |ids, _| {
+            l.fetch_add(ids.len(), Ordering::Relaxed);
+        });
+        start(&mut s, script).await?;
+        let until = tokio::time::Instant::now() + Duration::from_millis(500);
+        s.pump_stdio(&mut iof, until).await?;
+        let t0 = Instant::now();
+        let samples = stops(&mut s, &mut iof, iters, ping).await?;
+        let secs = t0.elapsed().as_secs_f64();
+        s.shutdown(Duration::from_secs(20)).await;
+        let sum = summarize(&samples);
+        p50.push(sum.p50);
+        results.insert(
+            name.into(),
+            json!({"p50_us": sum.p50, "p99_us": sum.p99, "mean_us": sum.mean, "max_us": sum.max,
+                   "rank_lines_per_second_meanwhile": lines.load(Ordering::Relaxed) as f64 / secs}),
+        );
+    }
+    Ok(json!({
+        "bench": if ping { "stdio_ping" } else { "stdio_stop" }, "n": n, "iters": iters, "window_ms": window_ms,
+        "idle": results["idle"], "flood": results["flood"],
+        "flood_over_idle_p50": p50[1] / p50[0],
+    }))
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let out = rt.block_on(async {
+        match cli.cmd {
+            Cmd::Lines {
+                lines: l,
+                identical,
+            } => lines(cli.n, cli.window_ms, l, identical).await,
+            Cmd::Stop { iters, ping } => stop(cli.n, cli.window_ms, iters, ping).await,
+        }
+    })?;
+    println!("{out}");
+    Ok(())
+}

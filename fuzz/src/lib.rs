@@ -1,0 +1,471 @@
+//! sdm-fuzz: the fuzz targets of sdm's decoders, each a `fn(&[u8])` that panics only on a
+//! real bug, with the seed inputs both drivers start from.
+//!
+//! Targets ([`TARGETS`]):
+//!
+//! | name | what it feeds | oracle beyond "no panic, no hang" |
+//! | --- | --- | --- |
+//! | `frame` | [`FrameCodec`] a byte stream in random chunks | a decoded frame re-encodes and decodes equal; no whole frame is left undecoded |
+//! | `envelope` | [`Message::decode`] one frame body | decode, encode, decode gives the same message; `encoded_len` is exact |
+//! | `idset` | [`IdSet::from_bytes`] | binary and text forms round-trip; `serialized_len` bounds the bytes |
+//! | `idset_text` | `IdSet::from_str` | print, parse gives the same set |
+//! | `omis_request` | [`sdm::omis::parse_request`] | what was printed parses back and prints the same |
+//! | `omis_reply` | [`sdm::omis::parse_reply`] | as for requests |
+//! | `filter` | every built-in [`sdm_filters`] filter, payloads folded in and flushed | flushed groups fold again, into the same flush |
+//!
+//! A new decoder is one more entry of [`TARGETS`] (name, function, seeds) and one three-line
+//! file in `fuzz_targets/` plus its `[[bin]]` in `Cargo.toml`; `run.sh` picks every entry up
+//! through `sdm-fuzz list`.
+//!
+//! Drivers: `sdm-fuzz` (this crate's binary: mutation without coverage, always builds) and
+//! the libFuzzer binaries of `fuzz_targets/` (feature `libfuzzer`, coverage from rustc's
+//! `sancov-module` pass on the stable toolchain). `fuzz/run.sh TARGET SECONDS` runs either.
+
+use std::str::FromStr;
+
+use bytes::{Bytes, BytesMut};
+use sdm::omis::{parse_reply, parse_request};
+use sdm_proto::{FrameCodec, IdSet, Kind, Message, Status, SyncMode};
+use tokio_util::codec::{Decoder, Encoder};
+
+/// One fuzz target: its name, its body, and the seed inputs its corpus starts from.
+#[derive(Clone, Copy)]
+pub struct Target {
+    /// Name used by `run.sh`, the driver and the `fuzz_<name>` binary.
+    pub name: &'static str,
+    /// The body: panics only on a bug; returns true if the decoder accepted the input (the
+    /// coverage-less driver keeps accepted inputs to mutate further).
+    pub run: fn(&[u8]) -> bool,
+    /// Valid (and a few near-valid) inputs to mutate from.
+    pub seeds: fn() -> Vec<Vec<u8>>,
+}
+
+/// Every target, in the order `run.sh all` runs them.
+pub const TARGETS: &[Target] = &[
+    Target {
+        name: "frame",
+        run: frame,
+        seeds: frame_seeds,
+    },
+    Target {
+        name: "envelope",
+        run: envelope,
+        seeds: envelope_seeds,
+    },
+    Target {
+        name: "idset",
+        run: idset,
+        seeds: idset_seeds,
+    },
+    Target {
+        name: "idset_text",
+        run: idset_text,
+        seeds: idset_text_seeds,
+    },
+    Target {
+        name: "omis_request",
+        run: omis_request,
+        seeds: omis_request_seeds,
+    },
+    Target {
+        name: "omis_reply",
+        run: omis_reply,
+        seeds: omis_reply_seeds,
+    },
+    Target {
+        name: "filter",
+        run: filter,
+        seeds: filter_seeds,
+    },
+];
+
+/// The target called `name`.
+pub fn target(name: &str) -> Option<&'static Target> {
+    TARGETS.iter().find(|t| t.name == name)
+}
+
+/// Largest frame the `frame` target's codec accepts (small, so lengths near it are reachable).
+const FRAME_MAX: usize = 1 << 12;
+
+/// Feeds `data[1..]` to a [`FrameCodec`] in chunks whose sizes come from `data[0]`, decoding
+/// after each chunk and at end of stream as a link's reader does, and checks every outcome
+/// against a direct reading of the stream (length, body, next length, …).
+pub fn frame(data: &[u8]) -> bool {
+    let Some((&chunk_seed, stream)) = data.split_first() else {
+        return false;
+    };
+    let chunk = usize::from(chunk_seed % 17) + 1;
+    let mut codec = FrameCodec::new(FRAME_MAX);
+    let mut buf = BytesMut::new();
+    let mut got: Vec<Option<Message>> = Vec::new();
+    let mut failed = false;
+    'feed: for piece in stream.chunks(chunk) {
+        buf.extend_from_slice(piece);
+        loop {
+            match codec.decode(&mut buf) {
+                Ok(Some(m)) => got.push(Some(m)),
+                Ok(None) => break,
+                // The link is closed on the first error: nothing after it is read.
+                Err(_) => {
+                    got.push(None);
+                    failed = true;
+                    break 'feed;
+                }
+            }
+        }
+    }
+    if !failed {
+        match codec.decode_eof(&mut buf) {
+            Ok(Some(m)) => got.push(Some(m)),
+            Ok(None) => {}
+            Err(_) => got.push(None),
+        }
+    }
+    let want = read_frames(stream);
+    assert_eq!(
+        got, want,
+        "codec and a direct reading of the stream disagree"
+    );
+    for m in got.iter().flatten() {
+        check_frame_round_trip(m);
+    }
+    got.first().is_some_and(Option::is_some)
+}
+
+/// What a link must yield for `stream`: each whole frame's message, `None` for the first
+/// refused frame (too large, not an envelope, or cut short at the end), then nothing.
+fn read_frames(stream: &[u8]) -> Vec<Option<Message>> {
+    let mut out = Vec::new();
+    let mut rest = stream;
+    while !rest.is_empty() {
+        if rest.len() < 4 {
+            out.push(None);
+            break;
+        }
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if len > FRAME_MAX || rest.len() < 4 + len {
+            out.push(None);
+            break;
+        }
+        match Message::decode(Bytes::copy_from_slice(&rest[4..4 + len])) {
+            Ok(m) => out.push(Some(m)),
+            Err(_) => {
+                out.push(None);
+                break;
+            }
+        }
+        rest = &rest[4 + len..];
+    }
+    out
+}
+
+fn check_frame_round_trip(m: &Message) {
+    let mut out = BytesMut::new();
+    FrameCodec::new(FRAME_MAX)
+        .encode(m, &mut out)
+        .expect("a decoded frame fits the limit it was decoded under");
+    let back = FrameCodec::new(FRAME_MAX)
+        .decode(&mut out)
+        .expect("re-encoded frame decodes")
+        .expect("re-encoded frame is whole");
+    assert_eq!(&back, m);
+    assert!(out.is_empty());
+}
+
+/// Decodes `data` as one envelope; a valid one must survive encode and decode unchanged.
+pub fn envelope(data: &[u8]) -> bool {
+    let Ok(m) = Message::decode(Bytes::copy_from_slice(data)) else {
+        return false;
+    };
+    let body = m.encode();
+    assert_eq!(
+        body.len(),
+        m.encoded_len(),
+        "encoded_len disagrees with encode"
+    );
+    let back = Message::decode(body).expect("an encoded message decodes");
+    assert_eq!(back, m);
+    true
+}
+
+/// Decodes `data` as a binary id-set; a valid one must round-trip through both forms.
+pub fn idset(data: &[u8]) -> bool {
+    let Ok(s) = IdSet::from_bytes(data) else {
+        return false;
+    };
+    let b = s.to_bytes();
+    assert!(
+        b.len() <= s.serialized_len(),
+        "serialized_len is not a bound"
+    );
+    assert_eq!(IdSet::from_bytes(&b).expect("own bytes decode"), s);
+    let text = s.to_string();
+    assert_eq!(IdSet::from_str(&text).expect("own text parses"), s);
+    let runs: u64 = s
+        .runs()
+        .map(|r| u64::from(*r.end()) - u64::from(*r.start()) + 1)
+        .sum();
+    assert_eq!(runs, s.len(), "runs do not cover the set");
+    true
+}
+
+/// Parses `data` as the text form of an id-set; a valid one must print and parse back.
+pub fn idset_text(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return false;
+    };
+    let Ok(s) = IdSet::from_str(text) else {
+        return false;
+    };
+    let printed = s.to_string();
+    assert_eq!(IdSet::from_str(&printed).expect("printed set parses"), s);
+    true
+}
+
+/// Parses `data` as an OMIS request; the printed form must parse and print the same.
+pub fn omis_request(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return false;
+    };
+    let Ok(r) = parse_request(text) else {
+        return false;
+    };
+    let printed = r.to_string();
+    let back = parse_request(&printed)
+        .unwrap_or_else(|e| panic!("printed request {printed:?} does not parse: {e}"));
+    assert_eq!(back.to_string(), printed);
+    true
+}
+
+/// Parses `data` as an OMIS reply; the printed form must parse and print the same.
+pub fn omis_reply(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return false;
+    };
+    let Ok(r) = parse_reply(text) else {
+        return false;
+    };
+    let printed = r.to_string();
+    let back = parse_reply(&printed)
+        .unwrap_or_else(|e| panic!("printed reply {printed:?} does not parse: {e}"));
+    assert_eq!(back.to_string(), printed);
+    true
+}
+
+/// The filters the `filter` target picks from with its first byte: every built-in.
+const FILTER_SPECS: &[&str] = sdm_filters::Registry::BUILTIN_SPECS;
+
+/// Separates the payloads of a `filter` input (ASCII record separator).
+const FILTER_SEP: u8 = 0x1e;
+
+/// Picks a built-in filter by `data[0]`, folds the payloads of `data[1..]` (separated by
+/// 0x1e, payload i from id i) and flushes; then folds the flushed groups into a fresh filter
+/// and flushes again, which must succeed and give the same groups (the filters' contract).
+pub fn filter(data: &[u8]) -> bool {
+    let Some((&pick, rest)) = data.split_first() else {
+        return false;
+    };
+    let spec = FILTER_SPECS[usize::from(pick) % FILTER_SPECS.len()];
+    let registry = sdm_filters::Registry::new();
+    let new = || registry.create(spec).expect("built-in filter");
+    let mut probe = new();
+    let accepted: Vec<(&[u8], IdSet)> = rest
+        .split(|&b| b == FILTER_SEP)
+        .take(16)
+        .enumerate()
+        .map(|(i, p)| (p, IdSet::single(i as u32)))
+        .filter(|(p, ids)| probe.fold(p, ids).is_ok())
+        .collect();
+    if accepted.is_empty() {
+        return false;
+    }
+    let mut first = new();
+    for (p, ids) in &accepted {
+        first
+            .fold(p, ids)
+            .unwrap_or_else(|e| panic!("{spec}: an accepted payload was refused later: {e}"));
+    }
+    let Ok(groups) = first.flush() else {
+        return true;
+    };
+    let mut again = new();
+    for g in &groups {
+        again
+            .fold(&g.payload, &g.sources)
+            .unwrap_or_else(|e| panic!("{spec}: flushed group {g:?} does not fold again: {e}"));
+    }
+    let regroups = again
+        .flush()
+        .unwrap_or_else(|e| panic!("{spec}: refolded groups do not flush: {e}"));
+    assert_eq!(regroups, groups, "{spec}: refolding changed the result");
+    let _ = new().finish();
+    true
+}
+
+fn filter_seeds() -> Vec<Vec<u8>> {
+    let inputs: &[&[&str]] = &[
+        &["ok", "ok", "other"],
+        &["1", "2.5", "-3"],
+        &["7", "1e3", "0.001"],
+        &["4", "5"],
+        &["a", "b"],
+        &["1", "3"],
+        &["50", "99.9", "-1", "100"],
+        &["0", "2"],
+        &["part one", "part two"],
+        &["{\"cpu\": 12.5, \"rss\": \"1024\"}", "cpu 3\nrss=7"],
+        &["main;solve;MPI_Wait", "main;solve;MPI_Send\nmain;io"],
+        &["line 1\nline 2", "line 1\nline 3"],
+        &["{\"a\": 1, \"b\": 2}", "a=1\nb=3"],
+        &["x.c:10 1.5", "x.c:10 2"],
+    ];
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, parts)| {
+            let mut v = vec![i as u8];
+            v.extend_from_slice(parts.join("\x1e").as_bytes());
+            v
+        })
+        .collect()
+}
+
+fn sample_messages() -> Vec<Message> {
+    let mut event = Message::command(9, IdSet::new(), SyncMode::WaitAll, "exited 0");
+    event.kind = Kind::Event;
+    event.source = (0..2000).step_by(3).collect();
+    let mut control = Message::command(0, IdSet::new(), SyncMode::WaitAll, "sdm-hello 5 0 ab");
+    control.kind = Kind::Control;
+    let mut filtered = Message::command(4, IdSet::all(64), SyncMode::Timeout(250), "1 [] x()");
+    filtered.aggregate.filter = "sum".into();
+    vec![
+        Message::command(1, IdSet::all(1024), SyncMode::WaitAll, "1 [] stop([])"),
+        Message::command(2, IdSet::single(7), SyncMode::DontWait, vec![0u8; 16]),
+        Message::reply(3, IdSet::range(5..=9), Status::Replied, Bytes::from("ok")),
+        Message::reply(5, IdSet::single(2), Status::Lost, Bytes::from("link died")),
+        Message::reply(6, IdSet::all(3), Status::TimedOut, Bytes::new()),
+        event,
+        control,
+        filtered,
+    ]
+}
+
+fn frame_seeds() -> Vec<Vec<u8>> {
+    let msgs = sample_messages();
+    let mut codec = FrameCodec::new(FRAME_MAX);
+    let mut out = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        let mut b = BytesMut::new();
+        b.extend_from_slice(&[i as u8 * 5]);
+        codec.encode(m, &mut b).expect("seed fits");
+        if i % 2 == 0 {
+            let next = &msgs[(i + 1) % msgs.len()];
+            codec.encode(next, &mut b).expect("seed fits");
+        }
+        out.push(b.to_vec());
+    }
+    out.push(vec![0, 0xff, 0xff, 0xff, 0xff, 1, 2, 3]);
+    out.push(vec![3, 0, 0, 0, 0]);
+    out
+}
+
+fn envelope_seeds() -> Vec<Vec<u8>> {
+    sample_messages()
+        .iter()
+        .map(|m| m.encode().to_vec())
+        .collect()
+}
+
+fn idset_seeds() -> Vec<Vec<u8>> {
+    let sets: Vec<IdSet> = vec![
+        IdSet::new(),
+        IdSet::single(0),
+        IdSet::single(u32::MAX),
+        IdSet::all(1_000_000),
+        "[0-3,7,100-199]".parse().expect("seed"),
+        (0..5000).step_by(2).collect(),
+        (0..200_000).step_by(1000).collect(),
+        [1u32, 70_000, 140_000, 4_000_000_000].into_iter().collect(),
+    ];
+    sets.iter().map(IdSet::to_bytes).collect()
+}
+
+fn idset_text_seeds() -> Vec<Vec<u8>> {
+    [
+        "[]",
+        "[0-3,7,100-199]",
+        " [ 5 , 1 - 2 ] ",
+        "[4294967295]",
+        "[0-4294967295]",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
+}
+
+fn omis_request_seeds() -> Vec<Vec<u8>> {
+    [
+        "1 [] stop([])",
+        "1, [], stop([])",
+        "123 [1] process_info([231,345,654], 9)",
+        "11 [1] start_lib_call([1123], \"pvm_send\"): 12 [1] raise_event(5, [$1])",
+        "15 [1] user_event(5): 16 [1] print([$1]); 17 [1] stop($1)",
+        "2 [0-1023,2048] thread_get_backtrace([\"t_1\"], 0x1F, -2e3, .5, 1., inf, nan, \"a\\n\\x41\")",
+        "3 [$0,2] a([[1,[2,[3]]], \"\"]), 4 [1] b()",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
+}
+
+fn omis_reply_seeds() -> Vec<Vec<u8>> {
+    [
+        "16 [2] print(1234); 1 [0-1023] stop(0)",
+        "1 [0-3] process_info([\"foo\", 1, 2, 12.7, [1,2]])",
+        "7 [5] read(\"\\x00\\\"\", -0.0, nan)",
+        "9, [1-2], get(0x10)",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_target_accepts_its_seeds_and_empty_input() {
+        for t in TARGETS {
+            assert!(!(t.run)(&[]), "{} accepts empty input", t.name);
+            let seeds = (t.seeds)();
+            assert!(!seeds.is_empty(), "{} has no seeds", t.name);
+            let accepted = seeds.iter().filter(|s| (t.run)(s)).count();
+            assert!(accepted > 0, "{} accepts none of its seeds", t.name);
+        }
+    }
+
+    #[test]
+    fn seeds_are_valid_inputs() {
+        for s in envelope_seeds() {
+            Message::decode(Bytes::from(s)).unwrap();
+        }
+        for s in idset_seeds() {
+            IdSet::from_bytes(&s).unwrap();
+        }
+        for s in omis_request_seeds() {
+            parse_request(std::str::from_utf8(&s).unwrap()).unwrap();
+        }
+        for s in omis_reply_seeds() {
+            parse_reply(std::str::from_utf8(&s).unwrap()).unwrap();
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_found() {
+        for t in TARGETS {
+            assert_eq!(target(t.name).unwrap().name, t.name);
+        }
+        assert!(target("nope").is_none());
+    }
+}

@@ -1,0 +1,127 @@
+//! `sdm top`: a periodic reduction of per-process metrics over the whole job.
+//!
+//! Each wave asks every server for its program's metrics (`procstat`: CPU %, RSS, threads,
+//! bytes read and written, context switches, read from /proc) and merges them in the tree
+//! with the `stats` filter, so the front-end receives one record however many servers there
+//! are: per metric the minimum, mean and maximum, and the ranks holding the minimum and the
+//! maximum ("which ranks are busy").
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use sdm_overlay::filters::builtin::{KeyStats, Stats};
+use sdm_proto::{IdSet, Status, SyncMode};
+
+use crate::session::Session;
+
+/// The metrics, in display order, with their units.
+pub const METRICS: [(&str, &str); 6] = [
+    ("cpu_pct", "CPU %"),
+    ("rss_kb", "RSS kB"),
+    ("threads", "threads"),
+    ("read_bytes", "read B"),
+    ("write_bytes", "written B"),
+    ("ctx_switches", "ctx switches"),
+];
+
+/// One wave's result.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// Statistics per metric (as merged by the tree).
+    pub stats: Vec<(String, KeyStats)>,
+    /// Ranks that gave no metrics, with why (program ended, timed out, lost).
+    pub missing: Vec<(IdSet, String)>,
+}
+
+/// Samples the programs of `dest` once (waiting at most `timeout` for the slowest).
+pub async fn sample(s: &mut Session, dest: &IdSet, timeout: Duration) -> anyhow::Result<Sample> {
+    let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+    let groups = s
+        .request_filtered(dest, SyncMode::Timeout(ms), "stats", "procstat")
+        .await?;
+    let mut out = Sample::default();
+    for g in groups {
+        match g.status {
+            Status::Replied => match Stats::decode(&g.payload) {
+                Ok(keys) => out.stats.extend(keys),
+                Err(e) => out.missing.push((g.sources, e.to_string())),
+            },
+            Status::Lost => out
+                .missing
+                .push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
+            Status::TimedOut => out.missing.push((g.sources, "timed out".into())),
+        }
+    }
+    let order = |k: &str| {
+        METRICS
+            .iter()
+            .position(|(m, _)| *m == k)
+            .unwrap_or(usize::MAX)
+    };
+    out.stats.sort_by_key(|(k, _)| order(k));
+    Ok(out)
+}
+
+/// Shortens a rank set for a table cell.
+fn ranks(ids: &IdSet) -> String {
+    let s = ids.to_string();
+    if s.len() > 24 {
+        format!("{}… ({} ranks)", &s[..20], ids.len())
+    } else {
+        s
+    }
+}
+
+/// The sample as a table: metric, min (ranks), mean, max (ranks).
+pub fn table(s: &Sample) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{:<13} {:>12} {:<26} {:>12} {:>12} {:<26}",
+        "metric", "min", "at", "mean", "max", "at"
+    );
+    for (k, st) in &s.stats {
+        let name = METRICS
+            .iter()
+            .find(|(m, _)| m == k)
+            .map_or(k.as_str(), |(_, n)| n);
+        let mean = st.mean.map(|m| m.to_string()).unwrap_or_default();
+        let _ = writeln!(
+            t,
+            "{name:<13} {:>12} {:<26} {mean:>12} {:>12} {:<26}",
+            st.min.to_string(),
+            ranks(&st.min_ids),
+            st.max.to_string(),
+            ranks(&st.max_ids),
+        );
+    }
+    for (ids, why) in &s.missing {
+        let _ = writeln!(t, "{ids} no metrics: {why}");
+    }
+    t
+}
+
+/// The sample as one JSON object (`t`: seconds since the first wave).
+pub fn json(s: &Sample, t: f64) -> serde_json::Value {
+    let metrics: serde_json::Map<String, serde_json::Value> = s
+        .stats
+        .iter()
+        .map(|(k, st)| {
+            (
+                k.clone(),
+                serde_json::json!({
+                    "min": st.min.to_string(), "min_ids": st.min_ids.to_string(),
+                    "mean": st.mean.map(|m| m.to_string()),
+                    "max": st.max.to_string(), "max_ids": st.max_ids.to_string(),
+                    "count": st.count,
+                }),
+            )
+        })
+        .collect();
+    let missing: Vec<serde_json::Value> = s
+        .missing
+        .iter()
+        .map(|(ids, why)| serde_json::json!({"ids": ids.to_string(), "why": why}))
+        .collect();
+    serde_json::json!({"t": t, "metrics": metrics, "missing": missing})
+}
