@@ -224,30 +224,30 @@ pub fn idset_text(data: &[u8]) -> bool {
 
 /// Parses `data` as an OMIS request; the printed form must parse and print the same.
 pub fn omis_request(data: &[u8]) -> bool {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return false;
-    };
-    let Ok(r) = parse_request(text) else {
-        return false;
-    };
-    let printed = r.to_string();
-    let back = parse_request(&printed)
-        .unwrap_or_else(|e| panic!("printed request {printed:?} does not parse: {e}"));
-    assert_eq!(back.to_string(), printed);
-    true
+    print_parse_print(data, "request", parse_request)
 }
 
 /// Parses `data` as an OMIS reply; the printed form must parse and print the same.
 pub fn omis_reply(data: &[u8]) -> bool {
+    print_parse_print(data, "reply", parse_reply)
+}
+
+/// Parses `data` (UTF-8) with `parse`; if it parses, the printed form (a `what`) must parse
+/// back and print the same. Returns whether `data` parsed.
+fn print_parse_print<T: std::fmt::Display, E: std::fmt::Display>(
+    data: &[u8],
+    what: &str,
+    parse: fn(&str) -> Result<T, E>,
+) -> bool {
     let Ok(text) = std::str::from_utf8(data) else {
         return false;
     };
-    let Ok(r) = parse_reply(text) else {
+    let Ok(r) = parse(text) else {
         return false;
     };
     let printed = r.to_string();
-    let back = parse_reply(&printed)
-        .unwrap_or_else(|e| panic!("printed reply {printed:?} does not parse: {e}"));
+    let back = parse(&printed)
+        .unwrap_or_else(|e| panic!("printed {what} {printed:?} does not parse: {e}"));
     assert_eq!(back.to_string(), printed);
     true
 }

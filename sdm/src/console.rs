@@ -365,14 +365,16 @@ impl Console {
                     .await?;
                 self.print_tree(&lines, out)?;
             }
-            "top" => {
+            "top" | "counters" => {
                 let dest = ids(rest)?;
-                let sample = crate::top::sample(
-                    &mut self.session,
-                    &dest,
-                    Duration::from_millis(u64::from(COMMAND_TIMEOUT_MS)),
-                )
-                .await?;
+                let request = if verb == "top" {
+                    "procstat"
+                } else {
+                    "counters"
+                };
+                let timeout = Duration::from_millis(u64::from(COMMAND_TIMEOUT_MS));
+                let sample =
+                    crate::top::sample_of(&mut self.session, &dest, timeout, request).await?;
                 if self.json {
                     writeln!(out, "{}", crate::top::json(&sample, 0.0))?;
                 } else {
@@ -381,7 +383,7 @@ impl Console {
             }
             "omis" => self.raw(rest, out).await?,
             _ => anyhow::bail!(
-                "unknown command {verb:?}: expected stop, cont, status, bt, break, kill, top, omis, sleep, history or quit"
+                "unknown command {verb:?}: expected stop, cont, status, bt, break, kill, top, counters, omis, sleep, history or quit"
             ),
         }
         // Output and events that arrived meanwhile.

@@ -201,10 +201,25 @@ pub async fn run_server(
     // the output reader, and so the process, wait.
     let (ev_tx, events) = tokio::sync::mpsc::channel(1024);
     let (monitor, mut mon_events) = MonitorHandle::spawn(id, 0, ev_tx.clone());
+    // The program's own counters come in on a Unix socket named in its environment.
+    let counters = crate::counters::Store::default();
+    let counters_path = crate::counters::socket_path(std::process::id());
+    let counters_task = match crate::counters::serve(&counters_path, counters.clone()) {
+        Ok(t) => {
+            let path = counters_path.clone();
+            drop(monitor.submit(move |m| m.counters_path = Some(path)));
+            Some(t)
+        }
+        Err(e) => {
+            tracing::warn!("no counters socket at {}: {e}", counters_path.display());
+            None
+        }
+    };
     let ctx = ServerContext {
         id,
         monitor: monitor.clone(),
         registry: crate::services::registry(),
+        counters,
     };
     // Event actions run on the monitor thread with the same services.
     let reg = ctx.registry.clone();
@@ -227,6 +242,10 @@ pub async fn run_server(
     .await;
     // Kill only what we started, and only once the tree is gone.
     monitor.call(|m| m.kill_quietly()).await;
+    if let Some(t) = counters_task {
+        t.abort();
+        let _ = std::fs::remove_file(&counters_path);
+    }
     drop(listener);
     served
 }

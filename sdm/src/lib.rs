@@ -12,8 +12,10 @@
 //! - [`iof`]: stdio handlers for tools (output and events of the programs, merged).
 //! - [`console`]: the parallel debugger console of `sdm run`.
 //! - [`top`]: `sdm top`, job-wide process metrics merged by the `stats` filter.
+//! - [`counters`]: a program's own counters, fed to its server (Rust and C clients).
 
 pub mod console;
+pub mod counters;
 pub mod daemon;
 pub mod init;
 pub mod iof;

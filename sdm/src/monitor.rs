@@ -148,6 +148,8 @@ pub struct Monitor {
     firing: u32,
     /// CPU seconds of the process and when they were read, for `procstat`'s CPU %.
     last_cpu: Option<(f64, std::time::Instant)>,
+    /// The counters socket handed to started programs (`SDM_COUNTERS`).
+    pub counters_path: Option<PathBuf>,
 }
 
 type Job = Box<dyn FnOnce(&mut Monitor) + Send>;
@@ -183,6 +185,7 @@ impl MonitorHandle {
                     user_events: BTreeSet::new(),
                     firing: 0,
                     last_cpu: None,
+                    counters_path: None,
                 };
                 loop {
                     // Poll often only while breakpoints may fire; an idle server sleeps.
@@ -260,6 +263,9 @@ impl Monitor {
         use std::os::fd::{AsFd, OwnedFd};
         let mut cmd = Command::new(program);
         cmd.args(args).env("SDM_RANK", self.rank.to_string());
+        if let Some(p) = &self.counters_path {
+            cmd.env(crate::counters::COUNTERS_ENV, p);
+        }
         let mut master: Option<OwnedFd> = None;
         match mode {
             IoMode::Pty => {

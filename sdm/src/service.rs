@@ -1,6 +1,7 @@
 //! The requests every sdm server answers by itself, before any payload protocol (OMIS)
-//! is layered on: `sdm-init`, `ping`, `info`, `value`, `sleep MS`, and `procstat` (the
-//! monitored program's metrics as a JSON object, for `sdm top`). Anything else gets an
+//! is layered on: `sdm-init`, `ping`, `info`, `value`, `sleep MS`, `procstat` (the
+//! monitored program's metrics as a JSON object, for `sdm top`) and `counters` (the
+//! program's own counters, see [`crate::counters`]). Anything else gets an
 //! error reply naming the request.
 
 use std::time::Duration;
@@ -50,6 +51,8 @@ pub struct ServerContext {
     pub monitor: MonitorHandle,
     /// The OMIS services.
     pub registry: Arc<Registry<Monitor>>,
+    /// The program's own counters (see [`crate::counters`]).
+    pub counters: crate::counters::Store,
 }
 
 /// Answers one delivered request: OMIS requests (they start with a request id) go to the
@@ -75,6 +78,10 @@ pub fn handle(ctx: &ServerContext, d: Delivery) {
                 .unwrap_or_else(|_| "0 [] error(\"monitor gone\")".into());
             d.reply.send(reply);
         });
+        return;
+    }
+    if text.trim() == "counters" {
+        d.reply.send(ctx.counters.json());
         return;
     }
     if text.trim() == "procstat" {

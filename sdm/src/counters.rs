@@ -1,0 +1,148 @@
+//! Application counters: a program under a server feeds its own metrics (operation counts,
+//! bytes sent and received, …) to that server, which answers the `counters` request with
+//! them so the tree can merge them (the `stats` filter for min/mean/max and the ranks at the
+//! extremes, `counters` for MTF-style per-rank rows grouped by identical ranks).
+//!
+//! Protocol: the server listens on a Unix socket whose path it gives the program in
+//! `SDM_COUNTERS`; the program writes lines `key value` (value a decimal number), each
+//! setting that counter (the latest value wins). A bad line is logged and skipped; it costs
+//! only itself. Clients: [`Client`] here, and the header-only C client
+//! `sdm/include/sdm_counters.h`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::UnixListener;
+
+/// The environment variable naming the counters socket.
+pub const COUNTERS_ENV: &str = "SDM_COUNTERS";
+
+/// Longest key accepted.
+const MAX_KEY: usize = 128;
+
+/// The latest value of every counter the program set (decimal text, as written).
+#[derive(Debug, Clone, Default)]
+pub struct Store(Arc<Mutex<BTreeMap<String, String>>>);
+
+impl Store {
+    /// Applies one `key value` line; an error names what is wrong with it.
+    pub fn apply(&self, line: &str) -> Result<(), String> {
+        let line = line.trim();
+        if line.is_empty() {
+            return Ok(());
+        }
+        let (key, value) = line
+            .split_once(char::is_whitespace)
+            .ok_or_else(|| format!("{line:?}: expected `key value`"))?;
+        let value = value.trim();
+        if key.len() > MAX_KEY
+            || !key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+        {
+            return Err(format!(
+                "{key:?}: keys are up to {MAX_KEY} of [A-Za-z0-9_.-]"
+            ));
+        }
+        if key == "sdm" {
+            return Err("\"sdm\" is a reserved key".into());
+        }
+        if value.parse::<f64>().map_or(true, |v| !v.is_finite()) {
+            return Err(format!("{key}: {value:?} is not a number"));
+        }
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .insert(key.to_owned(), value.to_owned());
+        Ok(())
+    }
+
+    /// The counters as a JSON object of decimal strings (the filters' leaf form).
+    pub fn json(&self) -> String {
+        let map = self.0.lock().expect("not poisoned");
+        serde_json::to_string(&*map).expect("strings serialize")
+    }
+}
+
+/// Listens on `path` (replacing a stale socket) and feeds every connection's lines into
+/// `store`, until the task is dropped.
+pub fn serve(path: &Path, store: Store) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path)?;
+    Ok(tokio::spawn(async move {
+        loop {
+            let Ok((conn, _)) = listener.accept().await else {
+                continue;
+            };
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(conn).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Err(e) = store.apply(&line) {
+                        tracing::warn!("counters: bad line skipped: {e}");
+                    }
+                }
+            });
+        }
+    }))
+}
+
+/// Where server `id` (process `pid`) puts its counters socket.
+pub fn socket_path(pid: u32) -> PathBuf {
+    let dir = std::env::var_os("XDG_RUNTIME_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    dir.join(format!("sdm-counters-{pid}.sock"))
+}
+
+/// The Rust client: a program's connection to its server's counters socket.
+///
+/// ```no_run
+/// let mut c = sdm::counters::Client::from_env()?;
+/// c.set("iterations", 42)?;
+/// c.set("bytes_sent", 1.5e6)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct Client {
+    conn: std::os::unix::net::UnixStream,
+}
+
+impl Client {
+    /// Connects to the socket named by `SDM_COUNTERS` (set by the server that started the
+    /// program).
+    pub fn from_env() -> std::io::Result<Self> {
+        let path = std::env::var_os(COUNTERS_ENV).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{COUNTERS_ENV} is not set: not started by an sdm server"),
+            )
+        })?;
+        Ok(Self {
+            conn: std::os::unix::net::UnixStream::connect(path)?,
+        })
+    }
+
+    /// Sets counter `key` to `value`.
+    pub fn set(&mut self, key: &str, value: impl std::fmt::Display) -> std::io::Result<()> {
+        writeln!(self.conn, "{key} {value}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_set_counters_and_bad_ones_are_refused() {
+        let s = Store::default();
+        s.apply("ops 3").unwrap();
+        s.apply("bytes_sent   1.5e3").unwrap();
+        s.apply("ops 4").unwrap();
+        assert!(s.apply("novalue").unwrap_err().contains("key value"));
+        assert!(s.apply("x NaN").unwrap_err().contains("not a number"));
+        assert!(s.apply("bad/key 1").unwrap_err().contains("keys are"));
+        assert!(s.apply("sdm 1").unwrap_err().contains("reserved"));
+        assert_eq!(s.json(), r#"{"bytes_sent":"1.5e3","ops":"4"}"#);
+    }
+}

@@ -1,0 +1,78 @@
+//! Application counters end to end: programs under real servers write counters to their
+//! server (the C client in sdm/include/sdm_counters.h, the Rust client in sdm::counters),
+//! and the console's `counters` merges them across ranks with the `stats` filter.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn console(n: &str, program: &std::path::Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sdm"))
+        .args([
+            "run", "-n", n, "--json", "-c", "sleep 1", "-c", "counters", "-c", "kill", "--",
+        ])
+        .arg(program)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn metrics(text: &str) -> serde_json::Value {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v.get("metrics").is_some())
+        .unwrap_or_else(|| panic!("no counters sample in {text}"))["metrics"]
+        .clone()
+}
+
+#[test]
+fn c_client_counters_merge_across_ranks() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let exe = dir.join("sdm-counters-test");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/counters.c");
+    let ok = Command::new("gcc")
+        .args([
+            "-O1",
+            "-I",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/include"),
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(src)
+        .status()
+        .expect("gcc (deploy/ci-setup.sh installs it)");
+    assert!(ok.success());
+    let m = metrics(&console("8", &exe));
+    let it = &m["iterations"];
+    assert_eq!(it["count"], 8, "{m}");
+    assert_eq!(
+        (it["min"].as_str(), it["min_ids"].as_str()),
+        (Some("100"), Some("[0]")),
+        "{m}"
+    );
+    assert_eq!(
+        (it["max"].as_str(), it["max_ids"].as_str()),
+        (Some("800"), Some("[7]")),
+        "{m}"
+    );
+    assert_eq!(it["mean"], "450", "{m}");
+    assert_eq!(m["bytes_sent"]["min_ids"], "[0-7]", "{m}");
+    assert!(m.get("bad/key").is_none(), "a bad line is skipped: {m}");
+}
+
+#[test]
+fn rust_client_counters_merge_across_ranks() {
+    let app = PathBuf::from(env!("CARGO_BIN_EXE_sdm-counters-demo"));
+    let m = metrics(&console("4", &app));
+    assert_eq!(m["ops"]["max_ids"], "[3]", "{m}");
+    assert_eq!(m["ops"]["mean"], "1.5", "{m}");
+    assert_eq!(
+        m["bytes_received"]["min"], m["bytes_received"]["max"],
+        "{m}"
+    );
+}
