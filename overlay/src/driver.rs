@@ -53,6 +53,73 @@ impl Replier {
 /// anything slow and answer through [`Delivery::reply`].
 pub type LocalHandler = Box<dyn FnMut(Delivery) + Send>;
 
+/// Message-level liveness of links between nodes: a writer with nothing to send for
+/// `interval` sends a keepalive frame, and a reader that hears nothing for `dead_after`
+/// declares the peer dead (a silent peer: a hung process, a cut cable that TCP would take
+/// minutes to notice while data is outstanding). The master's link to the front-end has
+/// no dead-after (a person may be thinking at the console); the front-end ignores the
+/// keepalives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// Idle time before a keepalive is sent.
+    pub interval: std::time::Duration,
+    /// Silence after which the link is declared dead.
+    pub dead_after: std::time::Duration,
+}
+
+/// The environment variable that sets [`Liveness`]: `INTERVAL_MS,DEAD_AFTER_MS`.
+pub const KEEPALIVE_ENV: &str = "SDM_KEEPALIVE_MS";
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self {
+            interval: std::time::Duration::from_secs(1),
+            dead_after: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+impl Liveness {
+    /// From `SDM_KEEPALIVE_MS` (`INTERVAL_MS,DEAD_AFTER_MS`), else the default (1 s, 10 s).
+    /// A malformed value is reported and the default used.
+    pub fn from_env() -> Self {
+        match std::env::var(KEEPALIVE_ENV) {
+            Ok(v) => Self::parse(&v).unwrap_or_else(|e| {
+                tracing::warn!("{KEEPALIVE_ENV}={v:?}: {e}; using the default");
+                Self::default()
+            }),
+            Err(_) => Self::default(),
+        }
+    }
+
+    /// Parses `INTERVAL_MS,DEAD_AFTER_MS` (dead-after must exceed the interval).
+    pub fn parse(v: &str) -> Result<Self, String> {
+        let (i, d) = v
+            .split_once(',')
+            .ok_or("expected INTERVAL_MS,DEAD_AFTER_MS")?;
+        let ms = |x: &str| x.trim().parse::<u64>().map_err(|e| format!("{x:?}: {e}"));
+        let (i, d) = (ms(i)?, ms(d)?);
+        if i == 0 || d <= i {
+            return Err("the interval must be positive and shorter than dead-after".into());
+        }
+        Ok(Self {
+            interval: std::time::Duration::from_millis(i),
+            dead_after: std::time::Duration::from_millis(d),
+        })
+    }
+}
+
+fn keepalive() -> Message {
+    let mut m = Message::command(
+        0,
+        sdm_proto::IdSet::new(),
+        sdm_proto::SyncMode::DontWait,
+        "keepalive",
+    );
+    m.kind = Kind::Control;
+    m
+}
+
 /// Which link an event came on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Peer {
@@ -71,7 +138,13 @@ enum Inbound {
 /// The writer has two queues: control (commands and replies) and bulk (stdio and events,
 /// which keep their order among themselves). Control goes first, so a reply is never stuck
 /// behind a flood of output waiting for the same link.
-fn spawn_link(peer: Peer, link: Link, inbound: mpsc::Sender<Inbound>) -> LinkTx {
+fn spawn_link(
+    peer: Peer,
+    link: Link,
+    inbound: mpsc::Sender<Inbound>,
+    live: Liveness,
+    watch: bool,
+) -> LinkTx {
     let Link {
         mut reader,
         mut writer,
@@ -89,9 +162,12 @@ fn spawn_link(peer: Peer, link: Link, inbound: mpsc::Sender<Inbound>) -> LinkTx 
         loop {
             let (m, is_bulk) = tokio::select! {
                 biased;
-                Some(m) = ctrl_rx.recv() => (m, false),
+                m = ctrl_rx.recv() => match m {
+                    Some(m) => (m, false),
+                    None => break,
+                },
                 Some(m) = bulk_rx.recv() => (m, true),
-                else => break,
+                () = tokio::time::sleep(live.interval) => (keepalive(), false),
             };
             // Batch: queue what else is waiting (control first), then flush once.
             let mut res = writer.feed(&m).await;
@@ -125,7 +201,18 @@ fn spawn_link(peer: Peer, link: Link, inbound: mpsc::Sender<Inbound>) -> LinkTx 
     });
     tokio::spawn(async move {
         let why = loop {
-            match reader.next().await {
+            let next = if watch {
+                match tokio::time::timeout(live.dead_after, reader.next()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        break format!("{name} sent nothing for {:?} (keepalive)", live.dead_after);
+                    }
+                }
+            } else {
+                reader.next().await
+            };
+            match next {
+                Some(Ok(m)) if m.kind == Kind::Control && &m.payload[..] == b"keepalive" => {}
                 Some(Ok(m)) => {
                     if inbound.send(Inbound::Frame(peer, m)).await.is_err() {
                         return;
@@ -205,13 +292,19 @@ pub async fn run_node_with_events(
     let (up_tx, mut up_rx) = mpsc::channel::<Inbound>(1024);
     let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(128);
     let (reply_tx, mut reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
-    let to_parent = spawn_link(Peer::Parent, parent, up_tx);
+    let live = Liveness::from_env();
+    // The master's parent is the front-end, which sends no keepalives.
+    let watch_parent = node.id() != NodeId::Master;
+    let to_parent = spawn_link(Peer::Parent, parent, up_tx, live, watch_parent);
     let mut to_child: HashMap<NodeId, LinkTx> = HashMap::new();
     let start = Instant::now().into_std();
     for (id, link) in children {
         match link {
             Ok(link) => {
-                to_child.insert(id, spawn_link(Peer::Child(id), link, in_tx.clone()));
+                to_child.insert(
+                    id,
+                    spawn_link(Peer::Child(id), link, in_tx.clone(), live, true),
+                );
             }
             Err(e) => node.handle_link_down(start, id, &format!("could not connect: {e}")),
         }

@@ -1,6 +1,7 @@
 //! 64 real OS processes on loopback, one `sdm-testnode` each over tcp, with the master and
 //! front-end in this test: a broadcast merges into one group `[0-63]`; SIGKILL of an
-//! interior process during a command brings its subtree back lost and the rest replied.
+//! interior process during a command brings its subtree back lost and the rest replied; a
+//! process that stops answering (SIGSTOP: no FIN, no RST) is found by keepalives.
 
 mod support;
 
@@ -70,4 +71,40 @@ async fn sixty_four_processes_merge_and_survive_sigkill() {
             waited += 1;
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_interior_process_is_found_by_keepalives() {
+    let n = 16u32;
+    let policy = ConnectPolicy::new(SessionKey::generate());
+    // Keepalive every 100 ms, dead after 1 s of silence (between the testnodes).
+    let (mut procs, table) = Procs::spawn_with_env(
+        n,
+        &policy,
+        &[(sdm_overlay::driver::KEEPALIVE_ENV, "100,1000")],
+    );
+    procs.send_table(&table);
+    let (mut fe, _master, topo) =
+        master_for_processes(&table, Shape::Binomial, &policy, policy.clone()).await;
+    let all = IdSet::all(n);
+    // Server 5 (position 6): parent server 3, child server 6.
+    let victim = 5u32;
+    let sub = topo.subtree(NodeId::Server(victim));
+    assert_eq!(sub.to_string(), "[5-6]");
+    assert_eq!(topo.parent(NodeId::Server(victim)), Some(NodeId::Server(3)));
+    // A command that outlives the failure by far (60 s): the silence must be noticed, not
+    // waited out.
+    let op = fe.send(&all, SyncMode::WaitAll, "sleep 200").await.unwrap();
+    let pid = nix::unistd::Pid::from_raw(procs.0[victim as usize].id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let g = fe.collect(op, &all).await.unwrap();
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    assert_partition(&g, &all);
+    assert_eq!(ids_with(&g, Status::Lost), sub, "{g:?}");
+    let lost = g.iter().find(|x| x.status == Status::Lost).unwrap();
+    let why = String::from_utf8_lossy(&lost.payload);
+    assert!(why.contains("keepalive"), "{why}");
+    // The others still answer.
+    let g = fe.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
+    assert_eq!(ids_with(&g, Status::Replied), &all - &sub, "{g:?}");
 }

@@ -214,11 +214,21 @@ impl Procs {
     /// Spawns `n` testnodes holding `policy`'s key; returns them with the address each one
     /// listens on (it prints `LISTEN <address>` first). They wait for [`Procs::send_table`].
     pub fn spawn(n: u32, policy: &ConnectPolicy) -> (Procs, Vec<Address>) {
+        Self::spawn_with_env(n, policy, &[])
+    }
+
+    /// [`Procs::spawn`] with extra environment variables for every process.
+    pub fn spawn_with_env(
+        n: u32,
+        policy: &ConnectPolicy,
+        env: &[(&str, &str)],
+    ) -> (Procs, Vec<Address>) {
         let mut procs = Procs(Vec::new());
         let mut table = Vec::new();
         for id in 0..n {
             let mut child = Command::new(env!("CARGO_BIN_EXE_sdm-testnode"))
                 .args(["--id", &id.to_string(), "--servers", &n.to_string()])
+                .envs(env.iter().copied())
                 .env(SESSION_KEY_ENV, policy.key.to_hex())
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
