@@ -77,11 +77,12 @@ async fn sixty_four_processes_merge_and_survive_sigkill() {
 async fn a_silent_interior_process_is_found_by_keepalives() {
     let n = 16u32;
     let policy = ConnectPolicy::new(SessionKey::generate());
-    // Keepalive every 100 ms, dead after 1 s of silence (between the testnodes).
+    // Keepalive every 100 ms, dead after 3 s of silence between the testnodes (the master
+    // in this process keeps the default 1 s interval, so its children must wait longer).
     let (mut procs, table) = Procs::spawn_with_env(
         n,
         &policy,
-        &[(sdm_overlay::driver::KEEPALIVE_ENV, "100,1000")],
+        &[(sdm_overlay::driver::KEEPALIVE_ENV, "100,3000")],
     );
     procs.send_table(&table);
     let (mut fe, _master, topo) =

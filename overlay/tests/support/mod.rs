@@ -319,3 +319,66 @@ pub fn assert_partition(groups: &[ReplyGroup], dest: &IdSet) {
         "groups do not cover the destination: {groups:?}"
     );
 }
+
+/// The `sdm-testnode` binary the tests run.
+pub const TESTNODE: &str = env!("CARGO_BIN_EXE_sdm-testnode");
+
+impl Procs {
+    /// [`Procs::spawn_with_env`], each process started by `command(id)`: a command that
+    /// ends up running [`TESTNODE`] (e.g. `ip netns exec NS <testnode> --listen ADDR`), to
+    /// which the id, the server count, `env` and `policy`'s key are added.
+    pub fn spawn_each(
+        n: u32,
+        policy: &ConnectPolicy,
+        env: &[(&str, &str)],
+        mut command: impl FnMut(u32) -> Command,
+    ) -> (Procs, Vec<Address>) {
+        let mut procs = Procs(Vec::new());
+        let mut table = Vec::new();
+        for id in 0..n {
+            let mut cmd = command(id);
+            let mut child = cmd
+                .args(["--id", &id.to_string(), "--servers", &n.to_string()])
+                .envs(env.iter().copied())
+                .env(SESSION_KEY_ENV, policy.key.to_hex())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+            let mut line = String::new();
+            BufReader::new(child.stdout.as_mut().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            procs.0.push(child);
+            let addr: Address = line
+                .trim()
+                .strip_prefix("LISTEN ")
+                .unwrap_or_else(|| panic!("server {id}: no LISTEN line from {cmd:?}: {line:?}"))
+                .parse()
+                .unwrap();
+            table.push(addr);
+        }
+        (procs, table)
+    }
+}
+
+/// [`master_for_processes`] with the front-end listening on `addr` (e.g. `tcp://IP:0`, an
+/// address of this network namespace the servers can reach) instead of loopback.
+pub async fn master_for_processes_on(
+    addr: &Address,
+    table: &[Address],
+    shape: Shape,
+    policy: &ConnectPolicy,
+    dial: ConnectPolicy,
+) -> (Frontend, JoinHandle<()>, Arc<dyn Topology>) {
+    let transport: Arc<dyn Transport> =
+        Arc::from(transport_for(addr, &TransportConfig::default()).unwrap());
+    let net = Net {
+        transport,
+        topo: Arc::from(shape.build(table.len() as u32)),
+        table: Arc::new(table.iter().cloned().map(Some).collect()),
+        policy: policy.clone(),
+    };
+    let (fe, master) = net.start_master(addr, Dial::Strict(dial)).await;
+    (fe, master, net.topo)
+}

@@ -1,0 +1,292 @@
+//! Several hosts on one machine: three network namespaces, each joined by a veth pair to a
+//! bridge in the root namespace (iproute2), with 12 `sdm-testnode` processes, 4 per
+//! namespace, listening on their namespace's own address; the master and front-end live in
+//! this test, in the root namespace, on the bridge's address. Links between servers on
+//! different hosts cross the bridge. Cutting one host's link (`ip link set … down`) in the
+//! middle of a command: every id is accounted, the servers on that host and the subtrees
+//! below them come back lost with the reason (keepalives, 3 s here), the rest replied, and
+//! later commands reach the rest, before and after the link comes back up.
+//!
+//! Needs root and network namespaces: it skips with a message otherwise, unless `CI=true`,
+//! where it fails instead. Addresses: `10.200.N.0/24`, N from the test's pid, only on the
+//! bridge and namespaces it creates, all of which are deleted at the end (panic included).
+//! Latency (the transport's delay layer) is `delay.rs`'s business, not this test's.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use sdm_overlay::auth::SessionKey;
+use sdm_overlay::driver::KEEPALIVE_ENV;
+use sdm_overlay::setup::ConnectPolicy;
+use sdm_overlay::transport::Address;
+use sdm_proto::{IdSet, Status, SyncMode};
+use sdm_topology::{NodeId, Shape};
+use support::{Procs, TESTNODE, assert_partition, ids_with, master_for_processes_on};
+
+/// Hosts (namespaces) and servers per host.
+const HOSTS: u32 = 3;
+const PER_HOST: u32 = 4;
+
+/// Runs `ip ARGS`; the error is the command and what it printed.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}: {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// `ip ARGS` that must work.
+fn must(args: &[&str]) {
+    if let Err(e) = ip(args) {
+        panic!("{e}");
+    }
+}
+
+/// Skips the test (returns `None`) with `why` outside CI; fails it under `CI=true`.
+fn skip<T>(why: &str) -> Option<T> {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true, so the multi-host test must run, but {why}");
+    }
+    eprintln!("SKIPPED netns test: {why}");
+    None
+}
+
+fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .is_some_and(|euid| euid == "0")
+}
+
+/// The test's hosts: namespaces `sdmt<pid>h<k>` (k from 1), each with veth `sdmt<pid>p<k>`
+/// at `10.200.N.1<k>`, whose peer `sdmt<pid>v<k>` is a port of bridge `sdmt<pid>br` at
+/// `10.200.N.1`. Dropping it deletes everything it created.
+struct Hosts {
+    tag: String,
+    subnet: String,
+    namespaces: Vec<String>,
+    veths: Vec<String>,
+    bridge: Option<String>,
+}
+
+impl Hosts {
+    /// Builds `n` hosts, or `None` (test skipped) when not root or `ip netns add` fails
+    /// outside CI. Any other failure panics (after cleaning up).
+    fn create(n: u32) -> Option<Hosts> {
+        if !is_root() {
+            return skip("it needs root (network namespaces, veth, bridge)");
+        }
+        let pid = std::process::id();
+        let mut hosts = Hosts {
+            tag: format!("sdmt{pid}"),
+            subnet: format!("10.200.{}", pid % 256),
+            namespaces: Vec::new(),
+            veths: Vec::new(),
+            bridge: None,
+        };
+        let first = hosts.namespace(1);
+        if let Err(e) = ip(&["netns", "add", &first]) {
+            return skip(&format!("network namespaces do not work here ({e})"));
+        }
+        hosts.namespaces.push(first);
+        // The subnet must be ours alone (a leftover or a concurrent run would clash).
+        let taken = Command::new("ip")
+            .args([
+                "-o",
+                "addr",
+                "show",
+                "to",
+                &format!("{}.0/24", hosts.subnet),
+            ])
+            .output()
+            .expect("ip addr show");
+        assert!(
+            taken.stdout.is_empty(),
+            "{}.0/24 is already in use: {}",
+            hosts.subnet,
+            String::from_utf8_lossy(&taken.stdout)
+        );
+        let br = format!("{}br", hosts.tag);
+        must(&["link", "add", &br, "type", "bridge"]);
+        hosts.bridge = Some(br.clone());
+        must(&[
+            "addr",
+            "add",
+            &format!("{}/24", hosts.gateway()),
+            "dev",
+            &br,
+        ]);
+        must(&["link", "set", &br, "up"]);
+        for k in 1..=n {
+            let ns = hosts.namespace(k);
+            if k > 1 {
+                must(&["netns", "add", &ns]);
+                hosts.namespaces.push(ns.clone());
+            }
+            let (root_end, host_end) = (hosts.veth(k), format!("{}p{k}", hosts.tag));
+            must(&[
+                "link", "add", &root_end, "type", "veth", "peer", "name", &host_end, "netns", &ns,
+            ]);
+            hosts.veths.push(root_end.clone());
+            must(&["link", "set", &root_end, "master", &br]);
+            must(&["link", "set", &root_end, "up"]);
+            let addr = format!("{}/24", hosts.addr(k));
+            must(&["-n", &ns, "addr", "add", &addr, "dev", &host_end]);
+            must(&["-n", &ns, "link", "set", &host_end, "up"]);
+            must(&["-n", &ns, "link", "set", "lo", "up"]);
+        }
+        Some(hosts)
+    }
+
+    fn namespace(&self, k: u32) -> String {
+        format!("{}h{k}", self.tag)
+    }
+
+    /// The root-namespace end of host `k`'s veth pair.
+    fn veth(&self, k: u32) -> String {
+        format!("{}v{k}", self.tag)
+    }
+
+    /// The bridge's address, where the master and front-end live.
+    fn gateway(&self) -> String {
+        format!("{}.1", self.subnet)
+    }
+
+    /// Host `k`'s address.
+    fn addr(&self, k: u32) -> String {
+        format!("{}.{}", self.subnet, 10 + k)
+    }
+
+    /// Sets host `k`'s link (its veth's root end) up or down.
+    fn set_link(&self, k: u32, up: bool) {
+        must(&["link", "set", &self.veth(k), if up { "up" } else { "down" }]);
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let mut failed = Vec::new();
+        for v in &self.veths {
+            failed.extend(ip(&["link", "del", v]).err());
+        }
+        for ns in &self.namespaces {
+            failed.extend(ip(&["netns", "del", ns]).err());
+        }
+        if let Some(br) = &self.bridge {
+            failed.extend(ip(&["link", "del", br]).err());
+        }
+        for e in failed {
+            eprintln!("netns test cleanup: {e}");
+        }
+    }
+}
+
+/// The host (from 1) of server `id`: round robin, so subtrees span hosts.
+fn host_of(id: u32) -> u32 {
+    id % HOSTS + 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_cut_off_mid_command_is_lost_and_the_others_answer() {
+    let Some(hosts) = Hosts::create(HOSTS) else {
+        return;
+    };
+    let n = HOSTS * PER_HOST;
+    let policy = ConnectPolicy::new(SessionKey::generate());
+    // Keepalive every 100 ms, dead after 3 s of silence, in the testnodes. The master (this
+    // process) keeps the default: a keepalive every 1 s, so its children, which watch it,
+    // must allow more than 1 s of silence (with 1 s they would declare the idle master
+    // dead). The cut below involves no link of the master's, so no 10 s wait either.
+    let (mut procs, table) = Procs::spawn_each(n, &policy, &[(KEEPALIVE_ENV, "100,3000")], |id| {
+        let mut c = Command::new("ip");
+        let listen = format!("tcp://{}:0", hosts.addr(host_of(id)));
+        c.args(["netns", "exec", &hosts.namespace(host_of(id)), TESTNODE])
+            .args(["--listen", &listen]);
+        c
+    });
+    for (id, a) in (0..n).zip(&table) {
+        let ip = hosts.addr(host_of(id));
+        assert!(
+            a.to_string().contains(&format!("//{ip}:")),
+            "server {id}: {a}"
+        );
+    }
+    procs.send_table(&table);
+    let fe_addr: Address = format!("tcp://{}:0", hosts.gateway()).parse().unwrap();
+    let (mut fe, master, topo) =
+        master_for_processes_on(&fe_addr, &table, Shape::Binomial, &policy, policy.clone()).await;
+
+    let all = IdSet::all(n);
+    let g = fe.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!(g[0].sources, all);
+    assert_eq!(g[0].status, Status::Replied);
+
+    // Host 3 holds servers 2, 5, 8 and 11. Server 5 is interior: its child 6 (host 1) is
+    // cut off with it. Every server of host 3 has a testnode for parent, so the cut is seen
+    // by the testnodes' keepalives.
+    let cut = 3;
+    let on_cut: Vec<u32> = (0..n).filter(|&id| host_of(id) == cut).collect();
+    let mut lost = IdSet::new();
+    for &id in &on_cut {
+        lost.union_with(&topo.subtree(NodeId::Server(id)));
+        let parent = topo.parent(NodeId::Server(id)).unwrap();
+        assert!(
+            matches!(parent, NodeId::Server(_)),
+            "server {id}'s parent is {parent}, not a testnode"
+        );
+    }
+    assert_eq!(lost.to_string(), "[2,5-6,8,11]");
+    let survivors = &all - &lost;
+
+    // A command that outlives the cut: the silence must be noticed, not waited out.
+    let op = fe
+        .send(&all, SyncMode::WaitAll, "sleep 5000")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    hosts.set_link(cut, false);
+    let g = fe.collect(op, &all).await.unwrap();
+    assert_partition(&g, &all);
+    assert_eq!(ids_with(&g, Status::Lost), lost, "{g:?}");
+    assert_eq!(ids_with(&g, Status::Replied), survivors, "{g:?}");
+    assert!(ids_with(&g, Status::TimedOut).is_empty(), "{g:?}");
+    for lost in g.iter().filter(|x| x.status == Status::Lost) {
+        let why = String::from_utf8_lossy(&lost.payload);
+        assert!(why.contains("keepalive"), "{} lost: {why}", lost.sources);
+    }
+
+    // The others still answer; the cut-off ids are reported lost at once.
+    let g = fe.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
+    assert_partition(&g, &all);
+    assert_eq!(ids_with(&g, Status::Replied), survivors, "{g:?}");
+    assert_eq!(ids_with(&g, Status::Lost), lost, "{g:?}");
+
+    // The link comes back. Re-attaching the lost subtree to a live ancestor is not
+    // implemented yet (issue 7, item 1): their parents dropped the links, so the cut-off ids
+    // stay lost; what is asserted is that the survivors still answer and nothing is missed.
+    hosts.set_link(cut, true);
+    let g = fe.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
+    assert_partition(&g, &all);
+    assert_eq!(ids_with(&g, Status::Replied), survivors, "{g:?}");
+    assert_eq!(ids_with(&g, Status::Lost), lost, "{g:?}");
+
+    // Closing the front-end ends the master, which ends the survivors; `procs` kills and
+    // reaps whatever is left.
+    drop(fe);
+    master.await.unwrap();
+}
