@@ -365,6 +365,22 @@ impl Console {
                     .await?;
                 self.print_tree(&lines, out)?;
             }
+            "health" => {
+                let lines =
+                    crate::health::report(&mut self.session, Duration::from_secs(5)).await?;
+                if self.json {
+                    for l in &lines {
+                        writeln!(
+                            out,
+                            "{}",
+                            serde_json::json!({"root": l.root, "ids": l.ids.to_string(), "depth": l.depth,
+                                "health": l.health.name(), "replied": l.replied, "why": l.why})
+                        )?;
+                    }
+                } else {
+                    write!(out, "{}", crate::health::text(&lines))?;
+                }
+            }
             "top" | "counters" => {
                 let dest = ids(rest)?;
                 let request = if verb == "top" {
@@ -383,7 +399,7 @@ impl Console {
             }
             "omis" => self.raw(rest, out).await?,
             _ => anyhow::bail!(
-                "unknown command {verb:?}: expected stop, cont, status, bt, break, kill, top, counters, omis, sleep, history or quit"
+                "unknown command {verb:?}: expected stop, cont, status, bt, break, kill, top, counters, health, omis, sleep, history or quit"
             ),
         }
         // Output and events that arrived meanwhile.

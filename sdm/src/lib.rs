@@ -12,11 +12,13 @@
 //! - [`iof`]: stdio handlers for tools (output and events of the programs, merged).
 //! - [`console`]: the parallel debugger console of `sdm run`.
 //! - [`top`]: `sdm top`, job-wide process metrics merged by the `stats` filter.
+//! - [`health`]: the tree's health per subtree (full, degraded, partial, lost).
 //! - [`counters`]: a program's own counters, fed to its server (Rust and C clients).
 
 pub mod console;
 pub mod counters;
 pub mod daemon;
+pub mod health;
 pub mod init;
 pub mod iof;
 pub mod monitor;

@@ -120,6 +120,7 @@ pub struct Session {
     servers: Option<Launched>,
     master: Option<Launched>,
     n: u32,
+    shape: Shape,
     report: LaunchReport,
 }
 
@@ -302,6 +303,7 @@ impl Session {
             servers: Some(servers),
             master: Some(master),
             n: opts.n,
+            shape: opts.topology,
             report: LaunchReport {
                 ready: IdSet::new(),
                 failed: Vec::new(),
@@ -364,6 +366,7 @@ impl Session {
             servers: None,
             master: None,
             n,
+            shape: Shape::Binomial,
             report: LaunchReport {
                 ready: IdSet::all(n),
                 failed: Vec::new(),
@@ -380,6 +383,16 @@ impl Session {
 
     /// Number of servers.
     pub fn size(&self) -> u32 {
+        self.n
+    }
+
+    /// The tree's shape (binomial for an attached session unless it says otherwise).
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// Number of servers.
+    pub fn n(&self) -> u32 {
         self.n
     }
 

@@ -1,0 +1,78 @@
+//! The tree's health per subtree over real daemons: all full; after a leaf server is
+//! SIGKILLed, its ancestors' subtrees are partial, the leaf's is lost with the reason, and
+//! the sibling subtrees stay full.
+
+use sdm::console::Console;
+use sdm::session::{Session, SessionOptions};
+use sdm_proto::IdSet;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_per_subtree_after_a_kill() {
+    let opts = SessionOptions {
+        n: 16,
+        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
+    assert_eq!(s.report().ready, IdSet::all(16));
+    // Binomial: the master's children are servers 0, 1, 3, 7 and 15; server 3's subtree
+    // is [3-6], and server 4 is a leaf under it.
+    let pid = s
+        .report()
+        .processes
+        .iter()
+        .find(|(id, _, _)| *id == 4)
+        .map(|(_, _, pid)| *pid)
+        .expect("server 4 in the process table");
+    let mut c = Console::new(s, false);
+    let mut out = Vec::new();
+    c.command("health", &mut out).await.unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(
+        text,
+        "server 0 subtree [0]: full (1/1 replied)\n\
+         server 1 subtree [1-2]: full (2/2 replied)\n\
+         server 3 subtree [3-6]: full (4/4 replied)\n\
+         server 7 subtree [7-14]: full (8/8 replied)\n\
+         server 15 subtree [15]: full (1/1 replied)\n"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    c.command("health", &mut out).await.unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0], "server 0 subtree [0]: full (1/1 replied)",
+        "{text}"
+    );
+    assert_eq!(
+        lines[2], "server 3 subtree [3-6]: partial (3/4 replied)",
+        "{text}"
+    );
+    assert_eq!(
+        lines[3], "  server 4 subtree [4]: lost (0/1 replied)",
+        "{text}"
+    );
+    assert!(
+        lines[4].starts_with("    [4] link to server 4 lost"),
+        "{text}"
+    );
+    assert_eq!(
+        lines[5], "  server 5 subtree [5-6]: full (2/2 replied)",
+        "{text}"
+    );
+    assert_eq!(
+        lines[6], "server 7 subtree [7-14]: full (8/8 replied)",
+        "{text}"
+    );
+    assert_eq!(
+        lines[7], "server 15 subtree [15]: full (1/1 replied)",
+        "{text}"
+    );
+    assert_eq!(lines.len(), 8, "{text}");
+    c.shutdown().await;
+}
