@@ -5,7 +5,8 @@
 //! the load average read before and after it):
 //!
 //! 1. `setup`: connect plus one 64-byte round trip, repeated `--setups` times, for
-//!    - `plain-tcp`: a tokio `TcpStream`, no framing beyond the bytes, no authentication;
+//!    - `plain-tcp`: a tokio `TcpStream` echoing a 4-byte length and the payload, no
+//!      authentication;
 //!    - `tcp-noauth` / `quic-noauth`: sdm's transport (`transport_for`, socket options,
 //!      TLS 1.3 for quic) and one frame round trip, without the session-key handshake;
 //!    - `tcp-auth` / `quic-auth`: what the tree does, `setup::connect_child` against
@@ -15,7 +16,8 @@
 //! 2. `steady`: over one established link, `--rtts` sequential round trips of a 64-byte
 //!    payload (plain tcp echoes a 4-byte length and the payload; sdm links echo a
 //!    `Message` through the frame codec) and one-way throughput of `--frames` frames of
-//!    `--frame-bytes` payload (the receiver acknowledges the last one). `plain-tcp-bounded`
+//!    `--frame-bytes` payload, sent in ten bursts after a warm-up one (the receiver
+//!    acknowledges the last frame of each burst; the timed span ends there). `plain-tcp-bounded`
 //!    is plain tcp with the kernel buffers sdm's tcp links use (64 KiB, `TCP_NOTSENT_LOWAT`
 //!    16 KiB), to tell buffer sizing apart from the codec.
 //! 3. `tree`: in-process trees (every node a task with its own tcp links, all on loopback)
@@ -24,10 +26,14 @@
 //!    with the floor `2 × (depth + 1) × delay`, and with the same tree without delay; what
 //!    is left over, per one-way hop, is the delay layer's own overshoot (timer rounding).
 //!
-//! Everything runs in one process on a multi-threaded tokio runtime, so client and server
-//! of a link share the machine's cores.
+//! In the first two sections the variants take turns (one set-up each, or a block of round
+//! trips or a burst of frames each, the order rotating), so a change in the machine's load
+//! meets them all alike. Everything runs in one process, on one thread by default
+//! (`--runtime current`: client and server of a link take turns, so the figures count CPU
+//! work and not wake-ups across cores) or on a worker per core (`--runtime multi`).
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,6 +53,7 @@ use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Shape, Topology};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -81,6 +88,11 @@ struct Cli {
     /// Broadcasts timed per tree without delay (after 20 warm-up).
     #[arg(long, default_value_t = 500)]
     tree_iters_nodelay: u32,
+    /// The tokio runtime everything runs on: `current` (one thread: client and server of a
+    /// link take turns, so only CPU work counts) or `multi` (a worker per core: wake-ups
+    /// cross cores, as between processes).
+    #[arg(long, default_value = "current")]
+    runtime: String,
     /// Sections to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "setup,steady,tree")]
     only: Vec<String>,
@@ -167,17 +179,53 @@ async fn frame_round_trip(link: &mut Link, op: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Plain tcp: echoes 64-byte blocks on every accepted connection until it ends.
+/// Plain tcp echo: every accepted connection gets back each length-prefixed frame it sends,
+/// until it ends.
 fn spawn_plain_echo(listener: TcpListener, bounded: bool) -> JoinHandle<()> {
     tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
+        while let Ok((s, _)) = listener.accept().await {
             tokio::spawn(async move {
                 if tune(&s, bounded).is_err() {
                     return;
                 }
-                let mut buf = [0u8; PROBE];
-                while s.read_exact(&mut buf).await.is_ok() {
-                    if s.write_all(&buf).await.is_err() {
+                let (r, mut w) = s.into_split();
+                let mut r = BufReader::new(r);
+                let mut buf = Vec::new();
+                while let Ok(len) = r.read_u32().await {
+                    buf.resize(len as usize + 4, 0);
+                    buf[..4].copy_from_slice(&len.to_be_bytes());
+                    if r.read_exact(&mut buf[4..]).await.is_err()
+                        || w.write_all(&buf).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// Plain tcp sink: reads the length-prefixed frames of every accepted connection and writes
+/// one byte back after each `burst` of them, until the connection ends.
+fn spawn_plain_sink(listener: TcpListener, bounded: bool, burst: u32) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if tune(&s, bounded).is_err() {
+                    return;
+                }
+                let (r, mut w) = s.into_split();
+                let mut r = BufReader::with_capacity(64 << 10, r);
+                let mut buf = Vec::new();
+                loop {
+                    for _ in 0..burst {
+                        let Ok(len) = r.read_u32().await else { return };
+                        buf.resize(len as usize, 0);
+                        if r.read_exact(&mut buf).await.is_err() {
+                            return;
+                        }
+                    }
+                    if w.write_all(&[1]).await.is_err() {
                         return;
                     }
                 }
@@ -196,6 +244,29 @@ fn tune(s: &TcpStream, bounded: bool) -> io::Result<()> {
         sock.set_tcp_notsent_lowat(LINK_NOTSENT_LOWAT)?;
     }
     Ok(())
+}
+
+/// Connects a plain tcp stream to `at`, tuned like the server end.
+async fn plain_connect(at: SocketAddr, bounded: bool) -> io::Result<TcpStream> {
+    let s = TcpStream::connect(at).await?;
+    tune(&s, bounded)?;
+    Ok(s)
+}
+
+/// One plain round trip: writes `out` (a length-prefixed frame), reads it back.
+async fn plain_round_trip(s: &mut TcpStream, out: &[u8], back: &mut [u8]) -> anyhow::Result<()> {
+    s.write_all(out).await?;
+    s.read_exact(back).await?;
+    ensure!(back == out, "echo differs");
+    Ok(())
+}
+
+/// A length-prefixed plain probe of `PROBE` bytes, marked with `i`.
+fn plain_probe(i: u32) -> Vec<u8> {
+    let mut out = vec![0u8; 4 + PROBE];
+    out[..4].copy_from_slice(&(PROBE as u32).to_be_bytes());
+    out[4..8].copy_from_slice(&i.to_be_bytes());
+    out
 }
 
 /// An sdm listener that accepts links (after the session-key handshake if `policy` is set)
@@ -220,269 +291,323 @@ fn spawn_link_echo(
     })
 }
 
-/// One set-up variant: how a client connects, given the listener's address.
-#[derive(Clone, Copy, Debug)]
-enum SetupKind {
-    PlainTcp,
-    Link { scheme: &'static str, auth: bool },
-}
-
-impl SetupKind {
-    fn name(self) -> String {
-        match self {
-            SetupKind::PlainTcp => "plain-tcp".into(),
-            SetupKind::Link { scheme, auth } => {
-                format!("{scheme}-{}", if auth { "auth" } else { "noauth" })
-            }
+/// An sdm listener that reads the frames of every accepted link and sends one small frame
+/// back after each `burst` of them, until the link ends.
+fn spawn_link_sink(mut listener: Box<dyn Listener>, burst: u32) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok(mut link) = listener.accept().await {
+            tokio::spawn(async move {
+                loop {
+                    for _ in 0..burst {
+                        if next_frame(&mut link).await.is_err() {
+                            return;
+                        }
+                    }
+                    if link.writer.send(&probe(u64::MAX, 1)).await.is_err() {
+                        return;
+                    }
+                }
+            });
         }
-    }
+    })
 }
 
-/// Times `n` set-ups (connect, handshake if any, one 64-byte round trip) of `kind`, in µs.
-async fn setup_series(kind: SetupKind, n: u32) -> anyhow::Result<Vec<f64>> {
-    let mut samples = Vec::with_capacity(n as usize);
-    match kind {
-        SetupKind::PlainTcp => {
+/// The set-up variants, `plain-tcp` (the baseline) first.
+const SETUP_KINDS: [&str; 5] = [
+    "plain-tcp",
+    "tcp-noauth",
+    "tcp-auth",
+    "quic-noauth",
+    "quic-auth",
+];
+
+/// Where one set-up variant connects to.
+enum Target {
+    /// A plain tcp echo server.
+    Plain(SocketAddr),
+    /// An sdm listener echoing frames.
+    Link {
+        /// The client side's transport.
+        transport: Arc<dyn Transport>,
+        /// The listener's address.
+        at: Address,
+        /// The session key both ends prove, if the variant runs the handshake.
+        policy: Option<ConnectPolicy>,
+    },
+}
+
+impl Target {
+    /// Starts the server of set-up variant `kind` (one of [`SETUP_KINDS`]).
+    async fn start(kind: &str) -> anyhow::Result<(Target, JoinHandle<()>)> {
+        if kind == "plain-tcp" {
             let listener = TcpListener::bind("127.0.0.1:0").await?;
             let at = listener.local_addr()?;
-            let server = spawn_plain_echo(listener, false);
-            for i in 0..n + n / 10 {
-                let t = Instant::now();
-                let mut s = TcpStream::connect(at).await?;
-                s.set_nodelay(true)?;
-                let out = [i as u8; PROBE];
-                s.write_all(&out).await?;
-                let mut back = [0u8; PROBE];
-                s.read_exact(&mut back).await?;
-                let took = us_since(t);
-                ensure!(back == out, "echo differs");
-                if i >= n / 10 {
-                    samples.push(took);
-                }
-            }
-            server.abort();
+            return Ok((Target::Plain(at), spawn_plain_echo(listener, false)));
         }
-        SetupKind::Link { scheme, auth } => {
-            let (t, addr) = transport(scheme, &config(Duration::ZERO))?;
-            let listener = t.bind(&addr).await?;
-            let at = listener.local_addr();
-            let policy = ConnectPolicy::new(SessionKey::generate());
-            let server = spawn_link_echo(listener, auth.then(|| policy.clone()));
-            for i in 0..n + n / 10 {
-                let start = Instant::now();
-                let mut link = if auth {
-                    setup::connect_child(&*t, &at, NodeId::Master, NodeId::Server(0), &policy)
-                        .await?
-                } else {
-                    t.connect(&at).await?
+        let (scheme, auth) = kind.split_once('-').context("kind is scheme-auth")?;
+        let (transport, addr) = transport(scheme, &config(Duration::ZERO))?;
+        let listener = transport.bind(&addr).await?;
+        let at = listener.local_addr();
+        let policy = (auth == "auth").then(|| ConnectPolicy::new(SessionKey::generate()));
+        let server = spawn_link_echo(listener, policy.clone());
+        Ok((
+            Target::Link {
+                transport,
+                at,
+                policy,
+            },
+            server,
+        ))
+    }
+
+    /// Times one set-up: connect (and handshake), one probe round trip; in µs.
+    async fn set_up(&self, i: u32) -> anyhow::Result<f64> {
+        let start = Instant::now();
+        match self {
+            Target::Plain(at) => {
+                let mut s = plain_connect(*at, false).await?;
+                let out = plain_probe(i);
+                let mut back = vec![0u8; out.len()];
+                plain_round_trip(&mut s, &out, &mut back).await?;
+                Ok(us_since(start))
+            }
+            Target::Link {
+                transport,
+                at,
+                policy,
+            } => {
+                let mut link = match policy {
+                    Some(p) => {
+                        let (me, child) = (NodeId::Master, NodeId::Server(0));
+                        setup::connect_child(&**transport, at, me, child, p).await?
+                    }
+                    None => transport.connect(at).await?,
                 };
                 frame_round_trip(&mut link, u64::from(i)).await?;
-                let took = us_since(start);
-                if i >= n / 10 {
-                    samples.push(took);
-                }
+                Ok(us_since(start))
             }
-            server.abort();
         }
     }
-    Ok(samples)
 }
 
-/// Section 1: link set-up cost.
+/// Section 1: link set-up cost. The variants take turns (one set-up each per round, the
+/// order rotating), so a change of load meets them all alike; the first tenth of the
+/// rounds is warm-up.
 async fn bench_setup(cli: &Cli) -> anyhow::Result<()> {
-    let kinds = [
-        SetupKind::PlainTcp,
-        SetupKind::Link {
-            scheme: "tcp",
-            auth: false,
-        },
-        SetupKind::Link {
-            scheme: "tcp",
-            auth: true,
-        },
-        SetupKind::Link {
-            scheme: "quic",
-            auth: false,
-        },
-        SetupKind::Link {
-            scheme: "quic",
-            auth: true,
-        },
-    ];
-    let mut base: Option<Summary> = None;
-    for kind in kinds {
-        let load_before = loadavg();
-        let s = summarize(&setup_series(kind, cli.setups).await.context(kind.name())?);
-        let b = *base.get_or_insert(s);
+    let load_before = loadavg();
+    let mut targets = Vec::new();
+    let mut servers = Vec::new();
+    for kind in SETUP_KINDS {
+        let (t, s) = Target::start(kind).await.context(kind)?;
+        targets.push(t);
+        servers.push(s);
+    }
+    let k = targets.len();
+    let warm = cli.setups / 10;
+    let mut samples = vec![Vec::with_capacity(cli.setups as usize); k];
+    for i in 0..warm + cli.setups {
+        for j in 0..k {
+            let v = (i as usize + j) % k;
+            let took = targets[v].set_up(i).await.context(SETUP_KINDS[v])?;
+            if i >= warm {
+                samples[v].push(took);
+            }
+        }
+    }
+    servers.iter().for_each(JoinHandle::abort);
+    let load_after = loadavg();
+    let base = summarize(&samples[0]);
+    for (kind, s) in SETUP_KINDS.iter().zip(&samples) {
+        let s = summarize(s);
         println!(
             "{}",
-            json!({"bench": "setup", "kind": kind.name(), "latency": summary_json(&s),
-                   "ratio_p50": s.p50 / b.p50, "ratio_p99": s.p99 / b.p99,
-                   "load_before": load_before, "load_after": loadavg()})
+            json!({"bench": "setup", "kind": kind, "latency": summary_json(&s),
+                   "ratio_p50": s.p50 / base.p50, "ratio_p99": s.p99 / base.p99,
+                   "load_before": load_before, "load_after": load_after})
         );
     }
     Ok(())
 }
 
-/// Steady-state figures of one link kind: round trips (µs) and one-way frames per second.
-struct Steady {
-    rtt: Summary,
-    frames_per_s: f64,
+/// The steady-state link kinds, `plain-tcp` (the baseline) first.
+const STEADY_KINDS: [&str; 4] = ["plain-tcp", "plain-tcp-bounded", "tcp", "quic"];
+
+/// Two established connections of one kind: one for round trips, one for throughput.
+enum Conn {
+    /// Plain tcp streams.
+    Plain {
+        /// Round trips.
+        rtt: TcpStream,
+        /// Acknowledgements of the throughput bursts.
+        bulk_r: OwnedReadHalf,
+        /// Throughput frames.
+        bulk_w: BufWriter<OwnedWriteHalf>,
+        /// A throughput frame's payload.
+        payload: Vec<u8>,
+    },
+    /// sdm links (no handshake: it costs nothing once connected).
+    Link {
+        /// Round trips.
+        rtt: Box<Link>,
+        /// Throughput frames and their acknowledgements.
+        bulk: Box<Link>,
+        /// A throughput frame.
+        frame: Message,
+    },
 }
 
-/// Plain tcp: `rtts` round trips of a length-prefixed 64-byte block, then `frames`
-/// length-prefixed frames of `bytes` one way on a second connection.
-async fn steady_plain(
-    rtts: u32,
-    frames: u32,
-    bytes: usize,
-    bounded: bool,
-) -> anyhow::Result<Steady> {
-    // Round trips: the echo server reads the 4-byte length and the payload, writes both.
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let at = listener.local_addr()?;
-    let server = tokio::spawn(async move {
-        let (s, _) = listener.accept().await?;
-        tune(&s, bounded)?;
-        let (r, mut w) = s.into_split();
-        let mut r = BufReader::new(r);
-        let mut buf = Vec::new();
-        loop {
-            let len = match r.read_u32().await {
-                Ok(len) => len,
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
-                Err(e) => return Err(e),
+impl Conn {
+    /// Opens both connections of `kind` (one of [`STEADY_KINDS`]) to fresh servers whose
+    /// sink acknowledges every `burst` frames of `bytes` payload.
+    async fn open(
+        kind: &str,
+        burst: u32,
+        bytes: usize,
+    ) -> anyhow::Result<(Conn, [JoinHandle<()>; 2])> {
+        if let Some(rest) = kind.strip_prefix("plain-tcp") {
+            let bounded = rest == "-bounded";
+            let (echo, sink) = (
+                TcpListener::bind("127.0.0.1:0").await?,
+                TcpListener::bind("127.0.0.1:0").await?,
+            );
+            let (echo_at, sink_at) = (echo.local_addr()?, sink.local_addr()?);
+            let servers = [
+                spawn_plain_echo(echo, bounded),
+                spawn_plain_sink(sink, bounded, burst),
+            ];
+            let rtt = plain_connect(echo_at, bounded).await?;
+            let (bulk_r, w) = plain_connect(sink_at, bounded).await?.into_split();
+            let conn = Conn::Plain {
+                rtt,
+                bulk_r,
+                bulk_w: BufWriter::with_capacity(64 << 10, w),
+                payload: vec![7u8; bytes],
             };
-            buf.resize(len as usize + 4, 0);
-            buf[..4].copy_from_slice(&len.to_be_bytes());
-            r.read_exact(&mut buf[4..]).await?;
-            w.write_all(&buf).await?;
+            return Ok((conn, servers));
         }
-        let (s, _) = listener.accept().await?;
-        tune(&s, bounded)?;
-        let (r, mut w) = s.into_split();
-        let mut r = BufReader::with_capacity(64 << 10, r);
-        let mut got = 0u32;
-        let mut buf = Vec::new();
-        while got < frames {
-            let len = r.read_u32().await?;
-            buf.resize(len as usize, 0);
-            r.read_exact(&mut buf).await?;
-            got += 1;
-        }
-        w.write_all(&[1]).await?;
-        Ok::<_, io::Error>(())
-    });
-    let mut s = TcpStream::connect(at).await?;
-    tune(&s, bounded)?;
-    let mut out = vec![0u8; 4 + PROBE];
-    out[..4].copy_from_slice(&(PROBE as u32).to_be_bytes());
-    let mut back = vec![0u8; 4 + PROBE];
-    let mut samples = Vec::with_capacity(rtts as usize);
-    for i in 0..rtts + rtts / 10 {
-        out[4] = i as u8;
-        let t = Instant::now();
-        s.write_all(&out).await?;
-        s.read_exact(&mut back).await?;
-        let took = us_since(t);
-        ensure!(back == out, "echo differs");
-        if i >= rtts / 10 {
-            samples.push(took);
-        }
+        let (t, addr) = transport(kind, &config(Duration::ZERO))?;
+        let (echo, sink) = (t.bind(&addr).await?, t.bind(&addr).await?);
+        let (echo_at, sink_at) = (echo.local_addr(), sink.local_addr());
+        let servers = [spawn_link_echo(echo, None), spawn_link_sink(sink, burst)];
+        let conn = Conn::Link {
+            rtt: Box::new(t.connect(&echo_at).await?),
+            bulk: Box::new(t.connect(&sink_at).await?),
+            frame: probe(1, bytes),
+        };
+        Ok((conn, servers))
     }
-    drop(s);
-    // Throughput.
-    let s = TcpStream::connect(at).await?;
-    tune(&s, bounded)?;
-    let (mut r, w) = s.into_split();
-    let mut w = BufWriter::with_capacity(64 << 10, w);
-    let payload = vec![7u8; bytes];
-    let t = Instant::now();
-    for _ in 0..frames {
-        w.write_u32(bytes as u32).await?;
-        w.write_all(&payload).await?;
-    }
-    w.flush().await?;
-    let mut ack = [0u8; 1];
-    r.read_exact(&mut ack).await?;
-    let secs = t.elapsed().as_secs_f64();
-    server.await??;
-    Ok(Steady {
-        rtt: summarize(&samples),
-        frames_per_s: f64::from(frames) / secs,
-    })
-}
 
-/// An sdm link of `scheme` (established without the handshake: it costs nothing after
-/// connect): `rtts` probe round trips, then `frames` frames of `bytes` one way on a second
-/// link.
-async fn steady_link(scheme: &str, rtts: u32, frames: u32, bytes: usize) -> anyhow::Result<Steady> {
-    let (t, addr) = transport(scheme, &config(Duration::ZERO))?;
-    let mut listener = t.bind(&addr).await?;
-    let at = listener.local_addr();
-    let server = tokio::spawn(async move {
-        let link = listener.accept().await?;
-        echo_frames(link).await;
-        let mut link = listener.accept().await?;
-        for _ in 0..frames {
-            next_frame(&mut link).await?;
-        }
-        link.writer.send(&probe(u64::MAX, 1)).await?;
-        // Wait for the sender to close, so the acknowledgement is not cut off.
-        while link.reader.next().await.is_some() {}
-        Ok::<_, anyhow::Error>(())
-    });
-    let mut link = t.connect(&at).await?;
-    let mut samples = Vec::with_capacity(rtts as usize);
-    for i in 0..rtts + rtts / 10 {
+    /// Times one probe round trip, in µs.
+    async fn round_trip(&mut self, i: u32) -> anyhow::Result<f64> {
         let start = Instant::now();
-        frame_round_trip(&mut link, u64::from(i)).await?;
-        let took = us_since(start);
-        if i >= rtts / 10 {
-            samples.push(took);
+        match self {
+            Conn::Plain { rtt, .. } => {
+                let out = plain_probe(i);
+                let mut back = vec![0u8; out.len()];
+                plain_round_trip(rtt, &out, &mut back).await?;
+            }
+            Conn::Link { rtt, .. } => frame_round_trip(rtt, u64::from(i)).await?,
         }
+        Ok(us_since(start))
     }
-    drop(link);
-    let mut link = t.connect(&at).await?;
-    let m = probe(1, bytes);
-    let start = Instant::now();
-    for _ in 0..frames {
-        link.writer.feed(&m).await?;
+
+    /// Times one burst of `burst` frames until the sink acknowledges it, in seconds.
+    async fn burst(&mut self, burst: u32) -> anyhow::Result<f64> {
+        let start = Instant::now();
+        match self {
+            Conn::Plain {
+                bulk_r,
+                bulk_w,
+                payload,
+                ..
+            } => {
+                for _ in 0..burst {
+                    bulk_w.write_u32(payload.len() as u32).await?;
+                    bulk_w.write_all(payload).await?;
+                }
+                bulk_w.flush().await?;
+                let mut ack = [0u8; 1];
+                bulk_r.read_exact(&mut ack).await?;
+            }
+            Conn::Link { bulk, frame, .. } => {
+                for _ in 0..burst {
+                    bulk.writer.feed(&*frame).await?;
+                }
+                bulk.writer.flush().await?;
+                let ack = next_frame(bulk).await?;
+                ensure!(ack.op == u64::MAX, "unexpected acknowledgement");
+            }
+        }
+        Ok(start.elapsed().as_secs_f64())
     }
-    link.writer.flush().await?;
-    let ack = next_frame(&mut link).await?;
-    ensure!(ack.op == u64::MAX, "unexpected acknowledgement");
-    let secs = start.elapsed().as_secs_f64();
-    drop(link);
-    server.await??;
-    Ok(Steady {
-        rtt: summarize(&samples),
-        frames_per_s: f64::from(frames) / secs,
-    })
 }
 
-/// Section 2: steady-state round trips and throughput over an established link.
+/// Round-trip blocks per kind in the steady section (the first tenth are warm-up).
+const RTT_BLOCKS: u32 = 50;
+
+/// Throughput bursts per kind in the steady section (plus one warm-up burst).
+const BURSTS: u32 = 10;
+
+/// Section 2: steady-state round trips and throughput over established links. The kinds
+/// take turns (blocks of round trips, then bursts of frames, the order rotating), so a
+/// change of load meets them all alike.
 async fn bench_steady(cli: &Cli) -> anyhow::Result<()> {
-    let mut base: Option<(Summary, f64)> = None;
-    for kind in ["plain-tcp", "plain-tcp-bounded", "tcp", "quic"] {
-        let load_before = loadavg();
-        let (rtts, frames, bytes) = (cli.rtts, cli.frames, cli.frame_bytes);
-        let s = match kind {
-            "plain-tcp" => steady_plain(rtts, frames, bytes, false).await,
-            "plain-tcp-bounded" => steady_plain(rtts, frames, bytes, true).await,
-            scheme => steady_link(scheme, rtts, frames, bytes).await,
+    let load_before = loadavg();
+    let burst = (cli.frames / BURSTS).max(1);
+    let mut conns = Vec::new();
+    let mut servers = Vec::new();
+    for kind in STEADY_KINDS {
+        let (c, s) = Conn::open(kind, burst, cli.frame_bytes)
+            .await
+            .context(kind)?;
+        conns.push(c);
+        servers.extend(s);
+    }
+    let k = conns.len();
+    let per_block = (cli.rtts / RTT_BLOCKS).max(1);
+    let warm = RTT_BLOCKS / 10;
+    let mut rtts = vec![Vec::with_capacity(cli.rtts as usize); k];
+    for b in 0..warm + RTT_BLOCKS {
+        for j in 0..k {
+            let v = (b as usize + j) % k;
+            for i in 0..per_block {
+                let took = conns[v]
+                    .round_trip(b * per_block + i)
+                    .await
+                    .context(STEADY_KINDS[v])?;
+                if b >= warm {
+                    rtts[v].push(took);
+                }
+            }
         }
-        .context(kind)?;
-        let (b, bf) = *base.get_or_insert((s.rtt, s.frames_per_s));
+    }
+    let mut secs = vec![0.0f64; k];
+    for b in 0..=BURSTS {
+        for j in 0..k {
+            let v = (b as usize + j) % k;
+            let took = conns[v].burst(burst).await.context(STEADY_KINDS[v])?;
+            if b > 0 {
+                secs[v] += took;
+            }
+        }
+    }
+    drop(conns);
+    servers.iter().for_each(JoinHandle::abort);
+    let load_after = loadavg();
+    let frames = f64::from(burst * BURSTS);
+    let base = (summarize(&rtts[0]), frames / secs[0]);
+    for v in 0..k {
+        let s = summarize(&rtts[v]);
+        let fps = frames / secs[v];
         println!(
             "{}",
-            json!({"bench": "steady", "kind": kind, "rtt": summary_json(&s.rtt),
-                   "rtt_ratio_p50": s.rtt.p50 / b.p50, "rtt_ratio_p99": s.rtt.p99 / b.p99,
-                   "frames": frames, "frame_bytes": bytes,
-                   "frames_per_s": s.frames_per_s, "mib_per_s":
-                       s.frames_per_s * bytes as f64 / f64::from(1u32 << 20),
-                   "throughput_ratio": s.frames_per_s / bf,
-                   "load_before": load_before, "load_after": loadavg()})
+            json!({"bench": "steady", "kind": STEADY_KINDS[v], "rtt": summary_json(&s),
+                   "rtt_ratio_p50": s.p50 / base.0.p50, "rtt_ratio_p99": s.p99 / base.0.p99,
+                   "frames": burst * BURSTS, "frame_bytes": cli.frame_bytes,
+                   "frames_per_s": fps,
+                   "mib_per_s": fps * cli.frame_bytes as f64 / f64::from(1u32 << 20),
+                   "throughput_ratio": fps / base.1,
+                   "load_before": load_before, "load_after": load_after})
         );
     }
     Ok(())
@@ -495,8 +620,11 @@ fn pong(_id: u32, d: Delivery) {
 
 /// An in-process tree: the front-end, and the tasks of the master and every server.
 struct Tree {
+    /// The front-end's link to the master.
     frontend: Frontend,
+    /// The master's and every server's task.
     tasks: Vec<JoinHandle<()>>,
+    /// The depth of the deepest server (the master's children are at depth 1).
     depth: u32,
 }
 
@@ -608,19 +736,32 @@ async fn bench_tree(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// Runs the sections named by `--only`, in order, printing one JSON line per measurement.
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let rt = match cli.runtime.as_str() {
+        "current" => tokio::runtime::Builder::new_current_thread(),
+        "multi" => tokio::runtime::Builder::new_multi_thread(),
+        other => bail!("unknown runtime {other:?}: expected current or multi"),
+    }
+    .enable_all()
+    .build()?;
+    rt.block_on(run(&cli))
+}
+
+/// The sections of `cli`, in order.
+async fn run(cli: &Cli) -> anyhow::Result<()> {
     println!(
         "{}",
-        json!({"bench": "info", "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        json!({"bench": "info", "runtime": cli.runtime,
+               "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
                "args": std::env::args().skip(1).collect::<Vec<_>>(), "load": loadavg()})
     );
     for section in &cli.only {
         match section.as_str() {
-            "setup" => bench_setup(&cli).await?,
-            "steady" => bench_steady(&cli).await?,
-            "tree" => bench_tree(&cli).await?,
+            "setup" => bench_setup(cli).await?,
+            "steady" => bench_steady(cli).await?,
+            "tree" => bench_tree(cli).await?,
             other => bail!("unknown section {other:?}: expected setup, steady or tree"),
         }
     }
