@@ -109,16 +109,24 @@ impl Liveness {
     }
 }
 
-fn keepalive() -> Message {
+fn control(text: &'static str) -> Message {
     let mut m = Message::command(
         0,
         sdm_proto::IdSet::new(),
         sdm_proto::SyncMode::DontWait,
-        "keepalive",
+        text,
     );
     m.kind = Kind::Control;
     m
 }
+
+fn keepalive() -> Message {
+    control("keepalive")
+}
+
+/// Why a link ended when the peer said goodbye: an orderly end of the session (the tree
+/// is shutting down), after which a node does not look for a new parent.
+const GOODBYE: &str = "the parent ended the session";
 
 /// Which link an event came on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,8 +138,13 @@ enum Peer {
 #[derive(Debug)]
 enum Inbound {
     Frame(Peer, Message),
-    Closed(Peer, String),
+    /// A link ended: its peer, why, and its generation (so the end of a replaced link
+    /// cannot remove the link that replaced it).
+    Closed(Peer, String, u64),
 }
+
+/// Generations of links, unique in the process.
+static LINK_GENERATION: AtomicUsize = AtomicUsize::new(1);
 
 /// Starts the reader and writer tasks of one link; returns the writer's queues.
 ///
@@ -145,6 +158,7 @@ fn spawn_link(
     live: Liveness,
     watch: bool,
 ) -> LinkTx {
+    let generation = LINK_GENERATION.fetch_add(1, Ordering::Relaxed) as u64;
     let Link {
         mut reader,
         mut writer,
@@ -158,7 +172,7 @@ fn spawn_link(
     let drained_w = drained.clone();
     let inbound_w = inbound.clone();
     let name_w = name.clone();
-    tokio::spawn(async move {
+    let writer_task = tokio::spawn(async move {
         loop {
             let (m, is_bulk) = tokio::select! {
                 biased;
@@ -193,7 +207,7 @@ fn spawn_link(
             drained_w.notify_one();
             if let Err(e) = res {
                 let why = format!("write to {name_w} failed: {e}");
-                let _ = inbound_w.send(Inbound::Closed(peer, why)).await;
+                let _ = inbound_w.send(Inbound::Closed(peer, why, generation)).await;
                 return;
             }
         }
@@ -213,6 +227,9 @@ fn spawn_link(
             };
             match next {
                 Some(Ok(m)) if m.kind == Kind::Control && &m.payload[..] == b"keepalive" => {}
+                Some(Ok(m)) if m.kind == Kind::Control && &m.payload[..] == b"bye" => {
+                    break GOODBYE.to_owned();
+                }
                 Some(Ok(m)) => {
                     if inbound.send(Inbound::Frame(peer, m)).await.is_err() {
                         return;
@@ -222,13 +239,15 @@ fn spawn_link(
                 None => break format!("{name} closed the connection"),
             }
         };
-        let _ = inbound.send(Inbound::Closed(peer, why)).await;
+        let _ = inbound.send(Inbound::Closed(peer, why, generation)).await;
     });
     LinkTx {
         ctrl,
         bulk,
         backlog,
         drained,
+        generation,
+        writer: writer_task,
     }
 }
 
@@ -239,6 +258,21 @@ struct LinkTx {
     backlog: Arc<AtomicUsize>,
     /// Signalled each time the writer has sent a batch.
     drained: Arc<Notify>,
+    /// Which link this is (see [`Inbound::Closed`]).
+    generation: u64,
+    /// The writer task: it ends once both queues are closed and drained.
+    writer: tokio::task::JoinHandle<()>,
+}
+
+impl LinkTx {
+    /// Closes the queues and waits (at most `grace`) until what was queued is written.
+    async fn finish(self, grace: std::time::Duration) {
+        let LinkTx {
+            ctrl, bulk, writer, ..
+        } = self;
+        drop((ctrl, bulk));
+        let _ = tokio::time::timeout(grace, writer).await;
+    }
 }
 
 impl LinkTx {
@@ -281,21 +315,51 @@ pub async fn run_node(
 
 /// [`run_node`], also sending up every event that arrives on `events`.
 pub async fn run_node_with_events(
+    node: Node,
+    parent: Link,
+    children: Vec<(NodeId, io::Result<Link>)>,
+    handler: LocalHandler,
+    events: LocalEvents,
+) -> io::Result<()> {
+    run_node_full(node, parent, children, handler, events, Recovery::default()).await
+}
+
+/// Finds a new parent after the parent link died: resolves to a fresh, authenticated link
+/// to a live ancestor, or `None` to give up (the node then ends).
+pub type Reattach = Box<dyn FnMut() -> futures::future::BoxFuture<'static, Option<Link>> + Send>;
+
+/// How a node survives failures around it (both optional).
+#[derive(Default)]
+pub struct Recovery {
+    /// Links from descendants orphaned by a dead node between us, with their ids: their
+    /// subtrees are routed to them from then on ([`Node::handle_adopt`]).
+    pub adoptions: Option<mpsc::Receiver<(NodeId, Link)>>,
+    /// Called when the parent link dies; a new link keeps the node (and its children)
+    /// running under a new parent.
+    pub reattach: Option<Reattach>,
+    /// Keepalive settings instead of [`Liveness::from_env`].
+    pub liveness: Option<Liveness>,
+}
+
+/// [`run_node_with_events`] with failure recovery: adopting orphaned descendants and
+/// re-attaching to a live ancestor when the parent dies.
+pub async fn run_node_full(
     mut node: Node,
     parent: Link,
     children: Vec<(NodeId, io::Result<Link>)>,
     mut handler: LocalHandler,
     mut events: LocalEvents,
+    mut recovery: Recovery,
 ) -> io::Result<()> {
     // Frames from the parent and from children come on separate queues, so control from
     // above is never stuck behind a flood from below.
     let (up_tx, mut up_rx) = mpsc::channel::<Inbound>(1024);
     let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(128);
     let (reply_tx, mut reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
-    let live = Liveness::from_env();
+    let live = recovery.liveness.unwrap_or_else(Liveness::from_env);
     // The master's parent is the front-end, which sends no keepalives.
     let watch_parent = node.id() != NodeId::Master;
-    let to_parent = spawn_link(Peer::Parent, parent, up_tx, live, watch_parent);
+    let mut to_parent = spawn_link(Peer::Parent, parent, up_tx.clone(), live, watch_parent);
     let mut to_child: HashMap<NodeId, LinkTx> = HashMap::new();
     let start = Instant::now().into_std();
     for (id, link) in children {
@@ -309,6 +373,9 @@ pub async fn run_node_with_events(
             Err(e) => node.handle_link_down(start, id, &format!("could not connect: {e}")),
         }
     }
+    // Kept only while adoptions may add children; otherwise the end of every child link
+    // closes the queue.
+    let adopt_tx = recovery.adoptions.as_ref().map(|_| in_tx.clone());
     drop(in_tx);
     let mut children_open = true;
     loop {
@@ -344,39 +411,45 @@ pub async fn run_node_with_events(
         }
         let deadline = node.poll_timeout().map(Instant::from_std);
         let room = to_parent.backlog() < PARENT_BACKLOG_LIMIT;
+        let mut parent_gone = None;
         tokio::select! {
             biased;
             ev = up_rx.recv() => {
                 let now = Instant::now().into_std();
                 match ev {
                     Some(Inbound::Frame(_, m)) => node.handle_from_parent(now, m),
-                    other => {
-                        let why = match other {
-                            Some(Inbound::Closed(_, w)) => w,
-                            _ => "parent link closed".to_owned(),
-                        };
-                        tracing::info!(node = %node.id(), "parent link ended: {why}");
-                        node.handle_parent_down();
-                        return Ok(());
-                    }
+                    // The end of a parent link this node already replaced.
+                    Some(Inbound::Closed(_, _, g)) if g != to_parent.generation => {}
+                    Some(Inbound::Closed(_, w, _)) => parent_gone = Some(w),
+                    None => parent_gone = Some("parent link closed".to_owned()),
                 }
             }
             Some((op, payload)) = reply_rx.recv() => {
                 node.handle_local_reply(Instant::now().into_std(), op, payload);
             }
             () = sleep_until(deadline) => node.handle_timeout(Instant::now().into_std()),
+            Some((id, link)) = async {
+                match recovery.adoptions.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if node.handle_adopt(id) {
+                    let tx = adopt_tx.clone().expect("adoptions come with a queue");
+                    to_child.insert(id, spawn_link(Peer::Child(id), link, tx, live, true));
+                } else {
+                    tracing::warn!(node = %node.id(), "refused adoption of {id}: not an orphan below this node");
+                }
+            }
             ev = in_rx.recv(), if room && children_open => {
                 let now = Instant::now().into_std();
                 match ev {
                     Some(Inbound::Frame(Peer::Parent, m)) => node.handle_from_parent(now, m),
                     Some(Inbound::Frame(Peer::Child(c), m)) => node.handle_from_child(now, c, m),
-                    Some(Inbound::Closed(Peer::Parent, why)) => {
-                        tracing::info!(node = %node.id(), "parent link ended: {why}");
-                        node.handle_parent_down();
-                        return Ok(());
-                    }
-                    Some(Inbound::Closed(Peer::Child(c), why)) => {
-                        if to_child.remove(&c).is_some() {
+                    Some(Inbound::Closed(Peer::Parent, why, _)) => parent_gone = Some(why),
+                    Some(Inbound::Closed(Peer::Child(c), why, g)) => {
+                        if to_child.get(&c).is_some_and(|tx| tx.generation == g) {
+                            to_child.remove(&c);
                             node.handle_link_down(now, c, &why);
                         }
                     }
@@ -386,6 +459,32 @@ pub async fn run_node_with_events(
             }
             Some((kind, payload)) = events.recv(), if room => node.handle_local_event(kind, payload),
             () = to_parent.drained.notified(), if !room => {}
+        }
+        if let Some(why) = parent_gone {
+            tracing::info!(node = %node.id(), "parent link ended: {why}");
+            node.handle_parent_down();
+            let reattach = recovery.reattach.as_mut().filter(|_| why != GOODBYE);
+            let new_parent = match reattach {
+                Some(reattach) => reattach().await,
+                None => None,
+            };
+            match new_parent {
+                Some(link) => {
+                    tracing::info!(node = %node.id(), "re-attached to {}", link.peer);
+                    to_parent = spawn_link(Peer::Parent, link, up_tx.clone(), live, true);
+                }
+                None => {
+                    // The children end too, without looking for another parent: say so,
+                    // and let the goodbyes reach them before this node goes.
+                    let grace = std::time::Duration::from_secs(1);
+                    let ends = to_child.into_values().map(|tx| {
+                        tx.send(control("bye"));
+                        tx.finish(grace)
+                    });
+                    futures::future::join_all(ends).await;
+                    return Ok(());
+                }
+            }
         }
     }
 }

@@ -186,6 +186,9 @@ pub struct Node {
     timers: BTreeSet<(Instant, u64)>,
     /// Children whose link died, with the reason.
     dead: HashMap<NodeId, String>,
+    /// Descendants below a dead child that re-attached straight to this node (their
+    /// subtrees are routed to them instead of being reported lost).
+    adopted: BTreeSet<NodeId>,
     out: VecDeque<Output>,
     stats: NodeStats,
     /// Stdio lines from children waiting to merge with identical lines of other ranks.
@@ -203,6 +206,7 @@ impl Node {
             ops: HashMap::new(),
             timers: BTreeSet::new(),
             dead: HashMap::new(),
+            adopted: BTreeSet::new(),
             out: VecDeque::new(),
             stats: NodeStats::default(),
             stdio: Coalescer::new(Duration::ZERO),
@@ -334,11 +338,40 @@ impl Node {
             }
             s => s,
         };
+        let mut forward = Vec::new();
         for (child, share) in route.shares {
-            if let Some(reason) = self.dead.get(&child) {
-                pending.add(Status::Lost, Bytes::from(reason.clone()), &share);
+            let Some(reason) = self.dead.get(&child) else {
+                forward.push((child, share));
                 continue;
+            };
+            // Adopted descendants of the dead child take their own subtrees (the deepest
+            // first, so an adoptee inside another's subtree keeps its share).
+            let mut rest = share;
+            let under = self.topo.subtree(child);
+            let mut adoptees: Vec<(u64, NodeId, IdSet)> = self
+                .adopted
+                .iter()
+                .filter(|a| {
+                    a.server().is_some_and(|s| under.contains(s)) && !self.dead.contains_key(a)
+                })
+                .map(|&a| {
+                    let sub = self.topo.subtree(a);
+                    (sub.len(), a, sub)
+                })
+                .collect();
+            adoptees.sort_by_key(|(len, a, _)| (*len, *a));
+            for (_, a, sub) in adoptees {
+                let part = &rest & &sub;
+                if !part.is_empty() {
+                    rest = &rest - &part;
+                    forward.push((a, part));
+                }
             }
+            if !rest.is_empty() {
+                pending.add(Status::Lost, Bytes::from(reason.clone()), &rest);
+            }
+        }
+        for (child, share) in forward {
             let mut fwd = msg.clone();
             fwd.dest = share.clone();
             fwd.aggregate.sync = child_sync;
@@ -461,6 +494,28 @@ impl Node {
     /// A link to `child` is (again) usable.
     pub fn handle_link_up(&mut self, child: NodeId) {
         self.dead.remove(&child);
+    }
+
+    /// `descendant`, orphaned by a dead node between us, re-attached to this node: later
+    /// commands reach its subtree through it. Refused (false) for a node outside our
+    /// subtree, ourselves, or a direct child that is alive.
+    pub fn handle_adopt(&mut self, descendant: NodeId) -> bool {
+        let Some(s) = descendant.server() else {
+            return false;
+        };
+        let direct = self.topo.children(self.me).contains(&descendant);
+        if descendant == self.me
+            || !self.topo.subtree(self.me).contains(s)
+            || (direct && !self.dead.contains_key(&descendant))
+        {
+            return false;
+        }
+        self.dead.remove(&descendant);
+        if !direct {
+            self.adopted.insert(descendant);
+        }
+        tracing::info!(node = %self.me, "adopted server {descendant}");
+        true
     }
 
     /// Children currently marked dead, with the reason.

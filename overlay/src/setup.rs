@@ -289,6 +289,18 @@ pub async fn accept_named(
     me: &str,
     policy: &ConnectPolicy,
 ) -> io::Result<Link> {
+    accept_named_from(listener, me, policy)
+        .await
+        .map(|(link, _)| link)
+}
+
+/// [`accept_named`], also returning the name the peer gave in its hello (after it proved
+/// the session key): how a node learns which descendant re-attached to it.
+pub async fn accept_named_from(
+    listener: &mut dyn Listener,
+    me: &str,
+    policy: &ConnectPolicy,
+) -> io::Result<(Link, String)> {
     let mut pending = FuturesUnordered::new();
     loop {
         tokio::select! {
@@ -321,7 +333,7 @@ pub async fn accept_named(
                 });
             }
             Some((link, r)) = pending.next(), if !pending.is_empty() => match r {
-                Ok(Ok(())) => return Ok(link),
+                Ok(Ok(from)) => return Ok((link, from)),
                 Ok(Err(e)) => {
                     tracing::warn!(node = me, peer = %link.peer, "refused connection: {e}")
                 }
@@ -334,6 +346,32 @@ pub async fn accept_named(
             },
         }
     }
+}
+
+/// Runs the acceptor's side of the handshake on one accepted link (limited frames, within
+/// `policy.handshake_timeout`): for listeners that keep accepting, one task per connection.
+/// Returns the name the peer gave once it proved the session key.
+pub async fn handshake_accepted(
+    link: &mut Link,
+    me: &str,
+    policy: &ConnectPolicy,
+) -> io::Result<String> {
+    let session_max = link.reader.decoder().max_frame();
+    link.reader
+        .decoder_mut()
+        .set_max_frame(HANDSHAKE_MAX_FRAME.min(session_max));
+    let r = tokio::time::timeout(
+        policy.handshake_timeout,
+        handshake_accept(link, &policy.key, me),
+    )
+    .await;
+    link.reader.decoder_mut().set_max_frame(session_max);
+    r.unwrap_or_else(|_| {
+        Err(bad(
+            io::ErrorKind::TimedOut,
+            format!("no handshake within {:?}", policy.handshake_timeout),
+        ))
+    })
 }
 
 /// Accept errors that concern one connection or a passing shortage, not the listener.
@@ -350,8 +388,8 @@ fn transient_accept_error(e: &io::Error) -> bool {
     ) || e.raw_os_error().is_some_and(|n| SHORTAGE.contains(&n))
 }
 
-/// Acceptor side of the handshake on an open link.
-async fn handshake_accept(link: &mut Link, key: &SessionKey, me: &str) -> io::Result<()> {
+/// Acceptor side of the handshake on an open link; returns the peer's name.
+async fn handshake_accept(link: &mut Link, key: &SessionKey, me: &str) -> io::Result<String> {
     let hello = next_control(link).await?;
     let parts: Vec<&str> = hello.split(' ').collect();
     let ["sdm-hello", to, from, nc] = parts.as_slice() else {
@@ -373,7 +411,8 @@ async fn handshake_accept(link: &mut Link, key: &SessionKey, me: &str) -> io::Re
     let proof = next_control(link).await?;
     match proof.strip_prefix("sdm-proof ") {
         Some(mac) if key.check_connector(to, from, nc, &ns, mac) => {
-            send_control(link, "sdm-ready".into()).await
+            send_control(link, "sdm-ready".into()).await?;
+            Ok((*from).to_owned())
         }
         _ => Err(bad(
             io::ErrorKind::PermissionDenied,

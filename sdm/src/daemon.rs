@@ -12,7 +12,7 @@ use sdm_overlay::auth::{SessionKey, hex_decode, hex_encode};
 use sdm_overlay::driver::{self, Delivery, LocalHandler};
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{
-    Address, Link, SessionTls, Transport, TransportConfig, transport_for,
+    Address, Link, Listener, SessionTls, Transport, TransportConfig, transport_for,
 };
 use sdm_proto::Kind;
 use sdm_topology::{NodeId, Topology};
@@ -44,17 +44,82 @@ pub fn transport_config_from_env() -> anyhow::Result<TransportConfig> {
     Ok(cfg)
 }
 
+/// Whether orphans re-attach to a live ancestor (`SDM_REATTACH=0` turns it off).
+fn reattach_enabled() -> bool {
+    std::env::var("SDM_REATTACH").map_or(true, |v| v != "0")
+}
+
+/// Accepts orphaned descendants on `listener` for as long as the node runs, one handshake
+/// task per connection (several orphans arrive at once when a node dies).
+fn spawn_adoptions(
+    me: NodeId,
+    mut listener: Box<dyn Listener>,
+    policy: ConnectPolicy,
+) -> tokio::sync::mpsc::Receiver<(NodeId, Link)> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        let name = me.to_string();
+        loop {
+            let mut link = match listener.accept().await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(node = %me, "accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let (tx, name, policy) = (tx.clone(), name.clone(), policy.clone());
+            tokio::spawn(async move {
+                match setup::handshake_accepted(&mut link, &name, &policy).await {
+                    Ok(from) => match from.parse::<u32>() {
+                        Ok(s) => drop(tx.send((NodeId::Server(s), link)).await),
+                        Err(_) => tracing::warn!(node = %me, "refused re-attachment from {from:?}"),
+                    },
+                    Err(e) => {
+                        tracing::warn!(node = %me, peer = %link.peer, "refused connection: {e}")
+                    }
+                }
+            });
+        }
+    });
+    rx
+}
+
+/// The ancestors an orphan tries, nearest first (its parent too: a cut link may heal),
+/// with where each listens.
+fn ancestors(
+    topo: &dyn Topology,
+    me: NodeId,
+    table: &[Option<Address>],
+    master: Option<&Address>,
+) -> Vec<(NodeId, Address)> {
+    let mut out = Vec::new();
+    let mut at = topo.parent(me);
+    while let Some(a) = at {
+        let addr = match a {
+            NodeId::Master => master.cloned(),
+            NodeId::Server(s) => table.get(s as usize).cloned().flatten(),
+        };
+        if let Some(addr) = addr {
+            out.push((a, addr));
+        }
+        at = topo.parent(a);
+    }
+    out
+}
+
 /// Reads the init command from a fresh parent link, connects to our children, and runs the
-/// node until the parent goes away.
+/// node until the parent goes away (re-attaching to a live ancestor if it dies).
 async fn serve(
     me: NodeId,
     mut parent: Link,
-    transport: &dyn Transport,
+    transport: Arc<dyn Transport>,
     key: SessionKey,
     handler: LocalHandler,
     events: driver::LocalEvents,
+    listener: Option<Box<dyn Listener>>,
 ) -> anyhow::Result<()> {
-    let first = tokio::time::timeout(Duration::from_secs(120), parent.reader.next())
+    let mut first = tokio::time::timeout(Duration::from_secs(120), parent.reader.next())
         .await
         .map_err(|_| anyhow!("{me}: no init command from the parent within 120 s"))?
         .ok_or_else(|| anyhow!("{me}: parent closed before sending the init command"))?
@@ -65,9 +130,17 @@ async fn serve(
             first.kind
         );
     }
-    let spec = InitSpec::from_payload(&first.payload).map_err(|e| anyhow!("{me}: {e}"))?;
+    let mut spec = InitSpec::from_payload(&first.payload).map_err(|e| anyhow!("{me}: {e}"))?;
+    if me == NodeId::Master
+        && let Some(l) = &listener
+    {
+        // Orphans of the master's children re-attach here: tell the tree where.
+        spec.master = Some(l.local_addr().to_string());
+        first.payload = spec.to_payload().into();
+    }
     let shape = spec.shape().map_err(|e| anyhow!(e))?;
     let table = spec.addresses().map_err(|e| anyhow!(e))?;
+    let master_addr: Option<Address> = spec.master.as_deref().and_then(|a| a.parse().ok());
     if let NodeId::Server(s) = me
         && s >= spec.servers
     {
@@ -78,16 +151,44 @@ async fn serve(
     }
     let topo: Arc<dyn Topology> = Arc::from(shape.build(spec.servers));
     let policy = spec.policy(key);
-    let children = setup::connect_children(transport, &*topo, me, &table, &policy).await;
+    let children = setup::connect_children(&*transport, &*topo, me, &table, &policy).await;
     for (c, r) in &children {
         if let Err(e) = r {
             tracing::warn!(node = %me, child = %c, "{e}");
         }
     }
-    let mut node = Node::with_registry(me, topo, Arc::new(spec.registry()));
+    let mut node = Node::with_registry(me, topo.clone(), Arc::new(spec.registry()));
     node.set_stdio_window(Duration::from_millis(spec.stdio_window_ms));
     node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
-    driver::run_node_with_events(node, parent, children, handler, events).await?;
+    let mut recovery = driver::Recovery::default();
+    if reattach_enabled() {
+        if let Some(l) = listener {
+            recovery.adoptions = Some(spawn_adoptions(me, l, policy.clone()));
+        }
+        if me != NodeId::Master {
+            let targets = ancestors(&*topo, me, &table, master_addr.as_ref());
+            let quick = ConnectPolicy {
+                attempts: 5,
+                delay: Duration::from_millis(200),
+                ..policy.clone()
+            };
+            recovery.reattach = Some(Box::new(move || {
+                let (transport, targets, quick) =
+                    (transport.clone(), targets.clone(), quick.clone());
+                Box::pin(async move {
+                    for (a, addr) in &targets {
+                        match setup::connect_child(&*transport, addr, me, *a, &quick).await {
+                            Ok(link) => return Some(link),
+                            Err(e) => tracing::info!(node = %me, "cannot re-attach to {a}: {e}"),
+                        }
+                    }
+                    tracing::warn!(node = %me, "no live ancestor to re-attach to");
+                    None
+                })
+            }));
+        }
+    }
+    driver::run_node_full(node, parent, children, handler, events, recovery).await?;
     Ok(())
 }
 
@@ -106,7 +207,29 @@ pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> an
     let none: LocalHandler =
         Box::new(|d: Delivery| d.reply.send("error: the master runs no requests"));
     let (_tx, events) = tokio::sync::mpsc::channel(1);
-    serve(NodeId::Master, link, &*transport, key, none, events).await
+    // Orphans of the master's children re-attach to it: it listens on the front-end's host.
+    let here = frontend.to_string();
+    let listen = here.rsplit_once(':').map(|(h, _)| format!("{h}:0"));
+    let listener = match listen.as_deref().map(str::parse::<Address>) {
+        Some(Ok(a)) => match transport.bind(&a).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!("master: cannot listen for re-attaching orphans on {a}: {e}");
+                None
+            }
+        },
+        _ => None,
+    };
+    serve(
+        NodeId::Master,
+        link,
+        Arc::from(transport),
+        key,
+        none,
+        events,
+        listener,
+    )
+    .await
 }
 
 /// Options of `sdm server`.
@@ -196,7 +319,8 @@ pub async fn run_server(
             opt.parent_timeout
         )
     })??;
-    // The listener stays open while we serve (a quic listener owns the endpoint).
+    // The listener stays open while we serve (a quic listener owns the endpoint): it takes
+    // orphaned descendants re-attaching.
     // Output lines and events share one bounded queue to the node: a full queue makes
     // the output reader, and so the process, wait.
     let (ev_tx, events) = tokio::sync::mpsc::channel(1024);
@@ -234,10 +358,11 @@ pub async fn run_server(
     let served = serve(
         me,
         parent,
-        &*transport,
+        Arc::from(transport),
         key,
         Box::new(move |d| crate::service::handle(&ctx, d)),
         events,
+        Some(listener),
     )
     .await;
     // Kill only what we started, and only once the tree is gone.
@@ -246,6 +371,5 @@ pub async fn run_server(
         t.abort();
         let _ = std::fs::remove_file(&counters_path);
     }
-    drop(listener);
     served
 }

@@ -43,6 +43,10 @@ pub struct InitSpec {
     /// filter come back lost with the registry's "no such filter" error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filter_plugins: Vec<String>,
+    /// Where the master accepts orphans re-attaching (it fills this in before passing the
+    /// init down); `None` if it does not listen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
 }
 
 impl InitSpec {
@@ -141,6 +145,7 @@ mod tests {
             handshake_ms: 1000,
             stdio_window_ms: 20,
             filter_plugins: vec!["/opt/tool/libcsum.so".into()],
+            master: Some("tcp://127.0.0.1:7100".into()),
         };
         let back = InitSpec::from_payload(spec.to_payload().as_bytes()).unwrap();
         assert_eq!(back, spec);

@@ -322,6 +322,7 @@ impl Session {
             handshake_ms: 5000,
             stdio_window_ms: opts.stdio_window.as_millis() as u64,
             filter_plugins,
+            master: None,
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let all = IdSet::all(opts.n);

@@ -76,3 +76,83 @@ async fn health_per_subtree_after_a_kill() {
     assert_eq!(lines.len(), 8, "{text}");
     c.shutdown().await;
 }
+
+/// Pings everyone until the replies settle to `want` replied (or 30 s pass); returns the
+/// replied and lost ids of the last ping.
+async fn ping_until(c: &mut Console, want: &IdSet) -> (IdSet, IdSet) {
+    use sdm_proto::{Status, SyncMode};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let all = c.session().all();
+        let groups = c
+            .session()
+            .request(&all, SyncMode::Timeout(5000), "ping")
+            .await
+            .unwrap();
+        let (mut ok, mut lost) = (IdSet::new(), IdSet::new());
+        for g in groups {
+            match g.status {
+                Status::Replied => ok.union_with(&g.sources),
+                _ => lost.union_with(&g.sources),
+            }
+        }
+        if &ok == want || std::time::Instant::now() > deadline {
+            return (ok, lost);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+fn kill9(s: &Session, id: u32) {
+    let pid = s
+        .report()
+        .processes
+        .iter()
+        .find(|(i, _, _)| *i == id)
+        .map(|(_, _, pid)| *pid)
+        .expect("in the process table");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_reattach_and_later_commands_reach_them() {
+    let opts = SessionOptions {
+        n: 16,
+        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
+    assert_eq!(s.report().ready, IdSet::all(16));
+    // Interior server 7 (subtree [7-14]: children 8, 9 and 11) and interior server 3
+    // (children 4 and 5), both children of the master, then leaf 13 (under 11, which is
+    // now adopted by the master).
+    kill9(&s, 7);
+    kill9(&s, 3);
+    let mut c = Console::new(s, false);
+    let want: IdSet = "[0-2,4-6,8-15]".parse().unwrap();
+    let (ok, lost) = ping_until(&mut c, &want).await;
+    assert_eq!(ok, want, "the orphans re-attached (lost: {lost})");
+    assert_eq!(lost.to_string(), "[3,7]");
+    let s = c.session();
+    kill9(s, 13);
+    let want: IdSet = "[0-2,4-6,8-12,14-15]".parse().unwrap();
+    let (ok, lost) = ping_until(&mut c, &want).await;
+    assert_eq!(ok, want, "13's child 14 re-attached too (lost: {lost})");
+    assert_eq!(lost.to_string(), "[3,7,13]");
+    let mut out = Vec::new();
+    c.command("health", &mut out).await.unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("server 3 subtree [3-6]: partial (3/4 replied)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("server 7 subtree [7-14]: partial (6/8 replied)"),
+        "{text}"
+    );
+    c.shutdown().await;
+}

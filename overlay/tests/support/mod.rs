@@ -150,7 +150,19 @@ impl Net {
                 .await
                 .unwrap();
             let handler = Box::new(|_d: Delivery| unreachable!("the master delivers nothing"));
-            driver::run_node(Node::new(NodeId::Master, net.topo), up, children, handler)
+            // The master in this process hears its children's keepalives (whatever
+            // interval they were given) and calls one dead only after a minute of silence:
+            // a loaded test machine must not make it give up on a live child.
+            let (_events, rx) = tokio::sync::mpsc::channel(1);
+            let recovery = driver::Recovery {
+                liveness: Some(driver::Liveness {
+                    interval: Duration::from_secs(1),
+                    dead_after: Duration::from_secs(60),
+                }),
+                ..driver::Recovery::default()
+            };
+            let node = Node::new(NodeId::Master, net.topo);
+            driver::run_node_full(node, up, children, handler, rx, recovery)
                 .await
                 .unwrap();
         });
