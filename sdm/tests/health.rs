@@ -6,8 +6,8 @@ use sdm::console::Console;
 use sdm::session::{Session, SessionOptions};
 use sdm_proto::IdSet;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_per_subtree_after_a_kill() {
+/// A binomial tree of 16 real servers, all ready.
+async fn sixteen() -> Session {
     let opts = SessionOptions {
         n: 16,
         program: Some(env!("CARGO_BIN_EXE_sdm").into()),
@@ -15,6 +15,12 @@ async fn health_per_subtree_after_a_kill() {
     };
     let s = Session::launch(&opts, |_| {}).await.unwrap();
     assert_eq!(s.report().ready, IdSet::all(16));
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_per_subtree_after_a_kill() {
+    let s = sixteen().await;
     // Binomial: the master's children are servers 0, 1, 3, 7 and 15; server 3's subtree
     // is [3-6], and server 4 is a leaf under it.
     let pid = s
@@ -120,13 +126,7 @@ fn kill9(s: &Session, id: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphans_reattach_and_later_commands_reach_them() {
-    let opts = SessionOptions {
-        n: 16,
-        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
-        ..SessionOptions::default()
-    };
-    let s = Session::launch(&opts, |_| {}).await.unwrap();
-    assert_eq!(s.report().ready, IdSet::all(16));
+    let s = sixteen().await;
     // Interior server 7 (subtree [7-14]: children 8, 9 and 11) and interior server 3
     // (children 4 and 5), both children of the master, then leaf 13 (under 11, which is
     // now adopted by the master).
