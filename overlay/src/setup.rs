@@ -289,18 +289,6 @@ pub async fn accept_named(
     me: &str,
     policy: &ConnectPolicy,
 ) -> io::Result<Link> {
-    accept_named_from(listener, me, policy)
-        .await
-        .map(|(link, _)| link)
-}
-
-/// [`accept_named`], also returning the name the peer gave in its hello (after it proved
-/// the session key): how a node learns which descendant re-attached to it.
-pub async fn accept_named_from(
-    listener: &mut dyn Listener,
-    me: &str,
-    policy: &ConnectPolicy,
-) -> io::Result<(Link, String)> {
     let mut pending = FuturesUnordered::new();
     loop {
         tokio::select! {
@@ -323,26 +311,16 @@ pub async fn accept_named_from(
                     );
                     continue;
                 }
-                let (key, timeout) = (&policy.key, policy.handshake_timeout);
                 pending.push(async move {
-                    let session_max = link.reader.decoder().max_frame();
-                    link.reader.decoder_mut().set_max_frame(HANDSHAKE_MAX_FRAME.min(session_max));
-                    let r = tokio::time::timeout(timeout, handshake_accept(&mut link, key, me)).await;
-                    link.reader.decoder_mut().set_max_frame(session_max);
+                    let r = handshake_accepted(&mut link, me, policy).await;
                     (link, r)
                 });
             }
             Some((link, r)) = pending.next(), if !pending.is_empty() => match r {
-                Ok(Ok(from)) => return Ok((link, from)),
-                Ok(Err(e)) => {
+                Ok(_) => return Ok(link),
+                Err(e) => {
                     tracing::warn!(node = me, peer = %link.peer, "refused connection: {e}")
                 }
-                Err(_) => tracing::warn!(
-                    node = me,
-                    peer = %link.peer,
-                    "refused connection: no handshake within {:?}",
-                    policy.handshake_timeout
-                ),
             },
         }
     }

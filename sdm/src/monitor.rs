@@ -413,22 +413,7 @@ impl Monitor {
             wait_trace_stop(p)?;
         } else {
             kill(p.pid, Signal::SIGSTOP).map_err(|e| errno("SIGSTOP", e))?;
-            loop {
-                match waitpid(p.pid, Some(WaitPidFlag::WUNTRACED))
-                    .map_err(|e| errno("waitpid", e))?
-                {
-                    WaitStatus::Stopped(_, _) => break,
-                    WaitStatus::Exited(_, c) => {
-                        p.state = ProcState::Exited(c);
-                        return Err(format!("process exited with {c}"));
-                    }
-                    WaitStatus::Signaled(_, s, _) => {
-                        p.state = ProcState::Signaled(s.to_string());
-                        return Err(format!("process killed by {s}"));
-                    }
-                    _ => {}
-                }
-            }
+            wait_stopped(p, WaitPidFlag::WUNTRACED)?;
         }
         if p.state == ProcState::Running {
             p.state = ProcState::Stopped;
@@ -1016,8 +1001,14 @@ pub struct Frame {
 
 /// Waits until the traced process reports a ptrace stop.
 fn wait_trace_stop(p: &mut Proc) -> MonResult<()> {
+    wait_stopped(p, WaitPidFlag::__WALL)
+}
+
+/// Waits (`waitpid` with `flags`) until the process reports a stop; an exit or a kill on
+/// the way is recorded in its state and returned as the error.
+fn wait_stopped(p: &mut Proc, flags: WaitPidFlag) -> MonResult<()> {
     loop {
-        match waitpid(p.pid, Some(WaitPidFlag::__WALL)).map_err(|e| errno("waitpid", e))? {
+        match waitpid(p.pid, Some(flags)).map_err(|e| errno("waitpid", e))? {
             WaitStatus::Stopped(..) | WaitStatus::PtraceEvent(..) => return Ok(()),
             WaitStatus::Exited(_, c) => {
                 p.state = ProcState::Exited(c);

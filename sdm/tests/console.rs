@@ -3,6 +3,8 @@
 //! back never leave a mix; bt merges stacks into one call-prefix tree; a breakpoint stops
 //! exactly the ranks that reach it; bad OMIS gets an error naming the position.
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use sdm::console::Console;
 use sdm::omis::Value;
 use sdm::session::{Session, SessionOptions};
 use sdm_proto::{IdSet, Status, SyncMode};
+use support::sdm_ok;
 
 /// Builds the C test program (frame pointers, debug info) once per test binary.
 fn spinner() -> PathBuf {
@@ -261,30 +264,23 @@ async fn raw_omis_and_errors() {
 #[test]
 fn cli_run_stop_sleep_cont_status() {
     let prog = spinner();
-    let out = Command::new(env!("CARGO_BIN_EXE_sdm"))
-        .args([
-            "run",
-            "-n",
-            "4",
-            "-c",
-            "stop",
-            "-c",
-            "sleep 0.5",
-            "-c",
-            "cont",
-            "-c",
-            "status",
-            "--",
-        ])
-        .arg(&prog)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = [
+        "run",
+        "-n",
+        "4",
+        "-c",
+        "stop",
+        "-c",
+        "sleep 0.5",
+        "-c",
+        "cont",
+        "-c",
+        "status",
+        "--",
+    ];
+    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    all.push(prog.as_os_str());
+    let text = sdm_ok(all);
     assert_eq!(text, "[0-3] stopped\n[0-3] running\n[0-3] running\n");
 }
 

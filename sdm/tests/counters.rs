@@ -2,24 +2,20 @@
 //! server (the C client in sdm/include/sdm_counters.h, the Rust client in sdm::counters),
 //! and the console's `counters` merges them across ranks with the `stats` filter.
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::Command;
 
+use support::sdm_ok;
+
 fn console(n: &str, program: &std::path::Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_sdm"))
-        .args([
-            "run", "-n", n, "--json", "-c", "sleep 1", "-c", "counters", "-c", "kill", "--",
-        ])
-        .arg(program)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
+    let args = [
+        "run", "-n", n, "--json", "-c", "sleep 1", "-c", "counters", "-c", "kill", "--",
+    ];
+    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    all.push(program.as_os_str());
+    sdm_ok(all)
 }
 
 fn metrics(text: &str) -> serde_json::Value {

@@ -23,13 +23,6 @@ async fn health_per_subtree_after_a_kill() {
     let s = sixteen().await;
     // Binomial: the master's children are servers 0, 1, 3, 7 and 15; server 3's subtree
     // is [3-6], and server 4 is a leaf under it.
-    let pid = s
-        .report()
-        .processes
-        .iter()
-        .find(|(id, _, _)| *id == 4)
-        .map(|(_, _, pid)| *pid)
-        .expect("server 4 in the process table");
     let mut c = Console::new(s, false);
     let mut out = Vec::new();
     c.command("health", &mut out).await.unwrap();
@@ -42,11 +35,7 @@ async fn health_per_subtree_after_a_kill() {
          server 7 subtree [7-14]: full (8/8 replied)\n\
          server 15 subtree [15]: full (1/1 replied)\n"
     );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    kill9(c.session(), 4);
     let mut out = Vec::new();
     c.command("health", &mut out).await.unwrap();
     let text = String::from_utf8(out).unwrap();

@@ -1,7 +1,9 @@
 //! `sdm top` over real processes: per-process metrics from /proc on every server, merged by
 //! the `stats` filter in the tree, name the busiest rank; the console's `top` does the same.
 
-use std::process::Command;
+mod support;
+
+use support::sdm_ok;
 
 /// Rank 5 spins; every other rank sleeps.
 const BUSY_FIVE: &str =
@@ -9,19 +11,9 @@ const BUSY_FIVE: &str =
 
 #[test]
 fn top_names_the_busiest_rank() {
-    let out = Command::new(env!("CARGO_BIN_EXE_sdm"))
-        .args([
-            "top", "-n", "16", "--period", "0.5", "--count", "4", "--json", "--",
-        ])
-        .args(["sh", "-c", BUSY_FIVE])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = sdm_ok([
+        "top", "-n", "16", "--period", "0.5", "--count", "4", "--json", "--", "sh", "-c", BUSY_FIVE,
+    ]);
     let samples: Vec<serde_json::Value> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -45,30 +37,23 @@ fn top_names_the_busiest_rank() {
 
 #[test]
 fn console_top_command() {
-    let out = Command::new(env!("CARGO_BIN_EXE_sdm"))
-        .args([
-            "run",
-            "-n",
-            "8",
-            "-c",
-            "sleep 1",
-            "-c",
-            "top",
-            "-c",
-            "top [0-3]",
-            "-c",
-            "kill",
-            "--",
-        ])
-        .args(["sh", "-c", BUSY_FIVE])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = sdm_ok([
+        "run",
+        "-n",
+        "8",
+        "-c",
+        "sleep 1",
+        "-c",
+        "top",
+        "-c",
+        "top [0-3]",
+        "-c",
+        "kill",
+        "--",
+        "sh",
+        "-c",
+        BUSY_FIVE,
+    ]);
     let cpu: Vec<&str> = text.lines().filter(|l| l.starts_with("CPU %")).collect();
     assert_eq!(cpu.len(), 2, "{text}");
     assert!(
