@@ -70,5 +70,6 @@ fn rust_client_counters_merge_across_ranks() {
     assert_eq!(
         m["bytes_received"]["min"], m["bytes_received"]["max"],
         "{m}"
-    );
+    ); // (Absent keys would compare equal above: the value itself must have arrived.)
+    assert_eq!(m["bytes_received"]["max"], "1500", "{m}");
 }
