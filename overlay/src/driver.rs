@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
+use crate::flow;
 use crate::node::{Node, Output};
 use crate::transport::Link;
 
@@ -143,6 +144,18 @@ enum Inbound {
     Closed(Peer, String, u64),
 }
 
+/// Stdio or an event from a child, with the generation of the link it came on (its credit
+/// goes back on that link only).
+type Bulk = (NodeId, Message, u64);
+
+/// Where a link's reader puts what it receives: control frames and link ends on `ctrl`;
+/// bulk from a child on `bulk` (unbounded, because [`flow`] bounds it: at most one
+/// window per child link), so a reader never stops reading for want of room.
+struct Queues {
+    ctrl: mpsc::Sender<Inbound>,
+    bulk: Option<mpsc::UnboundedSender<Bulk>>,
+}
+
 /// Generations of links, unique in the process.
 static LINK_GENERATION: AtomicUsize = AtomicUsize::new(1);
 
@@ -150,14 +163,9 @@ static LINK_GENERATION: AtomicUsize = AtomicUsize::new(1);
 ///
 /// The writer has two queues: control (commands and replies) and bulk (stdio and events,
 /// which keep their order among themselves). Control goes first, so a reply is never stuck
-/// behind a flood of output waiting for the same link.
-fn spawn_link(
-    peer: Peer,
-    link: Link,
-    inbound: mpsc::Sender<Inbound>,
-    live: Liveness,
-    watch: bool,
-) -> LinkTx {
+/// behind a flood of output waiting for the same link; on the parent link bulk is also
+/// held by the receiver's credit ([`flow`]), so at most a window of it is ever in flight.
+fn spawn_link(peer: Peer, link: Link, queues: Queues, live: Liveness, watch: bool) -> LinkTx {
     let generation = LINK_GENERATION.fetch_add(1, Ordering::Relaxed) as u64;
     let Link {
         mut reader,
@@ -170,27 +178,42 @@ fn spawn_link(
     let queued = backlog.clone();
     let drained = Arc::new(Notify::new());
     let drained_w = drained.clone();
+    let credits = flow::Credits::default();
+    let credits_w = credits.clone();
+    let outstanding = flow::Outstanding::default();
+    let outstanding_r = outstanding.clone();
+    let Queues {
+        ctrl: inbound,
+        bulk: bulk_inbound,
+    } = queues;
     let inbound_w = inbound.clone();
     let name_w = name.clone();
     let writer_task = tokio::spawn(async move {
         loop {
+            let can_bulk = credits_w.available();
             let (m, is_bulk) = tokio::select! {
                 biased;
                 m = ctrl_rx.recv() => match m {
                     Some(m) => (m, false),
                     None => break,
                 },
-                Some(m) = bulk_rx.recv() => (m, true),
+                Some(m) = bulk_rx.recv(), if can_bulk => (m, true),
+                () = credits_w.wait(), if !can_bulk => continue,
                 () = tokio::time::sleep(live.interval) => (keepalive(), false),
             };
+            if is_bulk {
+                credits_w.spend(&m);
+            }
             // Batch: queue what else is waiting (control first), then flush once.
             let mut res = writer.feed(&m).await;
             let (mut n, mut bulk_n) = (1, usize::from(is_bulk));
             while res.is_ok() && n < 256 {
                 let next = match ctrl_rx.try_recv() {
                     Ok(m) => m,
+                    Err(_) if !credits_w.available() => break,
                     Err(_) => match bulk_rx.try_recv() {
                         Ok(m) => {
+                            credits_w.spend(&m);
                             bulk_n += 1;
                             m
                         }
@@ -225,18 +248,35 @@ fn spawn_link(
             } else {
                 reader.next().await
             };
-            match next {
-                Some(Ok(m)) if m.kind == Kind::Control && &m.payload[..] == b"keepalive" => {}
-                Some(Ok(m)) if m.kind == Kind::Control && &m.payload[..] == b"bye" => {
-                    break GOODBYE.to_owned();
-                }
-                Some(Ok(m)) => {
-                    if inbound.send(Inbound::Frame(peer, m)).await.is_err() {
-                        return;
-                    }
-                }
+            let m = match next {
+                Some(Ok(m)) => m,
                 Some(Err(e)) => break format!("bad frame from {name}: {e}"),
                 None => break format!("{name} closed the connection"),
+            };
+            if m.kind == Kind::Control {
+                match &m.payload[..] {
+                    b"keepalive" => {}
+                    b"bye" => break GOODBYE.to_owned(),
+                    _ => match flow::parse_credit(&m) {
+                        Some(n) => credits.add(n),
+                        None => {
+                            tracing::warn!("ignored a control frame from {name}: {:?}", m.payload)
+                        }
+                    },
+                }
+                continue;
+            }
+            let sent = match (&bulk_inbound, peer) {
+                (Some(bulk), Peer::Child(c)) if flow::is_bulk(m.kind) => {
+                    if let Err(e) = outstanding_r.receive(&m) {
+                        break format!("{name} {e}");
+                    }
+                    bulk.send((c, m, generation)).is_ok()
+                }
+                _ => inbound.send(Inbound::Frame(peer, m)).await.is_ok(),
+            };
+            if !sent {
+                return;
             }
         };
         let _ = inbound.send(Inbound::Closed(peer, why, generation)).await;
@@ -246,6 +286,7 @@ fn spawn_link(
         bulk,
         backlog,
         drained,
+        grant: flow::Grant::new(outstanding),
         generation,
         writer: writer_task,
     }
@@ -258,6 +299,8 @@ struct LinkTx {
     backlog: Arc<AtomicUsize>,
     /// Signalled each time the writer has sent a batch.
     drained: Arc<Notify>,
+    /// Credit owed to the peer for the bulk taken from it (child links).
+    grant: flow::Grant,
     /// Which link this is (see [`Inbound::Closed`]).
     generation: u64,
     /// The writer task: it ends once both queues are closed and drained.
@@ -277,7 +320,7 @@ impl LinkTx {
 
 impl LinkTx {
     fn send(&self, m: Message) -> bool {
-        if matches!(m.kind, Kind::Stdio | Kind::Event) {
+        if flow::is_bulk(m.kind) {
             self.backlog.fetch_add(1, Ordering::Relaxed);
             self.bulk.send(m).is_ok()
         } else {
@@ -291,9 +334,9 @@ impl LinkTx {
 }
 
 /// Bulk frames (stdio, events) waiting for the parent link above which this node stops
-/// taking stdio and frames from below (so output slows the printers down instead of piling
-/// up here); frames from the parent are always taken, and control frames overtake bulk
-/// ones, so control never waits behind output.
+/// taking bulk from below and from its own process (so output slows the printers down
+/// instead of piling up here, and the children's credit stops); control frames from
+/// anywhere are always taken.
 const PARENT_BACKLOG_LIMIT: usize = 1024;
 
 /// Events a server's local side sends up (kind and payload), for [`run_node_with_events`].
@@ -354,29 +397,38 @@ pub async fn run_node_full(
     // Frames from the parent and from children come on separate queues, so control from
     // above is never stuck behind a flood from below.
     let (up_tx, mut up_rx) = mpsc::channel::<Inbound>(1024);
-    let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(128);
+    let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(1024);
+    let (bulk_tx, mut bulk_rx) = mpsc::unbounded_channel::<Bulk>();
+    let up_queues = |up_tx: &mpsc::Sender<Inbound>| Queues {
+        ctrl: up_tx.clone(),
+        bulk: None,
+    };
     let (reply_tx, mut reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
     let live = recovery.liveness.unwrap_or_else(Liveness::from_env);
     // The master's parent is the front-end, which sends no keepalives.
     let watch_parent = node.id() != NodeId::Master;
-    let mut to_parent = spawn_link(Peer::Parent, parent, up_tx.clone(), live, watch_parent);
+    let mut to_parent = spawn_link(Peer::Parent, parent, up_queues(&up_tx), live, watch_parent);
     let mut to_child: HashMap<NodeId, LinkTx> = HashMap::new();
     let start = Instant::now().into_std();
     for (id, link) in children {
         match link {
             Ok(link) => {
-                to_child.insert(
-                    id,
-                    spawn_link(Peer::Child(id), link, in_tx.clone(), live, true),
-                );
+                let queues = Queues {
+                    ctrl: in_tx.clone(),
+                    bulk: Some(bulk_tx.clone()),
+                };
+                to_child.insert(id, spawn_link(Peer::Child(id), link, queues, live, true));
             }
             Err(e) => node.handle_link_down(start, id, &format!("could not connect: {e}")),
         }
     }
     // Kept only while adoptions may add children; otherwise the end of every child link
     // closes the queue.
-    let adopt_tx = recovery.adoptions.as_ref().map(|_| in_tx.clone());
-    drop(in_tx);
+    let adopt_tx = recovery
+        .adoptions
+        .as_ref()
+        .map(|_| (in_tx.clone(), bulk_tx.clone()));
+    drop((in_tx, bulk_tx));
     let mut children_open = true;
     loop {
         // Drain outputs first: they may arm a timer.
@@ -435,13 +487,14 @@ pub async fn run_node_full(
                 }
             } => {
                 if node.handle_adopt(id) {
-                    let tx = adopt_tx.clone().expect("adoptions come with a queue");
-                    to_child.insert(id, spawn_link(Peer::Child(id), link, tx, live, true));
+                    let (ctrl, bulk) = adopt_tx.clone().expect("adoptions come with a queue");
+                    let queues = Queues { ctrl, bulk: Some(bulk) };
+                    to_child.insert(id, spawn_link(Peer::Child(id), link, queues, live, true));
                 } else {
                     tracing::warn!(node = %node.id(), "refused adoption of {id}: not an orphan below this node");
                 }
             }
-            ev = in_rx.recv(), if room && children_open => {
+            ev = in_rx.recv(), if children_open => {
                 let now = Instant::now().into_std();
                 match ev {
                     Some(Inbound::Frame(Peer::Parent, m)) => node.handle_from_parent(now, m),
@@ -455,6 +508,20 @@ pub async fn run_node_full(
                     }
                     // No children (left): only the parent can end this node.
                     None => children_open = false,
+                }
+            }
+            Some((c, m, g)) = bulk_rx.recv(), if room => {
+                // Taken in: its credit goes back to the child (on the link it came on).
+                if let Some(tx) = to_child.get_mut(&c).filter(|tx| tx.generation == g)
+                    && let Some(credit) = tx.grant.taken(&m)
+                {
+                    tx.send(credit);
+                }
+                node.handle_from_child(Instant::now().into_std(), c, m);
+                // Turn about with this server's own output, which would otherwise wait
+                // as long as any child has some.
+                if let Ok((kind, payload)) = events.try_recv() {
+                    node.handle_local_event(kind, payload);
                 }
             }
             Some((kind, payload)) = events.recv(), if room => node.handle_local_event(kind, payload),
@@ -471,7 +538,7 @@ pub async fn run_node_full(
             match new_parent {
                 Some(link) => {
                     tracing::info!(node = %node.id(), "re-attached to {}", link.peer);
-                    to_parent = spawn_link(Peer::Parent, link, up_tx.clone(), live, true);
+                    to_parent = spawn_link(Peer::Parent, link, up_queues(&up_tx), live, true);
                 }
                 None => {
                     // The children end too, without looking for another parent: say so,

@@ -17,6 +17,7 @@ use futures::{SinkExt, StreamExt};
 use sdm_filters::{FilterError, Registry};
 use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
 
+use crate::flow;
 use crate::setup::{ConnectPolicy, FRONTEND, accept_named};
 use crate::transport::{Link, Listener};
 
@@ -106,6 +107,9 @@ pub struct Frontend {
     filters: HashMap<u64, String>,
     /// Where those filters come from, for their finish.
     registry: Arc<Registry>,
+    /// Credit owed to the master for the stdio and events the tool has taken
+    /// ([`crate::flow`]): output flows only as fast as the tool takes it.
+    grant: flow::Grant,
 }
 
 impl Frontend {
@@ -119,6 +123,7 @@ impl Frontend {
             closed: None,
             filters: HashMap::new(),
             registry: crate::node::builtin_registry(),
+            grant: flow::Grant::default(),
         }
     }
 
@@ -251,13 +256,24 @@ impl Frontend {
 
     /// An event already received, without waiting.
     pub fn queued_event(&mut self) -> Option<Message> {
-        self.events.pop_front()
+        let m = self.events.pop_front()?;
+        self.taken(&m);
+        Some(m)
+    }
+
+    /// Counts an event or stdio frame handed to the tool; its credit goes back to the
+    /// master before the next read.
+    fn taken(&mut self, m: &Message) {
+        if flow::is_bulk(m.kind) {
+            // A credit frame is due once a step was taken; `next_frame` sends it.
+            self.grant.count(m);
+        }
     }
 
     /// The next unsolicited event (or stdio), waiting for one.
     pub async fn next_event(&mut self) -> Option<Message> {
         loop {
-            if let Some(m) = self.events.pop_front() {
+            if let Some(m) = self.queued_event() {
                 return Some(m);
             }
             let m = self.next_frame().await?;
@@ -280,6 +296,24 @@ impl Frontend {
 
     async fn next_frame(&mut self) -> Option<Message> {
         if self.closed.is_some() {
+            return None;
+        }
+        // Hand back the credit for what the tool took. Cancel-safe (this runs inside
+        // `select!`): the grant is only cleared once its frame is in the writer's buffer,
+        // and a flush cut short is finished by the next one.
+        let mut res = Ok(());
+        if self.grant.pending() >= flow::GRANT_STEP {
+            res = self
+                .link
+                .writer
+                .feed(&flow::credit(self.grant.pending()))
+                .await;
+            if res.is_ok() {
+                self.grant.flush();
+            }
+        }
+        if let Err(e) = res.and(self.link.writer.flush().await) {
+            self.closed = Some(format!("handing credit to the master: {e}"));
             return None;
         }
         match self.link.reader.next().await {

@@ -6,12 +6,14 @@
 //! - [`setup`] and [`auth`]: connecting the tree; the session-key challenge-response.
 //! - [`transport`]: `tcp://`, `quic://` and `mem://` links behind one trait, chosen by scheme.
 //! - [`frontend`]: the minimal front-end client of issue 2 (send, collect merged groups).
+//! - [`flow`]: credit-based flow control of output going up, so it never holds up control.
 //! - [`coalesce`]: merging identical stdio lines of many ranks, each rank's order kept.
 //! - [`sim`]: a whole tree in one process with a virtual clock (tests and `sdm-sim`).
 
 pub mod auth;
 pub mod coalesce;
 pub mod driver;
+pub mod flow;
 pub mod frontend;
 pub mod node;
 pub mod setup;

@@ -1,7 +1,7 @@
 //! Hostile peers against real tcp listeners, real `sdm-testnode` processes and a running
 //! tree: a 4 GiB length prefix, a frame cut in half, a handshake that never ends, a flood of
 //! idle connections, a wrong key, a replayed handshake and no handshake. Each costs only its
-//! own connection: the listener still authenticates the rightful parent (no handshake waits
+//! own connection (as does a server that sends output beyond its flow-control window): the listener still authenticates the rightful parent (no handshake waits
 //! for another), and a running tree still answers. Refusals are logged with the peer.
 
 mod support;
@@ -13,6 +13,7 @@ use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use ring::hmac;
 use sdm_overlay::auth::{SessionKey, hex_decode, hex_encode};
+use sdm_overlay::flow;
 use sdm_overlay::frontend::Frontend;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, Link, Listener, Transport, TransportConfig};
@@ -328,7 +329,7 @@ async fn wrong_key_replay_and_no_handshake_are_refused_and_logged() {
 // ---- a running tree ----------------------------------------------------------------------
 
 /// What the fake leaf does once a command reaches it over its authenticated link.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Misbehaviour {
     /// Sends a 4 GiB length prefix.
     HugeLength,
@@ -336,6 +337,8 @@ enum Misbehaviour {
     HalfFrame,
     /// Sends bytes that are no envelope.
     Garbage,
+    /// Sends output without waiting for credit: twice the flow-control window at once.
+    IgnoresWindow,
 }
 
 /// A tree of `n` tcp servers in this process where server `fake` is played by the test: it
@@ -408,6 +411,19 @@ async fn fake_leaf(
             raw.flush().await.unwrap();
             let _ = link.reader.next().await;
         }
+        Misbehaviour::IgnoresWindow => {
+            let mut line = Message::reply(0, IdSet::single(id), Status::Replied, "y\n".into());
+            line.kind = Kind::Stdio;
+            let frames = 2 * flow::WINDOW / flow::cost(&line);
+            for _ in 0..frames {
+                if link.writer.feed(&line).await.is_err() {
+                    break;
+                }
+            }
+            let _ = link.writer.flush().await;
+            // Hold the link open (reading any credit): the parent must end it.
+            while let Some(Ok(_)) = link.reader.next().await {}
+        }
     }
 }
 
@@ -420,6 +436,7 @@ async fn a_running_tree_loses_only_the_hostile_link() {
         Misbehaviour::HugeLength,
         Misbehaviour::HalfFrame,
         Misbehaviour::Garbage,
+        Misbehaviour::IgnoresWindow,
     ] {
         // A leaf under an interior server, and a leaf under the master.
         let topo = Shape::Binomial.build(n);
@@ -442,6 +459,11 @@ async fn a_running_tree_loses_only_the_hostile_link() {
                 "{how:?}: {g:?}"
             );
             assert_eq!(ids_with(&g, Status::Replied), &all - &IdSet::single(fake));
+            if how == Misbehaviour::IgnoresWindow {
+                let why = g.iter().find(|g| g.status == Status::Lost).unwrap();
+                let why = String::from_utf8_lossy(&why.payload);
+                assert!(why.contains("beyond its flow-control window"), "{why}");
+            }
             // The tree goes on answering.
             let g = fe.request(&all, SyncMode::WaitAll, "id").await.unwrap();
             assert_partition(&g, &all);

@@ -286,15 +286,30 @@ fn a_global_stop_completes_under_an_output_flood() {
     assert!(status.iter().any(|l| l == "[0-7] killed"), "{status:?}");
 }
 
-#[test]
-fn library_stdio_handlers_and_stdin() {
+/// Runs a library test (one at a time, like the others) on a two-thread runtime.
+fn library_test(test: impl std::future::Future<Output = ()>) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()
-        .block_on(library_stdio());
+        .block_on(test);
+}
+
+/// A session of `n` real servers, started from this build's `sdm`.
+async fn session(n: u32) -> sdm::session::Session {
+    let opts = sdm::session::SessionOptions {
+        n,
+        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        ..sdm::session::SessionOptions::default()
+    };
+    sdm::session::Session::launch(&opts, |_| {}).await.unwrap()
+}
+
+#[test]
+fn library_stdio_handlers_and_stdin() {
+    library_test(library_stdio());
 }
 
 async fn library_stdio() {
@@ -302,15 +317,9 @@ async fn library_stdio() {
     use std::time::Duration;
 
     use sdm::iof::Iof;
-    use sdm::session::{Session, SessionOptions};
     use sdm_proto::{Status, SyncMode};
 
-    let opts = SessionOptions {
-        n: 4,
-        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
-        ..SessionOptions::default()
-    };
-    let mut s = Session::launch(&opts, |_| {}).await.unwrap();
+    let mut s = session(4).await;
     let all = s.all();
     let script = r#"0 [] sdm_start("/bin/sh", ["-c", "read x; echo \"out $x\"; echo \"err $x\" >&2"], "pipes")"#;
     for g in s.request(&all, SyncMode::WaitAll, script).await.unwrap() {
@@ -359,5 +368,106 @@ async fn library_stdio() {
     }
     // Every program's exit arrived (merged or not, depending on timing).
     assert_eq!(exited(&got), IdSet::all(4), "{got:?}");
+    s.shutdown(Duration::from_secs(10)).await;
+}
+
+#[test]
+fn output_the_tool_does_not_take_holds_the_printers_not_the_commands() {
+    library_test(unread_output());
+}
+
+/// Eight programs print numbered lines as fast as they can while the tool takes none of
+/// them: commands still come back from every rank, the front-end holds at most one
+/// flow-control window of output (the rest waits in the printers, blocked in `write`), and
+/// once the tool reads again every line arrives, each rank's in order.
+async fn unread_output() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use sdm::iof::Iof;
+    use sdm_overlay::flow;
+    use sdm_proto::{Status, SyncMode};
+
+    let mut s = session(8).await;
+    let all = s.all();
+    let flood = r#"0 [] sdm_start("/bin/sh", ["-c", "i=0; while :; do i=$((i+1)); echo $i; done"], "pipes")"#;
+    let replied = |groups: &[sdm_overlay::frontend::ReplyGroup]| {
+        groups
+            .iter()
+            .filter(|g| g.status == Status::Replied)
+            .fold(IdSet::new(), |acc, g| &acc | &g.sources)
+    };
+    let g = s.request(&all, SyncMode::WaitAll, flood).await.unwrap();
+    assert_eq!(replied(&g), all, "{g:?}");
+    // The tool reads nothing for a while; commands meanwhile reach every rank and come
+    // back (a status, three times over).
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let g = s
+            .request(&all, SyncMode::Timeout(60_000), "1 [] sdm_status()")
+            .await
+            .unwrap();
+        assert_eq!(replied(&g), all, "status under unread output: {g:?}");
+    }
+    // What the front-end holds unread is at most one window (the master may overdraw
+    // it by one frame), however long the programs have been printing.
+    let mut held = Vec::new();
+    while let Some(m) = s.queued_event() {
+        held.push(m);
+    }
+    let bytes: i64 = held.iter().map(flow::cost).sum();
+    let largest = held.iter().map(flow::cost).max().unwrap_or(0);
+    assert!(!held.is_empty(), "some output reached the front-end");
+    assert!(
+        bytes < flow::WINDOW + largest,
+        "the front-end holds {bytes} bytes of unread output in {} frames, beyond the window {}",
+        held.len(),
+        flow::WINDOW
+    );
+    // Read again, end the programs, and check that no line was lost on the way.
+    let numbers: Arc<Mutex<BTreeMap<u32, Vec<u64>>>> = Arc::default();
+    let exits: Arc<Mutex<IdSet>> = Arc::default();
+    let mut iof = Iof::new(Duration::from_millis(100));
+    let (nums, ends) = (numbers.clone(), exits.clone());
+    iof.set_stdout_handler(move |ids, l| {
+        let n: u64 = String::from_utf8_lossy(l).trim().parse().expect("a number");
+        let mut nums = nums.lock().unwrap();
+        for rank in ids.iter() {
+            nums.entry(rank).or_default().push(n);
+        }
+    })
+    .set_event_handler(move |ids, t| {
+        if t.starts_with("process_terminated") {
+            ends.lock().unwrap().union_with(ids);
+        }
+    });
+    for m in held {
+        if let Some(other) = iof.handle(m) {
+            panic!("not stdio: {other:?}");
+        }
+    }
+    let g = s
+        .request(&all, SyncMode::WaitAll, "2 [] kill()")
+        .await
+        .unwrap();
+    assert_eq!(replied(&g), all, "{g:?}");
+    let until = tokio::time::Instant::now() + Duration::from_secs(120);
+    while *exits.lock().unwrap() != all && tokio::time::Instant::now() < until {
+        let step = tokio::time::Instant::now() + Duration::from_millis(200);
+        s.pump_stdio(&mut iof, step).await.unwrap();
+    }
+    iof.flush();
+    assert_eq!(*exits.lock().unwrap(), all, "every program's end arrived");
+    let numbers = std::mem::take(&mut *numbers.lock().unwrap());
+    assert_eq!(numbers.len(), 8, "every rank printed");
+    for (rank, seq) in numbers.iter() {
+        let want: Vec<u64> = (1..=seq.len() as u64).collect();
+        assert!(
+            *seq == want,
+            "rank {rank}: {} lines, not 1..={} in order",
+            seq.len(),
+            seq.len()
+        );
+    }
     s.shutdown(Duration::from_secs(10)).await;
 }
