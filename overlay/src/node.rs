@@ -340,35 +340,41 @@ impl Node {
         };
         let mut forward = Vec::new();
         for (child, share) in route.shares {
-            let Some(reason) = self.dead.get(&child) else {
-                forward.push((child, share));
-                continue;
-            };
-            // Adopted descendants of the dead child take their own subtrees (the deepest
-            // first, so an adoptee inside another's subtree keeps its share).
+            // Descendants of this child adopted here (orphaned while it was dead) take
+            // their own subtrees, whether or not the child came back since: they are no
+            // longer linked below it. The deepest first, so an adoptee inside another's
+            // subtree keeps its share.
             let mut rest = share;
-            let under = self.topo.subtree(child);
-            let mut adoptees: Vec<(u64, NodeId, IdSet)> = self
-                .adopted
-                .iter()
-                .filter(|a| {
-                    a.server().is_some_and(|s| under.contains(s)) && !self.dead.contains_key(a)
-                })
-                .map(|&a| {
-                    let sub = self.topo.subtree(a);
-                    (sub.len(), a, sub)
-                })
-                .collect();
-            adoptees.sort_by_key(|(len, a, _)| (*len, *a));
-            for (_, a, sub) in adoptees {
-                let part = &rest & &sub;
-                if !part.is_empty() {
-                    rest = &rest - &part;
-                    forward.push((a, part));
+            if !self.adopted.is_empty() {
+                let under = self.topo.subtree(child);
+                let mut adoptees: Vec<(u64, NodeId, IdSet)> = self
+                    .adopted
+                    .iter()
+                    .filter(|a| {
+                        **a != child
+                            && a.server().is_some_and(|s| under.contains(s))
+                            && !self.dead.contains_key(a)
+                    })
+                    .map(|&a| {
+                        let sub = self.topo.subtree(a);
+                        (sub.len(), a, sub)
+                    })
+                    .collect();
+                adoptees.sort_by_key(|(len, a, _)| (*len, *a));
+                for (_, a, sub) in adoptees {
+                    let part = &rest & &sub;
+                    if !part.is_empty() {
+                        rest = &rest - &part;
+                        forward.push((a, part));
+                    }
                 }
             }
-            if !rest.is_empty() {
-                pending.add(Status::Lost, Bytes::from(reason.clone()), &rest);
+            if rest.is_empty() {
+                continue;
+            }
+            match self.dead.get(&child) {
+                None => forward.push((child, rest)),
+                Some(reason) => pending.add(Status::Lost, Bytes::from(reason.clone()), &rest),
             }
         }
         for (child, share) in forward {

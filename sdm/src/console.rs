@@ -18,6 +18,10 @@ use crate::session::Session;
 /// How long one console command may take before its silent ids count as timed out.
 const COMMAND_TIMEOUT_MS: u32 = 30_000;
 
+/// While waiting for the programs' end, how often the servers of the ranks still running
+/// are pinged, so a dead server cannot make the wait endless.
+const LIVENESS_CHECK: Duration = Duration::from_secs(2);
+
 /// A console over a running session.
 pub struct Console {
     session: Session,
@@ -30,6 +34,10 @@ pub struct Console {
     stdio: Coalescer,
     /// Ranks whose program has ended.
     terminated: IdSet,
+    /// Ranks whose server was found lost while waiting for the programs' end.
+    lost: IdSet,
+    /// Questions from `sdm status` in other terminals, answered while the console waits.
+    queries: Option<tokio::sync::mpsc::Receiver<crate::status::Query>>,
 }
 
 /// One merged result line: who, what happened, and the OMIS reply (if any).
@@ -56,7 +64,48 @@ impl Console {
             label: false,
             stdio: Coalescer::new(Duration::from_millis(200)),
             terminated: IdSet::new(),
+            queries: None,
+            lost: IdSet::new(),
         }
+    }
+
+    /// Answers the questions of `sdm status` (see [`crate::status::serve`]) whenever the
+    /// console waits: for output, for the programs' end, or at the prompt.
+    pub fn serve_queries(&mut self, queries: tokio::sync::mpsc::Receiver<crate::status::Query>) {
+        self.queries = Some(queries);
+    }
+
+    async fn answer(&mut self, q: crate::status::Query) {
+        let mut out = Vec::new();
+        let res = match q.command.as_str() {
+            "health" => self
+                .health(q.json, &mut out)
+                .await
+                .map(|healthy| (healthy, String::from_utf8_lossy(&out).into_owned()))
+                .map_err(|e| format!("{e:#}")),
+            other => Err(format!("unknown request {other:?}")),
+        };
+        let _ = q.reply.send(res);
+    }
+
+    /// Prints the tree's health per subtree; returns whether every subtree is full.
+    async fn health(&mut self, json: bool, out: &mut dyn Write) -> anyhow::Result<bool> {
+        let lines = crate::health::report(&mut self.session, Duration::from_secs(5)).await?;
+        if json {
+            for l in &lines {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({"root": l.root, "ids": l.ids.to_string(), "depth": l.depth,
+                        "health": l.health.name(), "replied": l.replied, "why": l.why})
+                )?;
+            }
+        } else {
+            write!(out, "{}", crate::health::text(&lines))?;
+        }
+        Ok(lines
+            .iter()
+            .all(|l| l.health == crate::health::Health::Full))
     }
 
     /// Prints stdio lines per rank (`label`), and merges identical lines of different
@@ -143,7 +192,13 @@ impl Console {
             let none = if input.is_none() { all.clone() } else { closed };
             self.write_stdin(&none, "", true).await?;
         }
+        let mut next_check = tokio::time::Instant::now() + LIVENESS_CHECK;
         while !all.is_subset(&self.terminated) {
+            if tokio::time::Instant::now() >= next_check {
+                self.check_lost(&all, out).await?;
+                next_check = tokio::time::Instant::now() + LIVENESS_CHECK;
+                continue;
+            }
             let tick = tokio::time::sleep(Duration::from_millis(20));
             tokio::select! {
                 ev = self.session.next_event() => match ev {
@@ -165,6 +220,7 @@ impl Console {
                     self.write_stdin(&live, &data, eof).await?;
                 }
                 () = tick => {}
+                Some(q) = next_query(&mut self.queries) => self.answer(q).await,
             }
             self.flush_stdio(false, out)?;
         }
@@ -172,6 +228,41 @@ impl Console {
             self.incoming(m, out)?;
         }
         self.flush_stdio(true, out)?;
+        Ok(())
+    }
+
+    /// Ranks whose server is lost (killed, cut off and not re-attached): their programs'
+    /// end will never be reported.
+    pub fn lost(&self) -> &IdSet {
+        &self.lost
+    }
+
+    /// Pings the servers of the ranks still running; those the tree reports lost count as
+    /// ended (printed on stderr with the reason), so waiting for the programs cannot hang
+    /// on a dead server. Slow servers (timed out) are waited for.
+    async fn check_lost(&mut self, all: &IdSet, out: &mut dyn Write) -> anyhow::Result<()> {
+        let running = all - &self.terminated;
+        if running.is_empty() {
+            return Ok(());
+        }
+        let groups = self
+            .session
+            .request(&running, SyncMode::Timeout(COMMAND_TIMEOUT_MS), "ping")
+            .await?;
+        for g in groups.iter().filter(|g| g.status == Status::Lost) {
+            // What came before the loss is printed first.
+            while let Some(m) = self.session.queued_event() {
+                self.incoming(m, out)?;
+            }
+            self.flush_stdio(true, out)?;
+            eprintln!(
+                "sdm: {} lost: {}",
+                g.sources,
+                String::from_utf8_lossy(&g.payload)
+            );
+            self.terminated.union_with(&g.sources);
+            self.lost.union_with(&g.sources);
+        }
         Ok(())
     }
 
@@ -188,6 +279,7 @@ impl Console {
                 Some(m) => self.incoming(m, out)?,
                 None => anyhow::bail!("the tree went away: {}", self.session.closed_reason()),
             },
+            Some(q) = next_query(&mut self.queries) => self.answer(q).await,
         }
         self.flush_stdio(false, out)
     }
@@ -366,20 +458,7 @@ impl Console {
                 self.print_tree(&lines, out)?;
             }
             "health" => {
-                let lines =
-                    crate::health::report(&mut self.session, Duration::from_secs(5)).await?;
-                if self.json {
-                    for l in &lines {
-                        writeln!(
-                            out,
-                            "{}",
-                            serde_json::json!({"root": l.root, "ids": l.ids.to_string(), "depth": l.depth,
-                                "health": l.health.name(), "replied": l.replied, "why": l.why})
-                        )?;
-                    }
-                } else {
-                    write!(out, "{}", crate::health::text(&lines))?;
-                }
+                self.health(self.json, out).await?;
             }
             "top" | "counters" => {
                 let dest = ids(rest)?;
@@ -617,6 +696,16 @@ impl TreeNode {
             "ranks": self.ranks.to_string(),
             "children": self.children.iter().map(TreeNode::to_json).collect::<Vec<_>>(),
         })
+    }
+}
+
+/// The next question for the console, or never if none can come.
+async fn next_query(
+    queries: &mut Option<tokio::sync::mpsc::Receiver<crate::status::Query>>,
+) -> Option<crate::status::Query> {
+    match queries.as_mut() {
+        Some(q) => q.recv().await,
+        None => std::future::pending().await,
     }
 }
 

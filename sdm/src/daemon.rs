@@ -10,6 +10,7 @@ use futures::StreamExt;
 use sdm_overlay::Node;
 use sdm_overlay::auth::{SessionKey, hex_decode, hex_encode};
 use sdm_overlay::driver::{self, Delivery, LocalHandler};
+use sdm_overlay::recover;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{
     Address, Link, Listener, SessionTls, Transport, TransportConfig, transport_for,
@@ -42,70 +43,6 @@ pub fn transport_config_from_env() -> anyhow::Result<TransportConfig> {
         cfg.tls = Some(SessionTls::from_pem(&pem).context(SESSION_TLS_ENV)?);
     }
     Ok(cfg)
-}
-
-/// Whether orphans re-attach to a live ancestor (`SDM_REATTACH=0` turns it off).
-fn reattach_enabled() -> bool {
-    std::env::var("SDM_REATTACH").map_or(true, |v| v != "0")
-}
-
-/// Accepts orphaned descendants on `listener` for as long as the node runs, one handshake
-/// task per connection (several orphans arrive at once when a node dies).
-fn spawn_adoptions(
-    me: NodeId,
-    mut listener: Box<dyn Listener>,
-    policy: ConnectPolicy,
-) -> tokio::sync::mpsc::Receiver<(NodeId, Link)> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        let name = me.to_string();
-        loop {
-            let mut link = match listener.accept().await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(node = %me, "accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let (tx, name, policy) = (tx.clone(), name.clone(), policy.clone());
-            tokio::spawn(async move {
-                match setup::handshake_accepted(&mut link, &name, &policy).await {
-                    Ok(from) => match from.parse::<u32>() {
-                        Ok(s) => drop(tx.send((NodeId::Server(s), link)).await),
-                        Err(_) => tracing::warn!(node = %me, "refused re-attachment from {from:?}"),
-                    },
-                    Err(e) => {
-                        tracing::warn!(node = %me, peer = %link.peer, "refused connection: {e}")
-                    }
-                }
-            });
-        }
-    });
-    rx
-}
-
-/// The ancestors an orphan tries, nearest first (its parent too: a cut link may heal),
-/// with where each listens.
-fn ancestors(
-    topo: &dyn Topology,
-    me: NodeId,
-    table: &[Option<Address>],
-    master: Option<&Address>,
-) -> Vec<(NodeId, Address)> {
-    let mut out = Vec::new();
-    let mut at = topo.parent(me);
-    while let Some(a) = at {
-        let addr = match a {
-            NodeId::Master => master.cloned(),
-            NodeId::Server(s) => table.get(s as usize).cloned().flatten(),
-        };
-        if let Some(addr) = addr {
-            out.push((a, addr));
-        }
-        at = topo.parent(a);
-    }
-    out
 }
 
 /// Reads the init command from a fresh parent link, connects to our children, and runs the
@@ -160,34 +97,15 @@ async fn serve(
     let mut node = Node::with_registry(me, topo.clone(), Arc::new(spec.registry()));
     node.set_stdio_window(Duration::from_millis(spec.stdio_window_ms));
     node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
-    let mut recovery = driver::Recovery::default();
-    if reattach_enabled() {
-        if let Some(l) = listener {
-            recovery.adoptions = Some(spawn_adoptions(me, l, policy.clone()));
-        }
-        if me != NodeId::Master {
-            let targets = ancestors(&*topo, me, &table, master_addr.as_ref());
-            let quick = ConnectPolicy {
-                attempts: 5,
-                delay: Duration::from_millis(200),
-                ..policy.clone()
-            };
-            recovery.reattach = Some(Box::new(move || {
-                let (transport, targets, quick) =
-                    (transport.clone(), targets.clone(), quick.clone());
-                Box::pin(async move {
-                    for (a, addr) in &targets {
-                        match setup::connect_child(&*transport, addr, me, *a, &quick).await {
-                            Ok(link) => return Some(link),
-                            Err(e) => tracing::info!(node = %me, "cannot re-attach to {a}: {e}"),
-                        }
-                    }
-                    tracing::warn!(node = %me, "no live ancestor to re-attach to");
-                    None
-                })
-            }));
-        }
-    }
+    let recovery = recover::recovery(
+        me,
+        &*topo,
+        &table,
+        master_addr.as_ref(),
+        transport,
+        &policy,
+        listener,
+    );
     driver::run_node_full(node, parent, children, handler, events, recovery).await?;
     Ok(())
 }

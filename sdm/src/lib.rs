@@ -13,6 +13,7 @@
 //! - [`console`]: the parallel debugger console of `sdm run`.
 //! - [`top`]: `sdm top`, job-wide process metrics merged by the `stats` filter.
 //! - [`health`]: the tree's health per subtree (full, degraded, partial, lost).
+//! - [`status`]: `sdm status`, that health asked of a running `sdm run` from elsewhere.
 //! - [`counters`]: a program's own counters, fed to its server (Rust and C clients).
 
 pub mod console;
@@ -26,6 +27,7 @@ pub mod omis;
 pub mod service;
 pub mod services;
 pub mod session;
+pub mod status;
 pub mod top;
 
 pub use session::{LaunchReport, Progress, Session, SessionOptions};

@@ -37,6 +37,16 @@ enum Cmd {
     /// Start PROGRAM on N servers and show job-wide process metrics (min / mean / max and
     /// the ranks at the extremes) every period, merged in the tree.
     Top(TopArgs),
+    /// The health of a running tree per subtree (full, degraded, partial, lost), asked of
+    /// the `sdm run` front-end that holds it. Exit status 0: every subtree full; 2: some
+    /// subtree is not; 1: no answer.
+    Status {
+        /// The front-end's process id (default: the only `sdm run` of this user).
+        pid: Option<u32>,
+        /// One JSON object per subtree.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a tree shape.
     Topology {
         /// Number of servers.
@@ -227,6 +237,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Launch(a) => launch(a).await,
         Cmd::Run(a) => run_console(a).await,
         Cmd::Top(a) => run_top(a).await,
+        Cmd::Status { pid, json } => {
+            let (healthy, text) = sdm::status::status(pid, json).await?;
+            print!("{text}");
+            if !healthy {
+                std::io::stdout().flush()?;
+                std::process::exit(2);
+            }
+            Ok(())
+        }
         Cmd::Topology { n, shape, dot } => {
             let t = shape.build(n);
             if dot {
@@ -567,6 +586,18 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
     }
     let mut console = sdm::console::Console::new(session, a.json);
     console.set_stdio(a.label, window * 10);
+    // `sdm status` in another terminal asks this front-end (the socket goes with it).
+    let status_socket = match sdm::status::serve() {
+        Ok((served, queries)) => {
+            console.serve_queries(queries);
+            tracing::info!("sdm status answers on {}", served.path().display());
+            Some(served)
+        }
+        Err(e) => {
+            eprintln!("sdm: no status socket (sdm status will not find this run): {e}");
+            None
+        }
+    };
     if a.attach.is_empty() {
         let program = std::fs::canonicalize(&a.program[0])
             .map(|p| p.display().to_string())
@@ -612,6 +643,8 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
         console
             .wait_for_exit(Some(rx), &stdin_ids, &mut out)
             .await?;
+        // Like srun, a rank whose server was lost fails the run.
+        failed = !console.lost().is_empty();
     } else if a.commands.is_empty() {
         line_editor(&mut console).await?;
     } else {
@@ -627,6 +660,8 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
         }
     }
     console.shutdown().await;
+    // `exit` runs no destructors: the socket goes first.
+    drop(status_socket);
     if failed {
         std::process::exit(1);
     }

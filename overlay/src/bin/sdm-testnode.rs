@@ -4,7 +4,9 @@
 //! Protocol with the test harness: the process binds `--listen`, prints `LISTEN <addr>` on
 //! stdout, then reads one line from stdin holding every server's address separated by
 //! spaces (server 0 first). It connects to its children, accepts its parent, and runs until
-//! the parent link ends. Commands: `sleep MS` answers `ok` after MS ms, `id` answers the
+//! the parent link ends (with `--recover`, re-attaching to a live ancestor if the parent dies, and adopting
+//! orphans below it, see `sdm_overlay::recover`; not to the master, whose address it
+//! does not know). Commands: `sleep MS` answers `ok` after MS ms, `id` answers the
 //! server's id, anything else answers `ok`.
 
 use std::io::{BufRead, Write};
@@ -16,6 +18,7 @@ use clap::Parser;
 use sdm_overlay::Node;
 use sdm_overlay::auth::SessionKey;
 use sdm_overlay::driver::{self, Delivery};
+use sdm_overlay::recover;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, SessionTls, TransportConfig, transport_for};
 use sdm_topology::{NodeId, Shape, Topology};
@@ -35,6 +38,10 @@ struct Args {
     /// Where to listen (port 0 picks one).
     #[arg(long, default_value = "tcp://127.0.0.1:0")]
     listen: Address,
+    /// Recover like the sdm daemons: adopt orphans, re-attach to a live ancestor when the
+    /// parent dies (off by default, so a test sees a dead node's whole subtree lost).
+    #[arg(long)]
+    recover: bool,
 }
 
 fn answer(id: u32, d: Delivery) {
@@ -100,11 +107,29 @@ async fn main() -> anyhow::Result<()> {
     );
     let parent = parent.context("accepting the parent")?;
     let id = args.id;
-    driver::run_node(
+    // With --recover, like the sdm daemons: the listener takes orphans re-attaching, and
+    // a dead parent is replaced by the nearest live ancestor.
+    let recovery = if args.recover {
+        recover::recovery(
+            me,
+            &*topo,
+            &table,
+            None,
+            Arc::from(transport),
+            &policy,
+            Some(listener),
+        )
+    } else {
+        driver::Recovery::default()
+    };
+    let (_no_events, events) = tokio::sync::mpsc::channel(1);
+    driver::run_node_full(
         Node::new(me, topo),
         parent,
         children,
         Box::new(move |d| answer(id, d)),
+        events,
+        recovery,
     )
     .await?;
     Ok(())

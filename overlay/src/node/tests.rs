@@ -489,3 +489,38 @@ fn mean_sends_records_up_and_finishes_at_the_front_end() {
         );
     }
 }
+
+#[test]
+fn an_adopted_descendant_keeps_its_share_after_its_old_parent_returns() {
+    // Binomial over 16: server 3's children are 4 and 5, and 6 is 5's child.
+    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Binomial.build(16));
+    let mut node = Node::new(NodeId::Server(3), topo);
+    let now = Instant::now();
+    // 5's link is cut; its child 6 re-attaches here; then 5 itself comes back (a healed
+    // cut), while 6 stays linked here, not under 5.
+    node.handle_link_down(now, NodeId::Server(5), "cut");
+    assert!(node.handle_adopt(NodeId::Server(6)));
+    assert!(!node.handle_adopt(NodeId::Server(4)), "4 is a live child");
+    assert!(node.handle_adopt(NodeId::Server(5)));
+    let dest: IdSet = "[3-6]".parse().unwrap();
+    node.handle_from_parent(now, Message::command(1, dest, SyncMode::WaitAll, "ping"));
+    let mut sent = Vec::new();
+    let mut local = false;
+    while let Some(out) = node.poll_output() {
+        match out {
+            Output::ToChild(c, m) => sent.push((c, m.dest.to_string())),
+            Output::Deliver { .. } => local = true,
+            Output::ToParent(m) => panic!("nothing is lost: {m:?}"),
+        }
+    }
+    sent.sort();
+    assert!(local);
+    assert_eq!(
+        sent,
+        vec![
+            (NodeId::Server(4), "[4]".to_owned()),
+            (NodeId::Server(5), "[5]".to_owned()),
+            (NodeId::Server(6), "[6]".to_owned()),
+        ]
+    );
+}
