@@ -127,22 +127,23 @@ fn kill9(s: &Session, id: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphans_reattach_and_later_commands_reach_them() {
     let s = sixteen().await;
-    // Interior server 7 (subtree [7-14]: children 8, 9 and 11) and interior server 3
-    // (children 4 and 5), both children of the master, then leaf 13 (under 11, which is
-    // now adopted by the master).
+    // The master's first child 0 (a leaf in the binomial tree), interior server 7
+    // (subtree [7-14]: children 8, 9 and 11) and interior server 3 (children 4 and 5), all
+    // children of the master, then leaf 13 (under 11, which is now adopted by the master).
+    kill9(&s, 0);
     kill9(&s, 7);
     kill9(&s, 3);
     let mut c = Console::new(s, false);
-    let want: IdSet = "[0-2,4-6,8-15]".parse().unwrap();
+    let want: IdSet = "[1-2,4-6,8-15]".parse().unwrap();
     let (ok, lost) = ping_until(&mut c, &want).await;
     assert_eq!(ok, want, "the orphans re-attached (lost: {lost})");
-    assert_eq!(lost.to_string(), "[3,7]");
+    assert_eq!(lost.to_string(), "[0,3,7]");
     let s = c.session();
     kill9(s, 13);
-    let want: IdSet = "[0-2,4-6,8-12,14-15]".parse().unwrap();
+    let want: IdSet = "[1-2,4-6,8-12,14-15]".parse().unwrap();
     let (ok, lost) = ping_until(&mut c, &want).await;
     assert_eq!(ok, want, "13's child 14 re-attached too (lost: {lost})");
-    assert_eq!(lost.to_string(), "[3,7,13]");
+    assert_eq!(lost.to_string(), "[0,3,7,13]");
     let mut out = Vec::new();
     c.command("health", &mut out).await.unwrap();
     let text = String::from_utf8(out).unwrap();
