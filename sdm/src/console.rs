@@ -224,11 +224,7 @@ impl Console {
             }
             self.flush_stdio(false, out)?;
         }
-        while let Some(m) = self.session.queued_event() {
-            self.incoming(m, out)?;
-        }
-        self.flush_stdio(true, out)?;
-        Ok(())
+        self.print_received(true, out)
     }
 
     /// Ranks whose server is lost (killed, cut off and not re-attached): their programs'
@@ -251,10 +247,7 @@ impl Console {
             .await?;
         for g in groups.iter().filter(|g| g.status == Status::Lost) {
             // What came before the loss is printed first.
-            while let Some(m) = self.session.queued_event() {
-                self.incoming(m, out)?;
-            }
-            self.flush_stdio(true, out)?;
+            self.print_received(true, out)?;
             eprintln!(
                 "sdm: {} lost: {}",
                 g.sources,
@@ -264,6 +257,15 @@ impl Console {
             self.lost.union_with(&g.sources);
         }
         Ok(())
+    }
+
+    /// Prints the output and events already received (without waiting), then the merged
+    /// lines that are due (`all`: every one held).
+    fn print_received(&mut self, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+        while let Some(m) = self.session.queued_event() {
+            self.incoming(m, out)?;
+        }
+        self.flush_stdio(all, out)
     }
 
     /// Prints output and events as they come, for at most 20 ms or until `until`.
@@ -482,10 +484,7 @@ impl Console {
             ),
         }
         // Output and events that arrived meanwhile.
-        while let Some(m) = self.session.queued_event() {
-            self.incoming(m, out)?;
-        }
-        self.flush_stdio(false, out)?;
+        self.print_received(false, out)?;
         Ok(true)
     }
 

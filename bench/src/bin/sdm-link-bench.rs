@@ -179,28 +179,35 @@ async fn frame_round_trip(link: &mut Link, op: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Accepts plain tcp connections on `listener` for ever, each tuned ([`tune`]) and served
+/// by `serve` on its own task until it ends.
+fn spawn_plain<F, Fut>(listener: TcpListener, bounded: bool, serve: F) -> JoinHandle<()>
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            if tune(&s, bounded).is_ok() {
+                tokio::spawn(serve(s));
+            }
+        }
+    })
+}
+
 /// Plain tcp echo: every accepted connection gets back each length-prefixed frame it sends,
 /// until it ends.
 fn spawn_plain_echo(listener: TcpListener, bounded: bool) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                if tune(&s, bounded).is_err() {
-                    return;
-                }
-                let (r, mut w) = s.into_split();
-                let mut r = BufReader::new(r);
-                let mut buf = Vec::new();
-                while let Ok(len) = r.read_u32().await {
-                    buf.resize(len as usize + 4, 0);
-                    buf[..4].copy_from_slice(&len.to_be_bytes());
-                    if r.read_exact(&mut buf[4..]).await.is_err()
-                        || w.write_all(&buf).await.is_err()
-                    {
-                        return;
-                    }
-                }
-            });
+    spawn_plain(listener, bounded, |s| async move {
+        let (r, mut w) = s.into_split();
+        let mut r = BufReader::new(r);
+        let mut buf = Vec::new();
+        while let Ok(len) = r.read_u32().await {
+            buf.resize(len as usize + 4, 0);
+            buf[..4].copy_from_slice(&len.to_be_bytes());
+            if r.read_exact(&mut buf[4..]).await.is_err() || w.write_all(&buf).await.is_err() {
+                return;
+            }
         }
     })
 }
@@ -208,28 +215,21 @@ fn spawn_plain_echo(listener: TcpListener, bounded: bool) -> JoinHandle<()> {
 /// Plain tcp sink: reads the length-prefixed frames of every accepted connection and writes
 /// one byte back after each `burst` of them, until the connection ends.
 fn spawn_plain_sink(listener: TcpListener, bounded: bool, burst: u32) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                if tune(&s, bounded).is_err() {
+    spawn_plain(listener, bounded, move |s| async move {
+        let (r, mut w) = s.into_split();
+        let mut r = BufReader::with_capacity(64 << 10, r);
+        let mut buf = Vec::new();
+        loop {
+            for _ in 0..burst {
+                let Ok(len) = r.read_u32().await else { return };
+                buf.resize(len as usize, 0);
+                if r.read_exact(&mut buf).await.is_err() {
                     return;
                 }
-                let (r, mut w) = s.into_split();
-                let mut r = BufReader::with_capacity(64 << 10, r);
-                let mut buf = Vec::new();
-                loop {
-                    for _ in 0..burst {
-                        let Ok(len) = r.read_u32().await else { return };
-                        buf.resize(len as usize, 0);
-                        if r.read_exact(&mut buf).await.is_err() {
-                            return;
-                        }
-                    }
-                    if w.write_all(&[1]).await.is_err() {
-                        return;
-                    }
-                }
-            });
+            }
+            if w.write_all(&[1]).await.is_err() {
+                return;
+            }
         }
     })
 }

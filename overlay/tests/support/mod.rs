@@ -235,31 +235,7 @@ impl Procs {
         policy: &ConnectPolicy,
         env: &[(&str, &str)],
     ) -> (Procs, Vec<Address>) {
-        let mut procs = Procs(Vec::new());
-        let mut table = Vec::new();
-        for id in 0..n {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_sdm-testnode"))
-                .args(["--id", &id.to_string(), "--servers", &n.to_string()])
-                .envs(env.iter().copied())
-                .env(SESSION_KEY_ENV, policy.key.to_hex())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn sdm-testnode");
-            let mut line = String::new();
-            BufReader::new(child.stdout.as_mut().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            let addr: Address = line
-                .trim()
-                .strip_prefix("LISTEN ")
-                .expect("LISTEN line")
-                .parse()
-                .unwrap();
-            table.push(addr);
-            procs.0.push(child);
-        }
-        (procs, table)
+        Self::spawn_each(n, policy, env, |_| Command::new(TESTNODE))
     }
 
     /// Sends every process the routing table `table` (one line of addresses, server 0
