@@ -20,6 +20,11 @@ pub struct StdioLine {
     pub kind: Kind,
     /// The ranks that printed it.
     pub sources: IdSet,
+    /// For output, the line's index in its ranks' stream (the k-th line each of them
+    /// printed on that stream, counted by their servers from 0): lines merge only with
+    /// lines of the same index, so the front-end can align ranks line by line (see
+    /// [`crate::align`]). Zero for events.
+    pub index: u64,
     /// The payload (stream tag and text, or the event text).
     pub payload: Bytes,
 }
@@ -58,9 +63,9 @@ pub struct Coalescer {
     groups: VecDeque<Group>,
     /// Sequence number of `groups[0]`.
     base: u64,
-    /// Groups with a given kind and payload, by sequence number (ascending; stale
-    /// entries below `base` are pruned lazily).
-    by_payload: HashMap<(Kind, Bytes), VecDeque<u64>>,
+    /// Groups with a given kind, line index and payload, by sequence number (ascending;
+    /// stale entries below `base` are pruned lazily).
+    by_payload: HashMap<(Kind, u64, Bytes), VecDeque<u64>>,
     /// For each rank and channel (an event, or an output stream), the sequence number of
     /// the last group holding it.
     last: HashMap<(u32, u8), u64>,
@@ -149,7 +154,7 @@ impl Coalescer {
             .max()
             .unwrap_or(0)
             .max(self.base);
-        let key = (line.kind, line.payload.clone());
+        let key = (line.kind, line.index, line.payload.clone());
         let base = self.base;
         let seqs = self.by_payload.entry(key).or_default();
         while seqs.front().is_some_and(|&s| s < base) {
@@ -254,6 +259,7 @@ mod tests {
         StdioLine {
             kind: Kind::Stdio,
             sources: ids.parse().unwrap(),
+            index: 0,
             payload: Bytes::from(payload),
         }
     }

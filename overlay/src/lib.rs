@@ -9,8 +9,10 @@
 //! - [`frontend`]: the minimal front-end client of issue 2 (send, collect merged groups).
 //! - [`flow`]: credit-based flow control of output going up, so it never holds up control.
 //! - [`coalesce`]: merging identical stdio lines of many ranks, each rank's order kept.
+//! - [`align`]: the front-end's line-by-line alignment of output across ranks.
 //! - [`sim`]: a whole tree in one process with a virtual clock (tests and `sdm-sim`).
 
+pub mod align;
 pub mod auth;
 pub mod coalesce;
 pub mod driver;

@@ -193,6 +193,10 @@ pub struct Node {
     stats: NodeStats,
     /// Stdio lines from children waiting to merge with identical lines of other ranks.
     stdio: Coalescer,
+    /// How many lines this server has sent up on each stream (indexed by the stream tag,
+    /// the payload's first byte: 1 stdout, 2 stderr; tags from 3 up share the last slot):
+    /// the index of its next line there.
+    lines_sent: [u64; 4],
     /// Where each op's filter comes from.
     registry: Arc<Registry>,
 }
@@ -210,6 +214,7 @@ impl Node {
             out: VecDeque::new(),
             stats: NodeStats::default(),
             stdio: Coalescer::new(Duration::ZERO),
+            lines_sent: [0; 4],
             registry: builtin_registry(),
         }
     }
@@ -243,7 +248,7 @@ impl Node {
     }
 
     fn push_stdio(&mut self, l: StdioLine) {
-        let mut m = Message::reply(0, l.sources, Status::Replied, l.payload);
+        let mut m = Message::reply(l.index, l.sources, Status::Replied, l.payload);
         m.kind = l.kind;
         m.aggregate.status = None;
         self.out.push_back(Output::ToParent(m));
@@ -420,6 +425,7 @@ impl Node {
                 let line = StdioLine {
                     kind: msg.kind,
                     sources: msg.source,
+                    index: msg.op,
                     payload: msg.payload,
                 };
                 for l in self.stdio.push(now, line) {
@@ -434,10 +440,19 @@ impl Node {
     }
 
     /// Something happened here (a breakpoint, an exit, a line of output): send it up as an
-    /// event (or stdio) from this server.
+    /// event (or stdio) from this server. A line of output carries its index in its stream
+    /// (this server's k-th line there), so lines of many ranks can be aligned line by line.
     pub fn handle_local_event(&mut self, kind: Kind, payload: Bytes) {
         let Some(me) = self.me.server() else { return };
-        let mut m = Message::reply(0, IdSet::single(me), Status::Replied, payload);
+        let index = match (kind, payload.first()) {
+            (Kind::Stdio, Some(&stream)) => {
+                let n = &mut self.lines_sent[usize::from(stream.min(3))];
+                *n += 1;
+                *n - 1
+            }
+            _ => 0,
+        };
+        let mut m = Message::reply(index, IdSet::single(me), Status::Replied, payload);
         m.kind = kind;
         m.aggregate.status = None;
         self.out.push_back(Output::ToParent(m));

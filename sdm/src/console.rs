@@ -9,7 +9,8 @@ use anyhow::{Context, anyhow};
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 
-use sdm_overlay::coalesce::{Coalescer, StdioLine};
+use sdm_overlay::align::Aligner;
+use sdm_overlay::coalesce::StdioLine;
 
 use crate::monitor::{STDERR, STDOUT};
 use crate::omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
@@ -22,6 +23,46 @@ const COMMAND_TIMEOUT_MS: u32 = 30_000;
 /// are pinged, so a dead server cannot make the wait endless.
 const LIVENESS_CHECK: Duration = Duration::from_secs(2);
 
+/// At the end, how long the console waits for the next exit while programs are still
+/// reported running (each exit that arrives starts the wait anew).
+const DRAIN_PATIENCE: Duration = Duration::from_secs(10);
+
+/// How long an output line waits for the same line of the ranks that have not printed
+/// it yet, by default (see [`Aligner`]).
+pub const DEFAULT_MERGE_LAG: Duration = Duration::from_secs(5);
+
+/// How long identical events (other than exits) of different ranks wait for each other.
+const EVENT_WINDOW: Duration = Duration::from_millis(200);
+
+/// At most this many distinct output lines are held for alignment.
+const MAX_HELD_LINES: usize = 1 << 20;
+
+/// How a console's programs ended, for the exit status of `sdm run` (see
+/// [`Console::shutdown`]).
+#[derive(Debug, Clone, Default)]
+pub struct Ending {
+    /// The largest exit status of the programs that ended by themselves (128+N for
+    /// signal N); those the console killed do not count.
+    pub status: i32,
+    /// Ranks whose program could not be started (or attached to).
+    pub not_started: IdSet,
+    /// Ranks whose server was lost.
+    pub lost: IdSet,
+    /// Ranks whose end was never reported (within the drain patience).
+    pub undrained: IdSet,
+}
+
+impl Ending {
+    /// The exit status for `sdm run`, like srun's: the largest status of the programs,
+    /// and at least 1 when a program could not start, a server was lost or an end was
+    /// never reported.
+    pub fn exit_code(&self) -> i32 {
+        let trouble =
+            !(self.not_started.is_empty() && self.lost.is_empty() && self.undrained.is_empty());
+        self.status.max(i32::from(trouble))
+    }
+}
+
 /// A console over a running session.
 pub struct Console {
     session: Session,
@@ -30,12 +71,23 @@ pub struct Console {
     history: Vec<String>,
     /// Print every stdio line once per rank, `[3] text`, instead of merged.
     label: bool,
-    /// Front-end coalescing of stdio lines (after the tree's own).
-    stdio: Coalescer,
-    /// Ranks whose program has ended.
+    /// Line-by-line alignment of output across ranks (after the tree's own merging).
+    stdio: Aligner,
+    /// Ranks whose program was started (or attached to) under this console.
+    started: IdSet,
+    /// Of those, ranks attached to (detached, not killed, at the end).
+    attached: IdSet,
+    /// Ranks whose program has ended (its exit arrived), was never started, or whose
+    /// server was lost.
     terminated: IdSet,
     /// Ranks whose server was found lost while waiting for the programs' end.
     lost: IdSet,
+    /// Ranks whose program could not be started.
+    not_started: IdSet,
+    /// Ranks the console killed (their end does not count in the exit status).
+    killed: IdSet,
+    /// The largest exit status of the programs that ended by themselves.
+    exit_status: i32,
     /// Questions from `sdm status` in other terminals, answered while the console waits.
     queries: Option<tokio::sync::mpsc::Receiver<crate::status::Query>>,
 }
@@ -57,15 +109,25 @@ impl Console {
     /// A console printing plain text, or JSON lines with `json`.
     pub fn new(session: Session, json: bool) -> Self {
         Self {
-            session,
             next_id: 1,
             json,
             history: Vec::new(),
             label: false,
-            stdio: Coalescer::new(Duration::from_millis(200)),
+            stdio: Aligner::new(
+                session.all(),
+                DEFAULT_MERGE_LAG,
+                EVENT_WINDOW,
+                MAX_HELD_LINES,
+            ),
+            started: IdSet::new(),
+            attached: IdSet::new(),
             terminated: IdSet::new(),
             queries: None,
             lost: IdSet::new(),
+            not_started: IdSet::new(),
+            killed: IdSet::new(),
+            exit_status: 0,
+            session,
         }
     }
 
@@ -108,11 +170,17 @@ impl Console {
             .all(|l| l.health == crate::health::Health::Full))
     }
 
-    /// Prints stdio lines per rank (`label`), and merges identical lines of different
-    /// ranks arriving within `window` (zero: print each as it comes).
-    pub fn set_stdio(&mut self, label: bool, window: Duration) {
+    /// Prints stdio lines per rank (`label`), and merges the identical k-th lines of
+    /// different ranks, waiting at most `lag` for a rank that has not printed its k-th
+    /// line yet (zero: print each line as it comes).
+    pub fn set_stdio(&mut self, label: bool, lag: Duration) {
         self.label = label;
-        self.stdio = Coalescer::new(window);
+        self.stdio = Aligner::new(
+            self.stdio.running().clone(),
+            lag,
+            EVENT_WINDOW,
+            MAX_HELD_LINES,
+        );
     }
 
     /// Ranks whose program has ended.
@@ -120,15 +188,38 @@ impl Console {
         &self.terminated
     }
 
-    /// Handles one message that is not a reply: output and events are coalesced (an event
-    /// never passes its sources' output), then printed; program ends are noted as printed.
+    /// Handles one message that is not a reply: output is aligned across ranks and events
+    /// merged (an event never passes its sources' output), then printed; a program's end
+    /// is noted as it arrives.
     fn incoming(&mut self, m: Message, out: &mut dyn Write) -> anyhow::Result<()> {
         let line = StdioLine {
             kind: m.kind,
             sources: m.source,
+            index: m.op,
             payload: m.payload,
         };
-        for l in self.stdio.push(std::time::Instant::now(), line) {
+        let now = std::time::Instant::now();
+        let due = match crate::iof::exit_status(&line) {
+            Some(status) => {
+                if !line.sources.is_subset(&self.killed) {
+                    self.exit_status = self.exit_status.max(status);
+                }
+                self.terminated.union_with(&line.sources);
+                self.stdio.push_end(now, line)
+            }
+            None => self.stdio.push(now, line),
+        };
+        for l in due {
+            self.print_line(&l, out)?;
+        }
+        Ok(())
+    }
+
+    /// `ranks` will print nothing more (their program never started, their server was
+    /// lost): output stops waiting for them.
+    fn ended_silently(&mut self, ranks: &IdSet, out: &mut dyn Write) -> anyhow::Result<()> {
+        self.terminated.union_with(ranks);
+        for l in self.stdio.end(std::time::Instant::now(), ranks) {
             self.print_line(&l, out)?;
         }
         Ok(())
@@ -149,9 +240,6 @@ impl Console {
 
     fn print_line(&mut self, l: &StdioLine, out: &mut dyn Write) -> anyhow::Result<()> {
         if l.kind != sdm_proto::Kind::Stdio {
-            if l.payload.starts_with(b"process_terminated") {
-                self.terminated.union_with(&l.sources);
-            }
             return self.print_event(&l.sources, &l.payload, out);
         }
         let (stream, text) = match l.payload.split_first() {
@@ -247,14 +335,14 @@ impl Console {
             .await?;
         for g in groups.iter().filter(|g| g.status == Status::Lost) {
             // What came before the loss is printed first.
-            self.print_received(true, out)?;
+            self.print_received(false, out)?;
             eprintln!(
                 "sdm: {} lost: {}",
                 g.sources,
                 String::from_utf8_lossy(&g.payload)
             );
-            self.terminated.union_with(&g.sources);
             self.lost.union_with(&g.sources);
+            self.ended_silently(&g.sources, out)?;
         }
         Ok(())
     }
@@ -302,20 +390,73 @@ impl Console {
         &mut self.session
     }
 
-    /// Ends the session (printing any output still held).
-    pub async fn shutdown(mut self) {
+    /// Ends the session without losing anything in flight: programs this console started
+    /// and that still run are killed (those it attached to are detached), every rank's
+    /// remaining output and every exit is received and printed (waiting as long as exits
+    /// keep coming, at most [`DRAIN_PATIENCE`] for the next one; ranks whose end never
+    /// came are named), then the tree is shut down. Returns how the programs ended.
+    pub async fn shutdown(mut self) -> Ending {
         let mut out = std::io::stdout();
-        while let Some(m) = self.session.queued_event() {
-            let _ = self.incoming(m, &mut out);
+        let _ = self.print_received(false, &mut out);
+        let running = &(&self.started - &self.attached) - &self.terminated;
+        if !running.is_empty() {
+            self.killed.union_with(&running);
+            let text = format!("{} [] kill()", self.id());
+            match self.request(&running, &text).await {
+                Ok(lines) => {
+                    for l in lines.iter().filter(|l| l.status == Status::Lost) {
+                        self.lost.union_with(&l.ids);
+                        let _ = self.ended_silently(&l.ids, &mut out);
+                    }
+                }
+                Err(e) => eprintln!("sdm: could not end the programs of {running}: {e:#}"),
+            }
+        }
+        let mut undrained = IdSet::new();
+        loop {
+            let missing = &(&self.started - &self.attached) - &self.terminated;
+            if missing.is_empty() {
+                break;
+            }
+            match tokio::time::timeout(DRAIN_PATIENCE, self.session.next_event()).await {
+                Ok(Some(m)) => {
+                    let _ = self.incoming(m, &mut out);
+                }
+                Ok(None) => {
+                    eprintln!(
+                        "sdm: {missing} did not drain: the tree went away ({})",
+                        self.session.closed_reason()
+                    );
+                    undrained = missing;
+                    break;
+                }
+                Err(_) => {
+                    eprintln!(
+                        "sdm: {missing} did not drain: no end reported within {} s",
+                        DRAIN_PATIENCE.as_secs()
+                    );
+                    undrained = missing;
+                    break;
+                }
+            }
         }
         // Events still on their way (replies of event actions that the last commands
         // raised) get a moment to arrive: until nothing has come for a short while.
-        let quiet = self.stdio.window().max(Duration::from_millis(100));
-        while let Ok(Some(m)) = tokio::time::timeout(quiet, self.session.next_event()).await {
+        while let Ok(Some(m)) =
+            tokio::time::timeout(Duration::from_millis(100), self.session.next_event()).await
+        {
             let _ = self.incoming(m, &mut out);
         }
-        let _ = self.flush_stdio(true, &mut std::io::stdout());
+        let _ = self.flush_stdio(true, &mut out);
+        let _ = out.flush();
+        let ending = Ending {
+            status: self.exit_status,
+            not_started: self.not_started.clone(),
+            lost: self.lost.clone(),
+            undrained,
+        };
         self.session.shutdown(Duration::from_secs(10)).await;
+        ending
     }
 
     /// Sends one OMIS basic request text to `dest` and returns the merged results.
@@ -353,7 +494,29 @@ impl Console {
             Value::Str(iof.to_owned())
         );
         let all = self.session.all();
-        self.request(&all, &text).await
+        let lines = self.request(&all, &text).await?;
+        self.note_started(&lines, false)?;
+        Ok(lines)
+    }
+
+    /// Notes which ranks now run a program (replied with a pid) and which could not
+    /// start one: those print nothing and are not waited for.
+    fn note_started(&mut self, lines: &[Line], attached: bool) -> anyhow::Result<()> {
+        for l in lines {
+            if l.started() {
+                self.started.union_with(&l.ids);
+                if attached {
+                    self.attached.union_with(&l.ids);
+                }
+            } else {
+                self.not_started.union_with(&l.ids);
+                if l.status == Status::Lost {
+                    self.lost.union_with(&l.ids);
+                }
+                self.ended_silently(&l.ids, &mut std::io::sink())?;
+            }
+        }
+        Ok(())
     }
 
     /// Attaches rank `i` to the running process `pids[i]` (processes this tree did not
@@ -377,6 +540,7 @@ impl Console {
         for (op, dest) in pending {
             out.extend(lines(self.session.collect(op, &dest).await?));
         }
+        self.note_started(&out, true)?;
         Ok(out)
     }
 
@@ -421,6 +585,10 @@ impl Console {
                 let service = if verb == "status" { "sdm_status" } else { verb };
                 let id = self.id();
                 let dest = ids(rest)?;
+                if verb == "kill" {
+                    // Programs the user kills do not count in the exit status.
+                    self.killed.union_with(&(&dest - &self.terminated));
+                }
                 let lines = self.request(&dest, &format!("{id} [] {service}()")).await?;
                 self.print_lines(verb, &lines, out, |r| match (verb, r.results.first()) {
                     (_, Some(Value::Str(s))) => s.clone(),
@@ -713,6 +881,31 @@ fn status_name(s: Status) -> &'static str {
         Status::Replied => "replied",
         Status::Lost => "lost",
         Status::TimedOut => "timed_out",
+    }
+}
+
+impl Line {
+    /// Why this line is not a success, in plain words: the reason a server was lost, the
+    /// error a service returned, or the reply itself.
+    pub fn reason(&self) -> String {
+        match (
+            &self.status,
+            self.reply.as_ref().and_then(|r| r.results.first()),
+        ) {
+            (Status::TimedOut, _) => "timed out".into(),
+            (Status::Lost, _) => format!("lost: {}", self.text),
+            (Status::Replied, Some(Value::Str(s))) => s.clone(),
+            _ => self.text.clone(),
+        }
+    }
+
+    /// Whether this is the reply of a successful `sdm_start` or `sdm_attach` (a pid).
+    pub fn started(&self) -> bool {
+        self.status == Status::Replied
+            && matches!(
+                self.reply.as_ref().and_then(|r| r.results.first()),
+                Some(Value::Int(_))
+            )
     }
 }
 

@@ -3,15 +3,16 @@
 //! `sdm_iof_set_stderr_handler`, and standard input to an id-set
 //! ([`Session::write_stdin`]).
 //!
-//! Output arrives as lines tagged with the ranks that printed them; identical lines of many
-//! ranks are merged within a window (the same [`Coalescer`] interior nodes use, so each
-//! rank's order is kept and an event never passes its ranks' output), then handed to the
-//! handler of their stream.
+//! Output arrives as lines tagged with the ranks that printed them and their index in each
+//! rank's stream; the identical k-th lines of all ranks are merged into one (an [`Aligner`],
+//! the same the console uses: each rank's order is kept, an event never passes its ranks'
+//! output, and the merge does not depend on timing), then handed to the handler of their
+//! stream.
 //!
 //! ```no_run
 //! # async fn demo(mut session: sdm::session::Session) -> anyhow::Result<()> {
 //! use std::time::Duration;
-//! let mut iof = sdm::iof::Iof::new(Duration::from_millis(200));
+//! let mut iof = sdm::iof::Iof::new(session.all(), Duration::from_secs(5));
 //! iof.set_stdout_handler(|ranks, line| println!("{ranks}: {}", String::from_utf8_lossy(line)));
 //! iof.set_stderr_handler(|ranks, line| eprintln!("{ranks}! {}", String::from_utf8_lossy(line)));
 //! session.write_stdin(&session.all(), b"input\n", true).await?;
@@ -23,7 +24,8 @@
 
 use std::time::{Duration, Instant};
 
-use sdm_overlay::coalesce::{Coalescer, StdioLine};
+use sdm_overlay::align::Aligner;
+use sdm_overlay::coalesce::StdioLine;
 use sdm_proto::{IdSet, Kind, Message};
 
 use crate::monitor::{STDERR, STDOUT};
@@ -36,9 +38,9 @@ pub type LineHandler = Box<dyn FnMut(&IdSet, &[u8]) + Send>;
 /// Called with the ranks an event came from and its text.
 pub type EventHandler = Box<dyn FnMut(&IdSet, &str) + Send>;
 
-/// Stdio handlers and the coalescing buffer in front of them.
+/// Stdio handlers and the aligning buffer in front of them.
 pub struct Iof {
-    buffer: Coalescer,
+    buffer: Aligner,
     stdout: LineHandler,
     stderr: LineHandler,
     event: EventHandler,
@@ -46,10 +48,11 @@ pub struct Iof {
 
 impl Iof {
     /// Handlers that print `[ranks] line` to this process's stdout and stderr (events to
-    /// stdout), merging identical lines within `window` (zero: no merging).
-    pub fn new(window: Duration) -> Self {
+    /// stdout), merging the identical k-th lines of `ranks`: a line waits at most `lag` for
+    /// the ranks that have not printed theirs (zero: no merging).
+    pub fn new(ranks: IdSet, lag: Duration) -> Self {
         Self {
-            buffer: Coalescer::new(window),
+            buffer: Aligner::new(ranks, lag, lag.min(Duration::from_millis(200)), 1 << 20),
             stdout: Box::new(|ids, l| println!("{ids} {}", String::from_utf8_lossy(l))),
             stderr: Box::new(|ids, l| eprintln!("{ids} {}", String::from_utf8_lossy(l))),
             event: Box::new(|ids, e| println!("{ids} event {e}")),
@@ -89,17 +92,27 @@ impl Iof {
         let line = StdioLine {
             kind: m.kind,
             sources: m.source,
+            index: m.op,
             payload: m.payload,
         };
         let now = Instant::now();
-        let due = self.buffer.push(now, line);
-        self.dispatch(due);
-        let due = self.buffer.expire(now);
+        let due = if exit_status(&line).is_some() {
+            self.buffer.push_end(now, line)
+        } else {
+            self.buffer.push(now, line)
+        };
         self.dispatch(due);
         None
     }
 
-    /// Hands over the lines whose window has passed.
+    /// `ranks` will print nothing more (their server was lost, their program never
+    /// started): output stops waiting for them.
+    pub fn end(&mut self, ranks: &IdSet) {
+        let due = self.buffer.end(Instant::now(), ranks);
+        self.dispatch(due);
+    }
+
+    /// Hands over the lines that are due (complete, or past the lag).
     pub fn tick(&mut self) {
         let due = self.buffer.expire(Instant::now());
         self.dispatch(due);
@@ -128,6 +141,26 @@ impl Iof {
     }
 }
 
+/// The exit status of a program's end event (`process_terminated("exited",3)`: 3;
+/// `process_terminated("killed","SIGSEGV")`: 128+11), or `None` if `l` is not one.
+pub fn exit_status(l: &StdioLine) -> Option<i32> {
+    if l.kind != sdm_proto::Kind::Event {
+        return None;
+    }
+    let text = std::str::from_utf8(&l.payload).ok()?;
+    let args = text
+        .strip_prefix("process_terminated(")?
+        .strip_suffix(')')?;
+    let (how, what) = args.split_once(',')?;
+    let what = what.trim().trim_matches('"');
+    Some(match how.trim().trim_matches('"') {
+        "exited" => what.parse::<i32>().map_or(1, |c| c & 0xff),
+        _ => what
+            .parse::<nix::sys::signal::Signal>()
+            .map_or(128 + 9, |s| 128 + s as i32),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -151,7 +184,7 @@ mod tests {
     #[test]
     fn handlers_get_merged_lines_per_stream_and_events_after_output() {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut iof = Iof::new(Duration::from_millis(50));
+        let mut iof = Iof::new(IdSet::all(2), Duration::from_secs(5));
         let (a, b, c) = (seen.clone(), seen.clone(), seen.clone());
         iof.set_stdout_handler(move |ids, l| {
             a.lock()
@@ -179,8 +212,7 @@ mod tests {
             iof.handle(msg(Kind::Reply, "[0]", b"x")).is_some(),
             "replies are not stdio"
         );
-        assert!(seen.lock().unwrap().is_empty(), "held for the window");
-        iof.flush();
+        // Both ranks ended: nothing is awaited any more, everything leaves in order.
         assert_eq!(
             *seen.lock().unwrap(),
             [
@@ -189,5 +221,24 @@ mod tests {
                 "ev [0-1] process_terminated(\"exited\",0)"
             ]
         );
+    }
+
+    #[test]
+    fn exit_statuses_are_like_srun() {
+        let ev = |text: &str| StdioLine {
+            kind: Kind::Event,
+            sources: IdSet::single(0),
+            index: 0,
+            payload: Bytes::copy_from_slice(text.as_bytes()),
+        };
+        assert_eq!(
+            exit_status(&ev("process_terminated(\"exited\",3)")),
+            Some(3)
+        );
+        assert_eq!(
+            exit_status(&ev("process_terminated(\"killed\",\"SIGSEGV\")")),
+            Some(139)
+        );
+        assert_eq!(exit_status(&ev("breakpoint(\"f\",0x10)")), None);
     }
 }

@@ -141,9 +141,14 @@ struct RunArgs {
     #[arg(long)]
     no_coalesce: bool,
     /// How long interior nodes hold an output line to merge it with identical lines of
-    /// other ranks, in milliseconds; the console holds lines ten times as long.
+    /// other ranks, in milliseconds.
     #[arg(long, default_value_t = 20, value_name = "MS")]
     coalesce_ms: u64,
+    /// How long the console holds a rank's k-th output line for the ranks that have not
+    /// printed their k-th line yet, in milliseconds: identical k-th lines of all ranks
+    /// print once whatever the load; past this lag the late ranks' lines print on their own.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    merge_lag: u64,
     /// Stdio of the programs: pty (default), pipes (stdout and stderr apart), or runtime
     /// (left to the launcher).
     #[arg(long, default_value = "pty")]
@@ -457,7 +462,7 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
         .session()
         .request(&all, SyncMode::Timeout(10_000), "0 [] kill()")
         .await?;
-    console.shutdown().await;
+    let _ = console.shutdown().await;
     Ok(())
 }
 
@@ -585,7 +590,12 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
         eprintln!("sdm: {ids} failed to start: {why}");
     }
     let mut console = sdm::console::Console::new(session, a.json);
-    console.set_stdio(a.label, window * 10);
+    let lag = if a.no_coalesce {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(a.merge_lag)
+    };
+    console.set_stdio(a.label, lag);
     // `sdm status` in another terminal asks this front-end (the socket goes with it).
     let status_socket = match sdm::status::serve() {
         Ok((served, queries)) => {
@@ -605,20 +615,21 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
         let started = console
             .start_program(&program, &a.program[1..], &a.iof)
             .await?;
-        for l in &started {
-            if l.status != Status::Replied || l.text.contains("error") {
-                eprintln!("sdm: {} could not start {program}: {}", l.ids, l.text);
-            }
+        for l in started.iter().filter(|l| !l.started()) {
+            eprintln!("sdm: {} could not start {program}: {}", l.ids, l.reason());
         }
     } else {
-        for l in &console.attach(&a.attach).await? {
-            if l.status != Status::Replied || l.text.contains("error") {
-                eprintln!("sdm: {} could not attach: {}", l.ids, l.text);
-            }
+        for l in console
+            .attach(&a.attach)
+            .await?
+            .iter()
+            .filter(|l| !l.started())
+        {
+            eprintln!("sdm: {} could not attach: {}", l.ids, l.reason());
         }
     }
+    let mut failed = !r.failed.is_empty();
     let mut out = std::io::stdout();
-    let mut failed = false;
     let interactive = std::io::stdin().is_terminal();
     if a.commands.is_empty() && !interactive {
         // Like srun: standard input goes to the programs; wait for them to end.
@@ -640,11 +651,10 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
             }
             let _ = tx.blocking_send(None);
         });
-        console
-            .wait_for_exit(Some(rx), &stdin_ids, &mut out)
-            .await?;
-        // Like srun, a rank whose server was lost fails the run.
-        failed = !console.lost().is_empty();
+        if let Err(e) = console.wait_for_exit(Some(rx), &stdin_ids, &mut out).await {
+            eprintln!("sdm: {e:#}");
+            failed = true;
+        }
     } else if a.commands.is_empty() {
         line_editor(&mut console).await?;
     } else {
@@ -659,11 +669,15 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
-    console.shutdown().await;
+    // Like srun: the largest exit status of the programs, at least 1 when a program
+    // could not start, a server was lost or a command failed.
+    let ending = console.shutdown().await;
+    let code = ending.exit_code().max(i32::from(failed));
     // `exit` runs no destructors: the socket goes first.
     drop(status_socket);
-    if failed {
-        std::process::exit(1);
+    std::io::stdout().flush()?;
+    if code != 0 {
+        std::process::exit(code);
     }
     Ok(())
 }

@@ -170,7 +170,7 @@ async fn kill9_during_a_stdio_flood_and_a_stream() {
     }
     // A stream: waves of the programs' metrics merged by `stats`, with a server killed
     // between waves 1 and 2 (its subtree's programs are killed with it).
-    let mut iof = sdm::iof::Iof::new(std::time::Duration::from_millis(50));
+    let mut iof = sdm::iof::Iof::new(all.clone(), std::time::Duration::from_millis(50));
     iof.set_stdout_handler(|_, _| {});
     let mut lost_seen = IdSet::new();
     for wave in 0..3 {

@@ -101,7 +101,7 @@ async fn lines(
     let mut s = launch(n, window_ms).await?;
     let count = Arc::new(AtomicU64::new(0));
     let ended = Arc::new(std::sync::Mutex::new(IdSet::new()));
-    let mut iof = Iof::new(Duration::from_millis(window_ms));
+    let mut iof = Iof::new(s.all(), Duration::from_millis(window_ms));
     let c = count.clone();
     let e = ended.clone();
     iof.set_stdout_handler(move |ids, _| {
@@ -172,7 +172,7 @@ async fn stop(n: u32, window_ms: u64, iters: u32, ping: bool) -> anyhow::Result<
     ] {
         let mut s = launch(n, window_ms).await?;
         let lines = Arc::new(AtomicU64::new(0));
-        let mut iof = Iof::new(Duration::from_millis(window_ms));
+        let mut iof = Iof::new(s.all(), Duration::from_millis(window_ms));
         let l = lines.clone();
         iof.set_stdout_handler(move |ids, _| {
             l.fetch_add(ids.len(), Ordering::Relaxed);
