@@ -222,6 +222,53 @@ fn wrong_direction_frames_are_refused() {
     assert!(n.poll_output().is_none());
 }
 
+#[test]
+fn a_servers_lines_are_numbered_per_stream_and_merge_only_at_equal_indices() {
+    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Binomial.build(4));
+    let mut n = Node::new(NodeId::Server(1), topo.clone());
+    for payload in [&b"\x01a"[..], b"\x02e", b"\x01b", b"\x01c", b"\x02f"] {
+        n.handle_local_event(Kind::Stdio, Bytes::from_static(payload));
+    }
+    n.handle_local_event(Kind::Event, Bytes::from_static(b"exited"));
+    let mut sent = Vec::new();
+    while let Some(Output::ToParent(m)) = n.poll_output() {
+        sent.push((m.kind, m.op, m.payload));
+    }
+    let want: Vec<(Kind, u64, Bytes)> = [
+        (Kind::Stdio, 0, &b"\x01a"[..]),
+        (Kind::Stdio, 0, b"\x02e"),
+        (Kind::Stdio, 1, b"\x01b"),
+        (Kind::Stdio, 2, b"\x01c"),
+        (Kind::Stdio, 1, b"\x02f"),
+        (Kind::Event, 0, b"exited"),
+    ]
+    .into_iter()
+    .map(|(k, i, p)| (k, i, Bytes::from_static(p)))
+    .collect();
+    assert_eq!(sent, want);
+
+    // An interior node (0 is the parent of 1 in a binomial tree of 4) merges the same
+    // text only at the same index.
+    let mut parent = Node::new(NodeId::Server(0), topo);
+    parent.set_stdio_window(Duration::from_millis(20));
+    let now = Instant::now();
+    let line = |op: u64, id: u32| {
+        let mut m = Message::reply(op, IdSet::single(id), Status::Replied, Bytes::from_static(b"\x01y"));
+        m.kind = Kind::Stdio;
+        m.aggregate.status = None;
+        m
+    };
+    parent.handle_from_child(now, NodeId::Server(1), line(0, 1));
+    parent.handle_from_child(now, NodeId::Server(1), line(1, 1));
+    parent.handle_from_child(now, NodeId::Server(2), line(1, 2));
+    parent.set_stdio_window(Duration::ZERO);
+    let mut up = Vec::new();
+    while let Some(Output::ToParent(m)) = parent.poll_output() {
+        up.push((m.op, m.source.to_string()));
+    }
+    assert_eq!(up, [(0, "[1]".to_owned()), (1, "[1-2]".to_owned())]);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
