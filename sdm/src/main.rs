@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use sdm::session::{Progress, Session, SessionOptions};
 use sdm_deploy::LauncherKind;
@@ -88,6 +88,17 @@ enum Cmd {
         /// Seconds to wait for a parent before exiting.
         #[arg(long, default_value_t = 120)]
         parent_timeout: u64,
+    },
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: sdm::manual::Shell,
+    },
+    /// Print the man page (roff), or write one page per command into DIR.
+    Man {
+        /// Write sdm.1, sdm-launch.1, ... into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -278,6 +289,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 parent_timeout: Duration::from_secs(parent_timeout),
             };
             sdm::daemon::run_server(id, sdm_deploy::local_rank_from_env(), key, opt).await
+        }
+        Cmd::Completions { shell } => {
+            sdm::manual::completions(shell, &mut Cli::command(), &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man { dir: None } => Ok(sdm::manual::man_page(
+            Cli::command(),
+            &mut std::io::stdout(),
+        )?),
+        Cmd::Man { dir: Some(dir) } => {
+            for page in sdm::manual::man_pages(Cli::command(), &dir)? {
+                println!("{}", page.display());
+            }
+            Ok(())
         }
     }
 }
