@@ -219,13 +219,7 @@ struct LaunchArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    sdm_overlay::logging::init("warn");
     let cli = Cli::parse();
     // Daemons run everything on one thread: a frame never crosses threads on its way
     // through a node (measured: 2-2.5x the round trips and waves of a one-worker pool).

@@ -29,7 +29,10 @@ fn completion_scripts_name_every_subcommand() {
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         let script = sdm_ok(["completions", shell]);
         for sub in &subs {
-            assert!(script.contains(sub.as_str()), "{shell}: no {sub} in\n{script}");
+            assert!(
+                script.contains(sub.as_str()),
+                "{shell}: no {sub} in\n{script}"
+            );
         }
     }
     let bash = sdm_ok(["completions", "bash"]);
@@ -41,10 +44,16 @@ fn completion_scripts_name_every_subcommand() {
 #[test]
 fn man_page_has_a_title_and_every_subcommand() {
     let page = sdm_ok(["man"]);
-    assert!(page.starts_with(".ie") || page.contains("\n.TH sdm 1"), "{page}");
+    assert!(
+        page.starts_with(".ie") || page.contains("\n.TH sdm 1"),
+        "{page}"
+    );
     assert!(page.contains(".SH SUBCOMMANDS"), "{page}");
     for sub in subcommands() {
-        assert!(page.contains(&format!("sdm\\-{sub}")), "no {sub} in\n{page}");
+        assert!(
+            page.contains(&format!("sdm\\-{sub}")),
+            "no {sub} in\n{page}"
+        );
     }
 }
 
@@ -52,13 +61,21 @@ fn man_page_has_a_title_and_every_subcommand() {
 fn man_dir_gets_one_page_per_command() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdm-man");
     let _ = std::fs::remove_dir_all(&dir);
-    let listed = sdm_ok([std::ffi::OsStr::new("man"), "--dir".as_ref(), dir.as_os_str()]);
+    let listed = sdm_ok([
+        std::ffi::OsStr::new("man"),
+        "--dir".as_ref(),
+        dir.as_os_str(),
+    ]);
     let mut expected = vec!["sdm.1".to_owned()];
     expected.extend(subcommands().iter().map(|s| format!("sdm-{s}.1")));
     for name in &expected {
-        let page = std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let page =
+            std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(page.contains(".TH "), "{name}: {page}");
-        assert!(listed.contains(name.as_str()), "{name} not listed: {listed}");
+        assert!(
+            listed.contains(name.as_str()),
+            "{name} not listed: {listed}"
+        );
     }
     let run = std::fs::read_to_string(dir.join("sdm-run.1")).unwrap();
     assert!(run.contains("coalesce\\-ms"), "{run}");
