@@ -186,43 +186,33 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
+    fn summary(count: u64, secs: u64) -> Verdict {
+        Verdict::Summary {
+            count,
+            over: Duration::from_secs(secs),
+        }
+    }
+
     #[test]
     fn a_flood_is_one_line_then_one_summary_per_interval() {
         let t0 = Instant::now();
         let mut l = RateLimit::new(10 * S);
         assert_eq!(l.flush(t0), None);
         assert_eq!(l.hit(t0), Verdict::Log);
-        assert_eq!(l.flush(t0 + 20 * S), None, "nothing suppressed yet");
-        assert_eq!(
-            l.hit(t0),
-            Verdict::Suppressed,
-            "(the interval starts at the first)"
-        );
-        for k in 1..=4006u32 {
+        assert_eq!(l.flush(t0), None, "nothing suppressed yet");
+        for k in 1..=4007u32 {
             assert_eq!(l.hit(t0 + k * S / 1000), Verdict::Suppressed);
         }
         assert_eq!(l.flush(t0 + 9 * S), None, "the interval is not over");
-        assert_eq!(
-            l.flush(t0 + 10 * S),
-            Some(Verdict::Summary {
-                count: 4007,
-                over: 10 * S
-            })
-        );
+        assert_eq!(l.flush(t0 + 10 * S), Some(summary(4007, 10)));
         // Reported once: nothing more is due until new refusals come.
-        assert_eq!(l.flush(t0 + 30 * S), None);
-        assert_eq!(l.take(t0 + 30 * S), None);
+        assert_eq!(l.flush(t0 + 12 * S), None);
+        assert_eq!(l.take(t0 + 12 * S), None);
         // Within the next interval (started by the summary): counted again.
         assert_eq!(l.hit(t0 + 15 * S), Verdict::Suppressed);
         assert_eq!(l.hit(t0 + 16 * S), Verdict::Suppressed);
         // The first one after it reports them and itself, without a timer.
-        assert_eq!(
-            l.hit(t0 + 21 * S),
-            Verdict::Summary {
-                count: 3,
-                over: 11 * S
-            }
-        );
+        assert_eq!(l.hit(t0 + 21 * S), summary(3, 11));
     }
 
     #[test]
@@ -232,13 +222,7 @@ mod tests {
         assert_eq!(l.hit(t0), Verdict::Log);
         assert_eq!(l.hit(t0 + 10 * S), Verdict::Log);
         assert_eq!(l.hit(t0 + 11 * S), Verdict::Suppressed);
-        assert_eq!(
-            l.hit(t0 + 60 * S),
-            Verdict::Summary {
-                count: 2,
-                over: 50 * S
-            }
-        );
+        assert_eq!(l.hit(t0 + 60 * S), summary(2, 50));
         assert_eq!(l.hit(t0 + 75 * S), Verdict::Log);
     }
 
@@ -251,12 +235,6 @@ mod tests {
         assert_eq!(l.take(t0 + S), None, "the one logged is not repeated");
         assert_eq!(l.hit(t0 + 2 * S), Verdict::Suppressed);
         assert_eq!(l.flush(t0 + 3 * S), None);
-        assert_eq!(
-            l.take(t0 + 3 * S),
-            Some(Verdict::Summary {
-                count: 1,
-                over: 3 * S
-            })
-        );
+        assert_eq!(l.take(t0 + 3 * S), Some(summary(1, 3)));
     }
 }
