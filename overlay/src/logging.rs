@@ -160,9 +160,9 @@ impl Refusals {
         if let Some(Verdict::Summary { count, over }) = verdict {
             tracing::warn!(
                 node = %self.node,
-                "refused {count} more unauthenticated connections in the last {} s \
+                "refused {count} more unauthenticated connections in the last {:.1} s \
                  (each one at debug level: RUST_LOG=sdm_overlay=debug)",
-                over.as_secs()
+                over.as_secs_f64()
             );
         }
     }
