@@ -4,6 +4,7 @@
 //!   [`filters`], timeouts, lost links).
 //! - [`driver`]: runs a [`node::Node`] over real links with tokio.
 //! - [`setup`] and [`auth`]: connecting the tree; the session-key challenge-response.
+//! - [`logging`]: the binaries' log set-up; refused connections logged without flooding.
 //! - [`recover`]: a node process's recovery: adopting orphans, re-attaching to an ancestor.
 //! - [`transport`]: `tcp://`, `quic://` and `mem://` links behind one trait, chosen by scheme.
 //! - [`frontend`]: the minimal front-end client of issue 2 (send, collect merged groups).
@@ -18,6 +19,7 @@ pub mod coalesce;
 pub mod driver;
 pub mod flow;
 pub mod frontend;
+pub mod logging;
 pub mod node;
 pub mod recover;
 pub mod setup;

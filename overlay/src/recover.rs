@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::driver::{self, Reattach};
+use crate::logging::Refusals;
 use crate::setup::{self, ConnectPolicy};
 use crate::transport::{Address, Link, Listener, Transport};
 use sdm_topology::{NodeId, Topology};
@@ -60,8 +61,15 @@ pub fn adoptions(
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         let name = me.to_string();
+        let refusals = Arc::new(Refusals::new(name.clone()));
+        let reporting = refusals.keep_reporting();
+        tokio::pin!(reporting);
         loop {
-            let mut link = match listener.accept().await {
+            let accepted = tokio::select! {
+                () = &mut reporting => continue,
+                accepted = listener.accept() => accepted,
+            };
+            let mut link = match accepted {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::warn!(node = %me, "accept failed: {e}");
@@ -70,15 +78,14 @@ pub fn adoptions(
                 }
             };
             let (tx, name, policy) = (tx.clone(), name.clone(), policy.clone());
+            let refusals = refusals.clone();
             tokio::spawn(async move {
                 match setup::handshake_accepted(&mut link, &name, &policy).await {
                     Ok(from) => match from.parse::<u32>() {
                         Ok(s) => drop(tx.send((NodeId::Server(s), link)).await),
                         Err(_) => tracing::warn!(node = %me, "refused re-attachment from {from:?}"),
                     },
-                    Err(e) => {
-                        tracing::warn!(node = %me, peer = %link.peer, "refused connection: {e}")
-                    }
+                    Err(e) => refusals.refused(&link.peer, &e),
                 }
             });
         }

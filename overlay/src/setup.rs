@@ -11,6 +11,7 @@ use sdm_proto::{IdSet, Kind, Message, SyncMode};
 use sdm_topology::{NodeId, Topology};
 
 use crate::auth::{SessionKey, nonce};
+use crate::logging::Refusals;
 use crate::transport::{Address, Link, Listener, Transport};
 
 /// The name the front-end answers to in the handshake.
@@ -281,17 +282,21 @@ pub const HANDSHAKE_MAX_FRAME: usize = 4096;
 ///
 /// Handshakes run concurrently, each under its own `policy.handshake_timeout`: a silent,
 /// slow or hostile connection costs only itself and never delays a legitimate peer. Every
-/// refused connection is logged with its peer and reason. The returned link has the
-/// session's frame limit back; the other pending handshakes are dropped (their connections
-/// close).
+/// refused connection is logged with its peer and reason (through [`Refusals`], so a
+/// flood of them is summarized). The returned link has the session's frame limit back; the
+/// other pending handshakes are dropped (their connections close).
 pub async fn accept_named(
     listener: &mut dyn Listener,
     me: &str,
     policy: &ConnectPolicy,
 ) -> io::Result<Link> {
     let mut pending = FuturesUnordered::new();
+    let refusals = Refusals::new(me);
+    let reporting = refusals.keep_reporting();
+    tokio::pin!(reporting);
     loop {
         tokio::select! {
+            () = &mut reporting => {}
             accepted = listener.accept() => {
                 let mut link = match accepted {
                     Ok(link) => link,
@@ -304,11 +309,8 @@ pub async fn accept_named(
                     Err(e) => return Err(e),
                 };
                 if pending.len() >= MAX_PENDING_HANDSHAKES {
-                    tracing::warn!(
-                        node = me,
-                        peer = %link.peer,
-                        "refused connection: {MAX_PENDING_HANDSHAKES} handshakes already running"
-                    );
+                    let why = format!("{MAX_PENDING_HANDSHAKES} handshakes already running");
+                    refusals.refused(&link.peer, &why);
                     continue;
                 }
                 pending.push(async move {
@@ -318,9 +320,7 @@ pub async fn accept_named(
             }
             Some((link, r)) = pending.next(), if !pending.is_empty() => match r {
                 Ok(_) => return Ok(link),
-                Err(e) => {
-                    tracing::warn!(node = me, peer = %link.peer, "refused connection: {e}")
-                }
+                Err(e) => refusals.refused(&link.peer, &e),
             },
         }
     }

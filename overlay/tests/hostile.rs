@@ -54,10 +54,12 @@ impl std::io::Write for Capture {
 fn capture_logs() {
     static INIT: OnceLock<()> = OnceLock::new();
     INIT.get_or_init(|| {
+        // Debug for the overlay: a listener logs the first refusal in a while as a warning
+        // and the ones after it at debug level (sdm_overlay::logging::Refusals).
         tracing_subscriber::fmt()
             .with_writer(|| Capture)
             .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
+            .with_env_filter(tracing_subscriber::EnvFilter::new("warn,sdm_overlay=debug"))
             .init();
     });
 }

@@ -9,8 +9,8 @@
 //! re-attach (the testnodes run with `--recover`, like the sdm daemons) and every id
 //! answers again.
 //!
-//! Needs root and network namespaces: it skips with a message otherwise, unless `CI=true`,
-//! where it fails instead. Addresses: `10.200.N.0/24`, N from the test's pid, only on the
+//! Needs root and network namespaces: ignored where build.rs finds them missing, and
+//! always run under CI (`CI` set), where their absence fails it. Addresses: `10.200.N.0/24`, N from the test's pid, only on the
 //! bridge and namespaces it creates, all of which are deleted at the end (panic included).
 //! Latency (the transport's delay layer) is `delay.rs`'s business, not this test's.
 
@@ -57,24 +57,6 @@ fn must(args: &[&str]) {
     }
 }
 
-/// Skips the test (returns `None`) with `why` outside CI; fails it under `CI=true`.
-fn skip<T>(why: &str) -> Option<T> {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true, so the multi-host test must run, but {why}");
-    }
-    eprintln!("SKIPPED netns test: {why}");
-    None
-}
-
-fn is_root() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .is_some_and(|euid| euid == "0")
-}
-
 /// The test's hosts: namespaces `sdmt<pid>h<k>` (k from 1), each with veth `sdmt<pid>p<k>`
 /// at `10.200.N.1<k>`, whose peer `sdmt<pid>v<k>` is a port of bridge `sdmt<pid>br` at
 /// `10.200.N.1`. Dropping it deletes everything it created.
@@ -87,12 +69,8 @@ struct Hosts {
 }
 
 impl Hosts {
-    /// Builds `n` hosts, or `None` (test skipped) when not root or `ip netns add` fails
-    /// outside CI. Any other failure panics (after cleaning up).
-    fn create(n: u32) -> Option<Hosts> {
-        if !is_root() {
-            return skip("it needs root (network namespaces, veth, bridge)");
-        }
+    /// Builds `n` hosts; any failure panics (after cleaning up what was made).
+    fn create(n: u32) -> Hosts {
         let pid = std::process::id();
         let mut hosts = Hosts {
             tag: format!("sdmt{pid}"),
@@ -102,9 +80,7 @@ impl Hosts {
             bridge: None,
         };
         let first = hosts.namespace(1);
-        if let Err(e) = ip(&["netns", "add", &first]) {
-            return skip(&format!("network namespaces do not work here ({e})"));
-        }
+        must(&["netns", "add", &first]);
         hosts.namespaces.push(first);
         // The subnet must be ours alone (a leftover or a concurrent run would clash).
         let taken = Command::new("ip")
@@ -152,7 +128,7 @@ impl Hosts {
             must(&["-n", &ns, "link", "set", &host_end, "up"]);
             must(&["-n", &ns, "link", "set", "lo", "up"]);
         }
-        Some(hosts)
+        hosts
     }
 
     fn namespace(&self, k: u32) -> String {
@@ -204,10 +180,12 @@ fn host_of(id: u32) -> u32 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(sdm_have_netns),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN and iproute2 (ip netns)"
+)]
 async fn a_host_cut_off_mid_command_is_lost_and_the_others_answer() {
-    let Some(hosts) = Hosts::create(HOSTS) else {
-        return;
-    };
+    let hosts = Hosts::create(HOSTS);
     let n = HOSTS * PER_HOST;
     let policy = ConnectPolicy::new(SessionKey::generate());
     // Keepalive every 100 ms, dead after 3 s of silence, in the testnodes. The master (this

@@ -15,6 +15,7 @@
 //! - [`health`]: the tree's health per subtree (full, degraded, partial, lost).
 //! - [`status`]: `sdm status`, that health asked of a running `sdm run` from elsewhere.
 //! - [`counters`]: a program's own counters, fed to its server (Rust and C clients).
+//! - [`manual`]: shell completions and man pages generated from the command's definitions.
 
 pub mod console;
 pub mod counters;
@@ -22,6 +23,7 @@ pub mod daemon;
 pub mod health;
 pub mod init;
 pub mod iof;
+pub mod manual;
 pub mod monitor;
 pub mod omis;
 pub mod service;

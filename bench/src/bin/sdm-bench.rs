@@ -87,13 +87,7 @@ struct Common {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    sdm_overlay::logging::init("warn");
     let cli = Cli::parse();
     let bench = match &cli.cmd {
         Cmd::Bench(b) => b,

@@ -63,10 +63,7 @@ fn answer(id: u32, d: Delivery) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    sdm_overlay::logging::init("error");
     let args = Args::parse();
     anyhow::ensure!(
         args.id < args.servers,

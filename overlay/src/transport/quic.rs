@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::{Address, Link, Listener, Transport, TransportConfig, context, wrong_scheme};
+use crate::logging::Refusals;
 
 /// The ALPN protocol both ends insist on.
 const ALPN: &[u8] = b"sdm/1";
@@ -440,15 +441,19 @@ impl Transport for QuicTransport {
 
 /// Accepts connections until the listener goes away, each handshake in its own task.
 async fn accept_loop(endpoint: Endpoint, local: Address, tx: mpsc::Sender<Link>, max_frame: usize) {
+    let refusals = Arc::new(Refusals::new(local.to_string()));
+    let reporting = refusals.keep_reporting();
+    tokio::pin!(reporting);
     loop {
         let incoming = tokio::select! {
+            () = &mut reporting => continue,
             () = tx.closed() => return,
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => incoming,
                 None => return,
             },
         };
-        let (endpoint, local, tx) = (endpoint.clone(), local.clone(), tx.clone());
+        let (endpoint, tx, refusals) = (endpoint.clone(), tx.clone(), refusals.clone());
         tokio::spawn(async move {
             let from = incoming.remote_address();
             let result =
@@ -459,10 +464,10 @@ async fn accept_loop(endpoint: Endpoint, local: Address, tx: mpsc::Sender<Link>,
                     // If the listener is gone the link is dropped, which closes it.
                     let _ = tx.send(link).await;
                 }
-                Ok(Err(e)) => tracing::warn!(%local, %from, "refused a QUIC connection: {e}"),
-                Err(_) => tracing::warn!(
-                    %local, %from,
-                    "refused a QUIC connection: no handshake and preamble within {HANDSHAKE_TIMEOUT:?}"
+                Ok(Err(e)) => refusals.refused(&from, &format_args!("QUIC: {e}")),
+                Err(_) => refusals.refused(
+                    &from,
+                    &format_args!("QUIC: no handshake and preamble within {HANDSHAKE_TIMEOUT:?}"),
                 ),
             }
         });
