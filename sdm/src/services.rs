@@ -43,6 +43,18 @@ fn str_param<'a>(req: &'a BasicRequest, i: usize, what: &str) -> Result<&'a str,
     }
 }
 
+/// The first parameter as a breakpoint location: a function name, or an address (as `0x…`).
+fn code_location(req: &BasicRequest) -> Result<String, ServiceError> {
+    match req.params.first() {
+        Some(Value::Int(a)) => Ok(format!("{a:#x}")),
+        Some(Value::Str(s)) => Ok(s.clone()),
+        other => Err(err(format!(
+            "{}: expected a function name or an address, got {other:?}",
+            req.service
+        ))),
+    }
+}
+
 /// The registry of every service a server offers.
 pub fn registry() -> Arc<Registry<Monitor>> {
     let mut r: Registry<Monitor> = Registry::new();
@@ -248,16 +260,7 @@ pub fn registry() -> Arc<Registry<Monitor>> {
     r.register_base(
         "breakpoint",
         Box::new(|m, req| {
-            let target = match req.params.first() {
-                Some(Value::Int(a)) => format!("{a:#x}"),
-                Some(Value::Str(s)) => s.clone(),
-                other => {
-                    return Err(err(format!(
-                        "breakpoint: expected a function name or an address, got {other:?}"
-                    )));
-                }
-            };
-            m.set_breakpoint(&target)
+            m.set_breakpoint(&code_location(req)?)
                 .map(|a| vec![Value::Int(a as i64)])
                 .map_err(err)
         }),
@@ -329,6 +332,12 @@ pub fn registry() -> Arc<Registry<Monitor>> {
                 let pid = int_param(req, 0, "pid")?;
                 let pid = u32::try_from(pid).map_err(|_| err(format!("sdm_attach: {pid} is not a pid")))?;
                 m.attach(pid).map(|p| vec![Value::Int(i64::from(p))]).map_err(err)
+            }),
+        );
+        x.register(
+            "delete_breakpoint",
+            Box::new(|m: &mut Monitor, req: &BasicRequest| {
+                m.clear_breakpoint(&code_location(req)?).map(|()| vec![Value::Int(0)]).map_err(err)
             }),
         );
         x.register(

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use sdm::console::Console;
+use sdm::console::{Console, Flow};
 use sdm::omis::Value;
 use sdm::session::{Session, SessionOptions};
 use sdm_proto::{IdSet, Status, SyncMode};
@@ -70,7 +70,10 @@ fn state(pid: u32) -> char {
 
 async fn run(c: &mut Console, cmd: &str) -> String {
     let mut out = Vec::new();
-    assert!(c.command(cmd, &mut out).await.unwrap());
+    assert!(matches!(
+        c.command(cmd, &mut out).await.unwrap(),
+        Flow::Continue { .. }
+    ));
     String::from_utf8(out).unwrap()
 }
 
@@ -201,7 +204,7 @@ async fn breakpoint_stops_exactly_the_ranks_that_reach_it() {
     let (mut c, _) = console(6, "odd").await;
     let out = run(&mut c, "break reached_by_odd").await;
     assert!(
-        out.starts_with("[0-5] breakpoint at 0x") || out.contains("breakpoint at"),
+        out.starts_with("[0-5] breakpoint 1 at reached_by_odd\n"),
         "{out}"
     );
     // Wait for the three odd ranks to report the hit (some may have been printed with
@@ -209,7 +212,7 @@ async fn breakpoint_stops_exactly_the_ranks_that_reach_it() {
     let mut hit = IdSet::new();
     for l in out
         .lines()
-        .filter(|l| l.contains(" event breakpoint(\"reached_by_odd\""))
+        .filter(|l| l.contains(" breakpoint 1 hit at reached_by_odd (0x"))
     {
         let ids: IdSet = l.split_whitespace().next().unwrap().parse().unwrap();
         hit.union_with(&ids);

@@ -32,7 +32,7 @@ fn top_names_the_busiest_rank() {
     ] {
         assert_eq!(last[key]["count"], 16, "{key}: {last}");
     }
-    assert_eq!(last["threads"]["max"], "1", "{last}");
+    assert_eq!(last["threads"]["max"], 1, "{last}");
 }
 
 #[test]
