@@ -1,6 +1,8 @@
 //! The parallel debugger console of `sdm run`: commands (`stop`, `cont`, `status`, `bt`,
-//! `break`, `kill`, `omis`, `sleep`, `quit`) become OMIS requests to id-sets; merged
-//! replies print with their sender nodes, stack traces as a STAT-like call-prefix tree.
+//! `break`, `info break`, `delete`, `kill`, `omis`, `sleep`, `help`, `quit`; the table is in
+//! [`crate::commands`]) become OMIS requests to id-sets; merged replies print with their
+//! sender nodes in plain words ([`crate::words`]), stack traces as a STAT-like call-prefix
+//! tree.
 
 use std::io::Write;
 use std::time::Duration;
