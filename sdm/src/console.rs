@@ -1,6 +1,8 @@
 //! The parallel debugger console of `sdm run`: commands (`stop`, `cont`, `status`, `bt`,
-//! `break`, `kill`, `omis`, `sleep`, `quit`) become OMIS requests to id-sets; merged
-//! replies print with their sender nodes, stack traces as a STAT-like call-prefix tree.
+//! `break`, `info break`, `delete`, `kill`, `omis`, `sleep`, `help`, `quit`; the table is in
+//! [`crate::commands`]) become OMIS requests to id-sets; merged replies print with their
+//! sender nodes in plain words ([`crate::words`]), stack traces as a STAT-like call-prefix
+//! tree.
 
 use std::io::Write;
 use std::time::Duration;
@@ -69,6 +71,8 @@ pub struct Console {
     next_id: i64,
     json: bool,
     history: Vec<String>,
+    /// Numbered breakpoints and the program's path (see [`crate::commands`]).
+    state: crate::commands::State,
     /// Print every stdio line once per rank, `[3] text`, instead of merged.
     label: bool,
     /// Line-by-line alignment of output across ranks (after the tree's own merging).
@@ -112,6 +116,7 @@ impl Console {
             next_id: 1,
             json,
             history: Vec::new(),
+            state: crate::commands::State::default(),
             label: false,
             stdio: Aligner::new(
                 session.all(),
@@ -493,6 +498,7 @@ impl Console {
             quoted.join(","),
             Value::Str(iof.to_owned())
         );
+        self.state.program = Some(program.to_owned());
         let all = self.session.all();
         let lines = self.request(&all, &text).await?;
         self.note_started(&lines, false)?;
@@ -544,29 +550,27 @@ impl Console {
         Ok(out)
     }
 
-    /// Runs one console command; returns false on `quit`.
-    pub async fn command(&mut self, line: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
+    /// Runs one console command; says whether it failed (a reply that is an error, a lost
+    /// or timed-out server), or that it was `quit`. A command that cannot run at all (an
+    /// unknown command, ids the tree does not have) is an error.
+    pub async fn command(&mut self, line: &str, out: &mut dyn Write) -> anyhow::Result<Flow> {
         let line = line.trim();
         if line.is_empty() {
-            return Ok(true);
+            return Ok(Flow::Continue { failed: false });
         }
         self.history.push(line.to_owned());
         let (verb, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
         let rest = rest.trim();
         let all = self.session.all();
-        let ids = |s: &str| -> anyhow::Result<IdSet> {
-            if s.is_empty() {
-                return Ok(all.clone());
-            }
-            let s = if s.starts_with('[') {
-                s.to_owned()
-            } else {
-                format!("[{s}]")
-            };
-            s.parse::<IdSet>().map_err(|e| anyhow!("{e}"))
-        };
+        let ids = |s: &str| parse_ids(&all, s);
+        let mut failed = false;
         match verb {
-            "quit" | "exit" => return Ok(false),
+            "quit" | "exit" => return Ok(Flow::Quit),
+            "help" => write!(
+                out,
+                "{}",
+                crate::commands::help(rest).map_err(|e| anyhow!(e))?
+            )?,
             "history" => {
                 for (i, h) in self.history.iter().enumerate() {
                     writeln!(out, "{:>4}  {h}", i + 1)?;
@@ -581,8 +585,12 @@ impl Console {
                     self.pump(until, out).await?;
                 }
             }
-            "stop" | "cont" | "kill" | "status" => {
-                let service = if verb == "status" { "sdm_status" } else { verb };
+            "stop" | "cont" | "continue" | "kill" | "status" => {
+                let service = match verb {
+                    "status" => "sdm_status",
+                    "continue" => "cont",
+                    v => v,
+                };
                 let id = self.id();
                 let dest = ids(rest)?;
                 if verb == "kill" {
@@ -590,45 +598,31 @@ impl Console {
                     self.killed.union_with(&(&dest - &self.terminated));
                 }
                 let lines = self.request(&dest, &format!("{id} [] {service}()")).await?;
-                self.print_lines(verb, &lines, out, |r| match (verb, r.results.first()) {
-                    (_, Some(Value::Str(s))) => s.clone(),
-                    ("stop", Some(Value::Int(0))) => "stopped".into(),
-                    ("cont", Some(Value::Int(0))) => "running".into(),
-                    ("kill", Some(Value::Int(0))) => "killed".into(),
-                    _ => r.to_string(),
-                })?;
+                failed =
+                    self.print_lines(verb, &lines, out, |r| match (service, r.results.first()) {
+                        (_, Some(Value::Str(s))) => s.clone(),
+                        ("stop", Some(Value::Int(0))) => "stopped".into(),
+                        ("cont", Some(Value::Int(0))) => "running".into(),
+                        ("kill", Some(Value::Int(0))) => "killed".into(),
+                        _ => crate::words::reply(r),
+                    })?;
             }
-            "break" => {
-                let (target, idtext) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
-                if target.is_empty() {
-                    anyhow::bail!("break: give a function name or a 0x address");
-                }
-                let dest = ids(idtext.trim())?;
-                let id = self.id();
-                let param = if target.starts_with("0x") {
-                    target.to_owned()
-                } else {
-                    Value::Str(target.into()).to_string()
-                };
-                let lines = self
-                    .request(&dest, &format!("{id} [] breakpoint({param})"))
-                    .await?;
-                self.print_lines(verb, &lines, out, |r| match r.results.first() {
-                    Some(Value::Int(a)) => format!("breakpoint at {a:#x}"),
-                    Some(Value::Str(s)) => s.clone(),
-                    _ => r.to_string(),
-                })?;
-            }
+            "break" => failed = self.set_breakpoint(rest, out).await?,
+            "info" => match rest {
+                "break" | "breakpoints" | "b" => self.info_break(out)?,
+                _ => anyhow::bail!("info: expected `info break`"),
+            },
+            "delete" => failed = self.delete_breakpoints(rest, out).await?,
             "bt" => {
                 let dest = ids(rest)?;
-                let id = self.id();
-                let lines = self
-                    .request(&dest, &format!("{id} [] stack_backtrace()"))
-                    .await?;
-                self.print_tree(&lines, out)?;
+                failed = self.sampled_backtrace(&dest, out).await?;
             }
             "health" => {
-                self.health(self.json, out).await?;
+                failed = !self.health(self.json, out).await?;
+            }
+            "counters" if rest.starts_with("--groups") => {
+                let dest = ids(rest["--groups".len()..].trim())?;
+                failed = self.counter_groups(&dest, out).await?;
             }
             "top" | "counters" => {
                 let dest = ids(rest)?;
@@ -645,20 +639,20 @@ impl Console {
                 } else {
                     write!(out, "{}", crate::top::table(&sample))?;
                 }
+                failed = !sample.missing.is_empty();
             }
-            "omis" => self.raw(rest, out).await?,
-            _ => anyhow::bail!(
-                "unknown command {verb:?}: expected stop, cont, status, bt, break, kill, top, counters, health, omis, sleep, history or quit"
-            ),
+            "omis" => failed = self.raw(rest, out).await?,
+            _ => anyhow::bail!("unknown command {verb:?} (`help` lists the commands)"),
         }
         // Output and events that arrived meanwhile.
         self.print_received(false, out)?;
-        Ok(true)
+        Ok(Flow::Continue { failed })
     }
 
     /// `omis REQUEST`: sends each action to its receiver nodes (in order for `;`, all at
-    /// once for `,`) and prints the replies with their sender nodes.
-    async fn raw(&mut self, text: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+    /// once for `,`) and prints the replies with their sender nodes; returns whether one
+    /// failed.
+    async fn raw(&mut self, text: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
         let req = parse_request(text).map_err(|e| anyhow!("omis: {e}"))?;
         if let Some(ev) = &req.event {
             // Stored on the event's nodes; its actions run there at each occurrence and
@@ -666,7 +660,7 @@ impl Console {
             let dest = if ev.nodes.is_all() {
                 self.session.all()
             } else {
-                ev.nodes.ids.clone()
+                known_ids(&self.session.all(), &ev.nodes.ids)?
             };
             let mut stored = req.clone();
             if let Some(e) = stored.event.as_mut() {
@@ -688,6 +682,7 @@ impl Console {
         };
         let all = self.session.all();
         let mut pending = Vec::new();
+        let mut failed = false;
         for a in &actions {
             if let Some(r) = a.nodes.refs.first() {
                 anyhow::bail!("omis: ${r} only has a meaning inside an event's actions");
@@ -695,7 +690,7 @@ impl Console {
             let dest = if a.nodes.all {
                 all.clone()
             } else {
-                a.nodes.ids.clone()
+                known_ids(&all, &a.nodes.ids)?
             };
             let mut single = a.clone();
             single.nodes = Nodes::all();
@@ -709,26 +704,30 @@ impl Console {
                 .await?;
             if seq {
                 let groups = self.session.collect(op, &dest).await?;
-                self.print_lines("omis", &lines(groups), out, |r| r.to_string())?;
+                failed |= self.print_lines("omis", &lines(groups), out, |r| r.to_string())?;
             } else {
                 pending.push((op, dest));
             }
         }
         for (op, dest) in pending {
             let groups = self.session.collect(op, &dest).await?;
-            self.print_lines("omis", &lines(groups), out, |r| r.to_string())?;
+            failed |= self.print_lines("omis", &lines(groups), out, |r| r.to_string())?;
         }
-        Ok(())
+        Ok(failed)
     }
 
+    /// Prints merged result lines (`show` puts a reply in words); returns whether one of
+    /// them is a failure: an error reply, a lost or timed-out server.
     fn print_lines(
         &self,
         cmd: &str,
         lines: &[Line],
         out: &mut dyn Write,
         show: impl Fn(&BasicReply) -> String,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<bool> {
+        let mut failed = false;
         for l in lines {
+            failed |= line_failed(l);
             let text = match (&l.status, &l.reply) {
                 (Status::Replied, Some(r)) => show(r),
                 (Status::Replied, None) => l.text.clone(),
@@ -746,7 +745,7 @@ impl Console {
                 writeln!(out, "{} {text}", l.ids)?;
             }
         }
-        Ok(())
+        Ok(failed)
     }
 
     fn print_event(
@@ -763,25 +762,21 @@ impl Console {
                 serde_json::json!({"event": text, "ids": sources.to_string()})
             )?;
         } else {
-            // Replies of event actions start with their request id; the rest are events.
-            let what = if text.starts_with(|c: char| c.is_ascii_digit()) {
-                ""
-            } else {
-                "event "
-            };
+            let text = crate::words::event(&text, |at| self.state.breakpoint_number(at));
             if self.label {
                 for id in sources.iter() {
-                    writeln!(out, "[{id}] {what}{text}")?;
+                    writeln!(out, "[{id}] {text}")?;
                 }
             } else {
-                writeln!(out, "{sources} {what}{text}")?;
+                writeln!(out, "{sources} {text}")?;
             }
         }
         Ok(())
     }
 
-    /// Prints stack traces merged into a call-prefix tree, outermost frame first.
-    fn print_tree(&self, lines: &[Line], out: &mut dyn Write) -> anyhow::Result<()> {
+    /// Prints stack traces merged into a call-prefix tree, outermost frame first; returns
+    /// whether some rank gave no stack (an error, lost, timed out).
+    fn print_tree(&self, lines: &[Line], out: &mut dyn Write) -> anyhow::Result<bool> {
         let mut root = TreeNode::default();
         let mut other = Vec::new();
         for l in lines {
@@ -816,7 +811,7 @@ impl Console {
         } else {
             root.print(out, 0)?;
         }
-        self.print_lines("bt", &other, out, |r| r.to_string())
+        self.print_lines("bt", &other, out, crate::words::reply)
     }
 }
 
@@ -933,4 +928,238 @@ pub fn lines(groups: Vec<ReplyGroup>) -> Vec<Line> {
         .collect();
     out.sort_by_key(|l| (l.status, l.ids.first()));
     out
+}
+
+/// What a console command leaves the caller to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on with the next command; `failed`: this one failed (an error reply, a lost or
+    /// timed-out server), so a scripted run must fail.
+    Continue {
+        /// Whether the command failed.
+        failed: bool,
+    },
+    /// The user asked to quit.
+    Quit,
+}
+
+impl Console {
+    /// The program started on every server (its path on the front-end), if any.
+    pub fn program(&self) -> Option<&str> {
+        self.state.program.as_deref()
+    }
+
+    /// `break LOCATION [IDS]`: sets the breakpoint, numbered by the console; returns
+    /// whether it failed somewhere.
+    async fn set_breakpoint(&mut self, rest: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
+        let (target, idtext) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+        if target.is_empty() {
+            anyhow::bail!("break: give a function name or a 0x address (`help break`)");
+        }
+        let dest = parse_ids(&self.session.all(), idtext.trim())?;
+        let id = self.id();
+        let lines = self
+            .request(&dest, &format!("{id} [] breakpoint({})", location(target)))
+            .await?;
+        let set = ok_ids(&lines);
+        if !set.is_empty() {
+            let n = self.state.add_breakpoint(target, &set);
+            if self.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({"command": "break", "number": n, "location": target, "ids": set.to_string()})
+                )?;
+            } else {
+                writeln!(out, "{set} breakpoint {n} at {target}")?;
+            }
+        }
+        let bad: Vec<Line> = lines.into_iter().filter(line_failed).collect();
+        self.print_lines("break", &bad, out, crate::words::reply)
+    }
+
+    /// `info break`: the breakpoints with their numbers, locations and ranks.
+    fn info_break(&self, out: &mut dyn Write) -> anyhow::Result<()> {
+        if self.json {
+            let list: Vec<serde_json::Value> = self
+                .state
+                .breakpoints
+                .iter()
+                .map(|b| serde_json::json!({"number": b.number, "location": b.location, "ids": b.ranks.to_string()}))
+                .collect();
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"command": "info break", "breakpoints": list})
+            )?;
+        } else {
+            write!(out, "{}", self.state.breakpoint_table())?;
+        }
+        Ok(())
+    }
+
+    /// `delete [N...]`: removes breakpoints (all without numbers) from their servers;
+    /// returns whether one could not be removed somewhere.
+    async fn delete_breakpoints(
+        &mut self,
+        rest: &str,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<bool> {
+        let mut chosen = Vec::new();
+        for w in rest.split_whitespace() {
+            let n: u32 = w
+                .parse()
+                .map_err(|_| anyhow!("delete: {w:?} is not a breakpoint number"))?;
+            let b = self.state.breakpoints.iter().find(|b| b.number == n);
+            chosen.push(
+                b.cloned().ok_or_else(|| {
+                    anyhow!("delete: no breakpoint {n} (`info break` lists them)")
+                })?,
+            );
+        }
+        if rest.is_empty() {
+            chosen = self.state.breakpoints.clone();
+        }
+        let mut failed = false;
+        for b in chosen {
+            let id = self.id();
+            let text = format!("{id} [] sdm_delete_breakpoint({})", location(&b.location));
+            let lines = self.request(&b.ranks, &text).await?;
+            let gone = ok_ids(&lines);
+            self.state.remove_ranks(b.number, &gone);
+            if !gone.is_empty() {
+                if self.json {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({"command": "delete", "number": b.number, "ids": gone.to_string()})
+                    )?;
+                } else {
+                    writeln!(out, "{gone} deleted breakpoint {}", b.number)?;
+                }
+            }
+            let bad: Vec<Line> = lines.into_iter().filter(line_failed).collect();
+            failed |= self.print_lines("delete", &bad, out, crate::words::reply)?;
+        }
+        Ok(failed)
+    }
+
+    /// `bt`: stack traces of `dest` as one tree. Running programs are sampled as STAT
+    /// does: stopped, walked, and continued (only those this command stopped).
+    async fn sampled_backtrace(
+        &mut self,
+        dest: &IdSet,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<bool> {
+        let id = self.id();
+        let status = self.request(dest, &format!("{id} [] sdm_status()")).await?;
+        let running: IdSet = status
+            .iter()
+            .filter(|l| {
+                l.reply.as_ref().and_then(|r| r.results.first())
+                    == Some(&Value::Str("running".into()))
+            })
+            .fold(IdSet::new(), |acc, l| &acc | &l.ids);
+        let mut stopped = IdSet::new();
+        if !running.is_empty() {
+            let id = self.id();
+            stopped = ok_ids(&self.request(&running, &format!("{id} [] stop()")).await?);
+        }
+        let id = self.id();
+        let stacks = self
+            .request(dest, &format!("{id} [] stack_backtrace()"))
+            .await?;
+        let mut failed = false;
+        if !stopped.is_empty() {
+            let id = self.id();
+            let cont = self.request(&stopped, &format!("{id} [] cont()")).await?;
+            let bad: Vec<Line> = cont.into_iter().filter(line_failed).collect();
+            failed |= self.print_lines("bt", &bad, out, crate::words::reply)?;
+        }
+        Ok(self.print_tree(&stacks, out)? | failed)
+    }
+
+    /// `counters --groups`: the sets of ranks whose counters are identical, with the sum
+    /// of every rank's (the `counters` filter merges them in the tree).
+    async fn counter_groups(&mut self, dest: &IdSet, out: &mut dyn Write) -> anyhow::Result<bool> {
+        let groups = self
+            .session
+            .request_filtered(
+                dest,
+                SyncMode::Timeout(COMMAND_TIMEOUT_MS),
+                "counters",
+                "counters",
+            )
+            .await?;
+        let (replied, other): (Vec<ReplyGroup>, Vec<ReplyGroup>) = groups
+            .into_iter()
+            .partition(|g| g.status == Status::Replied);
+        let mut failed = false;
+        for g in replied {
+            match sdm_overlay::filters::builtin::Counters::decode(&g.payload) {
+                Ok(rec) if self.json => writeln!(out, "{}", crate::top::groups_json(&rec))?,
+                Ok(rec) => write!(out, "{}", crate::top::groups_table(&rec))?,
+                Err(e) => {
+                    failed = true;
+                    writeln!(out, "{} error: {e}", g.sources)?;
+                }
+            }
+        }
+        Ok(self.print_lines("counters", &lines(other), out, crate::words::reply)? | failed)
+    }
+}
+
+/// A breakpoint location as an OMIS parameter: an address stays a number, a function
+/// name becomes a string.
+fn location(target: &str) -> String {
+    if target.starts_with("0x") {
+        target.to_owned()
+    } else {
+        Value::Str(target.into()).to_string()
+    }
+}
+
+/// Whether a result line is a failure: an error reply, a lost or timed-out server.
+fn line_failed(l: &Line) -> bool {
+    match (&l.status, &l.reply) {
+        (Status::Replied, Some(r)) => crate::words::is_error(r),
+        (Status::Replied, None) => l.text.contains("error"),
+        (Status::Lost | Status::TimedOut, _) => true,
+    }
+}
+
+/// The ranks of the lines that did not fail.
+fn ok_ids(lines: &[Line]) -> IdSet {
+    lines
+        .iter()
+        .filter(|l| !line_failed(l))
+        .fold(IdSet::new(), |acc, l| &acc | &l.ids)
+}
+
+/// The ranks a command names (`2`, `0-3,7`, `[0-3,7]`; empty: all of them); ids the tree
+/// does not have are an error naming its size.
+fn parse_ids(all: &IdSet, s: &str) -> anyhow::Result<IdSet> {
+    if s.is_empty() {
+        return Ok(all.clone());
+    }
+    let s = if s.starts_with('[') {
+        s.to_owned()
+    } else {
+        format!("[{s}]")
+    };
+    let ids = s.parse::<IdSet>().map_err(|e| anyhow!("{e}"))?;
+    known_ids(all, &ids)
+}
+
+/// `ids`, if the tree has every one of them; otherwise an error naming those it lacks.
+fn known_ids(all: &IdSet, ids: &IdSet) -> anyhow::Result<IdSet> {
+    let missing = ids - all;
+    match missing.len() {
+        0 => Ok(ids.clone()),
+        1 => Err(anyhow!(
+            "no server {}: the tree has servers {all}",
+            missing.first().expect("one")
+        )),
+        _ => Err(anyhow!("no servers {missing}: the tree has servers {all}")),
+    }
 }

@@ -10,13 +10,15 @@
 //! - [`monitor`] and [`services`]: the node-local monitor over real processes (signals,
 //!   /proc, ptrace) and the OMIS services on it.
 //! - [`iof`]: stdio handlers for tools (output and events of the programs, merged).
-//! - [`console`]: the parallel debugger console of `sdm run`.
+//! - [`console`]: the parallel debugger console of `sdm run`; [`commands`] (help,
+//!   breakpoint numbers, tab completion) and [`words`] (events and replies in plain words).
 //! - [`top`]: `sdm top`, job-wide process metrics merged by the `stats` filter.
 //! - [`health`]: the tree's health per subtree (full, degraded, partial, lost).
 //! - [`status`]: `sdm status`, that health asked of a running `sdm run` from elsewhere.
 //! - [`counters`]: a program's own counters, fed to its server (Rust and C clients).
 //! - [`manual`]: shell completions and man pages generated from the command's definitions.
 
+pub mod commands;
 pub mod console;
 pub mod counters;
 pub mod daemon;
@@ -31,5 +33,6 @@ pub mod services;
 pub mod session;
 pub mod status;
 pub mod top;
+pub mod words;
 
 pub use session::{LaunchReport, Progress, Session, SessionOptions};

@@ -506,22 +506,32 @@ impl<P: rustyline::ExternalPrinter> std::io::Write for PromptSafe<P> {
     }
 }
 
-/// The interactive console: a line editor (history kept in ~/.sdm_history) on its own
-/// thread; output and events keep printing while a line is being typed.
+/// The interactive console: a line editor (history kept in ~/.sdm_history, tab completion
+/// of commands and of the program's functions) on its own thread; output and events keep
+/// printing while a line is being typed; Ctrl-C at the prompt stops the programs.
 async fn line_editor(console: &mut sdm::console::Console) -> anyhow::Result<()> {
     use rustyline::error::ReadlineError;
     let (line_tx, mut line_rx) = tokio::sync::mpsc::channel::<String>(1);
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let (printer_tx, printer_rx) = tokio::sync::oneshot::channel();
     let history = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".sdm_history"));
+    let functions = console
+        .program()
+        .map(|p| sdm::commands::function_names(std::path::Path::new(p)))
+        .unwrap_or_default();
     std::thread::spawn(move || {
-        let mut rl = match rustyline::DefaultEditor::new() {
+        let mut rl = match rustyline::Editor::<
+            sdm::commands::Completion,
+            rustyline::history::DefaultHistory,
+        >::new()
+        {
             Ok(rl) => rl,
             Err(e) => {
                 eprintln!("sdm: no line editor: {e}");
                 return;
             }
         };
+        rl.set_helper(Some(sdm::commands::Completion { functions }));
         if let Some(h) = &history {
             let _ = rl.load_history(h);
         }
@@ -535,7 +545,12 @@ async fn line_editor(console: &mut sdm::console::Console) -> anyhow::Result<()> 
                         break;
                     }
                 }
-                Err(ReadlineError::Interrupted) => {}
+                // As in gdb, Ctrl-C stops the programs.
+                Err(ReadlineError::Interrupted) => {
+                    if line_tx.blocking_send("stop".into()).is_err() || done_rx.recv().is_err() {
+                        break;
+                    }
+                }
                 Err(_) => break,
             }
         }
@@ -555,8 +570,8 @@ async fn line_editor(console: &mut sdm::console::Console) -> anyhow::Result<()> 
             line = line_rx.recv() => {
                 let Some(line) = line else { return Ok(()) };
                 match console.command(&line, &mut stdout).await {
-                    Ok(true) => {}
-                    Ok(false) => return Ok(()),
+                    Ok(sdm::console::Flow::Continue { .. }) => {}
+                    Ok(sdm::console::Flow::Quit) => return Ok(()),
                     Err(e) => eprintln!("sdm: {e:#}"),
                 }
                 stdout.flush()?;
@@ -679,8 +694,8 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
     } else {
         for c in &a.commands {
             match console.command(c, &mut out).await {
-                Ok(true) => {}
-                Ok(false) => break,
+                Ok(sdm::console::Flow::Continue { failed: f }) => failed |= f,
+                Ok(sdm::console::Flow::Quit) => break,
                 Err(e) => {
                     eprintln!("sdm: {c}: {e:#}");
                     failed = true;

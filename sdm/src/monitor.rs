@@ -803,13 +803,19 @@ impl Monitor {
             return Ok(addr);
         }
         let was_running = p.state == ProcState::Running;
+        if matches!(p.state, ProcState::Exited(_) | ProcState::Signaled(_)) {
+            return Err(format!("process {} has ended", p.pid));
+        }
         if !p.traced {
-            if !was_running {
-                return Err("set breakpoints while the process runs, or before stopping it".into());
-            }
             ptrace::seize(p.pid, ptrace::Options::PTRACE_O_EXITKILL)
                 .map_err(|e| errno("ptrace seize", e))?;
             p.traced = true;
+            if !was_running {
+                // Stopped by SIGSTOP: from now on held in a ptrace stop instead (state
+                // `t`), which `cont` ends with PTRACE_CONT like any traced stop.
+                ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
+                wait_trace_stop(p)?;
+            }
         }
         if was_running {
             ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
@@ -894,7 +900,7 @@ impl Monitor {
     }
 
     /// Removes the breakpoint at `target` (restoring the original byte); a process stopped
-    /// at it must be continued first.
+    /// at it stays stopped there, and continues from it with `cont`.
     pub fn clear_breakpoint(&mut self, target: &str) -> MonResult<()> {
         let addr = self.resolve(target)?;
         let p = self.proc()?;
@@ -903,9 +909,12 @@ impl Monitor {
         };
         match p.state {
             ProcState::AtBreakpoint(a) if a == addr => {
-                return Err(format!(
-                    "the process is stopped at {target}: continue it first"
-                ));
+                // Stopped on it (the pc already back on the breakpoint's instruction):
+                // restored, it is a plain traced stop that `cont` resumes.
+                poke_byte(p.pid, addr, orig)?;
+                p.breakpoints.remove(&addr);
+                p.state = ProcState::Stopped;
+                return Ok(());
             }
             ProcState::Exited(_) | ProcState::Signaled(_) => {
                 p.breakpoints.remove(&addr);

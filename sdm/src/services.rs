@@ -43,6 +43,18 @@ fn str_param<'a>(req: &'a BasicRequest, i: usize, what: &str) -> Result<&'a str,
     }
 }
 
+/// The first parameter as a breakpoint location: a function name, or an address (as `0x…`).
+fn code_location(req: &BasicRequest) -> Result<String, ServiceError> {
+    match req.params.first() {
+        Some(Value::Int(a)) => Ok(format!("{a:#x}")),
+        Some(Value::Str(s)) => Ok(s.clone()),
+        other => Err(err(format!(
+            "{}: expected a function name or an address, got {other:?}",
+            req.service
+        ))),
+    }
+}
+
 /// The registry of every service a server offers.
 pub fn registry() -> Arc<Registry<Monitor>> {
     let mut r: Registry<Monitor> = Registry::new();
@@ -248,20 +260,32 @@ pub fn registry() -> Arc<Registry<Monitor>> {
     r.register_base(
         "breakpoint",
         Box::new(|m, req| {
-            let target = match req.params.first() {
-                Some(Value::Int(a)) => format!("{a:#x}"),
-                Some(Value::Str(s)) => s.clone(),
-                other => {
-                    return Err(err(format!(
-                        "breakpoint: expected a function name or an address, got {other:?}"
-                    )));
-                }
-            };
-            m.set_breakpoint(&target)
+            m.set_breakpoint(&code_location(req)?)
                 .map(|a| vec![Value::Int(a as i64)])
                 .map_err(err)
         }),
     );
+    // OMIS 1.0 section 8.2.3: the prefixes of the extensions this monitor has.
+    r.register_base(
+        "extensions",
+        Box::new(|m, _| {
+            let prefixes = m
+                .registry
+                .as_ref()
+                .map(|r| r.prefixes())
+                .unwrap_or_default();
+            Ok(vec![Value::List(
+                prefixes.into_iter().map(Value::Str).collect(),
+            )])
+        }),
+    );
+    // The spec's spellings of services registered here by a shorter name: section 8.1.1
+    // calls the service `continue`; section 5.3.2's example reads registers with
+    // `read_int_regs`.
+    for (alias, name) in SPEC_SPELLINGS {
+        r.register_alias(alias, name)
+            .expect("aliases of registered services");
+    }
     r.add_extension("sdm", |x| {
         x.register(
             "start",
@@ -311,6 +335,12 @@ pub fn registry() -> Arc<Registry<Monitor>> {
             }),
         );
         x.register(
+            "delete_breakpoint",
+            Box::new(|m: &mut Monitor, req: &BasicRequest| {
+                m.clear_breakpoint(&code_location(req)?).map(|()| vec![Value::Int(0)]).map_err(err)
+            }),
+        );
+        x.register(
             "status",
             Box::new(|m: &mut Monitor, _: &BasicRequest| {
                 m.status().map(|s| vec![Value::Str(s)]).map_err(err)
@@ -320,6 +350,13 @@ pub fn registry() -> Arc<Registry<Monitor>> {
     .expect("the sdm prefix is registered once");
     Arc::new(r)
 }
+
+/// Services the spec spells otherwise than the name they are registered under here, as
+/// (the spec's spelling, the registered name); both are accepted.
+pub const SPEC_SPELLINGS: [(&str, &str); 2] = [
+    ("continue", "cont"),
+    ("read_int_regs", "read_int_registers"),
+];
 
 /// Runs one OMIS request text on this server's monitor; returns the reply text (sender
 /// nodes left empty for the front-end to fill in). Bad requests get an error reply naming
@@ -509,4 +546,70 @@ pub fn run_event_actions(
 
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `text` on a fresh monitor (no process started) and returns the reply text.
+    fn run(text: &str) -> String {
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        let (m, _events) = crate::monitor::MonitorHandle::spawn(0, 1, tx);
+        let reg = registry();
+        let reg2 = reg.clone();
+        drop(m.submit(move |m| m.registry = Some(reg2)));
+        let text = text.to_owned();
+        m.submit(move |m| execute(&reg, m, &text))
+            .blocking_recv()
+            .expect("the monitor answers")
+    }
+
+    #[test]
+    fn section_8_names_are_accepted_as_the_spec_spells_them() {
+        let reg = registry();
+        // Every section 8 service this monitor implements, by the spec's name.
+        for name in [
+            "stop",
+            "continue",
+            "kill",
+            "write_memory",
+            "process_info",
+            "stack_backtrace",
+            "read_memory",
+            "read_int_registers",
+            "read_int_regs",
+            "breakpoint",
+            "enable",
+            "disable",
+            "delete",
+            "define_user_event",
+            "raise_event",
+            "destroy_user_event",
+            "print",
+            "extensions",
+            "number_of_nodes",
+            "list_nodes",
+            "node_info",
+        ] {
+            assert!(reg.get(name).is_some(), "{name} is not accepted");
+        }
+        for (alias, name) in SPEC_SPELLINGS {
+            assert!(
+                reg.get(alias).is_some() && reg.get(name).is_some(),
+                "{alias}"
+            );
+        }
+    }
+
+    #[test]
+    fn continue_runs_cont_and_replies_under_the_name_it_was_asked_by() {
+        // No process: the reply is cont's own error, under the service name `continue`.
+        assert_eq!(
+            run("1 [] continue()"),
+            run("1 [] cont()").replace("cont(", "continue(")
+        );
+        assert!(run("1 [] continue()").contains("no process"));
+        assert_eq!(run("2 [] extensions()"), "2 [] extensions([\"sdm\"])");
+    }
 }

@@ -1,7 +1,10 @@
 //! The debugger console over real processes: a global stop leaves every program process in
 //! state T (read from /proc, as ps does) and cont resumes them; stop and cont sent back to
 //! back never leave a mix; bt merges stacks into one call-prefix tree; a breakpoint stops
-//! exactly the ranks that reach it; bad OMIS gets an error naming the position.
+//! exactly the ranks that reach it; bad OMIS gets an error naming the position. The console
+//! explains itself (`help`), numbers, lists and deletes breakpoints (set while running or
+//! stopped), samples running programs for `bt`, says events in plain words, sums and groups
+//! counters, and reports failed commands (a scripted run exits 1).
 
 mod support;
 
@@ -9,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use sdm::console::Console;
+use sdm::console::{Console, Flow};
 use sdm::omis::Value;
 use sdm::session::{Session, SessionOptions};
 use sdm_proto::{IdSet, Status, SyncMode};
@@ -38,6 +41,12 @@ fn build_spinner() -> PathBuf {
 }
 
 async fn console(n: u32, mode: &str) -> (Console, Vec<u32>) {
+    let prog = spinner();
+    started(n, prog.to_str().unwrap(), &[mode]).await
+}
+
+/// A console over `n` servers, each running `program` with `args`; and their pids.
+async fn started(n: u32, program: &str, args: &[&str]) -> (Console, Vec<u32>) {
     let opts = SessionOptions {
         n,
         program: Some(env!("CARGO_BIN_EXE_sdm").into()),
@@ -46,11 +55,8 @@ async fn console(n: u32, mode: &str) -> (Console, Vec<u32>) {
     let s = Session::launch(&opts, |_| {}).await.unwrap();
     assert_eq!(s.report().ready, IdSet::all(n));
     let mut c = Console::new(s, false);
-    let prog = spinner();
-    let lines = c
-        .start_program(prog.to_str().unwrap(), &[mode.to_owned()], "pty")
-        .await
-        .unwrap();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let lines = c.start_program(program, &args, "pty").await.unwrap();
     let mut pids = Vec::new();
     for l in &lines {
         assert_eq!(l.status, Status::Replied, "{l:?}");
@@ -70,7 +76,10 @@ fn state(pid: u32) -> char {
 
 async fn run(c: &mut Console, cmd: &str) -> String {
     let mut out = Vec::new();
-    assert!(c.command(cmd, &mut out).await.unwrap());
+    assert!(matches!(
+        c.command(cmd, &mut out).await.unwrap(),
+        Flow::Continue { .. }
+    ));
     String::from_utf8(out).unwrap()
 }
 
@@ -201,7 +210,7 @@ async fn breakpoint_stops_exactly_the_ranks_that_reach_it() {
     let (mut c, _) = console(6, "odd").await;
     let out = run(&mut c, "break reached_by_odd").await;
     assert!(
-        out.starts_with("[0-5] breakpoint at 0x") || out.contains("breakpoint at"),
+        out.starts_with("[0-5] breakpoint 1 at reached_by_odd\n"),
         "{out}"
     );
     // Wait for the three odd ranks to report the hit (some may have been printed with
@@ -209,7 +218,7 @@ async fn breakpoint_stops_exactly_the_ranks_that_reach_it() {
     let mut hit = IdSet::new();
     for l in out
         .lines()
-        .filter(|l| l.contains(" event breakpoint(\"reached_by_odd\""))
+        .filter(|l| l.contains(" breakpoint 1 hit at reached_by_odd (0x"))
     {
         let ids: IdSet = l.split_whitespace().next().unwrap().parse().unwrap();
         hit.union_with(&ids);
@@ -433,4 +442,247 @@ async fn attach_to_running_processes_and_leave_them_running() {
         let _ = p.kill();
         let _ = p.wait();
     }
+}
+
+/// Runs `sdm run ARGS -- spinner spin` and returns its exit code, stdout and stderr.
+fn sdm_run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sdm"))
+        .args(args)
+        .arg("--")
+        .arg(spinner())
+        .arg("spin")
+        .output()
+        .expect("running sdm");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_lists_every_command_and_explains_one() {
+    let (code, out, err) = sdm_run(&["run", "-n", "2", "-c", "help", "-c", "help break"]);
+    assert_eq!(code, Some(0), "{out} {err}");
+    for c in sdm::commands::COMMANDS {
+        assert!(out.contains(&format!("  {} ", c.name)), "{}: {out}", c.name);
+    }
+    assert!(
+        out.contains("usage: break FUNCTION|0xADDRESS [IDS]\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn failed_commands_make_a_scripted_run_exit_1() {
+    // An id the tree does not have: an error naming the tree's size, not a lost id.
+    let (code, out, err) = sdm_run(&["run", "-n", "4", "-c", "stop [99]", "-c", "status"]);
+    assert_eq!(code, Some(1), "{out} {err}");
+    assert!(
+        err.contains("no server 99: the tree has servers [0-3]"),
+        "{err}"
+    );
+    assert!(
+        !out.contains("lost") && !err.contains("lost"),
+        "{out} {err}"
+    );
+    // The commands after it still ran.
+    assert!(out.contains("[0-3] running"), "{out}");
+    // A reply that is an error; an unknown command.
+    for cmd in ["omis 1 [] nosuch()", "frobnicate"] {
+        let (code, out, err) = sdm_run(&["run", "-n", "2", "-c", cmd]);
+        assert_eq!(code, Some(1), "{cmd}: {out} {err}");
+    }
+    // Commands that worked.
+    let (code, out, err) = sdm_run(&["run", "-n", "2", "-c", "stop", "-c", "continue"]);
+    assert_eq!(code, Some(0), "{out} {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_and_unknown_ids_reach_the_caller() {
+    let (mut c, _) = console(4, "spin").await;
+    let mut out = Vec::new();
+    let e = c.command("stop 2,7-9", &mut out).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "no servers [7-9]: the tree has servers [0-3]"
+    );
+    let e = c.command("omis 1 [4] stop()", &mut out).await.unwrap_err();
+    assert_eq!(e.to_string(), "no server 4: the tree has servers [0-3]");
+    let e = c.command("frobnicate", &mut out).await.unwrap_err();
+    assert!(e.to_string().contains("`help`"), "{e}");
+    let f = c.command("omis 1 [] nosuch()", &mut out).await.unwrap();
+    assert_eq!(f, Flow::Continue { failed: true });
+    let f = c.command("stop", &mut out).await.unwrap();
+    assert_eq!(f, Flow::Continue { failed: false });
+    assert_eq!(c.command("quit", &mut out).await.unwrap(), Flow::Quit);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_is_accepted_by_the_console_and_in_omis() {
+    let (mut c, pids) = console(4, "spin").await;
+    assert_eq!(run(&mut c, "stop").await.trim(), "[0-3] stopped");
+    assert_eq!(run(&mut c, "continue").await.trim(), "[0-3] running");
+    for &p in &pids {
+        assert_ne!(state(p), 'T', "pid {p} after continue");
+    }
+    let out = run(&mut c, "omis 1 [] stop(); 2 [] continue()").await;
+    assert!(out.contains("2 [0-3] continue(0)"), "{out}");
+    for &p in &pids {
+        assert_ne!(state(p), 'T', "pid {p} after omis continue");
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breakpoints_numbered_listed_deleted_and_set_while_stopped() {
+    let (mut c, pids) = console(4, "odd").await;
+    assert_eq!(run(&mut c, "stop").await.trim(), "[0-3] stopped");
+    // Set while every process is stopped.
+    let out = run(&mut c, "break reached_by_odd").await;
+    assert_eq!(out.trim(), "[0-3] breakpoint 1 at reached_by_odd");
+    let out = run(&mut c, "break func_a 1-2").await;
+    assert_eq!(out.trim(), "[1-2] breakpoint 2 at func_a");
+    let info = run(&mut c, "info break").await;
+    assert_eq!(
+        info,
+        "Num  Location        Ranks\n\
+         1    reached_by_odd  [0-3]\n\
+         2    func_a          [1-2]\n"
+    );
+    let out = run(&mut c, "cont").await;
+    let hit = ranks_with(&mut c, &out, "breakpoint 1 hit at reached_by_odd (0x", 2).await;
+    assert_eq!(hit.to_string(), "[1,3]");
+    // Deleted everywhere, also where a process is stopped at it.
+    assert_eq!(
+        run(&mut c, "delete 1").await.trim(),
+        "[0-3] deleted breakpoint 1"
+    );
+    let info = run(&mut c, "info break").await;
+    assert!(
+        !info.contains("reached_by_odd") && info.contains("func_a"),
+        "{info}"
+    );
+    assert_eq!(run(&mut c, "cont 1,3").await.trim(), "[1,3] running");
+    let later = run(&mut c, "sleep 0.5").await;
+    assert!(!later.contains("hit"), "deleted, yet hit: {later}");
+    assert_eq!(run(&mut c, "status").await.trim(), "[0-3] running");
+    for &p in &pids {
+        let st = state(p);
+        assert!(st != 'T' && st != 't', "pid {p} in state {st}");
+    }
+    let mut out = Vec::new();
+    let e = c.command("delete 9", &mut out).await.unwrap_err();
+    assert!(e.to_string().contains("no breakpoint 9"), "{e}");
+    assert_eq!(
+        run(&mut c, "delete").await.trim(),
+        "[1-2] deleted breakpoint 2"
+    );
+    assert_eq!(run(&mut c, "info break").await, "No breakpoints.\n");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bt_samples_running_programs_and_continues_only_those() {
+    let (mut c, pids) = console(6, "funcs").await;
+    assert_eq!(run(&mut c, "stop 1").await.trim(), "[1] stopped");
+    // A rank sampled before it got past the dynamic loader has no main on its stack yet.
+    let mut tree = String::new();
+    for _ in 0..100 {
+        tree = run(&mut c, "bt").await;
+        if tree.contains("[0-5] main") {
+            break;
+        }
+        run(&mut c, "cont 1").await;
+        run(&mut c, "stop 1").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(tree.contains("[0,3] func_a\n"), "{tree}");
+    assert!(tree.contains("[1,4] func_b\n"), "{tree}");
+    assert!(!tree.contains("error"), "{tree}");
+    // The ranks bt stopped run again; the one stopped before stays stopped.
+    let status = run(&mut c, "status").await;
+    assert!(status.contains("[0,2-5] running"), "{status}");
+    assert!(status.contains("[1] stopped"), "{status}");
+    for (rank, &p) in pids.iter().enumerate() {
+        let st = state(p);
+        assert_eq!(
+            st == 'T' || st == 't',
+            rank == 1,
+            "rank {rank} in state {st}"
+        );
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_in_plain_words() {
+    let (mut c, _) = started(4, "/bin/sh", &["-c", "sleep 0.2; exit 3"]).await;
+    let exited = ranks_with(&mut c, "", "exited with status 3", 4).await;
+    assert_eq!(exited, IdSet::all(4));
+    c.shutdown().await;
+    let (mut c, _) = console(4, "spin").await;
+    let out = run(&mut c, "kill").await;
+    let killed = ranks_with(&mut c, &out, "killed by signal SIGKILL", 4).await;
+    assert_eq!(killed, IdSet::all(4));
+    // Errors in plain words, not OMIS.
+    let out = run(&mut c, "omis 1 [] nosuch()").await;
+    assert!(out.contains("nosuch"), "raw for omis: {out}");
+    let out = run(&mut c, "status").await;
+    assert_eq!(out.trim(), "[0-3] killed by SIGKILL");
+    let out = run(&mut c, "bt").await;
+    assert!(out.starts_with("[0-3] error: "), "{out}");
+    assert!(!out.contains("stack_backtrace("), "{out}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_print_sums_and_groups() {
+    let (mut c, _) = started(4, env!("CARGO_BIN_EXE_sdm-counters-demo"), &[]).await;
+    // The programs set their counters once started: wait until every rank has.
+    let mut table = String::new();
+    for _ in 0..100 {
+        table = run(&mut c, "counters").await;
+        let line = |k: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(k))
+                .unwrap_or("")
+                .to_owned()
+        };
+        if line("bytes_received").contains("[0-3]") && line("ops").contains("[3]") {
+            break;
+        }
+        run(&mut c, "sleep 0.1").await;
+    }
+    let header = table.lines().next().unwrap();
+    assert!(header.trim_end().ends_with("sum"), "{table}");
+    let ops = table.lines().find(|l| l.starts_with("ops")).unwrap();
+    assert_eq!(ops.split_whitespace().last(), Some("6"), "0+1+2+3: {table}");
+    let bytes = table
+        .lines()
+        .find(|l| l.starts_with("bytes_received"))
+        .unwrap();
+    assert_eq!(bytes.split_whitespace().last(), Some("6000"), "{table}");
+    let groups = run(&mut c, "counters --groups").await;
+    let rows: Vec<Vec<&str>> = groups
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["ranks", "bytes_received", "ops"], "{groups}");
+    assert_eq!(rows[1], ["sum", "6000", "6"], "{groups}");
+    for rank in 0..4 {
+        let label = format!("[{rank}]");
+        let rank = rank.to_string();
+        assert_eq!(
+            rows[2 + rank.parse::<usize>().unwrap()],
+            [label.as_str(), "1500", rank.as_str()],
+            "{groups}"
+        );
+    }
+    let groups = run(&mut c, "counters --groups 0-1").await;
+    assert!(groups.contains("sum"), "{groups}");
+    assert!(!groups.contains("[2]"), "{groups}");
+    c.shutdown().await;
 }

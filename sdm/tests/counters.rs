@@ -47,16 +47,17 @@ fn c_client_counters_merge_across_ranks() {
     let it = &m["iterations"];
     assert_eq!(it["count"], 8, "{m}");
     assert_eq!(
-        (it["min"].as_str(), it["min_ids"].as_str()),
-        (Some("100"), Some("[0]")),
+        (it["min"].as_i64(), it["min_ids"].as_str()),
+        (Some(100), Some("[0]")),
         "{m}"
     );
     assert_eq!(
-        (it["max"].as_str(), it["max_ids"].as_str()),
-        (Some("800"), Some("[7]")),
+        (it["max"].as_i64(), it["max_ids"].as_str()),
+        (Some(800), Some("[7]")),
         "{m}"
     );
-    assert_eq!(it["mean"], "450", "{m}");
+    assert_eq!(it["mean"], 450, "{m}");
+    assert_eq!(it["sum"], 3600, "{m}");
     assert_eq!(m["bytes_sent"]["min_ids"], "[0-7]", "{m}");
     assert!(m.get("bad/key").is_none(), "a bad line is skipped: {m}");
 }
@@ -66,10 +67,10 @@ fn rust_client_counters_merge_across_ranks() {
     let app = PathBuf::from(env!("CARGO_BIN_EXE_sdm-counters-demo"));
     let m = metrics(&console("4", &app));
     assert_eq!(m["ops"]["max_ids"], "[3]", "{m}");
-    assert_eq!(m["ops"]["mean"], "1.5", "{m}");
+    assert_eq!(m["ops"]["mean"], 1.5, "{m}");
     assert_eq!(
         m["bytes_received"]["min"], m["bytes_received"]["max"],
         "{m}"
     ); // (Absent keys would compare equal above: the value itself must have arrived.)
-    assert_eq!(m["bytes_received"]["max"], "1500", "{m}");
+    assert_eq!(m["bytes_received"]["max"], 1500, "{m}");
 }

@@ -45,6 +45,8 @@ struct Entry<C> {
 pub struct Registry<C> {
     services: BTreeMap<String, Entry<C>>,
     prefixes: BTreeSet<String>,
+    /// Other spellings of services (the spec's `continue` for `cont`): alias to name.
+    aliases: BTreeMap<String, String>,
 }
 
 /// Handed to an extension's register function by [`Registry::add_extension`]; collects the
@@ -87,6 +89,7 @@ impl<C> Registry<C> {
         Self {
             services: BTreeMap::new(),
             prefixes: BTreeSet::new(),
+            aliases: BTreeMap::new(),
         }
     }
 
@@ -142,7 +145,11 @@ impl<C> Registry<C> {
         register(&mut reg);
         let mut problems = reg.problems;
         for (name, _) in &reg.pending {
-            if let Some(e) = self.services.get(name) {
+            if let Some(target) = self.aliases.get(name) {
+                problems.push(format!(
+                    "service '{name}' already exists (a name for '{target}')"
+                ));
+            } else if let Some(e) = self.services.get(name) {
                 let owner = if e.prefix.is_empty() {
                     "a base service".to_owned()
                 } else {
@@ -169,6 +176,7 @@ impl<C> Registry<C> {
     /// service already registered under that name, so register base services before adding
     /// extensions.
     pub fn register_base(&mut self, name: &str, h: Handler<C>) {
+        self.aliases.remove(name);
         self.services.insert(
             name.to_owned(),
             Entry {
@@ -178,14 +186,40 @@ impl<C> Registry<C> {
         );
     }
 
-    /// The handler for `service`, if registered.
-    pub fn get(&self, service: &str) -> Option<&Handler<C>> {
-        self.services.get(service).map(|e| &e.handler)
+    /// Makes `alias` another name of the registered service `name` (OMIS 1.0 section 8
+    /// spells `continue` what sdm registers as `cont`). Fails if `name` is not registered
+    /// (aliases of aliases included) or `alias` is already a service or an alias.
+    pub fn register_alias(&mut self, alias: &str, name: &str) -> Result<(), ServiceError> {
+        if !self.services.contains_key(name) {
+            return Err(ServiceError(format!(
+                "alias '{alias}': no service '{name}' to name"
+            )));
+        }
+        if self.services.contains_key(alias) || self.aliases.contains_key(alias) {
+            return Err(ServiceError(format!(
+                "alias '{alias}': the name is already taken"
+            )));
+        }
+        self.aliases.insert(alias.to_owned(), name.to_owned());
+        Ok(())
     }
 
-    /// Every service name, sorted.
+    /// The handler for `service` (or for the service it is an alias of), if registered.
+    pub fn get(&self, service: &str) -> Option<&Handler<C>> {
+        let name = self.aliases.get(service).map_or(service, String::as_str);
+        self.services.get(name).map(|e| &e.handler)
+    }
+
+    /// Every service name and alias, sorted.
     pub fn names(&self) -> Vec<String> {
-        self.services.keys().cloned().collect()
+        let mut v: Vec<String> = self
+            .services
+            .keys()
+            .chain(self.aliases.keys())
+            .cloned()
+            .collect();
+        v.sort();
+        v
     }
 
     /// The prefixes of the extensions added, sorted (what OMIS's `extensions()` returns).
@@ -224,6 +258,7 @@ impl<C> fmt::Debug for Registry<C> {
         f.debug_struct("Registry")
             .field("services", &self.services.keys().collect::<Vec<_>>())
             .field("prefixes", &self.prefixes)
+            .field("aliases", &self.aliases)
             .finish()
     }
 }

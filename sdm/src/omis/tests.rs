@@ -837,6 +837,52 @@ fn registry_prefix_rules() {
     );
 }
 
+#[test]
+fn registry_aliases_name_the_same_service() {
+    let mut reg: Registry<u32> = Registry::new();
+    reg.register_base(
+        "cont",
+        handler(|n: &mut u32, _| {
+            *n += 1;
+            Ok(vec![Value::Int(0)])
+        }),
+    );
+    reg.register_alias("continue", "cont").unwrap();
+    let req = parse_request("1 [] continue()").unwrap();
+    let mut calls = 0;
+    assert_eq!(
+        reg.call(&mut calls, &req.actions.actions()[0]).unwrap(),
+        [Value::Int(0)]
+    );
+    assert_eq!(calls, 1, "the alias ran cont's handler");
+    assert_eq!(reg.names(), ["cont", "continue"]);
+    // No alias of an unknown service, no alias over a taken name.
+    assert!(reg.register_alias("go", "resume").is_err());
+    assert!(reg.register_alias("continue", "cont").is_err());
+    assert!(reg.register_alias("cont", "cont").is_err());
+    // An extension may not register a name an alias holds.
+    let mut reg: Registry<u32> = Registry::new();
+    reg.register_base("x", handler(|_: &mut u32, _| Ok(vec![])));
+    reg.register_alias("pe_run", "x").unwrap();
+    let e = reg
+        .add_extension("pe", |x| x.register("run", handler(|_, _| Ok(vec![]))))
+        .unwrap_err();
+    assert!(
+        e.0.contains("'pe_run' already exists (a name for 'x')"),
+        "{e}"
+    );
+    // A base service registered under an alias's name replaces the alias.
+    reg.register_base(
+        "pe_run",
+        handler(|n: &mut u32, _| Ok(vec![Value::Int(i64::from(*n))])),
+    );
+    let req = parse_request("1 [] pe_run()").unwrap();
+    assert_eq!(
+        reg.call(&mut 7, &req.actions.actions()[0]).unwrap(),
+        [Value::Int(7)]
+    );
+}
+
 fn value_strategy() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         any::<i64>().prop_map(Value::Int),

@@ -1,0 +1,355 @@
+//! What the console knows about its commands apart from running them: the command table
+//! (`help`, `help COMMAND`), the numbered breakpoints (`break`, `info break`, `delete`), and
+//! tab completion for the interactive console (command names, and function names for
+//! `break` from the program's ELF symbol table).
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use sdm_proto::IdSet;
+
+/// One console command: its name, its usage line and what it does.
+#[derive(Debug, Clone, Copy)]
+pub struct Command {
+    /// The name typed.
+    pub name: &'static str,
+    /// The arguments it takes.
+    pub usage: &'static str,
+    /// One line saying what it does.
+    pub about: &'static str,
+}
+
+/// Every console command, in the order `help` lists them. `IDS` is a set of ranks, `2`,
+/// `0-3,7` or `[0-3,7]`; without it a command goes to every rank.
+pub const COMMANDS: &[Command] = &[
+    Command {
+        name: "stop",
+        usage: "stop [IDS]",
+        about: "stop the programs",
+    },
+    Command {
+        name: "cont",
+        usage: "cont [IDS]",
+        about: "continue the programs (also `continue`)",
+    },
+    Command {
+        name: "continue",
+        usage: "continue [IDS]",
+        about: "continue the programs (also `cont`)",
+    },
+    Command {
+        name: "status",
+        usage: "status [IDS]",
+        about: "what each program is doing: running, stopped where, exited, killed",
+    },
+    Command {
+        name: "bt",
+        usage: "bt [IDS]",
+        about: "stack traces merged into one call tree (running programs are stopped for it and continued)",
+    },
+    Command {
+        name: "break",
+        usage: "break FUNCTION|0xADDRESS [IDS]",
+        about: "set a breakpoint; the programs stop when they reach it",
+    },
+    Command {
+        name: "info",
+        usage: "info break",
+        about: "list the breakpoints: number, location, ranks",
+    },
+    Command {
+        name: "delete",
+        usage: "delete [N...]",
+        about: "delete breakpoints by number (all without a number)",
+    },
+    Command {
+        name: "kill",
+        usage: "kill [IDS]",
+        about: "kill the programs",
+    },
+    Command {
+        name: "top",
+        usage: "top [IDS]",
+        about: "process metrics over the ranks: min, mean, max, sum and where the extremes are",
+    },
+    Command {
+        name: "counters",
+        usage: "counters [--groups] [IDS]",
+        about: "the programs' own counters: min, mean, max and sum; --groups: ranks with identical counters",
+    },
+    Command {
+        name: "health",
+        usage: "health",
+        about: "the tree's health per subtree (full, degraded, partial, lost)",
+    },
+    Command {
+        name: "omis",
+        usage: "omis REQUEST",
+        about: "send a raw OMIS request, e.g. `omis 1 [0-3] stack_backtrace()`, and print the raw replies",
+    },
+    Command {
+        name: "sleep",
+        usage: "sleep SECONDS",
+        about: "wait, printing the programs' output and events meanwhile",
+    },
+    Command {
+        name: "history",
+        usage: "history",
+        about: "the commands typed so far",
+    },
+    Command {
+        name: "help",
+        usage: "help [COMMAND]",
+        about: "list the commands, or say how to use one",
+    },
+    Command {
+        name: "quit",
+        usage: "quit",
+        about: "end the session (also `exit`); the programs are killed",
+    },
+];
+
+/// `help` (every command with what it does) or `help COMMAND` (its usage too).
+pub fn help(topic: &str) -> Result<String, String> {
+    let topic = topic.trim();
+    if topic.is_empty() {
+        let width = COMMANDS.iter().map(|c| c.name.len()).max().unwrap_or(0);
+        let mut s =
+            String::from("Commands (IDS: ranks such as 2, 0-3,7 or [0-3,7]; default all):\n");
+        for c in COMMANDS {
+            s += &format!("  {:<width$}  {}\n", c.name, c.about);
+        }
+        s += "Ctrl-C at the prompt stops the programs; `help COMMAND` says more.\n";
+        return Ok(s);
+    }
+    let name = if topic == "exit" { "quit" } else { topic };
+    COMMANDS
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| format!("usage: {}\n{}\n", c.usage, c.about))
+        .ok_or_else(|| format!("help: no command {topic:?} (`help` lists them)"))
+}
+
+/// One breakpoint set by the console.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breakpoint {
+    /// Its number, from 1, never reused.
+    pub number: u32,
+    /// Where: the function name or `0x` address as given.
+    pub location: String,
+    /// The ranks it is set on.
+    pub ranks: IdSet,
+}
+
+/// What the console's commands keep between commands.
+#[derive(Debug, Default)]
+pub struct State {
+    /// The breakpoints, by number.
+    pub breakpoints: Vec<Breakpoint>,
+    last_number: u32,
+    /// The program started (its path on the front-end), for completion of function names.
+    pub program: Option<String>,
+}
+
+impl State {
+    /// The breakpoint at `location` (adding `ranks` to it), or a new one numbered next.
+    pub fn add_breakpoint(&mut self, location: &str, ranks: &IdSet) -> u32 {
+        if let Some(b) = self.breakpoints.iter_mut().find(|b| b.location == location) {
+            b.ranks.union_with(ranks);
+            return b.number;
+        }
+        self.last_number += 1;
+        self.breakpoints.push(Breakpoint {
+            number: self.last_number,
+            location: location.to_owned(),
+            ranks: ranks.clone(),
+        });
+        self.last_number
+    }
+
+    /// The number of the breakpoint at `location`, if the console set one there.
+    pub fn breakpoint_number(&self, location: &str) -> Option<u32> {
+        self.breakpoints
+            .iter()
+            .find(|b| b.location == location)
+            .map(|b| b.number)
+    }
+
+    /// Takes `ranks` off breakpoint `number`; it goes when no rank is left.
+    pub fn remove_ranks(&mut self, number: u32, ranks: &IdSet) {
+        for b in &mut self.breakpoints {
+            if b.number == number {
+                b.ranks = &b.ranks - ranks;
+            }
+        }
+        self.breakpoints.retain(|b| !b.ranks.is_empty());
+    }
+
+    /// `info break` as a table.
+    pub fn breakpoint_table(&self) -> String {
+        if self.breakpoints.is_empty() {
+            return "No breakpoints.\n".into();
+        }
+        let width = self
+            .breakpoints
+            .iter()
+            .map(|b| b.location.len())
+            .max()
+            .unwrap_or(0)
+            .max("Location".len());
+        let mut s = format!("{:<4} {:<width$}  Ranks\n", "Num", "Location");
+        for b in &self.breakpoints {
+            s += &format!("{:<4} {:<width$}  {}\n", b.number, b.location, b.ranks);
+        }
+        s
+    }
+}
+
+/// The names of the functions defined in the ELF file at `path` (sorted, no duplicates);
+/// empty if it cannot be read.
+pub fn function_names(path: &Path) -> Vec<String> {
+    use object::{Object, ObjectSymbol, SymbolKind};
+    let Ok(data) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let Ok(file) = object::File::parse(&*data) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+        .filter_map(|s| s.name().ok().map(str::to_owned))
+        .filter(|n| !n.is_empty())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Completions of the word at `pos` in `line`: command names for the first word, function
+/// names for the argument of `break`, `help`'s topics. Returns where the word starts.
+pub fn complete(line: &str, pos: usize, functions: &[String]) -> (usize, Vec<String>) {
+    let before = &line[..pos];
+    let start = before.rfind(char::is_whitespace).map_or(0, |i| i + 1);
+    let word = &before[start..];
+    let words: Vec<&str> = before[..start].split_whitespace().collect();
+    let pick = |names: &mut dyn Iterator<Item = &str>| -> Vec<String> {
+        names
+            .filter(|n| n.starts_with(word))
+            .map(str::to_owned)
+            .collect()
+    };
+    let found = match words.as_slice() {
+        [] => pick(&mut COMMANDS.iter().map(|c| c.name)),
+        ["help"] => pick(&mut COMMANDS.iter().map(|c| c.name)),
+        ["break"] => pick(&mut functions.iter().map(String::as_str)),
+        ["info"] => pick(&mut ["break"].into_iter()),
+        _ => Vec::new(),
+    };
+    (start, found)
+}
+
+/// The interactive console's helper for rustyline: tab completion (see [`complete`]).
+#[derive(Debug, Default)]
+pub struct Completion {
+    /// Function names of the program, for `break`.
+    pub functions: Vec<String>,
+}
+
+impl rustyline::completion::Completer for Completion {
+    type Candidate = String;
+
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        _ctx: &rustyline::Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<String>)> {
+        Ok(complete(line, pos, &self.functions))
+    }
+}
+
+impl rustyline::hint::Hinter for Completion {
+    type Hint = String;
+}
+
+impl rustyline::highlight::Highlighter for Completion {
+    fn highlight<'l>(&self, line: &'l str, _pos: usize) -> Cow<'l, str> {
+        Cow::Borrowed(line)
+    }
+}
+
+impl rustyline::validate::Validator for Completion {}
+
+impl rustyline::Helper for Completion {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_lists_every_command_and_explains_each() {
+        let all = help("").unwrap();
+        for c in COMMANDS {
+            assert!(all.contains(&format!("  {}", c.name)), "{}: {all}", c.name);
+            let one = help(c.name).unwrap();
+            assert!(one.starts_with(&format!("usage: {}\n", c.usage)), "{one}");
+            assert!(one.contains(c.about), "{one}");
+        }
+        assert!(
+            help("nosuch")
+                .unwrap_err()
+                .contains("no command \"nosuch\"")
+        );
+    }
+
+    #[test]
+    fn completion_of_commands_functions_and_topics() {
+        let f = vec![
+            "main".to_owned(),
+            "reached_by_odd".to_owned(),
+            "spin".to_owned(),
+        ];
+        assert_eq!(
+            complete("co", 2, &f),
+            (0, vec!["cont".into(), "continue".into(), "counters".into()])
+        );
+        assert_eq!(
+            complete("break re", 8, &f),
+            (6, vec!["reached_by_odd".into()])
+        );
+        assert_eq!(complete("break ", 6, &f).1.len(), 3);
+        assert_eq!(complete("help de", 7, &f), (5, vec!["delete".into()]));
+        assert_eq!(complete("info b", 6, &f), (5, vec!["break".into()]));
+        assert!(complete("stop 0-", 7, &f).1.is_empty());
+    }
+
+    #[test]
+    fn breakpoints_are_numbered_once_and_go_with_their_last_rank() {
+        let mut s = State::default();
+        assert_eq!(s.add_breakpoint("tick", &IdSet::all(2)), 1);
+        assert_eq!(s.add_breakpoint("0x1000", &IdSet::single(3)), 2);
+        assert_eq!(s.add_breakpoint("tick", &IdSet::single(5)), 1);
+        assert_eq!(s.breakpoints[0].ranks.to_string(), "[0-1,5]");
+        assert_eq!(s.breakpoint_number("0x1000"), Some(2));
+        s.remove_ranks(2, &IdSet::single(3));
+        assert_eq!(s.breakpoint_number("0x1000"), None);
+        assert_eq!(
+            s.add_breakpoint("0x1000", &IdSet::single(3)),
+            3,
+            "never reused"
+        );
+        let t = s.breakpoint_table();
+        assert!(t.starts_with("Num  Location  Ranks\n"), "{t}");
+        assert!(t.contains("1    tick      [0-1,5]\n"), "{t}");
+    }
+
+    #[test]
+    fn function_names_come_from_the_symbol_table() {
+        let me = std::env::current_exe().unwrap();
+        let names = function_names(&me);
+        assert!(names.iter().any(|n| n == "main"), "{} names", names.len());
+        assert!(function_names(Path::new("/nonexistent")).is_empty());
+    }
+}

@@ -1,0 +1,118 @@
+//! The console's plain words for what servers send in OMIS: events (`process_terminated(
+//! "exited",0)` is `exited with status 0`) and replies (`stack_backtrace("error: …")` is
+//! `error: …`). Raw OMIS stays for the `omis` command and `--json`.
+
+use crate::omis::{BasicReply, Value, parse_reply};
+
+/// An event text in plain words. `breakpoint_number` gives the console's number of a
+/// breakpoint by its location. Replies of event actions (they start with their request id)
+/// are left as they are: they answer an `omis` request.
+pub fn event(text: &str, breakpoint_number: impl Fn(&str) -> Option<u32>) -> String {
+    if text.starts_with(|c: char| c.is_ascii_digit()) {
+        return text.to_owned();
+    }
+    // An event is a reply without request id and nodes.
+    let Some(r) = parse_reply(&format!("0 [] {text}"))
+        .ok()
+        .and_then(|r| r.0.into_iter().next())
+    else {
+        return format!("event {text}");
+    };
+    let p = &r.results;
+    match (r.service.as_str(), p.first(), p.get(1)) {
+        ("process_terminated", Some(Value::Str(how)), Some(Value::Int(code)))
+            if how == "exited" =>
+        {
+            format!("exited with status {code}")
+        }
+        ("process_terminated", Some(Value::Str(how)), Some(Value::Str(sig))) if how == "killed" => {
+            format!("killed by signal {sig}")
+        }
+        ("breakpoint", Some(Value::Str(at)), addr) => {
+            let addr = match addr {
+                Some(Value::Int(a)) => format!(" ({a:#x})"),
+                _ => String::new(),
+            };
+            match breakpoint_number(at) {
+                Some(n) => format!("breakpoint {n} hit at {at}{addr}"),
+                None => format!("breakpoint hit at {at}{addr}"),
+            }
+        }
+        ("error", Some(Value::Str(why)), _) => format!("error: {why}"),
+        _ => format!("event {text}"),
+    }
+}
+
+/// Whether a reply reports a failure: an `error(…)` reply (a request the server could not
+/// read) or a service whose result is an error text.
+pub fn is_error(r: &BasicReply) -> bool {
+    r.service == "error"
+        || matches!(r.results.first(), Some(Value::Str(s)) if s.starts_with("error"))
+}
+
+/// A reply in plain words: its text result (a status line, an error), `ok` for a bare
+/// success, otherwise its results as OMIS values.
+pub fn reply(r: &BasicReply) -> String {
+    match r.results.as_slice() {
+        [Value::Str(s)] if r.service == "error" && !s.starts_with("error") => format!("error: {s}"),
+        [Value::Str(s), ..] => s.clone(),
+        [Value::Int(0)] => "ok".into(),
+        results => results
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numbered(at: &str) -> Option<u32> {
+        (at == "tick").then_some(1)
+    }
+
+    #[test]
+    fn events_in_plain_words() {
+        assert_eq!(
+            event("process_terminated(\"exited\",0)", numbered),
+            "exited with status 0"
+        );
+        assert_eq!(
+            event("process_terminated(\"killed\",\"SIGKILL\")", numbered),
+            "killed by signal SIGKILL"
+        );
+        assert_eq!(
+            event("breakpoint(\"tick\",0x555fc0b95193)", numbered),
+            "breakpoint 1 hit at tick (0x555fc0b95193)"
+        );
+        assert_eq!(
+            event("breakpoint(\"other\",4096)", numbered),
+            "breakpoint hit at other (0x1000)"
+        );
+        assert_eq!(
+            event("error(\"event x not handled\")", numbered),
+            "error: event x not handled"
+        );
+        // Replies of event actions answer an `omis` request: raw.
+        assert_eq!(event("3 [] print(\"x\")", numbered), "3 [] print(\"x\")");
+        assert_eq!(event("new_thing(1)", numbered), "event new_thing(1)");
+        assert_eq!(event("not omis ((", numbered), "event not omis ((");
+    }
+
+    #[test]
+    fn replies_in_plain_words() {
+        let r = |t: &str| parse_reply(t).unwrap().0.remove(0);
+        let e = r("3 [0-3] stack_backtrace(\"error: the process must be stopped first\")");
+        assert_eq!(reply(&e), "error: the process must be stopped first");
+        assert!(is_error(&e));
+        let bad = r("0 [] error(\"bad request: column 3\")");
+        assert!(is_error(&bad));
+        assert_eq!(reply(&bad), "error: bad request: column 3");
+        let ok = r("1 [] stop(0)");
+        assert!(!is_error(&ok));
+        assert_eq!(reply(&ok), "ok");
+        assert_eq!(reply(&r("1 [] number_of_nodes(4)")), "4");
+    }
+}
