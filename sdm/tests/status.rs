@@ -175,7 +175,7 @@ fn sdm_status_asks_the_running_front_end() {
     // Every other program's end was printed (merged or not).
     let ended = out
         .lines()
-        .filter(|l| l.contains(" event process_terminated("))
+        .filter(|l| l.contains(" exited with status "))
         .fold(sdm_proto::IdSet::new(), |acc, l| {
             &acc | &l.split(' ').next().unwrap().parse().unwrap()
         });

@@ -100,7 +100,7 @@ fn label_prints_every_line_of_every_rank_in_order() {
     assert_eq!(numbers, 160_000);
     let exits = lines
         .iter()
-        .filter(|(_, t)| t == "event process_terminated(\"exited\",0)")
+        .filter(|(_, t)| t == "exited with status 0")
         .count();
     assert_eq!(exits, 16, "one exit event per rank");
     assert_eq!(lines.len(), 160_016);
@@ -290,10 +290,7 @@ fn stdin_goes_to_every_program_and_ends() {
         Some("[0-3] hi"),
         "cat echoes the input once per rank, merged: {text}"
     );
-    assert!(
-        text.contains("[0-3] event process_terminated(\"exited\",0)"),
-        "{text}"
-    );
+    assert!(text.contains("[0-3] exited with status 0"), "{text}");
 }
 
 #[test]

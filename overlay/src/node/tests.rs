@@ -253,7 +253,12 @@ fn a_servers_lines_are_numbered_per_stream_and_merge_only_at_equal_indices() {
     parent.set_stdio_window(Duration::from_millis(20));
     let now = Instant::now();
     let line = |op: u64, id: u32| {
-        let mut m = Message::reply(op, IdSet::single(id), Status::Replied, Bytes::from_static(b"\x01y"));
+        let mut m = Message::reply(
+            op,
+            IdSet::single(id),
+            Status::Replied,
+            Bytes::from_static(b"\x01y"),
+        );
         m.kind = Kind::Stdio;
         m.aggregate.status = None;
         m
