@@ -223,7 +223,27 @@ struct LaunchArgs {
     json: bool,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match real_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // A reader that went away (`sdm man | head`): end quietly, as a shell tool
+        // killed by SIGPIPE would (128 + 13).
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            std::process::ExitCode::from(141)
+        }
+        Err(e) => {
+            eprintln!("sdm: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
     sdm_overlay::logging::init("warn");
     let cli = Cli::parse();
     // Daemons run everything on one thread: a frame never crosses threads on its way
