@@ -17,6 +17,12 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
+/// The environment variable naming the Unix socket where a program started by an sdm server
+/// writes its own counters (set by the server, `sdm-server`; read by the program's client,
+/// `sdm_client::counters::Client` or `sdm_counters.h`). Kept here, below both, as the one
+/// name they agree on, like `SDM_ID` for the daemons this crate launches.
+pub const COUNTERS_ENV: &str = "SDM_COUNTERS";
+
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
@@ -352,6 +358,25 @@ impl LauncherKind {
             }),
             Self::Mpirun => Box::new(Mpirun::default()),
             Self::Srun => Box::new(Srun::default()),
+        }
+    }
+}
+
+/// Lifts this process's soft limit of open files to its hard limit: a launcher keeps one
+/// stdout pipe per copy it starts, so a front-end launching thousands of servers needs more
+/// than the usual soft limit of 1024. Failing to raise it is not an error (the launch then
+/// fails later, naming the descriptor it could not open).
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the `rlimit` we pass, which lives
+    // across both calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
 }

@@ -9,8 +9,8 @@
 //! | `envelope` | [`Message::decode`] one frame body | decode, encode, decode gives the same message; `encoded_len` is exact |
 //! | `idset` | [`IdSet::from_bytes`] | binary and text forms round-trip; `serialized_len` bounds the bytes |
 //! | `idset_text` | `IdSet::from_str` | print, parse gives the same set |
-//! | `omis_request` | [`sdm::omis::parse_request`] | what was printed parses back and prints the same |
-//! | `omis_reply` | [`sdm::omis::parse_reply`] | as for requests |
+//! | `omis_request` | [`sdm_omis::parse_request`] | what was printed parses back and prints the same |
+//! | `omis_reply` | [`sdm_omis::parse_reply`] | as for requests |
 //! | `filter` | every built-in [`sdm_filters`] filter, payloads folded in and flushed | flushed groups fold again, into the same flush |
 //!
 //! A new decoder is one more entry of [`TARGETS`] (name, function, seeds) and one three-line
@@ -24,7 +24,7 @@
 use std::str::FromStr;
 
 use bytes::{Bytes, BytesMut};
-use sdm::omis::{parse_reply, parse_request};
+use sdm_omis::{parse_reply, parse_request};
 use sdm_proto::{FrameCodec, IdSet, Kind, Message, Status, SyncMode};
 use tokio_util::codec::{Decoder, Encoder};
 

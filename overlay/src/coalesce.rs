@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sdm_proto::{IdSet, Kind};
 
+/// Stream tag (a stdio payload's first byte) of a line the program wrote to standard output.
+pub const STDOUT: u8 = 1;
+/// Stream tag of a line the program wrote to standard error.
+pub const STDERR: u8 = 2;
+
 /// One buffered line (or event) and who printed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StdioLine {

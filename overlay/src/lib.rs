@@ -12,6 +12,17 @@
 //! - [`coalesce`]: merging identical stdio lines of many ranks, each rank's order kept.
 //! - [`align`]: the front-end's line-by-line alignment of output across ranks.
 //! - [`sim`]: a whole tree in one process with a virtual clock (tests and `sdm-sim`).
+//! - [`init`]: the init command the front-end sends first: routing table, tree shape and
+//!   connection policy (built by the front-end, read by every daemon).
+//!
+//! # Features
+//!
+//! - `quic` (off unless asked for; the `sdm` command turns it on): the `quic://` transport
+//!   (quinn, rustls on ring, rcgen for the per-session certificate), `transport::SessionTls`
+//!   and `transport::tls_to_env`. Without it a `quic://` address parses but
+//!   [`transport::transport_for`] refuses it, and none of those crates is compiled.
+//! - `log-init`: `logging::init`, the tracing subscriber the binaries install
+//!   (tracing-subscriber); libraries only log through `tracing` and need not pull it in.
 
 pub mod align;
 pub mod auth;
@@ -19,6 +30,7 @@ pub mod coalesce;
 pub mod driver;
 pub mod flow;
 pub mod frontend;
+pub mod init;
 pub mod logging;
 pub mod node;
 pub mod recover;

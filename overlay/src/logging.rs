@@ -9,8 +9,10 @@ use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "log-init")]
 use tracing_subscriber::EnvFilter;
 
+#[cfg(feature = "log-init")]
 /// Installs the process's tracing subscriber: to standard error, filtered by `RUST_LOG`,
 /// else by `default_filter` (e.g. `"warn"`), with ANSI colours only when standard error is
 /// a terminal (never in pipes and files).

@@ -14,9 +14,9 @@ use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_overlay::align::Aligner;
 use sdm_overlay::coalesce::StdioLine;
 
-use crate::monitor::{STDERR, STDOUT};
-use crate::omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
-use crate::session::Session;
+use sdm_overlay::coalesce::{STDERR, STDOUT};
+use sdm_omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
+use sdm_client::session::Session;
 
 /// How long one console command may take before its silent ids count as timed out.
 const COMMAND_TIMEOUT_MS: u32 = 30_000;
@@ -157,7 +157,7 @@ impl Console {
 
     /// Prints the tree's health per subtree; returns whether every subtree is full.
     async fn health(&mut self, json: bool, out: &mut dyn Write) -> anyhow::Result<bool> {
-        let lines = crate::health::report(&mut self.session, Duration::from_secs(5)).await?;
+        let lines = sdm_client::health::report(&mut self.session, Duration::from_secs(5)).await?;
         if json {
             for l in &lines {
                 writeln!(
@@ -168,11 +168,11 @@ impl Console {
                 )?;
             }
         } else {
-            write!(out, "{}", crate::health::text(&lines))?;
+            write!(out, "{}", sdm_client::health::text(&lines))?;
         }
         Ok(lines
             .iter()
-            .all(|l| l.health == crate::health::Health::Full))
+            .all(|l| l.health == sdm_client::health::Health::Full))
     }
 
     /// Prints stdio lines per rank (`label`), and merges the identical k-th lines of
@@ -204,7 +204,7 @@ impl Console {
             payload: m.payload,
         };
         let now = std::time::Instant::now();
-        let due = match crate::iof::exit_status(&line) {
+        let due = match sdm_client::iof::exit_status(&line) {
             Some(status) => {
                 if !line.sources.is_subset(&self.killed) {
                     self.exit_status = self.exit_status.max(status);
@@ -633,7 +633,7 @@ impl Console {
                 };
                 let timeout = Duration::from_millis(u64::from(COMMAND_TIMEOUT_MS));
                 let sample =
-                    crate::top::sample_of(&mut self.session, &dest, timeout, request).await?;
+                    sdm_client::top::sample_of(&mut self.session, &dest, timeout, request).await?;
                 if self.json {
                     writeln!(out, "{}", crate::top::json(&sample, 0.0))?;
                 } else {

@@ -2,7 +2,7 @@
 //! "exited",0)` is `exited with status 0`) and replies (`stack_backtrace("error: …")` is
 //! `error: …`). Raw OMIS stays for the `omis` command and `--json`.
 
-use crate::omis::{BasicReply, Value, parse_reply};
+use sdm_omis::{BasicReply, Value, parse_reply};
 
 /// An event text in plain words. `breakpoint_number` gives the console's number of a
 /// breakpoint by its location. Replies of event actions (they start with their request id)

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail, ensure};
 use clap::{Args, Parser, Subcommand};
-use sdm::session::{Progress, Session, SessionOptions, find_sdm_binary};
+use sdm_client::session::{Progress, Session, SessionOptions, find_sdm_binary};
 use sdm_bench::baseline::{RelayTree, find_relay_binary};
 use sdm_bench::stats::summarize;
 use sdm_deploy::LauncherKind;

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use clap::{Parser, Subcommand};
-use sdm::iof::Iof;
-use sdm::session::{Session, SessionOptions, find_sdm_binary};
+use sdm_client::iof::Iof;
+use sdm_client::session::{Session, SessionOptions, find_sdm_binary};
 use sdm_bench::stats::summarize;
 use sdm_proto::{IdSet, Status, SyncMode};
 use serde_json::json;
@@ -79,7 +79,7 @@ async fn start(s: &mut Session, script: &str) -> anyhow::Result<()> {
     let all = s.all();
     let req = format!(
         "0 [] sdm_start(\"/bin/sh\", [\"-c\", {}], \"pty\")",
-        sdm::omis::Value::Str(script.to_owned())
+        sdm_omis::Value::Str(script.to_owned())
     );
     for g in s.request(&all, SyncMode::WaitAll, req).await? {
         ensure!(

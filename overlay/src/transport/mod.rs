@@ -12,6 +12,7 @@
 
 mod delay;
 mod mem;
+#[cfg(feature = "quic")]
 mod quic;
 mod tcp;
 
@@ -27,6 +28,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 
 pub use delay::DelayTransport;
 pub use mem::MemTransport;
+#[cfg(feature = "quic")]
 pub use quic::{QUIC_IDLE_TIMEOUT, QUIC_KEEP_ALIVE, QuicTransport, SessionTls, TlsError};
 pub use tcp::TcpTransport;
 
@@ -253,6 +255,7 @@ pub struct TransportConfig {
     /// Largest frame accepted or sent, in bytes (default 64 MiB).
     pub max_frame: usize,
     /// The session certificate: required by `quic://`, ignored by the others.
+    #[cfg(feature = "quic")]
     pub tls: Option<SessionTls>,
     /// tcp: `TCP_USER_TIMEOUT`, how long written data may stay unacknowledged before the
     /// kernel ends the link (default [`DEFAULT_TCP_USER_TIMEOUT`]; `None` keeps the system's,
@@ -272,11 +275,43 @@ impl Default for TransportConfig {
     fn default() -> Self {
         Self {
             max_frame: DEFAULT_MAX_FRAME,
+            #[cfg(feature = "quic")]
             tls: None,
             tcp_user_timeout: Some(DEFAULT_TCP_USER_TIMEOUT),
             tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
             delay: Duration::ZERO,
         }
+    }
+}
+
+/// Environment variable holding the session's TLS certificate and key (PEM, hex-encoded so
+/// it fits on one line) for `quic://`: the front-end sets it for the daemons it starts.
+pub const SESSION_TLS_ENV: &str = "SDM_SESSION_TLS";
+
+/// Encodes the session certificate for [`SESSION_TLS_ENV`].
+#[cfg(feature = "quic")]
+pub fn tls_to_env(tls: &SessionTls) -> String {
+    crate::auth::hex_encode(tls.to_pem().as_bytes())
+}
+
+impl TransportConfig {
+    /// The default configuration with the session certificate of [`SESSION_TLS_ENV`], if
+    /// the variable is set (built without the `quic` feature, the variable is ignored: no
+    /// `quic://` link can be made anyway). The error says what is wrong with the variable.
+    pub fn from_env() -> io::Result<Self> {
+        #[allow(unused_mut)]
+        let mut cfg = Self::default();
+        #[cfg(feature = "quic")]
+        if let Ok(hex) = std::env::var(SESSION_TLS_ENV) {
+            let bad = |what: String| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{SESSION_TLS_ENV}: {what}"))
+            };
+            let pem = crate::auth::hex_decode(&hex)
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| bad("not hex-encoded PEM".into()))?;
+            cfg.tls = Some(SessionTls::from_pem(&pem).map_err(|e| bad(e.to_string()))?);
+        }
+        Ok(cfg)
     }
 }
 
@@ -286,10 +321,18 @@ impl Default for TransportConfig {
 pub fn transport_for(addr: &Address, cfg: &TransportConfig) -> io::Result<Box<dyn Transport>> {
     let t: Box<dyn Transport> = match addr {
         Address::Tcp(_) => Box::new(TcpTransport::new(cfg)),
+        #[cfg(feature = "quic")]
         Address::Quic(_) => Box::new(
             QuicTransport::new(cfg)
                 .map_err(|e| io::Error::new(e.kind(), format!("cannot use {addr}: {e}")))?,
         ),
+        #[cfg(not(feature = "quic"))]
+        Address::Quic(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("cannot use {addr}: sdm-overlay was built without the quic feature"),
+            ));
+        }
         Address::Mem(_) => Box::new(MemTransport::new(cfg)),
     };
     Ok(if cfg.delay.is_zero() {

@@ -1,5 +1,10 @@
-//! OMIS, the On-line Monitoring Interface Specification 1.0 (seeds/000): the payload protocol
-//! the sdm overlay carries, with its parser, printer, reply unification and service table.
+//! sdm-omis: OMIS, the On-line Monitoring Interface Specification 1.0 (seeds/000), the
+//! payload protocol the sdm overlay carries, with its parser, printer, reply unification and
+//! service table.
+//!
+//! A crate of its own, below both `sdm-client` (the front-end builds requests and reads
+//! replies) and `sdm-server` (the daemons parse requests and run the services), so neither
+//! has to depend on the other. Pure text: no I/O, no features.
 //!
 //! A request is `[event ':'] action_list`, each part a basic request
 //! `request_id receiver_nodes service(parameters)`, e.g.

@@ -10,16 +10,9 @@ use sdm_overlay::driver::Delivery;
 
 use std::sync::Arc;
 
-use crate::init::INIT_PREFIX;
-use crate::monitor::{Monitor, MonitorHandle};
-use crate::omis::Registry;
-
-/// This host's name (from /proc; `unknown` if unreadable).
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".into())
-}
+use sdm_overlay::init::INIT_PREFIX;
+use crate::monitor::{Monitor, MonitorHandle, hostname};
+use sdm_omis::Registry;
 
 /// One line describing this server: host, pid, resident memory and load average.
 pub fn info_line() -> String {
@@ -60,7 +53,7 @@ pub struct ServerContext {
 pub fn handle(ctx: &ServerContext, d: Delivery) {
     let text = String::from_utf8_lossy(&d.payload).into_owned();
     if text.starts_with(INIT_PREFIX) {
-        if let Ok(spec) = crate::init::InitSpec::from_payload(text.as_bytes()) {
+        if let Ok(spec) = sdm_overlay::init::InitSpec::from_payload(text.as_bytes()) {
             drop(ctx.monitor.submit(move |m| m.servers = spec.servers));
         }
         d.reply.send("ready");

@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use sdm_overlay::auth::SessionKey;
-use sdm_overlay::filters::Registry;
-use sdm_overlay::setup::ConnectPolicy;
-use sdm_overlay::transport::Address;
+use crate::auth::SessionKey;
+use crate::filters::Registry;
+use crate::setup::ConnectPolicy;
+use crate::transport::Address;
 use sdm_topology::Shape;
 use serde::{Deserialize, Serialize};
 

@@ -10,9 +10,9 @@
 //! stream.
 //!
 //! ```no_run
-//! # async fn demo(mut session: sdm::session::Session) -> anyhow::Result<()> {
+//! # async fn demo(mut session: sdm_client::session::Session) -> anyhow::Result<()> {
 //! use std::time::Duration;
-//! let mut iof = sdm::iof::Iof::new(session.all(), Duration::from_secs(5));
+//! let mut iof = sdm_client::iof::Iof::new(session.all(), Duration::from_secs(5));
 //! iof.set_stdout_handler(|ranks, line| println!("{ranks}: {}", String::from_utf8_lossy(line)));
 //! iof.set_stderr_handler(|ranks, line| eprintln!("{ranks}! {}", String::from_utf8_lossy(line)));
 //! session.write_stdin(&session.all(), b"input\n", true).await?;
@@ -28,7 +28,7 @@ use sdm_overlay::align::Aligner;
 use sdm_overlay::coalesce::StdioLine;
 use sdm_proto::{IdSet, Kind, Message};
 
-use crate::monitor::{STDERR, STDOUT};
+use sdm_overlay::coalesce::{STDERR, STDOUT};
 #[cfg(doc)]
 use crate::session::Session;
 
@@ -155,10 +155,21 @@ pub fn exit_status(l: &StdioLine) -> Option<i32> {
     let what = what.trim().trim_matches('"');
     Some(match how.trim().trim_matches('"') {
         "exited" => what.parse::<i32>().map_or(1, |c| c & 0xff),
-        _ => what
-            .parse::<nix::sys::signal::Signal>()
-            .map_or(128 + 9, |s| 128 + s as i32),
+        _ => signal_number(what).map_or(128 + 9, |s| 128 + s),
     })
+}
+
+/// The number of a Linux signal named like `SIGSEGV` (the monitor's spelling of a killing
+/// signal).
+fn signal_number(name: &str) -> Option<i32> {
+    const NAMES: [&str; 31] = [
+        "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
+        "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM",
+        "SIGSTKFLT", "SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG",
+        "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
+    ];
+    let i = NAMES.iter().position(|n| *n == name)?;
+    i32::try_from(i + 1).ok()
 }
 
 #[cfg(test)]

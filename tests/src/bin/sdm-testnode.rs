@@ -1,5 +1,5 @@
-//! sdm-testnode: one overlay server as a real OS process, for end-to-end tests until the
-//! `sdm` daemons exist. Prints `LISTEN <address>`, reads the routing table from stdin.
+//! sdm-testnode: one bare overlay server (no monitor, no OMIS) as a real OS process, for the
+//! overlay's end-to-end tests. Prints `LISTEN <address>`, reads the routing table from stdin.
 //!
 //! Protocol with the test harness: the process binds `--listen`, prints `LISTEN <addr>` on
 //! stdout, then reads one line from stdin holding every server's address separated by

@@ -18,12 +18,13 @@ use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::filters::Registry;
 use sdm_overlay::frontend::{Frontend, ReplyGroup};
 use sdm_overlay::setup::ConnectPolicy;
-use sdm_overlay::transport::{Address, SessionTls, TransportConfig, transport_for};
+#[cfg(feature = "quic")]
+use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
+use sdm_overlay::transport::{Address, TransportConfig, transport_for};
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::Shape;
 
-use crate::daemon::{SESSION_TLS_ENV, tls_to_env};
-use crate::init::InitSpec;
+use sdm_overlay::init::InitSpec;
 
 /// How to launch a tree.
 #[derive(Debug, Clone)]
@@ -181,16 +182,7 @@ impl Session {
     ) -> anyhow::Result<Self> {
         let started = Instant::now();
         // One stdout pipe per server: lift the soft descriptor limit to the hard one.
-        if let Ok((soft, hard)) =
-            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-            && soft < hard
-        {
-            let _ = nix::sys::resource::setrlimit(
-                nix::sys::resource::Resource::RLIMIT_NOFILE,
-                hard,
-                hard,
-            );
-        }
+        sdm_deploy::raise_fd_limit();
         let deadline = tokio::time::Instant::now() + opts.startup_timeout;
         anyhow::ensure!(opts.n > 0, "a tree needs at least one server (-n)");
         let (registry, filter_plugins) = load_filter_plugins(&opts.filter_plugins)?;
@@ -200,11 +192,17 @@ impl Session {
         };
         let key = SessionKey::generate();
         let mut env = vec![(SESSION_KEY_ENV.to_owned(), key.to_hex())];
+        #[allow(unused_mut)]
         let mut cfg = TransportConfig::default();
         if opts.transport == "quic" {
-            let tls = SessionTls::generate();
-            env.push((SESSION_TLS_ENV.to_owned(), tls_to_env(&tls)));
-            cfg.tls = Some(tls);
+            #[cfg(feature = "quic")]
+            {
+                let tls = SessionTls::generate();
+                env.push((SESSION_TLS_ENV.to_owned(), tls_to_env(&tls)));
+                cfg.tls = Some(tls);
+            }
+            #[cfg(not(feature = "quic"))]
+            anyhow::bail!("transport quic: sdm-client was built without the quic feature");
         } else if opts.transport != "tcp" {
             anyhow::bail!(
                 "unknown transport {:?}: expected tcp or quic",
@@ -477,7 +475,7 @@ impl Session {
         data: &[u8],
         eof: bool,
     ) -> anyhow::Result<Vec<ReplyGroup>> {
-        let text = crate::omis::Value::Str(String::from_utf8_lossy(data).into_owned());
+        let text = sdm_omis::Value::Str(String::from_utf8_lossy(data).into_owned());
         let req = format!("0 [] sdm_stdin({text}, {})", i32::from(eof));
         self.request(ids, SyncMode::Timeout(30_000), req).await
     }

@@ -23,8 +23,8 @@ use nix::unistd::Pid;
 use sdm_proto::Kind;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::omis::{Registry, Value};
-use crate::services::AsyncRequest;
+use sdm_omis::{ActionList, BasicReply, BasicRequest, Registry, Value};
+use sdm_proto::IdSet;
 
 /// What the monitored process is doing, as the monitor knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,10 +85,8 @@ impl std::str::FromStr for IoMode {
     }
 }
 
-/// Stream tag of a stdio payload: the first byte.
-pub const STDOUT: u8 = 1;
-/// Stream tag of a stdio payload: the first byte.
-pub const STDERR: u8 = 2;
+/// Stream tags of a stdio payload (its first byte), defined with the coalescer that reads them.
+pub use sdm_overlay::coalesce::{STDERR, STDOUT};
 
 /// Reads `fd` line by line and sends each line (tagged with `stream`) as stdio; blocks when
 /// the channel is full, which blocks the process when its output buffer fills.
@@ -264,7 +262,7 @@ impl Monitor {
         let mut cmd = Command::new(program);
         cmd.args(args).env("SDM_RANK", self.rank.to_string());
         if let Some(p) = &self.counters_path {
-            cmd.env(crate::counters::COUNTERS_ENV, p);
+            cmd.env(sdm_deploy::COUNTERS_ENV, p);
         }
         let mut master: Option<OwnedFd> = None;
         match mode {
@@ -848,7 +846,7 @@ impl Monitor {
         }
         self.firing += 1;
         let replies =
-            crate::services::run_event_actions(&reg, self, service, key.as_ref(), &params);
+            run_event_actions(&reg, self, service, key.as_ref(), &params);
         self.firing -= 1;
         for r in replies {
             let _ = self.events.send(r);
@@ -1091,3 +1089,90 @@ fn is_pie(exe: &Path) -> MonResult<bool> {
     let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", exe.display()))?;
     Ok(file.kind() == object::ObjectKind::Dynamic)
 }
+/// This host's name (from /proc; `unknown` if unreadable).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+
+/// An asynchronous service request (OMIS section 5.2): an event and the actions to run
+/// at each occurrence; stored disabled until `enable`.
+#[derive(Debug, Clone)]
+pub struct AsyncRequest {
+    /// The event definition (its id is the request id).
+    pub event: BasicRequest,
+    /// What runs when the event occurs.
+    pub actions: ActionList,
+    /// Whether occurrences are being looked for.
+    pub enabled: bool,
+}
+
+/// Whether a stored event definition matches an occurrence with `key` (the breakpoint's
+/// function or address, the user event's number).
+fn matches(def: &BasicRequest, key: Option<&Value>, params: &[Value]) -> bool {
+    match (def.service.as_str(), def.params.first(), key) {
+        ("breakpoint", Some(Value::Int(addr)), _) => params.get(1) == Some(&Value::Int(*addr)),
+        ("breakpoint", Some(name), Some(k)) => name == k,
+        ("user_event", Some(n), Some(k)) => n == k,
+        ("user_event", _, _) => false,
+        _ => true,
+    }
+}
+
+/// `$0` is this node, `$n` the occurrence's n-th parameter.
+fn substitute(v: &Value, node: u32, params: &[Value]) -> Value {
+    match v {
+        Value::Ref(0) => Value::Int(i64::from(node)),
+        Value::Ref(n) => params
+            .get(*n as usize - 1)
+            .cloned()
+            .unwrap_or(Value::List(Vec::new())),
+        Value::List(items) => {
+            Value::List(items.iter().map(|x| substitute(x, node, params)).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// Runs the actions of every enabled request waiting for `service` (with `key` and the
+/// occurrence's `params`); returns one reply text per request that ran.
+pub fn run_event_actions(
+    registry: &Registry<Monitor>,
+    m: &mut Monitor,
+    service: &str,
+    key: Option<&Value>,
+    params: &[Value],
+) -> Vec<String> {
+    let due: Vec<ActionList> = m
+        .requests
+        .values()
+        .filter(|r| r.enabled && r.event.service == service && matches(&r.event, key, params))
+        .map(|r| r.actions.clone())
+        .collect();
+    let mut out = Vec::new();
+    for actions in due {
+        let mut replies = Vec::new();
+        for a in actions.actions() {
+            let mut a = a.clone();
+            a.params = a
+                .params
+                .iter()
+                .map(|v| substitute(v, m.rank, params))
+                .collect();
+            let results = registry
+                .call(m, &a)
+                .unwrap_or_else(|e| vec![Value::Str(format!("error: {e}"))]);
+            replies.push(BasicReply {
+                id: a.id,
+                senders: IdSet::new(),
+                service: a.service.clone(),
+                results,
+            });
+        }
+        out.push(sdm_omis::Reply(replies).to_string());
+    }
+    out
+}
+

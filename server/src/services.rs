@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use sdm_overlay::auth::{hex_decode, hex_encode};
 
-use crate::monitor::Monitor;
+use crate::monitor::{AsyncRequest, Monitor};
 use sdm_proto::IdSet;
 
-use crate::omis::{
+use sdm_omis::{
     ActionList, BasicReply, BasicRequest, Registry, ServiceError, Value, parse_request,
 };
 
@@ -63,7 +63,7 @@ pub fn registry() -> Arc<Registry<Monitor>> {
         Box::new(|m, _| {
             Ok(vec![
                 Value::Int(i64::from(m.rank)),
-                Value::Str(crate::service::hostname()),
+                Value::Str(crate::monitor::hostname()),
                 Value::Int(i64::from(std::process::id())),
             ])
         }),
@@ -77,7 +77,7 @@ pub fn registry() -> Arc<Registry<Monitor>> {
         Box::new(|m, _| {
             Ok(vec![Value::List(vec![
                 Value::Int(i64::from(m.rank)),
-                Value::Str(crate::service::hostname()),
+                Value::Str(crate::monitor::hostname()),
             ])])
         }),
     );
@@ -370,7 +370,7 @@ pub fn execute(registry: &Registry<Monitor>, m: &mut Monitor, text: &str) -> Str
         return define_async(m, ev, req.actions);
     }
     let actions = match &req.actions {
-        crate::omis::ActionList::Seq(v) | crate::omis::ActionList::Par(v) => v,
+        sdm_omis::ActionList::Seq(v) | sdm_omis::ActionList::Par(v) => v,
     };
     let mut replies = Vec::new();
     for action in actions {
@@ -385,7 +385,7 @@ pub fn execute(registry: &Registry<Monitor>, m: &mut Monitor, text: &str) -> Str
             results,
         });
     }
-    crate::omis::Reply(replies).to_string()
+    sdm_omis::Reply(replies).to_string()
 }
 
 /// The events a request may wait for, and what each passes to its actions as `$1`, `$2`…
@@ -402,18 +402,6 @@ pub const EVENTS: [(&str, &str); 5] = [
     ),
     ("user_event", "the parameters given to raise_event"),
 ];
-
-/// An asynchronous service request (OMIS section 5.2): an event and the actions to run
-/// at each occurrence; stored disabled until `enable`.
-#[derive(Debug, Clone)]
-pub struct AsyncRequest {
-    /// The event definition (its id is the request id).
-    pub event: BasicRequest,
-    /// What runs when the event occurs.
-    pub actions: ActionList,
-    /// Whether occurrences are being looked for.
-    pub enabled: bool,
-}
 
 /// Stores `event: actions` on this node. The actions run where the event occurs, so their
 /// receivers must be `[$0]` or this node.
@@ -475,73 +463,6 @@ fn define_async(m: &mut Monitor, event: BasicRequest, actions: ActionList) -> St
         },
     );
     format!("{id} [] {service}(0)")
-}
-
-/// Whether a stored event definition matches an occurrence with `key` (the breakpoint's
-/// function or address, the user event's number).
-fn matches(def: &BasicRequest, key: Option<&Value>, params: &[Value]) -> bool {
-    match (def.service.as_str(), def.params.first(), key) {
-        ("breakpoint", Some(Value::Int(addr)), _) => params.get(1) == Some(&Value::Int(*addr)),
-        ("breakpoint", Some(name), Some(k)) => name == k,
-        ("user_event", Some(n), Some(k)) => n == k,
-        ("user_event", _, _) => false,
-        _ => true,
-    }
-}
-
-/// `$0` is this node, `$n` the occurrence's n-th parameter.
-fn substitute(v: &Value, node: u32, params: &[Value]) -> Value {
-    match v {
-        Value::Ref(0) => Value::Int(i64::from(node)),
-        Value::Ref(n) => params
-            .get(*n as usize - 1)
-            .cloned()
-            .unwrap_or(Value::List(Vec::new())),
-        Value::List(items) => {
-            Value::List(items.iter().map(|x| substitute(x, node, params)).collect())
-        }
-        other => other.clone(),
-    }
-}
-
-/// Runs the actions of every enabled request waiting for `service` (with `key` and the
-/// occurrence's `params`); returns one reply text per request that ran.
-pub fn run_event_actions(
-    registry: &Registry<Monitor>,
-    m: &mut Monitor,
-    service: &str,
-    key: Option<&Value>,
-    params: &[Value],
-) -> Vec<String> {
-    let due: Vec<ActionList> = m
-        .requests
-        .values()
-        .filter(|r| r.enabled && r.event.service == service && matches(&r.event, key, params))
-        .map(|r| r.actions.clone())
-        .collect();
-    let mut out = Vec::new();
-    for actions in due {
-        let mut replies = Vec::new();
-        for a in actions.actions() {
-            let mut a = a.clone();
-            a.params = a
-                .params
-                .iter()
-                .map(|v| substitute(v, m.rank, params))
-                .collect();
-            let results = registry
-                .call(m, &a)
-                .unwrap_or_else(|e| vec![Value::Str(format!("error: {e}"))]);
-            replies.push(BasicReply {
-                id: a.id,
-                senders: IdSet::new(),
-                service: a.service.clone(),
-                results,
-            });
-        }
-        out.push(crate::omis::Reply(replies).to_string());
-    }
-    out
 }
 
 fn escape(s: &str) -> String {

@@ -8,42 +8,21 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use futures::StreamExt;
 use sdm_overlay::Node;
-use sdm_overlay::auth::{SessionKey, hex_decode, hex_encode};
+use sdm_overlay::auth::SessionKey;
 use sdm_overlay::driver::{self, Delivery, LocalHandler};
 use sdm_overlay::recover;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{
-    Address, Link, Listener, SessionTls, Transport, TransportConfig, transport_for,
+    Address, Link, Listener, Transport, TransportConfig, transport_for,
 };
 use sdm_proto::Kind;
 use sdm_topology::{NodeId, Topology};
 
 use bytes::Bytes;
 
-use crate::init::InitSpec;
+use sdm_overlay::init::InitSpec;
 use crate::monitor::MonitorHandle;
 use crate::service::ServerContext;
-
-/// Environment variable holding the session's TLS certificate and key (PEM, hex-encoded so
-/// it fits on one line) for `quic://`.
-pub const SESSION_TLS_ENV: &str = "SDM_SESSION_TLS";
-
-/// Encodes the session certificate for [`SESSION_TLS_ENV`].
-pub fn tls_to_env(tls: &SessionTls) -> String {
-    hex_encode(tls.to_pem().as_bytes())
-}
-
-/// The transport configuration from the environment (the TLS certificate, if any).
-pub fn transport_config_from_env() -> anyhow::Result<TransportConfig> {
-    let mut cfg = TransportConfig::default();
-    if let Ok(hex) = std::env::var(SESSION_TLS_ENV) {
-        let pem = hex_decode(&hex)
-            .and_then(|b| String::from_utf8(b).ok())
-            .ok_or_else(|| anyhow!("{SESSION_TLS_ENV} is not hex-encoded PEM"))?;
-        cfg.tls = Some(SessionTls::from_pem(&pem).context(SESSION_TLS_ENV)?);
-    }
-    Ok(cfg)
-}
 
 /// Reads the init command from a fresh parent link, connects to our children, and runs the
 /// node until the parent goes away (re-attaching to a live ancestor if it dies).
@@ -113,7 +92,7 @@ async fn serve(
 /// `sdm master --frontend ADDR`: connects to the front-end (a bounded number of tries),
 /// then serves the tree below.
 pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> anyhow::Result<()> {
-    let cfg = transport_config_from_env()?;
+    let cfg = TransportConfig::from_env()?;
     let transport = transport_for(&frontend, &cfg)?;
     let policy = ConnectPolicy {
         attempts,
@@ -175,7 +154,7 @@ pub async fn run_server(
     key: SessionKey,
     opt: ServerOptions,
 ) -> anyhow::Result<()> {
-    let cfg = transport_config_from_env()?;
+    let cfg = TransportConfig::from_env()?;
     let probe: Address = format!("{}://{}:0", opt.scheme, opt.bind_host)
         .parse()
         .map_err(|e| anyhow!("server {id}: {e}"))?;
@@ -221,7 +200,7 @@ pub async fn run_server(
     // One write, so launchers that merge the copies' stdout keep the line whole.
     println!(
         "SDM-LISTEN {id} {shown} {} {}",
-        crate::service::hostname(),
+        crate::monitor::hostname(),
         std::process::id()
     );
     let me = NodeId::Server(id);

@@ -6,19 +6,17 @@
 //! Protocol: the server listens on a Unix socket whose path it gives the program in
 //! `SDM_COUNTERS`; the program writes lines `key value` (value a decimal number), each
 //! setting that counter (the latest value wins). A bad line is logged and skipped; it costs
-//! only itself. Clients: [`Client`] here, and the header-only C client
-//! `sdm/include/sdm_counters.h`.
+//! only itself. Clients: `sdm_client::counters::Client` (Rust), and the header-only C
+//! client `sdm_counters.h` (in sdm-client's include/).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::UnixListener;
 
-/// The environment variable naming the counters socket.
-pub const COUNTERS_ENV: &str = "SDM_COUNTERS";
+pub use sdm_deploy::COUNTERS_ENV;
 
 /// Longest key accepted.
 const MAX_KEY: usize = 128;
@@ -94,39 +92,6 @@ pub fn serve(path: &Path, store: Store) -> std::io::Result<tokio::task::JoinHand
 pub fn socket_path(pid: u32) -> PathBuf {
     let dir = std::env::var_os("XDG_RUNTIME_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
     dir.join(format!("sdm-counters-{pid}.sock"))
-}
-
-/// The Rust client: a program's connection to its server's counters socket.
-///
-/// ```no_run
-/// let mut c = sdm::counters::Client::from_env()?;
-/// c.set("iterations", 42)?;
-/// c.set("bytes_sent", 1.5e6)?;
-/// # Ok::<(), std::io::Error>(())
-/// ```
-pub struct Client {
-    conn: std::os::unix::net::UnixStream,
-}
-
-impl Client {
-    /// Connects to the socket named by `SDM_COUNTERS` (set by the server that started the
-    /// program).
-    pub fn from_env() -> std::io::Result<Self> {
-        let path = std::env::var_os(COUNTERS_ENV).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{COUNTERS_ENV} is not set: not started by an sdm server"),
-            )
-        })?;
-        Ok(Self {
-            conn: std::os::unix::net::UnixStream::connect(path)?,
-        })
-    }
-
-    /// Sets counter `key` to `value`.
-    pub fn set(&mut self, key: &str, value: impl std::fmt::Display) -> std::io::Result<()> {
-        writeln!(self.conn, "{key} {value}")
-    }
 }
 
 #[cfg(test)]

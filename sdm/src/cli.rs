@@ -1,0 +1,739 @@
+//! The `sdm` command's definitions and its [`main`]: `sdm launch` (start a tree, report,
+//! optionally send requests), `sdm run`, `sdm top`, `sdm status`, `sdm topology` (print a
+//! tree shape), and the daemons `sdm master` and `sdm server` (from `sdm-server`).
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{CommandFactory, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use sdm_client::session::{Progress, Session, SessionOptions};
+use sdm_deploy::LauncherKind;
+use sdm_overlay::auth::SessionKey;
+use sdm_overlay::frontend::ReplyGroup;
+use sdm_overlay::transport::Address;
+use sdm_proto::{IdSet, Status, SyncMode};
+use sdm_topology::{Shape, Topology};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sdm",
+    version,
+    about = "sdm: a tree-based overlay network for parallel tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Start a master and N servers, report who is ready, optionally send requests, shut down.
+    Launch(LaunchArgs),
+    /// Start PROGRAM under control on N servers, then run console commands (-c) or an
+    /// interactive console.
+    Run(RunArgs),
+    /// Start PROGRAM on N servers and show job-wide process metrics (min / mean / max and
+    /// the ranks at the extremes) every period, merged in the tree.
+    Top(TopArgs),
+    /// The health of a running tree per subtree (full, degraded, partial, lost), asked of
+    /// the `sdm run` front-end that holds it. Exit status 0: every subtree full; 2: some
+    /// subtree is not; 1: no answer.
+    Status {
+        /// The front-end's process id (default: the only `sdm run` of this user).
+        pid: Option<u32>,
+        /// One JSON object per subtree.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a tree shape.
+    Topology {
+        /// Number of servers.
+        #[arg(short, long)]
+        n: u32,
+        /// binomial, kary:K, knomial:K or flat.
+        #[arg(long, default_value = "binomial")]
+        shape: Shape,
+        /// Graphviz DOT instead of one line per node.
+        #[arg(long)]
+        dot: bool,
+    },
+    /// Daemon: the root of the tree; connects to the front-end.
+    Master {
+        /// The front-end's address, e.g. tcp://HOST:PORT.
+        #[arg(long)]
+        frontend: Address,
+        /// Connection attempts before giving up.
+        #[arg(long, default_value_t = 50)]
+        attempts: u32,
+    },
+    /// Daemon: one server; its id comes from SDM_ID, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or FLUX_TASK_RANK.
+    Server {
+        /// First port to bind (then the next while taken).
+        #[arg(long)]
+        port: u16,
+        /// tcp or quic.
+        #[arg(long, default_value = "tcp")]
+        transport: String,
+        /// Host to bind.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Host name to advertise to the parent (default: the bound host).
+        #[arg(long)]
+        advertise: Option<String>,
+        /// How many ports to try.
+        #[arg(long, default_value_t = 2048)]
+        port_span: u16,
+        /// Seconds to wait for a parent before exiting.
+        #[arg(long, default_value_t = 120)]
+        parent_timeout: u64,
+    },
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: crate::manual::Shell,
+    },
+    /// Print the man page (roff), or write one page per command into DIR.
+    Man {
+        /// Write sdm.1, sdm-launch.1, ... into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// How to start a tree: the options `launch` and `run` share.
+#[derive(clap::Args, Debug)]
+struct TreeArgs {
+    /// local, ssh, mpirun or srun.
+    #[arg(long, default_value = "local")]
+    launcher: LauncherKind,
+    /// Hosts for --launcher ssh (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    hosts: Vec<String>,
+    /// tcp or quic.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// binomial, kary:K, knomial:K or flat.
+    #[arg(long, default_value = "binomial")]
+    topology: Shape,
+}
+
+impl TreeArgs {
+    fn options(&self, n: u32) -> SessionOptions {
+        SessionOptions {
+            n,
+            launcher: self.launcher,
+            hosts: self.hosts.clone(),
+            transport: self.transport.clone(),
+            topology: self.topology,
+            ..SessionOptions::default()
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Number of servers (and program processes).
+    #[arg(short, long)]
+    n: u32,
+    #[command(flatten)]
+    tree: TreeArgs,
+    /// A console command to run (repeatable, in order); without any, the console is interactive.
+    #[arg(short = 'c', long = "command")]
+    commands: Vec<String>,
+    /// Machine-readable output (JSON lines).
+    #[arg(long)]
+    json: bool,
+    /// Print every output line once per rank, as `[3] text`.
+    #[arg(long)]
+    label: bool,
+    /// Do not merge identical output lines of different ranks.
+    #[arg(long)]
+    no_coalesce: bool,
+    /// How long interior nodes hold an output line to merge it with identical lines of
+    /// other ranks, in milliseconds.
+    #[arg(long, default_value_t = 20, value_name = "MS")]
+    coalesce_ms: u64,
+    /// How long the console holds a rank's k-th output line for the ranks that have not
+    /// printed their k-th line yet, in milliseconds: identical k-th lines of all ranks
+    /// print once whatever the load; past this lag the late ranks' lines print on their own.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    merge_lag: u64,
+    /// Stdio of the programs: pty (default), pipes (stdout and stderr apart), or runtime
+    /// (left to the launcher).
+    #[arg(long, default_value = "pty")]
+    iof: String,
+    /// Which ranks get standard input (default: all).
+    #[arg(long)]
+    stdin: Option<String>,
+    /// Attach to these running processes (one pid per rank, comma-separated) instead of
+    /// starting a program; they are detached, not killed, at the end.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "PIDS",
+        conflicts_with = "program"
+    )]
+    attach: Vec<u32>,
+    /// The program and its arguments.
+    #[arg(last = true, required_unless_present = "attach")]
+    program: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
+struct TopArgs {
+    /// Number of servers (and program processes).
+    #[arg(short, long)]
+    n: u32,
+    #[command(flatten)]
+    tree: TreeArgs,
+    /// Seconds between samples.
+    #[arg(long, default_value_t = 1.0)]
+    period: f64,
+    /// Stop after this many samples (default: until the programs end or ^C).
+    #[arg(long)]
+    count: Option<u64>,
+    /// JSON lines instead of a table refreshed in place.
+    #[arg(long)]
+    json: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true)]
+    program: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
+struct LaunchArgs {
+    /// Number of servers.
+    #[arg(short, long)]
+    n: u32,
+    #[command(flatten)]
+    tree: TreeArgs,
+    /// Start-up deadline in seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+    /// Send this request to every server after start-up and print the merged replies (repeatable).
+    #[arg(long)]
+    send: Vec<String>,
+    /// Keep the tree up until Ctrl-C.
+    #[arg(long)]
+    hold: bool,
+    /// Machine-readable output (JSON lines).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the `sdm` command with the process's arguments; the exit code of the process.
+pub fn main() -> std::process::ExitCode {
+    match real_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // A reader that went away (`sdm man | head`): end quietly, as a shell tool
+        // killed by SIGPIPE would (128 + 13).
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            std::process::ExitCode::from(141)
+        }
+        Err(e) => {
+            eprintln!("sdm: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
+    sdm_overlay::logging::init("warn");
+    let cli = Cli::parse();
+    // Daemons run everything on one thread: a frame never crosses threads on its way
+    // through a node (measured: 2-2.5x the round trips and waves of a one-worker pool).
+    let rt = match &cli.cmd {
+        Cmd::Master { .. } | Cmd::Server { .. } | Cmd::Topology { .. } => {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+        }
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?,
+    };
+    rt.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.cmd {
+        Cmd::Launch(a) => launch(a).await,
+        Cmd::Run(a) => run_console(a).await,
+        Cmd::Top(a) => run_top(a).await,
+        Cmd::Status { pid, json } => {
+            let (healthy, text) = crate::status::status(pid, json).await?;
+            print!("{text}");
+            if !healthy {
+                std::io::stdout().flush()?;
+                std::process::exit(2);
+            }
+            Ok(())
+        }
+        Cmd::Topology { n, shape, dot } => {
+            let t = shape.build(n);
+            if dot {
+                print!("{}", sdm_topology::to_dot(&*t));
+            } else {
+                print_tree(&*t);
+            }
+            Ok(())
+        }
+        Cmd::Master { frontend, attempts } => {
+            let key = SessionKey::from_env()?;
+            sdm_server::daemon::run_master(frontend, key, attempts).await
+        }
+        Cmd::Server {
+            port,
+            transport,
+            host,
+            advertise,
+            port_span,
+            parent_timeout,
+        } => {
+            let id = sdm_deploy::rank_from_env().map_err(anyhow::Error::msg)?;
+            let key = SessionKey::from_env()?;
+            let opt = sdm_server::daemon::ServerOptions {
+                scheme: transport,
+                bind_host: host,
+                advertise,
+                base_port: port,
+                port_span,
+                parent_timeout: Duration::from_secs(parent_timeout),
+            };
+            sdm_server::daemon::run_server(id, sdm_deploy::local_rank_from_env(), key, opt).await
+        }
+        Cmd::Completions { shell } => {
+            crate::manual::completions(shell, &mut Cli::command(), &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man { dir: None } => Ok(crate::manual::man_page(
+            Cli::command(),
+            &mut std::io::stdout(),
+        )?),
+        Cmd::Man { dir: Some(dir) } => {
+            for page in crate::manual::man_pages(Cli::command(), &dir)? {
+                println!("{}", page.display());
+            }
+            Ok(())
+        }
+    }
+}
+
+fn print_tree(t: &dyn Topology) {
+    use sdm_topology::NodeId;
+    let mut stack = vec![(NodeId::Master, 0usize)];
+    while let Some((node, depth)) = stack.pop() {
+        println!("{}{} {}", "  ".repeat(depth), node, t.subtree(node));
+        for c in t.children(node).into_iter().rev() {
+            stack.push((c, depth + 1));
+        }
+    }
+}
+
+async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
+    let opts = SessionOptions {
+        startup_timeout: Duration::from_secs(a.timeout),
+        ..a.tree.options(a.n)
+    };
+    let tty = std::io::stderr().is_terminal() && !a.json;
+    let bar = if tty {
+        let b = ProgressBar::new(u64::from(a.n));
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {msg:<22} [{bar:30}] {pos}/{len} {elapsed}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        b.set_message("launching");
+        Some(b)
+    } else {
+        None
+    };
+    let quiet = a.json;
+    let n = a.n;
+    let mut session = Session::launch(&opts, |p| match (&bar, p) {
+        (Some(b), Progress::Listening { count, .. }) => {
+            b.set_message("servers listening");
+            b.set_position(u64::from(*count));
+        }
+        (Some(b), Progress::MasterConnected) => b.set_message("master connected"),
+        (Some(b), Progress::InitSent) => b.set_message("connecting the tree"),
+        (Some(_), Progress::Launched) => {}
+        (None, Progress::Listening { count, .. })
+            if !quiet && (count.is_power_of_two() || *count == n) =>
+        {
+            eprintln!("sdm: {count}/{n} servers listening");
+        }
+        (None, Progress::Listening { .. }) => {}
+        (None, p) if !quiet => eprintln!("sdm: {p:?}"),
+        (None, _) => {}
+    })
+    .await
+    .context("launching the tree")?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let r = session.report().clone();
+    if a.json {
+        let failed: Vec<_> = r
+            .failed
+            .iter()
+            .map(|(ids, why)| serde_json::json!({"ids": ids.to_string(), "reason": why}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"servers": n, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
+                "failed": failed, "seconds": r.seconds,
+                "processes": r.processes.iter().map(|(id, host, pid)| serde_json::json!({"id": id, "host": host, "pid": pid})).collect::<Vec<_>>()})
+        );
+    } else {
+        println!(
+            "ready  {} ({} of {n}) in {:.2} s",
+            r.ready,
+            r.ready.len(),
+            r.seconds
+        );
+        for (ids, why) in &r.failed {
+            println!("failed {ids}: {why}");
+        }
+    }
+    let all = session.all();
+    for req in &a.send {
+        let groups = session
+            .request(&all, SyncMode::Timeout(30_000), req.clone())
+            .await?;
+        print_groups(req, &groups, a.json);
+    }
+    if a.hold {
+        eprintln!("sdm: tree is up; Ctrl-C shuts it down");
+        tokio::signal::ctrl_c().await?;
+    }
+    session.shutdown(Duration::from_secs(10)).await;
+    if !r.failed.is_empty() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
+    let mut groups: Vec<&ReplyGroup> = groups.iter().collect();
+    groups.sort_by_key(|g| (g.status, g.sources.first()));
+    for g in groups {
+        let body = String::from_utf8_lossy(&g.payload);
+        if json {
+            let status = match g.status {
+                Status::Replied => "replied",
+                Status::Lost => "lost",
+                Status::TimedOut => "timed_out",
+            };
+            println!(
+                "{}",
+                serde_json::json!({"request": req, "ids": g.sources.to_string(), "status": status, "reply": body})
+            );
+        } else {
+            match g.status {
+                Status::Replied => println!("{} {body}", g.sources),
+                Status::Lost => println!("{} lost: {body}", g.sources),
+                Status::TimedOut => println!("{} timed out", g.sources),
+            }
+        }
+    }
+}
+
+async fn run_top(a: TopArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.period > 0.0, "--period must be positive");
+    let session = Session::launch(&a.tree.options(a.n), |_| {})
+        .await
+        .context("launching the tree")?;
+    for (ids, why) in &session.report().failed {
+        eprintln!("sdm: {ids} failed to start: {why}");
+    }
+    let mut console = crate::console::Console::new(session, a.json);
+    let program = std::fs::canonicalize(&a.program[0])
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| a.program[0].clone());
+    // The programs' own output would scroll the table away: it goes to the launcher.
+    for l in &console
+        .start_program(&program, &a.program[1..], "runtime")
+        .await?
+    {
+        if l.status != Status::Replied || l.text.contains("error") {
+            eprintln!("sdm: {} could not start {program}: {}", l.ids, l.text);
+        }
+    }
+    let period = Duration::from_secs_f64(a.period);
+    let tty = !a.json && std::io::stdout().is_terminal();
+    let t0 = tokio::time::Instant::now();
+    let mut n = 0u64;
+    let all = console.session().all();
+    loop {
+        let s =
+            sdm_client::top::sample(console.session(), &all, period.max(Duration::from_secs(2))).await?;
+        n += 1;
+        let t = t0.elapsed().as_secs_f64();
+        if a.json {
+            println!("{}", crate::top::json(&s, t));
+        } else {
+            if tty {
+                print!("\x1b[H\x1b[2J");
+            }
+            println!("sdm top: {} ranks, sample {n} at {t:.1} s", a.n);
+            print!("{}", crate::top::table(&s));
+        }
+        std::io::stdout().flush()?;
+        let ended = s.stats.is_empty() && !s.missing.is_empty();
+        if ended || a.count.is_some_and(|c| n >= c) {
+            break;
+        }
+        let until = t0 + period.mul_f64(n as f64);
+        let mut sink = std::io::sink();
+        while tokio::time::Instant::now() < until {
+            console.pump(until, &mut sink).await?;
+        }
+    }
+    console
+        .session()
+        .request(&all, SyncMode::Timeout(10_000), "0 [] kill()")
+        .await?;
+    let _ = console.shutdown().await;
+    Ok(())
+}
+
+/// Writes whole lines through rustyline's external printer, so output that arrives while
+/// the user types appears above the prompt instead of inside the line being edited.
+struct PromptSafe<P: rustyline::ExternalPrinter>(P, Vec<u8>);
+
+impl<P: rustyline::ExternalPrinter> std::io::Write for PromptSafe<P> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.1.extend_from_slice(buf);
+        while let Some(i) = self.1.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.1.drain(..=i).collect();
+            self.0
+                .print(String::from_utf8_lossy(&line).into_owned())
+                .map_err(std::io::Error::other)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The interactive console: a line editor (history kept in ~/.sdm_history, tab completion
+/// of commands and of the program's functions) on its own thread; output and events keep
+/// printing while a line is being typed; Ctrl-C at the prompt stops the programs.
+async fn line_editor(console: &mut crate::console::Console) -> anyhow::Result<()> {
+    use rustyline::error::ReadlineError;
+    let (line_tx, mut line_rx) = tokio::sync::mpsc::channel::<String>(1);
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let (printer_tx, printer_rx) = tokio::sync::oneshot::channel();
+    let history = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".sdm_history"));
+    let functions = console
+        .program()
+        .map(|p| crate::commands::function_names(std::path::Path::new(p)))
+        .unwrap_or_default();
+    std::thread::spawn(move || {
+        let mut rl = match rustyline::Editor::<
+            crate::commands::Completion,
+            rustyline::history::DefaultHistory,
+        >::new()
+        {
+            Ok(rl) => rl,
+            Err(e) => {
+                eprintln!("sdm: no line editor: {e}");
+                return;
+            }
+        };
+        rl.set_helper(Some(crate::commands::Completion { functions }));
+        if let Some(h) = &history {
+            let _ = rl.load_history(h);
+        }
+        let _ = printer_tx.send(rl.create_external_printer().ok());
+        loop {
+            match rl.readline("sdm> ") {
+                Ok(line) => {
+                    let _ = rl.add_history_entry(line.as_str());
+                    // Wait for the command to finish before prompting again.
+                    if line_tx.blocking_send(line).is_err() || done_rx.recv().is_err() {
+                        break;
+                    }
+                }
+                // As in gdb, Ctrl-C stops the programs.
+                Err(ReadlineError::Interrupted) => {
+                    if line_tx.blocking_send("stop".into()).is_err() || done_rx.recv().is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        if let Some(h) = &history {
+            let _ = rl.save_history(h);
+        }
+    });
+    let mut printer = printer_rx
+        .await
+        .ok()
+        .flatten()
+        .map(|p| PromptSafe(p, Vec::new()));
+    let mut stdout = std::io::stdout();
+    loop {
+        let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+        tokio::select! {
+            line = line_rx.recv() => {
+                let Some(line) = line else { return Ok(()) };
+                match console.command(&line, &mut stdout).await {
+                    Ok(crate::console::Flow::Continue { .. }) => {}
+                    Ok(crate::console::Flow::Quit) => return Ok(()),
+                    Err(e) => eprintln!("sdm: {e:#}"),
+                }
+                stdout.flush()?;
+                let _ = done_tx.send(());
+            }
+            r = async {
+                match printer.as_mut() {
+                    Some(p) => console.pump(far, p).await,
+                    None => console.pump(far, &mut std::io::stdout()).await,
+                }
+            } => r?,
+        }
+    }
+}
+
+async fn run_console(a: RunArgs) -> anyhow::Result<()> {
+    let mut opts = a.tree.options(a.n);
+    let window = if a.no_coalesce {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(a.coalesce_ms)
+    };
+    opts.stdio_window = window;
+    let stdin_ids: IdSet = match &a.stdin {
+        None => IdSet::all(a.n),
+        Some(s) => {
+            let s = if s.starts_with('[') {
+                s.clone()
+            } else {
+                format!("[{s}]")
+            };
+            s.parse().map_err(|e| anyhow::anyhow!("--stdin: {e}"))?
+        }
+    };
+    a.iof
+        .parse::<sdm_server::monitor::IoMode>()
+        .map_err(anyhow::Error::msg)?;
+    if !a.attach.is_empty() && a.attach.len() != a.n as usize {
+        anyhow::bail!(
+            "--attach: {} pids for {} ranks (give one per rank)",
+            a.attach.len(),
+            a.n
+        );
+    }
+    let session = Session::launch(&opts, |_| {})
+        .await
+        .context("launching the tree")?;
+    let r = session.report().clone();
+    for (ids, why) in &r.failed {
+        eprintln!("sdm: {ids} failed to start: {why}");
+    }
+    let mut console = crate::console::Console::new(session, a.json);
+    let lag = if a.no_coalesce {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(a.merge_lag)
+    };
+    console.set_stdio(a.label, lag);
+    // `sdm status` in another terminal asks this front-end (the socket goes with it).
+    let status_socket = match crate::status::serve() {
+        Ok((served, queries)) => {
+            console.serve_queries(queries);
+            tracing::info!("sdm status answers on {}", served.path().display());
+            Some(served)
+        }
+        Err(e) => {
+            eprintln!("sdm: no status socket (sdm status will not find this run): {e}");
+            None
+        }
+    };
+    if a.attach.is_empty() {
+        let program = std::fs::canonicalize(&a.program[0])
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| a.program[0].clone());
+        let started = console
+            .start_program(&program, &a.program[1..], &a.iof)
+            .await?;
+        for l in started.iter().filter(|l| !l.started()) {
+            eprintln!("sdm: {} could not start {program}: {}", l.ids, l.reason());
+        }
+    } else {
+        for l in console
+            .attach(&a.attach)
+            .await?
+            .iter()
+            .filter(|l| !l.started())
+        {
+            eprintln!("sdm: {} could not attach: {}", l.ids, l.reason());
+        }
+    }
+    let mut failed = !r.failed.is_empty();
+    let mut out = std::io::stdout();
+    let interactive = std::io::stdin().is_terminal();
+    if a.commands.is_empty() && !interactive {
+        // Like srun: standard input goes to the programs; wait for them to end.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Option<String>>(64);
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = vec![0u8; 16 << 10];
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
+                        if tx.blocking_send(Some(chunk)).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = tx.blocking_send(None);
+        });
+        if let Err(e) = console.wait_for_exit(Some(rx), &stdin_ids, &mut out).await {
+            eprintln!("sdm: {e:#}");
+            failed = true;
+        }
+    } else if a.commands.is_empty() {
+        line_editor(&mut console).await?;
+    } else {
+        for c in &a.commands {
+            match console.command(c, &mut out).await {
+                Ok(crate::console::Flow::Continue { failed: f }) => failed |= f,
+                Ok(crate::console::Flow::Quit) => break,
+                Err(e) => {
+                    eprintln!("sdm: {c}: {e:#}");
+                    failed = true;
+                }
+            }
+        }
+    }
+    // Like srun: the largest exit status of the programs, at least 1 when a program
+    // could not start, a server was lost or a command failed.
+    let ending = console.shutdown().await;
+    let code = ending.exit_code().max(i32::from(failed));
+    // `exit` runs no destructors: the socket goes first.
+    drop(status_socket);
+    std::io::stdout().flush()?;
+    if code != 0 {
+        std::process::exit(code);
+    }
+    Ok(())
+}

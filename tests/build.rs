@@ -1,0 +1,68 @@
+//! Which environment-dependent end-to-end tests can run on this machine; the others are
+//! ignored (shown as such by `cargo test`). Under CI (`CI` set) every cfg is set whatever the
+//! machine says, so there a missing launcher or capability fails its test instead of hiding
+//! it.
+//!
+//! - Launchers (tests/launch.rs): a launcher is set up when `deploy/ci-setup.sh` has left its
+//!   marker in /run/sdmci; then `sdm_have_mpirun`, `sdm_have_slurm` or `sdm_have_ssh` is set.
+//! - Network namespaces (tests/netns.rs): `sdm_have_netns` when this process has the
+//!   capabilities to make namespaces and links (root's CAP_SYS_ADMIN and CAP_NET_ADMIN; a
+//!   container may withhold them from root) and iproute2's `ip netns` works.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Where deploy/ci-setup.sh writes its markers.
+const MARKER_DIR: &str = "/run/sdmci";
+
+/// (cfg, marker file) per launcher.
+const LAUNCHERS: [(&str, &str); 3] = [
+    ("sdm_have_mpirun", "mpirun.ok"),
+    ("sdm_have_slurm", "slurm.ok"),
+    ("sdm_have_ssh", "ssh.ok"),
+];
+
+fn main() {
+    println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-env-changed=CI");
+    let dir = Path::new(MARKER_DIR);
+    // Markers come and go inside the directory. (A path that does not exist would make
+    // cargo re-run this script, and rebuild the crate, on every build: without the
+    // directory, `touch tests/build.rs` after deploy/ci-setup.sh.)
+    if dir.is_dir() {
+        println!("cargo::rerun-if-changed={MARKER_DIR}");
+    }
+    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
+    for (cfg, marker) in LAUNCHERS {
+        println!("cargo::rustc-check-cfg=cfg({cfg})");
+        if ci || dir.join(marker).is_file() {
+            println!("cargo::rustc-cfg={cfg}");
+        }
+    }
+    println!("cargo::rustc-check-cfg=cfg(sdm_have_netns)");
+    if ci || (has_capabilities() && ip_netns_works()) {
+        println!("cargo::rustc-cfg=sdm_have_netns");
+    }
+}
+
+/// Whether this (build) process, run by the user who runs the tests, has CAP_NET_ADMIN
+/// (12) and CAP_SYS_ADMIN (21) in effect.
+fn has_capabilities() -> bool {
+    const NEEDED: u64 = (1 << 12) | (1 << 21);
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & NEEDED == NEEDED)
+}
+
+/// Whether iproute2 is there and can list network namespaces.
+fn ip_netns_works() -> bool {
+    Command::new("ip")
+        .args(["netns", "list"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
