@@ -28,9 +28,9 @@ use sdm_overlay::align::Aligner;
 use sdm_overlay::coalesce::StdioLine;
 use sdm_proto::{IdSet, Kind, Message};
 
-use sdm_overlay::coalesce::{STDERR, STDOUT};
 #[cfg(doc)]
 use crate::session::Session;
+use sdm_overlay::coalesce::{STDERR, STDOUT};
 
 /// Called with the ranks that printed a line and the line (without its newline).
 pub type LineHandler = Box<dyn FnMut(&IdSet, &[u8]) + Send>;
@@ -163,10 +163,37 @@ pub fn exit_status(l: &StdioLine) -> Option<i32> {
 /// signal).
 fn signal_number(name: &str) -> Option<i32> {
     const NAMES: [&str; 31] = [
-        "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
-        "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM",
-        "SIGSTKFLT", "SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG",
-        "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
     ];
     let i = NAMES.iter().position(|n| *n == name)?;
     i32::try_from(i + 1).ok()

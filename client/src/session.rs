@@ -18,9 +18,9 @@ use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::filters::Registry;
 use sdm_overlay::frontend::{Frontend, ReplyGroup};
 use sdm_overlay::setup::ConnectPolicy;
+use sdm_overlay::transport::{Address, TransportConfig, transport_for};
 #[cfg(feature = "quic")]
 use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
-use sdm_overlay::transport::{Address, TransportConfig, transport_for};
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::Shape;
 
@@ -191,8 +191,9 @@ impl Session {
             None => find_sdm_binary()?,
         };
         let key = SessionKey::generate();
+        #[cfg_attr(not(feature = "quic"), allow(unused_mut))]
         let mut env = vec![(SESSION_KEY_ENV.to_owned(), key.to_hex())];
-        #[allow(unused_mut)]
+        #[cfg_attr(not(feature = "quic"), allow(unused_mut))]
         let mut cfg = TransportConfig::default();
         if opts.transport == "quic" {
             #[cfg(feature = "quic")]

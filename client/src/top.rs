@@ -71,4 +71,3 @@ pub async fn sample_of(
     out.stats.sort_by_key(|(k, _)| order(k));
     Ok(out)
 }
-

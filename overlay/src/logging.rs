@@ -5,6 +5,7 @@
 //! logged at debug level) and reported in one summary line per interval.
 
 use std::fmt::Display;
+#[cfg(feature = "log-init")]
 use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

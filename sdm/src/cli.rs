@@ -476,7 +476,8 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
     let all = console.session().all();
     loop {
         let s =
-            sdm_client::top::sample(console.session(), &all, period.max(Duration::from_secs(2))).await?;
+            sdm_client::top::sample(console.session(), &all, period.max(Duration::from_secs(2)))
+                .await?;
         n += 1;
         let t = t0.elapsed().as_secs_f64();
         if a.json {

@@ -14,9 +14,9 @@ use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_overlay::align::Aligner;
 use sdm_overlay::coalesce::StdioLine;
 
-use sdm_overlay::coalesce::{STDERR, STDOUT};
-use sdm_omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
 use sdm_client::session::Session;
+use sdm_omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
+use sdm_overlay::coalesce::{STDERR, STDOUT};
 
 /// How long one console command may take before its silent ids count as timed out.
 const COMMAND_TIMEOUT_MS: u32 = 30_000;

@@ -12,17 +12,15 @@ use sdm_overlay::auth::SessionKey;
 use sdm_overlay::driver::{self, Delivery, LocalHandler};
 use sdm_overlay::recover;
 use sdm_overlay::setup::{self, ConnectPolicy};
-use sdm_overlay::transport::{
-    Address, Link, Listener, Transport, TransportConfig, transport_for,
-};
+use sdm_overlay::transport::{Address, Link, Listener, Transport, TransportConfig, transport_for};
 use sdm_proto::Kind;
 use sdm_topology::{NodeId, Topology};
 
 use bytes::Bytes;
 
-use sdm_overlay::init::InitSpec;
 use crate::monitor::MonitorHandle;
 use crate::service::ServerContext;
+use sdm_overlay::init::InitSpec;
 
 /// Reads the init command from a fresh parent link, connects to our children, and runs the
 /// node until the parent goes away (re-attaching to a live ancestor if it dies).

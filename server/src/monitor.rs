@@ -845,8 +845,7 @@ impl Monitor {
             return;
         }
         self.firing += 1;
-        let replies =
-            run_event_actions(&reg, self, service, key.as_ref(), &params);
+        let replies = run_event_actions(&reg, self, service, key.as_ref(), &params);
         self.firing -= 1;
         for r in replies {
             let _ = self.events.send(r);
@@ -1096,7 +1095,6 @@ pub fn hostname() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-
 /// An asynchronous service request (OMIS section 5.2): an event and the actions to run
 /// at each occurrence; stored disabled until `enable`.
 #[derive(Debug, Clone)]
@@ -1175,4 +1173,3 @@ pub fn run_event_actions(
     }
     out
 }
-

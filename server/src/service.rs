@@ -10,9 +10,9 @@ use sdm_overlay::driver::Delivery;
 
 use std::sync::Arc;
 
-use sdm_overlay::init::INIT_PREFIX;
 use crate::monitor::{Monitor, MonitorHandle, hostname};
 use sdm_omis::Registry;
+use sdm_overlay::init::INIT_PREFIX;
 
 /// One line describing this server: host, pid, resident memory and load average.
 pub fn info_line() -> String {

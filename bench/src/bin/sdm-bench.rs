@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail, ensure};
 use clap::{Args, Parser, Subcommand};
-use sdm_client::session::{Progress, Session, SessionOptions, find_sdm_binary};
 use sdm_bench::baseline::{RelayTree, find_relay_binary};
 use sdm_bench::stats::summarize;
+use sdm_client::session::{Progress, Session, SessionOptions, find_sdm_binary};
 use sdm_deploy::LauncherKind;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::Shape;

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use clap::{Parser, Subcommand};
+use sdm_bench::stats::summarize;
 use sdm_client::iof::Iof;
 use sdm_client::session::{Session, SessionOptions, find_sdm_binary};
-use sdm_bench::stats::summarize;
 use sdm_proto::{IdSet, Status, SyncMode};
 use serde_json::json;
 

@@ -299,12 +299,15 @@ impl TransportConfig {
     /// the variable is set (built without the `quic` feature, the variable is ignored: no
     /// `quic://` link can be made anyway). The error says what is wrong with the variable.
     pub fn from_env() -> io::Result<Self> {
-        #[allow(unused_mut)]
+        #[cfg_attr(not(feature = "quic"), allow(unused_mut))]
         let mut cfg = Self::default();
         #[cfg(feature = "quic")]
         if let Ok(hex) = std::env::var(SESSION_TLS_ENV) {
             let bad = |what: String| {
-                io::Error::new(io::ErrorKind::InvalidInput, format!("{SESSION_TLS_ENV}: {what}"))
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{SESSION_TLS_ENV}: {what}"),
+                )
             };
             let pem = crate::auth::hex_decode(&hex)
                 .and_then(|b| String::from_utf8(b).ok())

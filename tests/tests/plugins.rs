@@ -9,10 +9,11 @@ use std::sync::OnceLock;
 use sdm_filters::{ErrorKind, Filter, Group, IdSet, Registry};
 use sdm_topology::Shape;
 
-mod support;
+use sdm_e2e as support;
 
+/// The filters crate, whose examples/ hold the plugins built here.
 fn manifest() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../filters"))
 }
 
 fn scratch() -> &'static Path {

@@ -3,7 +3,7 @@
 //! through a tree grows with the depth of the deepest destination, at least
 //! `2 × (depth + 1) × delay` (front-end link included). Only lower bounds are asserted.
 
-mod support;
+use sdm_e2e as support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

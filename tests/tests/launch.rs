@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use sdm::session::{Progress, Session, SessionOptions};
+use sdm_client::session::{Progress, Session, SessionOptions};
 use sdm_deploy::LauncherKind;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Shape};
@@ -14,7 +14,7 @@ fn opts(n: u32, launcher: LauncherKind) -> SessionOptions {
     SessionOptions {
         n,
         launcher,
-        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        program: Some(sdm_e2e::sdm().into()),
         ..SessionOptions::default()
     }
 }
@@ -158,7 +158,7 @@ async fn ssh_launch_over_loopback() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_launch_json_and_frontend_death_leaves_no_orphans() {
-    let sdm = env!("CARGO_BIN_EXE_sdm");
+    let sdm = sdm_e2e::sdm();
     let out = Command::new(sdm)
         .args(["launch", "-n", "8", "--json", "--send", "ping"])
         .output()
@@ -207,7 +207,7 @@ async fn cli_launch_json_and_frontend_death_leaves_no_orphans() {
 
 #[test]
 fn topology_dot() {
-    let out = Command::new(env!("CARGO_BIN_EXE_sdm"))
+    let out = Command::new(sdm_e2e::sdm())
         .args(["topology", "-n", "4", "--dot"])
         .output()
         .unwrap();

@@ -1,12 +1,12 @@
 //! jobsnap: LaunchMON's Jobsnap on sdm in a few lines. Launches N servers, gathers host,
 //! pid, resident memory and load from every one, and prints them merged.
 //!
-//! `cargo run --release -p sdm --example jobsnap -- 16 [local|mpirun|srun]`
+//! `cargo run --release -p sdm-client --example jobsnap -- 16 [local|mpirun|srun]`
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sdm::session::{Session, SessionOptions};
+use sdm_client::session::{Session, SessionOptions};
 use sdm_proto::{IdSet, Status, SyncMode};
 
 #[tokio::main]

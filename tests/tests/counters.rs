@@ -1,8 +1,8 @@
 //! Application counters end to end: programs under real servers write counters to their
-//! server (the C client in sdm/include/sdm_counters.h, the Rust client in sdm::counters),
+//! server (the C client in client/include/sdm_counters.h, the Rust client in sdm_client::counters),
 //! and the console's `counters` merges them across ranks with the `stats` filter.
 
-mod support;
+use sdm_e2e as support;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -30,12 +30,12 @@ fn metrics(text: &str) -> serde_json::Value {
 fn c_client_counters_merge_across_ranks() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let exe = dir.join("sdm-counters-test");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/counters.c");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/counters.c");
     let ok = Command::new("gcc")
         .args([
             "-O1",
             "-I",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/include"),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../client/include"),
             "-o",
         ])
         .arg(&exe)
@@ -64,7 +64,7 @@ fn c_client_counters_merge_across_ranks() {
 
 #[test]
 fn rust_client_counters_merge_across_ranks() {
-    let app = PathBuf::from(env!("CARGO_BIN_EXE_sdm-counters-demo"));
+    let app = PathBuf::from(sdm_e2e::counters_demo());
     let m = metrics(&console("4", &app));
     assert_eq!(m["ops"]["max_ids"], "[3]", "{m}");
     assert_eq!(m["ops"]["mean"], 1.5, "{m}");

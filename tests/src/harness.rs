@@ -1,18 +1,15 @@
-//! Shared harness for the overlay's end-to-end tests: builds trees of real nodes, in-process
-//! over any transport or as real OS processes, and checks reply groups.
-//!
-//! The pieces compose: [`transport`] makes a transport and the address to bind it on,
-//! [`bind_servers`] binds every server's listener, [`Net::spawn_server`] runs a server,
-//! [`Net::start_master`] runs the master and accepts it at a front-end; [`tree_over`] is all
-//! of them at once. [`Procs`] runs `sdm-testnode` processes instead of in-process servers.
+//! The harness every end-to-end test shares: the programs under test, trees of real nodes
+//! (in-process over any transport, or as real OS processes killed with SIGKILL), filters
+//! folded through tree shapes, and checks of reply groups. See the crate docs.
 
-#![allow(dead_code, unreachable_pub)]
-
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use sdm_filters::{Group, Registry};
 use sdm_overlay::Node;
 use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::driver::{self, Delivery};
@@ -45,9 +42,13 @@ pub fn answer(id: u32, d: Delivery) {
 
 /// An in-process tree: every node is a tokio task with its own real links.
 pub struct Tree {
+    /// The front-end, accepted by the master.
     pub frontend: Frontend,
+    /// The servers' tasks (index: server id).
     pub servers: Vec<JoinHandle<()>>,
+    /// The master's task.
     pub master: JoinHandle<()>,
+    /// The tree's shape.
     pub topo: Arc<dyn Topology>,
 }
 
@@ -94,9 +95,13 @@ pub enum Dial {
 /// server id) and the session's policy.
 #[derive(Clone)]
 pub struct Net {
+    /// The transport every link uses.
     pub transport: Arc<dyn Transport>,
+    /// The tree's shape.
     pub topo: Arc<dyn Topology>,
+    /// Where each server listens (index: server id).
     pub table: Arc<Vec<Option<Address>>>,
+    /// The connection policy (and session key) of every node.
     pub policy: ConnectPolicy,
 }
 
@@ -235,7 +240,7 @@ impl Procs {
         policy: &ConnectPolicy,
         env: &[(&str, &str)],
     ) -> (Procs, Vec<Address>) {
-        Self::spawn_each(n, policy, env, |_| Command::new(TESTNODE))
+        Self::spawn_each(n, policy, env, |_| Command::new(testnode()))
     }
 
     /// Sends every process the routing table `table` (one line of addresses, server 0
@@ -308,12 +313,9 @@ pub fn assert_partition(groups: &[ReplyGroup], dest: &IdSet) {
     );
 }
 
-/// The `sdm-testnode` binary the tests run.
-pub const TESTNODE: &str = env!("CARGO_BIN_EXE_sdm-testnode");
-
 impl Procs {
     /// [`Procs::spawn_with_env`], each process started by `command(id)`: a command that
-    /// ends up running [`TESTNODE`] (e.g. `ip netns exec NS <testnode> --listen ADDR`), to
+    /// ends up running [`testnode`] (e.g. `ip netns exec NS <testnode> --listen ADDR`), to
     /// which the id, the server count, `env` and `policy`'s key are added.
     pub fn spawn_each(
         n: u32,
@@ -369,4 +371,104 @@ pub async fn master_for_processes_on(
     };
     let (fe, master) = net.start_master(addr, Dial::Strict(dial)).await;
     (fe, master, net.topo)
+}
+
+/// The binary `name` of this package, in target/<profile>/ above the running test.
+///
+/// # Panics
+///
+/// If it is not there (a test run without cargo building this package's binaries first).
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("tests run from target/<profile>/deps")
+        .join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run the tests through `cargo test -p sdm-e2e`",
+        path.display()
+    );
+    path
+}
+
+/// [`binary`] as text, found once per process.
+fn binary_str(cell: &'static OnceLock<String>, name: &str) -> &'static str {
+    cell.get_or_init(|| binary(name).to_string_lossy().into_owned())
+}
+
+/// The `sdm` command under test (the daemons too: `sdm master`, `sdm server`).
+pub fn sdm() -> &'static str {
+    static P: OnceLock<String> = OnceLock::new();
+    binary_str(&P, "sdm-e2e-cli")
+}
+
+/// The bare overlay node the overlay's tests run (see src/bin/sdm-testnode.rs).
+pub fn testnode() -> &'static str {
+    static P: OnceLock<String> = OnceLock::new();
+    binary_str(&P, "sdm-testnode")
+}
+
+/// The program that feeds its counters through `sdm_client::counters::Client`.
+pub fn counters_demo() -> &'static str {
+    static P: OnceLock<String> = OnceLock::new();
+    binary_str(&P, "sdm-counters-demo")
+}
+
+/// Runs `sdm ARGS…`, asserts it succeeded (showing its output if not), and returns what
+/// it printed on stdout.
+pub fn sdm_ok<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    let out = Command::new(sdm())
+        .args(args)
+        .output()
+        .expect("running sdm");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// What `n` sends upward: its own leaf and its children's groups, folded and flushed once.
+fn fold_node(
+    reg: &Registry,
+    spec: &str,
+    t: &dyn Topology,
+    n: NodeId,
+    leaves: &[Vec<u8>],
+) -> Vec<Group> {
+    let mut f = reg.create(spec).unwrap();
+    if let Some(s) = n.server() {
+        f.fold(&leaves[s as usize], &IdSet::single(s)).unwrap();
+    }
+    for c in t.children(n) {
+        for g in fold_node(reg, spec, t, c, leaves) {
+            f.fold(&g.payload, &g.sources).unwrap();
+        }
+    }
+    f.flush().unwrap()
+}
+
+/// Folds `leaves` (server `i` replied `leaves[i]`) through `shape` with filter `spec`, one
+/// fresh filter per node; `finish` at the front-end when `finish` is set, else `flush`.
+pub fn through_tree(
+    reg: &Registry,
+    spec: &str,
+    shape: Shape,
+    leaves: &[Vec<u8>],
+    finish: bool,
+) -> Vec<Group> {
+    let topo = shape.build(leaves.len() as u32);
+    let mut fe = reg.create(spec).unwrap();
+    for g in fold_node(reg, spec, &*topo, NodeId::Master, leaves) {
+        fe.fold(&g.payload, &g.sources).unwrap();
+    }
+    if finish {
+        fe.finish().unwrap()
+    } else {
+        fe.flush().unwrap()
+    }
 }

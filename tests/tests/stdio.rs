@@ -28,7 +28,7 @@ fn sdm_run(args: &[&str], input: &[u8]) -> Output {
 
 /// Runs `sdm run ARGS` with `input` on its standard input, whatever its exit status.
 fn sdm_run_status(args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sdm"))
+    let mut child = Command::new(sdm_e2e::sdm())
         .arg("run")
         // Output lines wait for the same line of every rank as long as it takes on a
         // loaded machine (the merge is exact up to this lag, 5 s by default); interior
@@ -428,13 +428,15 @@ fn library_test(test: impl std::future::Future<Output = ()>) {
 }
 
 /// A session of `n` real servers, started from this build's `sdm`.
-async fn session(n: u32) -> sdm::session::Session {
-    let opts = sdm::session::SessionOptions {
+async fn session(n: u32) -> sdm_client::session::Session {
+    let opts = sdm_client::session::SessionOptions {
         n,
-        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
-        ..sdm::session::SessionOptions::default()
+        program: Some(sdm_e2e::sdm().into()),
+        ..sdm_client::session::SessionOptions::default()
     };
-    sdm::session::Session::launch(&opts, |_| {}).await.unwrap()
+    sdm_client::session::Session::launch(&opts, |_| {})
+        .await
+        .unwrap()
 }
 
 #[test]
@@ -446,7 +448,7 @@ async fn library_stdio() {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use sdm::iof::Iof;
+    use sdm_client::iof::Iof;
     use sdm_proto::{Status, SyncMode};
 
     let mut s = session(4).await;
@@ -514,7 +516,7 @@ async fn unread_output() {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use sdm::iof::Iof;
+    use sdm_client::iof::Iof;
     use sdm_overlay::flow;
     use sdm_proto::{Status, SyncMode};
 

@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const SDM: &str = env!("CARGO_BIN_EXE_sdm");
-
 /// A private runtime directory for this test (so it sees no other front-end).
 fn runtime_dir() -> PathBuf {
     use std::os::unix::fs::DirBuilderExt;
@@ -20,7 +18,7 @@ fn runtime_dir() -> PathBuf {
 }
 
 fn status(runtime: &Path, args: &[&str]) -> Output {
-    Command::new(SDM)
+    Command::new(sdm_e2e::sdm())
         .arg("status")
         .args(args)
         .env("XDG_RUNTIME_DIR", runtime)
@@ -69,7 +67,7 @@ impl Drop for Run {
 fn sdm_status_asks_the_running_front_end() {
     let runtime = runtime_dir();
     // Eight programs that end when their input does, like `srun`.
-    let mut run = Run(Command::new(SDM)
+    let mut run = Run(Command::new(sdm_e2e::sdm())
         .args(["run", "-n", "8", "--", "sh", "-c", "read x"])
         .env("XDG_RUNTIME_DIR", &runtime)
         .stdin(Stdio::piped())

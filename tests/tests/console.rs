@@ -6,15 +6,15 @@
 //! stopped), samples running programs for `bt`, says events in plain words, sums and groups
 //! counters, and reports failed commands (a scripted run exits 1).
 
-mod support;
+use sdm_e2e as support;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use sdm::console::{Console, Flow};
-use sdm::omis::Value;
-use sdm::session::{Session, SessionOptions};
+use sdm_client::session::{Session, SessionOptions};
+use sdm_omis::Value;
 use sdm_proto::{IdSet, Status, SyncMode};
 use support::sdm_ok;
 
@@ -27,7 +27,7 @@ fn spinner() -> PathBuf {
 fn build_spinner() -> PathBuf {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("sdm-spinner-{}", std::process::id()));
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/spinner.c");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/spinner.c");
     let tmp = out.with_extension(format!("tmp{}", std::process::id()));
     let ok = Command::new("gcc")
         .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
@@ -49,7 +49,7 @@ async fn console(n: u32, mode: &str) -> (Console, Vec<u32>) {
 async fn started(n: u32, program: &str, args: &[&str]) -> (Console, Vec<u32>) {
     let opts = SessionOptions {
         n,
-        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        program: Some(sdm_e2e::sdm().into()),
         ..SessionOptions::default()
     };
     let s = Session::launch(&opts, |_| {}).await.unwrap();
@@ -418,7 +418,7 @@ async fn attach_to_running_processes_and_leave_them_running() {
     let pids: Vec<u32> = procs.iter().map(|p| p.id()).collect();
     let opts = SessionOptions {
         n: 2,
-        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        program: Some(sdm_e2e::sdm().into()),
         ..SessionOptions::default()
     };
     let s = Session::launch(&opts, |_| {}).await.unwrap();
@@ -451,7 +451,7 @@ async fn attach_to_running_processes_and_leave_them_running() {
 
 /// Runs `sdm run ARGS -- spinner spin` and returns its exit code, stdout and stderr.
 fn sdm_run(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sdm"))
+    let out = Command::new(sdm_e2e::sdm())
         .args(args)
         .arg("--")
         .arg(spinner())
@@ -644,7 +644,7 @@ async fn events_in_plain_words() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_print_sums_and_groups() {
-    let (mut c, _) = started(4, env!("CARGO_BIN_EXE_sdm-counters-demo"), &[]).await;
+    let (mut c, _) = started(4, sdm_e2e::counters_demo(), &[]).await;
     // The programs set their counters once started: wait until every rank has.
     let mut table = String::new();
     for _ in 0..100 {

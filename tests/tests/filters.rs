@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use sdm::session::{Session, SessionOptions};
+use sdm_client::session::{Session, SessionOptions};
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::Shape;
@@ -20,7 +20,7 @@ fn opts(topology: Shape) -> SessionOptions {
     SessionOptions {
         n: N,
         topology,
-        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        program: Some(sdm_e2e::sdm().into()),
         ..SessionOptions::default()
     }
 }

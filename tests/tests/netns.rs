@@ -14,7 +14,7 @@
 //! bridge and namespaces it creates, all of which are deleted at the end (panic included).
 //! Latency (the transport's delay layer) is `delay.rs`'s business, not this test's.
 
-mod support;
+use sdm_e2e as support;
 
 use std::process::Command;
 use std::time::Duration;
@@ -26,7 +26,7 @@ use sdm_overlay::setup::ConnectPolicy;
 use sdm_overlay::transport::Address;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Shape};
-use support::{Procs, TESTNODE, assert_partition, ids_with, master_for_processes_on};
+use support::{Procs, assert_partition, ids_with, master_for_processes_on};
 
 /// Hosts (namespaces) and servers per host.
 const HOSTS: u32 = 3;
@@ -198,8 +198,13 @@ async fn a_host_cut_off_mid_command_is_lost_and_the_others_answer() {
     let (mut procs, table) = Procs::spawn_each(n, &policy, &env, |id| {
         let mut c = Command::new("ip");
         let listen = format!("tcp://{}:0", hosts.addr(host_of(id)));
-        c.args(["netns", "exec", &hosts.namespace(host_of(id)), TESTNODE])
-            .args(["--listen", &listen, "--recover"]);
+        c.args([
+            "netns",
+            "exec",
+            &hosts.namespace(host_of(id)),
+            support::testnode(),
+        ])
+        .args(["--listen", &listen, "--recover"]);
         c
     });
     for (id, a) in (0..n).zip(&table) {

@@ -1,7 +1,7 @@
 //! `sdm top` over real processes: per-process metrics from /proc on every server, merged by
 //! the `stats` filter in the tree, name the busiest rank; the console's `top` does the same.
 
-mod support;
+use sdm_e2e as support;
 
 use support::sdm_ok;
 

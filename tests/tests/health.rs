@@ -3,14 +3,14 @@
 //! the sibling subtrees stay full.
 
 use sdm::console::Console;
-use sdm::session::{Session, SessionOptions};
+use sdm_client::session::{Session, SessionOptions};
 use sdm_proto::IdSet;
 
 /// A binomial tree of 16 real servers, all ready.
 async fn sixteen() -> Session {
     let opts = SessionOptions {
         n: 16,
-        program: Some(env!("CARGO_BIN_EXE_sdm").into()),
+        program: Some(sdm_e2e::sdm().into()),
         ..SessionOptions::default()
     };
     let s = Session::launch(&opts, |_| {}).await.unwrap();
@@ -170,7 +170,7 @@ async fn kill9_during_a_stdio_flood_and_a_stream() {
     }
     // A stream: waves of the programs' metrics merged by `stats`, with a server killed
     // between waves 1 and 2 (its subtree's programs are killed with it).
-    let mut iof = sdm::iof::Iof::new(all.clone(), std::time::Duration::from_millis(50));
+    let mut iof = sdm_client::iof::Iof::new(all.clone(), std::time::Duration::from_millis(50));
     iof.set_stdout_handler(|_, _| {});
     let mut lost_seen = IdSet::new();
     for wave in 0..3 {

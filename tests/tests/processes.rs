@@ -3,7 +3,7 @@
 //! interior process during a command brings its subtree back lost and the rest replied; a
 //! process that stops answering (SIGSTOP: no FIN, no RST) is found by keepalives.
 
-mod support;
+use sdm_e2e as support;
 
 use std::time::Duration;
 

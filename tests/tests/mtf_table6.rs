@@ -12,7 +12,7 @@ use sdm_filters::builtin::{Counters, MtfRankStats};
 use sdm_filters::{IdSet, Registry};
 use sdm_topology::Shape;
 
-mod support;
+use sdm_e2e as support;
 
 /// Table 6 as printed (tab-separated in the seed): rank, Init, Fin, Wait, Bcast, Gather,
 /// Scatterv, Isend, Irecv, Sent (bytes), Received (bytes).

@@ -4,7 +4,7 @@
 //! own connection (as does a server that sends output beyond its flow-control window): the listener still authenticates the rightful parent (no handshake waits
 //! for another), and a running tree still answers. Refusals are logged with the peer.
 
-mod support;
+use sdm_e2e as support;
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;

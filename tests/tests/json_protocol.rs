@@ -2,7 +2,7 @@
 //! JSON, with a NUL and binary bytes in it) rides the same overlay unchanged, and identical
 //! answers still merge.
 
-mod support;
+use sdm_e2e as support;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sdm_overlay::driver::Delivery;

@@ -2,7 +2,7 @@
 //! of real nodes and links; a broadcast merges into one group; a killed interior node
 //! comes back as a lost group of exactly its subtree.
 
-mod support;
+use sdm_e2e as support;
 
 use std::time::Duration;
 
