@@ -118,6 +118,11 @@ struct TreeArgs {
     /// binomial, kary:K, knomial:K or flat.
     #[arg(long, default_value = "binomial")]
     topology: Shape,
+    /// A filter plugin (a shared library implementing sdm_filter.h) the front-end and every
+    /// daemon load, so requests can name its filter (repeatable). The path must hold the
+    /// same library on every host.
+    #[arg(long = "filter-plugin", value_name = "PATH")]
+    filter_plugins: Vec<PathBuf>,
 }
 
 impl TreeArgs {
@@ -128,6 +133,7 @@ impl TreeArgs {
             hosts: self.hosts.clone(),
             transport: self.transport.clone(),
             topology: self.topology,
+            filter_plugins: self.filter_plugins.clone(),
             ..SessionOptions::default()
         }
     }
@@ -216,6 +222,10 @@ struct LaunchArgs {
     /// Send this request to every server after start-up and print the merged replies (repeatable).
     #[arg(long)]
     send: Vec<String>,
+    /// The filter merging the replies of --send (default: identical replies merged), e.g.
+    /// `sum`, `stats`, or a filter of a --filter-plugin.
+    #[arg(long, value_name = "FILTER")]
+    filter: Option<String>,
     /// Keep the tree up until Ctrl-C.
     #[arg(long)]
     hold: bool,
@@ -407,9 +417,11 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
     }
     let all = session.all();
     for req in &a.send {
-        let groups = session
-            .request(&all, SyncMode::Timeout(30_000), req.clone())
-            .await?;
+        let mode = SyncMode::Timeout(30_000);
+        let groups = match &a.filter {
+            Some(f) => session.request_filtered(&all, mode, f, req.clone()).await?,
+            None => session.request(&all, mode, req.clone()).await?,
+        };
         print_groups(req, &groups, a.json);
     }
     if a.hold {

@@ -217,3 +217,30 @@ async fn a_plugin_that_does_not_load_fails_the_launch_with_its_path() {
     let text = format!("{err:#}");
     assert!(text.contains("no-such-plugin.so"), "{text}");
 }
+
+/// `--filter-plugin` on the command line does what `SessionOptions::filter_plugins` does: the
+/// daemons load the plugin, and `--filter` names its filter for the replies of `--send`.
+#[test]
+fn cli_filter_plugin_and_filter_reduce_launch_replies() {
+    let plugin = build_c_plugin();
+    let plugin = plugin.to_str().unwrap();
+    let out = sdm_e2e::sdm_ok([
+        "launch",
+        "-n",
+        "8",
+        "--filter-plugin",
+        plugin,
+        "--filter",
+        "csum",
+        "--send",
+        "value",
+    ]);
+    // 0 + 1 + … + 7, one group holding every id.
+    assert!(out.lines().any(|l| l == "[0-7] 28"), "{out}");
+    // Without the plugin the filter is unknown and every id comes back lost.
+    let out = sdm_e2e::sdm_ok(["launch", "-n", "2", "--filter", "csum", "--send", "value"]);
+    assert!(
+        out.contains("[0-1] lost: filter \"csum\": no such filter"),
+        "{out}"
+    );
+}
