@@ -53,8 +53,9 @@
 //!
 //! [`Registry::load_plugin`] loads a shared library that implements the C ABI of
 //! `include/sdm_filter.h` (see [`plugin`]). In a running tree the front-end names the
-//! plugins (`sdm::session::SessionOptions::filter_plugins`): it loads each one itself (a
-//! plugin that does not load fails the launch), and the init command carries their absolute
+//! plugins (`sdm_client::SessionOptions::filter_plugins`, `sdm --filter-plugin`): it loads
+//! each one itself (a plugin that does not load fails the launch), and the init command
+//! carries their absolute
 //! paths (`InitSpec::filter_plugins`) to every daemon, which loads them into the registry
 //! its node makes each op's filter from. A plugin that fails (init, fold or flush) fails the
 //! ids concerned, which reach the front-end as a lost group naming the error.

@@ -4,7 +4,7 @@
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -471,4 +471,37 @@ pub fn through_tree(
     } else {
         fe.flush().unwrap()
     }
+}
+
+/// The filters crate's folder: its include/ holds `sdm_filter.h`, its examples/ the example
+/// plugins the tests build.
+pub fn filters_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters")
+}
+
+/// Runs `cmd`; panics with its standard error if it cannot run or fails.
+pub fn run_ok(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds the C filter plugin `src` (with extra compiler `flags`) into the shared library
+/// `out`, with `cc` (or `$CC`) against the filters crate's `sdm_filter.h`.
+pub fn build_c_plugin(src: &Path, flags: &[&str], out: &Path) {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    run_ok(
+        Command::new(cc)
+            .args(["-shared", "-fPIC", "-Wall", "-Werror", "-std=c11", "-I"])
+            .arg(filters_dir().join("include"))
+            .args(flags)
+            .arg(src)
+            .arg("-o")
+            .arg(out),
+    );
 }

@@ -6,7 +6,6 @@
 //! filter's error at the front-end; the daemons keep serving.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use sdm_client::session::{Session, SessionOptions};
@@ -34,26 +33,12 @@ async fn launch(o: &SessionOptions) -> Session {
 
 /// Builds the example C plugin into a scratch directory; returns the library's path.
 fn build_c_plugin() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("sdm-e2e-filters-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("libcsum.so");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let mut cmd = Command::new(cc);
-    cmd.args(["-shared", "-fPIC", "-Wall", "-Werror", "-std=c11", "-I"])
-        .arg(root.join("include"))
-        .arg(root.join("examples/c/sum_plugin.c"))
-        .arg("-o")
-        .arg(&out);
-    let o = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let src = sdm_e2e::filters_dir().join("examples/c/sum_plugin.c");
+    sdm_e2e::build_c_plugin(&src, &[], &out);
     out
 }
 

@@ -12,8 +12,8 @@ use sdm_topology::Shape;
 use sdm_e2e as support;
 
 /// The filters crate, whose examples/ hold the plugins built here.
-fn manifest() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../filters"))
+fn manifest() -> PathBuf {
+    support::filters_dir()
 }
 
 fn scratch() -> &'static Path {
@@ -26,28 +26,10 @@ fn scratch() -> &'static Path {
     })
 }
 
-fn run(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Builds a C plugin from `src` with extra `flags` into `lib<name>.so`.
 fn build_c(src: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let out = scratch().join(format!("lib{name}.so"));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    run(Command::new(cc)
-        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-std=c11", "-I"])
-        .arg(manifest().join("include"))
-        .args(flags)
-        .arg(src)
-        .arg("-o")
-        .arg(&out));
+    support::build_c_plugin(src, flags, &out);
     out
 }
 
@@ -61,11 +43,13 @@ fn rust_plugin() -> &'static Path {
     P.get_or_init(|| {
         let out = scratch().join("librmax.so");
         let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-        run(Command::new(rustc)
-            .args(["--edition", "2021", "--crate-type", "cdylib", "-O"])
-            .arg(manifest().join("examples/rust/max_plugin.rs"))
-            .arg("-o")
-            .arg(&out));
+        support::run_ok(
+            Command::new(rustc)
+                .args(["--edition", "2021", "--crate-type", "cdylib", "-O"])
+                .arg(manifest().join("examples/rust/max_plugin.rs"))
+                .arg("-o")
+                .arg(&out),
+        );
         out
     })
 }

@@ -11,13 +11,12 @@
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use sdm_overlay::Node;
 use sdm_overlay::auth::SessionKey;
-use sdm_overlay::driver::{self, Delivery};
+use sdm_overlay::driver;
 use sdm_overlay::recover;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, SessionTls, TransportConfig, transport_for};
@@ -42,23 +41,6 @@ struct Args {
     /// parent dies (off by default, so a test sees a dead node's whole subtree lost).
     #[arg(long)]
     recover: bool,
-}
-
-fn answer(id: u32, d: Delivery) {
-    let text = String::from_utf8_lossy(&d.payload).into_owned();
-    if let Some(ms) = text
-        .strip_prefix("sleep ")
-        .and_then(|v| v.trim().parse().ok())
-    {
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            d.reply.send("ok");
-        });
-    } else if text == "id" {
-        d.reply.send(id.to_string());
-    } else {
-        d.reply.send("ok");
-    }
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -124,7 +106,7 @@ async fn main() -> anyhow::Result<()> {
         Node::new(me, topo),
         parent,
         children,
-        Box::new(move |d| answer(id, d)),
+        Box::new(move |d| sdm_e2e::answer(id, d)),
         events,
         recovery,
     )
