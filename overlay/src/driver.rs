@@ -9,7 +9,7 @@ use std::io;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use sdm_proto::{Kind, Message};
+use sdm_proto::{Control, Kind, Message};
 use sdm_topology::NodeId;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -110,19 +110,8 @@ impl Liveness {
     }
 }
 
-fn control(text: &'static str) -> Message {
-    let mut m = Message::command(
-        0,
-        sdm_proto::IdSet::new(),
-        sdm_proto::SyncMode::DontWait,
-        text,
-    );
-    m.kind = Kind::Control;
-    m
-}
-
 fn keepalive() -> Message {
-    control("keepalive")
+    Control::Keepalive.to_message()
 }
 
 /// Why a link ended when the peer said goodbye: an orderly end of the session (the tree
@@ -254,15 +243,17 @@ fn spawn_link(peer: Peer, link: Link, queues: Queues, live: Liveness, watch: boo
                 None => break format!("{name} closed the connection"),
             };
             if m.kind == Kind::Control {
-                match &m.payload[..] {
-                    b"keepalive" => {}
-                    b"bye" => break GOODBYE.to_owned(),
-                    _ => match flow::parse_credit(&m) {
-                        Some(n) => credits.add(n),
-                        None => {
-                            tracing::warn!("ignored a control frame from {name}: {:?}", m.payload)
-                        }
-                    },
+                match Control::from_message(&m) {
+                    Ok(Control::Keepalive) => {}
+                    Ok(Control::Goodbye) => break GOODBYE.to_owned(),
+                    Ok(Control::Credit(n)) if n > 0 => credits.add(n.min(i64::MAX as u64) as i64),
+                    Ok(other) => {
+                        tracing::warn!(
+                            "ignored a {} frame from {name} on an open link",
+                            other.name()
+                        )
+                    }
+                    Err(e) => break format!("{name} sent a bad control frame: {e}"),
                 }
                 continue;
             }
@@ -545,7 +536,7 @@ pub async fn run_node_full(
                     // and let the goodbyes reach them before this node goes.
                     let grace = std::time::Duration::from_secs(1);
                     let ends = to_child.into_values().map(|tx| {
-                        tx.send(control("bye"));
+                        tx.send(Control::Goodbye.to_message());
                         tx.finish(grace)
                     });
                     futures::future::join_all(ends).await;
