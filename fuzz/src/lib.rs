@@ -6,7 +6,7 @@
 //! | name | what it feeds | oracle beyond "no panic, no hang" |
 //! | --- | --- | --- |
 //! | `frame` | [`FrameCodec`] a byte stream in random chunks | a decoded frame re-encodes and decodes equal; no whole frame is left undecoded |
-//! | `envelope` | [`Message::decode`] one frame body | decode, encode, decode gives the same message; `encoded_len` is exact |
+//! | `envelope` | [`Message::decode`] one frame body | decode, encode, decode gives the same message; `encoded_len` is exact; a control payload decodes to a `Control` that round-trips |
 //! | `idset` | [`IdSet::from_bytes`] | binary and text forms round-trip; `serialized_len` bounds the bytes |
 //! | `idset_text` | `IdSet::from_str` | print, parse gives the same set |
 //! | `omis_request` | [`sdm_omis::parse_request`] | what was printed parses back and prints the same |
@@ -185,6 +185,11 @@ pub fn envelope(data: &[u8]) -> bool {
     );
     let back = Message::decode(body).expect("an encoded message decodes");
     assert_eq!(back, m);
+    // A control frame's payload is a typed control message: decoding never panics, and a
+    // valid one round-trips.
+    if let Ok(c) = sdm_proto::Control::from_message(&m) {
+        assert_eq!(sdm_proto::Control::from_message(&c.to_message()), Ok(c));
+    }
     true
 }
 
@@ -334,8 +339,12 @@ fn sample_messages() -> Vec<Message> {
     let mut event = Message::command(9, IdSet::new(), SyncMode::WaitAll, "exited 0");
     event.kind = Kind::Event;
     event.source = (0..2000).step_by(3).collect();
-    let mut control = Message::command(0, IdSet::new(), SyncMode::WaitAll, "sdm-hello 5 0 ab");
-    control.kind = Kind::Control;
+    let control = sdm_proto::Control::Hello {
+        to: "5".into(),
+        from: "0".into(),
+        nonce: "ab".into(),
+    }
+    .to_message();
     let mut filtered = Message::command(4, IdSet::all(64), SyncMode::Timeout(250), "1 [] x()");
     filtered.aggregate.filter = "sum".into();
     vec![

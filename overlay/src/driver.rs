@@ -9,7 +9,7 @@ use std::io;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use sdm_proto::{Kind, Message};
+use sdm_proto::{Control, Kind, Message};
 use sdm_topology::NodeId;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,6 +18,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use crate::flow;
+use crate::liveness::Peer;
 use crate::node::{Node, Output};
 use crate::transport::Link;
 
@@ -54,91 +55,18 @@ impl Replier {
 /// anything slow and answer through [`Delivery::reply`].
 pub type LocalHandler = Box<dyn FnMut(Delivery) + Send>;
 
-/// Message-level liveness of links between nodes: a writer with nothing to send for
-/// `interval` sends a keepalive frame, and a reader that hears nothing for `dead_after`
-/// declares the peer dead (a silent peer: a hung process, a cut cable that TCP would take
-/// minutes to notice while data is outstanding). The master's link to the front-end has
-/// no dead-after (a person may be thinking at the console); the front-end ignores the
-/// keepalives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Liveness {
-    /// Idle time before a keepalive is sent.
-    pub interval: std::time::Duration,
-    /// Silence after which the link is declared dead.
-    pub dead_after: std::time::Duration,
-}
-
-/// The environment variable that sets [`Liveness`]: `INTERVAL_MS,DEAD_AFTER_MS`.
-pub const KEEPALIVE_ENV: &str = "SDM_KEEPALIVE_MS";
-
-impl Default for Liveness {
-    fn default() -> Self {
-        Self {
-            interval: std::time::Duration::from_secs(1),
-            dead_after: std::time::Duration::from_secs(10),
-        }
-    }
-}
-
-impl Liveness {
-    /// From `SDM_KEEPALIVE_MS` (`INTERVAL_MS,DEAD_AFTER_MS`), else the default (1 s, 10 s).
-    /// A malformed value is reported and the default used.
-    pub fn from_env() -> Self {
-        match std::env::var(KEEPALIVE_ENV) {
-            Ok(v) => Self::parse(&v).unwrap_or_else(|e| {
-                tracing::warn!("{KEEPALIVE_ENV}={v:?}: {e}; using the default");
-                Self::default()
-            }),
-            Err(_) => Self::default(),
-        }
-    }
-
-    /// Parses `INTERVAL_MS,DEAD_AFTER_MS` (dead-after must exceed the interval).
-    pub fn parse(v: &str) -> Result<Self, String> {
-        let (i, d) = v
-            .split_once(',')
-            .ok_or("expected INTERVAL_MS,DEAD_AFTER_MS")?;
-        let ms = |x: &str| x.trim().parse::<u64>().map_err(|e| format!("{x:?}: {e}"));
-        let (i, d) = (ms(i)?, ms(d)?);
-        if i == 0 || d <= i {
-            return Err("the interval must be positive and shorter than dead-after".into());
-        }
-        Ok(Self {
-            interval: std::time::Duration::from_millis(i),
-            dead_after: std::time::Duration::from_millis(d),
-        })
-    }
-}
-
-fn control(text: &'static str) -> Message {
-    let mut m = Message::command(
-        0,
-        sdm_proto::IdSet::new(),
-        sdm_proto::SyncMode::DontWait,
-        text,
-    );
-    m.kind = Kind::Control;
-    m
-}
-
-fn keepalive() -> Message {
-    control("keepalive")
-}
+pub use crate::liveness::{KEEPALIVE_ENV, Liveness};
 
 /// Why a link ended when the peer said goodbye: an orderly end of the session (the tree
 /// is shutting down), after which a node does not look for a new parent.
 const GOODBYE: &str = "the parent ended the session";
 
-/// Which link an event came on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Peer {
-    Parent,
-    Child(NodeId),
-}
-
 #[derive(Debug)]
 enum Inbound {
     Frame(Peer, Message),
+    /// The link of this generation carried something the node has not seen (a keepalive,
+    /// credit, output still queued): its peer is alive.
+    Heard(Peer, u64),
     /// A link ended: its peer, why, and its generation (so the end of a replaced link
     /// cannot remove the link that replaced it).
     Closed(Peer, String, u64),
@@ -165,7 +93,11 @@ static LINK_GENERATION: AtomicUsize = AtomicUsize::new(1);
 /// which keep their order among themselves). Control goes first, so a reply is never stuck
 /// behind a flood of output waiting for the same link; on the parent link bulk is also
 /// held by the receiver's credit ([`flow`]), so at most a window of it is ever in flight.
-fn spawn_link(peer: Peer, link: Link, queues: Queues, live: Liveness, watch: bool) -> LinkTx {
+///
+/// Liveness is the node's ([`crate::liveness`]): the writer sends the keepalives the node
+/// asks for, and the reader tells the node it heard from the peer at least every
+/// `heard_every` while frames arrive that the node does not see at once.
+fn spawn_link(peer: Peer, link: Link, queues: Queues, heard_every: std::time::Duration) -> LinkTx {
     let generation = LINK_GENERATION.fetch_add(1, Ordering::Relaxed) as u64;
     let Link {
         mut reader,
@@ -199,7 +131,6 @@ fn spawn_link(peer: Peer, link: Link, queues: Queues, live: Liveness, watch: boo
                 },
                 Some(m) = bulk_rx.recv(), if can_bulk => (m, true),
                 () = credits_w.wait(), if !can_bulk => continue,
-                () = tokio::time::sleep(live.interval) => (keepalive(), false),
             };
             if is_bulk {
                 credits_w.spend(&m);
@@ -236,33 +167,38 @@ fn spawn_link(peer: Peer, link: Link, queues: Queues, live: Liveness, watch: boo
         }
         let _ = writer.close().await;
     });
-    tokio::spawn(async move {
+    let reader_task = tokio::spawn(async move {
+        let mut told = Instant::now();
         let why = loop {
-            let next = if watch {
-                match tokio::time::timeout(live.dead_after, reader.next()).await {
-                    Ok(n) => n,
-                    Err(_) => {
-                        break format!("{name} sent nothing for {:?} (keepalive)", live.dead_after);
-                    }
-                }
-            } else {
-                reader.next().await
-            };
-            let m = match next {
+            let m = match reader.next().await {
                 Some(Ok(m)) => m,
                 Some(Err(e)) => break format!("bad frame from {name}: {e}"),
                 None => break format!("{name} closed the connection"),
             };
+            // The node hears of frames it does not get at once (control frames handled
+            // here, output queued for it), so a busy link never looks silent.
+            if (m.kind == Kind::Control || flow::is_bulk(m.kind)) && told.elapsed() >= heard_every {
+                told = Instant::now();
+                if inbound
+                    .send(Inbound::Heard(peer, generation))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
             if m.kind == Kind::Control {
-                match &m.payload[..] {
-                    b"keepalive" => {}
-                    b"bye" => break GOODBYE.to_owned(),
-                    _ => match flow::parse_credit(&m) {
-                        Some(n) => credits.add(n),
-                        None => {
-                            tracing::warn!("ignored a control frame from {name}: {:?}", m.payload)
-                        }
-                    },
+                match Control::from_message(&m) {
+                    Ok(Control::Keepalive) => {}
+                    Ok(Control::Goodbye) => break GOODBYE.to_owned(),
+                    Ok(Control::Credit(n)) if n > 0 => credits.add(n.min(i64::MAX as u64) as i64),
+                    Ok(other) => {
+                        tracing::warn!(
+                            "ignored a {} frame from {name} on an open link",
+                            other.name()
+                        )
+                    }
+                    Err(e) => break format!("{name} sent a bad control frame: {e}"),
                 }
                 continue;
             }
@@ -282,6 +218,7 @@ fn spawn_link(peer: Peer, link: Link, queues: Queues, live: Liveness, watch: boo
         let _ = inbound.send(Inbound::Closed(peer, why, generation)).await;
     });
     LinkTx {
+        reader: AbortOnDrop(reader_task),
         ctrl,
         bulk,
         backlog,
@@ -292,8 +229,20 @@ fn spawn_link(peer: Peer, link: Link, queues: Queues, live: Liveness, watch: boo
     }
 }
 
+/// A task that ends with its owner (a link's reader, which may wait on a silent peer for
+/// ever).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The sending side of a link: its two queues, and how many bulk frames wait.
 struct LinkTx {
+    /// The link's reader (aborted when the link is dropped).
+    reader: AbortOnDrop,
     ctrl: mpsc::UnboundedSender<Message>,
     bulk: mpsc::UnboundedSender<Message>,
     backlog: Arc<AtomicUsize>,
@@ -311,10 +260,15 @@ impl LinkTx {
     /// Closes the queues and waits (at most `grace`) until what was queued is written.
     async fn finish(self, grace: std::time::Duration) {
         let LinkTx {
-            ctrl, bulk, writer, ..
+            ctrl,
+            bulk,
+            writer,
+            reader,
+            ..
         } = self;
         drop((ctrl, bulk));
         let _ = tokio::time::timeout(grace, writer).await;
+        drop(reader);
     }
 }
 
@@ -405,11 +359,14 @@ pub async fn run_node_full(
     };
     let (reply_tx, mut reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
     let live = recovery.liveness.unwrap_or_else(Liveness::from_env);
+    let heard_every = live.interval / 4;
+    node.set_liveness(Some(live));
     // The master's parent is the front-end, which sends no keepalives.
     let watch_parent = node.id() != NodeId::Master;
-    let mut to_parent = spawn_link(Peer::Parent, parent, up_queues(&up_tx), live, watch_parent);
-    let mut to_child: HashMap<NodeId, LinkTx> = HashMap::new();
     let start = Instant::now().into_std();
+    let mut to_parent = spawn_link(Peer::Parent, parent, up_queues(&up_tx), heard_every);
+    node.handle_link_open(start, Peer::Parent, watch_parent);
+    let mut to_child: HashMap<NodeId, LinkTx> = HashMap::new();
     for (id, link) in children {
         match link {
             Ok(link) => {
@@ -417,7 +374,9 @@ pub async fn run_node_full(
                     ctrl: in_tx.clone(),
                     bulk: Some(bulk_tx.clone()),
                 };
-                to_child.insert(id, spawn_link(Peer::Child(id), link, queues, live, true));
+                let tx = spawn_link(Peer::Child(id), link, queues, heard_every);
+                to_child.insert(id, tx);
+                node.handle_link_open(start, Peer::Child(id), true);
             }
             Err(e) => node.handle_link_down(start, id, &format!("could not connect: {e}")),
         }
@@ -431,6 +390,7 @@ pub async fn run_node_full(
     drop((in_tx, bulk_tx));
     let mut children_open = true;
     loop {
+        let mut parent_gone = None;
         // Drain outputs first: they may arm a timer.
         while let Some(out) = node.poll_output() {
             match out {
@@ -459,17 +419,21 @@ pub async fn run_node_full(
                         tx: reply_tx.clone(),
                     },
                 }),
+                // The node already reported the child's ids lost.
+                Output::LinkDead(Peer::Child(c), _) => drop(to_child.remove(&c)),
+                Output::LinkDead(Peer::Parent, why) => parent_gone = Some(why),
             }
         }
         let deadline = node.poll_timeout().map(Instant::from_std);
         let room = to_parent.backlog() < PARENT_BACKLOG_LIMIT;
-        let mut parent_gone = None;
         tokio::select! {
             biased;
             ev = up_rx.recv() => {
                 let now = Instant::now().into_std();
                 match ev {
                     Some(Inbound::Frame(_, m)) => node.handle_from_parent(now, m),
+                    Some(Inbound::Heard(p, g)) if g == to_parent.generation => node.handle_heard(now, p),
+                    Some(Inbound::Heard(..)) => {}
                     // The end of a parent link this node already replaced.
                     Some(Inbound::Closed(_, _, g)) if g != to_parent.generation => {}
                     Some(Inbound::Closed(_, w, _)) => parent_gone = Some(w),
@@ -489,7 +453,8 @@ pub async fn run_node_full(
                 if node.handle_adopt(id) {
                     let (ctrl, bulk) = adopt_tx.clone().expect("adoptions come with a queue");
                     let queues = Queues { ctrl, bulk: Some(bulk) };
-                    to_child.insert(id, spawn_link(Peer::Child(id), link, queues, live, true));
+                    to_child.insert(id, spawn_link(Peer::Child(id), link, queues, heard_every));
+                    node.handle_link_open(Instant::now().into_std(), Peer::Child(id), true);
                 } else {
                     tracing::warn!(node = %node.id(), "refused adoption of {id}: not an orphan below this node");
                 }
@@ -499,6 +464,12 @@ pub async fn run_node_full(
                 match ev {
                     Some(Inbound::Frame(Peer::Parent, m)) => node.handle_from_parent(now, m),
                     Some(Inbound::Frame(Peer::Child(c), m)) => node.handle_from_child(now, c, m),
+                    Some(Inbound::Heard(p @ Peer::Child(c), g)) => {
+                        if to_child.get(&c).is_some_and(|tx| tx.generation == g) {
+                            node.handle_heard(now, p);
+                        }
+                    }
+                    Some(Inbound::Heard(Peer::Parent, _)) => {}
                     Some(Inbound::Closed(Peer::Parent, why, _)) => parent_gone = Some(why),
                     Some(Inbound::Closed(Peer::Child(c), why, g)) => {
                         if to_child.get(&c).is_some_and(|tx| tx.generation == g) {
@@ -538,14 +509,15 @@ pub async fn run_node_full(
             match new_parent {
                 Some(link) => {
                     tracing::info!(node = %node.id(), "re-attached to {}", link.peer);
-                    to_parent = spawn_link(Peer::Parent, link, up_queues(&up_tx), live, true);
+                    to_parent = spawn_link(Peer::Parent, link, up_queues(&up_tx), heard_every);
+                    node.handle_link_open(Instant::now().into_std(), Peer::Parent, true);
                 }
                 None => {
                     // The children end too, without looking for another parent: say so,
                     // and let the goodbyes reach them before this node goes.
                     let grace = std::time::Duration::from_secs(1);
                     let ends = to_child.into_values().map(|tx| {
-                        tx.send(control("bye"));
+                        tx.send(Control::Goodbye.to_message());
                         tx.finish(grace)
                     });
                     futures::future::join_all(ends).await;

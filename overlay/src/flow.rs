@@ -4,7 +4,7 @@
 //! Frames going up are of two sorts: control (replies, keepalives) and bulk (stdio and
 //! events, which keep their order among themselves). A link's sender may have at most
 //! [`WINDOW`] bytes of bulk (as counted by [`cost`]) that its receiver has not yet taken
-//! in; the receiver hands credit back, in `credit N` control frames, as it takes bulk
+//! in; the receiver hands credit back, in [`Control::Credit`] frames, as it takes bulk
 //! frames off its queue ([`Grant`]). A node whose own parent gives it no credit stops
 //! taking bulk from below, which stops its children's credit, and so on down to the
 //! process writing the output, which blocks in `write`: backpressure, never a dropped
@@ -19,8 +19,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use bytes::Bytes;
-use sdm_proto::{IdSet, Kind, Message, SyncMode};
+use sdm_proto::{Control, Kind, Message};
 
 /// Bytes of bulk a sender may have unacknowledged on one link.
 pub const WINDOW: i64 = 64 * 1024;
@@ -39,31 +38,17 @@ pub fn cost(m: &Message) -> i64 {
     m.payload.len() as i64 + 32
 }
 
-const CREDIT: &str = "credit ";
-
 /// The control frame that hands `n` bytes of credit back to a sender.
 pub fn credit(n: i64) -> Message {
-    let mut m = Message::command(
-        0,
-        IdSet::new(),
-        SyncMode::DontWait,
-        Bytes::from(format!("{CREDIT}{n}")),
-    );
-    m.kind = Kind::Control;
-    m
+    Control::Credit(n.max(0) as u64).to_message()
 }
 
 /// The credit `m` hands back, if it is a credit frame.
 pub fn parse_credit(m: &Message) -> Option<i64> {
-    if m.kind != Kind::Control {
-        return None;
+    match Control::from_message(m) {
+        Ok(Control::Credit(n)) if n > 0 => Some(n.min(i64::MAX as u64) as i64),
+        _ => None,
     }
-    std::str::from_utf8(&m.payload)
-        .ok()?
-        .strip_prefix(CREDIT)?
-        .parse()
-        .ok()
-        .filter(|n| *n > 0)
 }
 
 /// The sender's side: credit left on one link.
@@ -173,6 +158,9 @@ impl Grant {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+    use sdm_proto::IdSet;
+
     use super::*;
 
     fn line(n: usize) -> Message {
@@ -190,10 +178,10 @@ mod tests {
     fn credit_frames_round_trip_and_junk_is_not_credit() {
         assert_eq!(parse_credit(&credit(4096)), Some(4096));
         let mut bad = credit(1);
-        bad.payload = Bytes::from_static(b"credit -5");
-        assert_eq!(parse_credit(&bad), None);
-        bad.payload = Bytes::from_static(b"keepalive");
-        assert_eq!(parse_credit(&bad), None);
+        bad.payload = Bytes::from_static(b"credit 5");
+        assert_eq!(parse_credit(&bad), None, "text is not a credit frame");
+        assert_eq!(parse_credit(&credit(0)), None);
+        assert_eq!(parse_credit(&Control::Keepalive.to_message()), None);
         assert_eq!(parse_credit(&line(3)), None);
     }
 

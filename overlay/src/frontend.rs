@@ -288,7 +288,7 @@ impl Frontend {
                 .entry(m.op)
                 .or_default()
                 .push(ReplyGroup::from_message(&m)),
-            // Link keepalives (see `driver::Liveness`) carry nothing for the tool.
+            // Link keepalives (see `liveness`) carry nothing for the tool.
             Kind::Control => {}
             _ => self.events.push_back(m),
         }

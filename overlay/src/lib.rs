@@ -8,6 +8,7 @@
 //! - [`recover`]: a node process's recovery: adopting orphans, re-attaching to an ancestor.
 //! - [`transport`]: `tcp://`, `quic://` and `mem://` links behind one trait, chosen by scheme.
 //! - [`frontend`]: the minimal front-end client of issue 2 (send, collect merged groups).
+//! - [`liveness`]: keepalives and dead-after of a node's links, as sans-IO node state.
 //! - [`flow`]: credit-based flow control of output going up, so it never holds up control.
 //! - [`coalesce`]: merging identical stdio lines of many ranks, each rank's order kept.
 //! - [`align`]: the front-end's line-by-line alignment of output across ranks.
@@ -31,6 +32,7 @@ pub mod driver;
 pub mod flow;
 pub mod frontend;
 pub mod init;
+pub mod liveness;
 pub mod logging;
 pub mod node;
 pub mod recover;

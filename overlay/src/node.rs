@@ -14,6 +14,10 @@
 //! ids merge by status and payload, outside the filter. Every id of `destination ∩ subtree`
 //! leaves this node exactly once: replied, lost (its link died, or the filter could not fold
 //! its reply: the payload names the filter error) or timed out.
+//!
+//! Links: the node keeps the liveness clocks of its links ([`crate::liveness`]): with
+//! [`Node::set_liveness`] it sends keepalives and declares a silent link dead
+//! ([`Output::LinkDead`]) from [`Node::handle_timeout`], like any other deadline.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, LazyLock};
@@ -22,8 +26,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sdm_filters::builtin::Identical;
 use sdm_filters::{Filter, FilterError, Registry};
-use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
+use sdm_proto::{Control, IdSet, Kind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Topology};
+
+use crate::liveness::{Clocks, Liveness, Peer};
 
 use crate::coalesce::{Coalescer, StdioLine};
 
@@ -45,6 +51,10 @@ pub enum Output {
         /// The opaque request.
         payload: Bytes,
     },
+    /// The link to this peer is dead (nothing heard for the liveness dead-after): close
+    /// it. A dead child's ids are already reported lost; a dead parent is for the driver
+    /// to replace (or end the node).
+    LinkDead(Peer, String),
 }
 
 /// Counters a driver or benchmark may read.
@@ -199,6 +209,8 @@ pub struct Node {
     lines_sent: [u64; 4],
     /// Where each op's filter comes from.
     registry: Arc<Registry>,
+    /// Liveness of the links (keepalives sent, silence watched).
+    clocks: Clocks,
 }
 
 impl Node {
@@ -215,6 +227,7 @@ impl Node {
             stats: NodeStats::default(),
             stdio: Coalescer::new(Duration::ZERO),
             lines_sent: [0; 4],
+            clocks: Clocks::default(),
             registry: builtin_registry(),
         }
     }
@@ -254,6 +267,35 @@ impl Node {
         self.out.push_back(Output::ToParent(m));
     }
 
+    /// Sends keepalives and watches links for silence as `live` says (`None`, the default:
+    /// neither). Applies to the links reported up from now on.
+    pub fn set_liveness(&mut self, live: Option<Liveness>) {
+        self.clocks.set(live);
+    }
+
+    /// A link to `peer` is up (again); `watched`: silence on it kills it.
+    pub fn handle_link_open(&mut self, now: Instant, peer: Peer, watched: bool) {
+        self.clocks.up(now, peer, watched);
+    }
+
+    /// Something arrived from `peer` (a frame, or bytes the driver has not handed over
+    /// yet): it is alive at `now`.
+    pub fn handle_heard(&mut self, now: Instant, peer: Peer) {
+        self.clocks.heard(now, peer);
+    }
+
+    /// A link-level message from `peer`: keepalives only prove it alive; the others belong
+    /// to the handshake and the driver's flow control and are refused here.
+    fn handle_control(&mut self, peer: Peer, msg: &Message) {
+        match Control::from_message(msg) {
+            Ok(Control::Keepalive) => {}
+            other => {
+                tracing::warn!(node = %self.me, %peer, ?other, "refused control frame");
+                self.stats.refused += 1;
+            }
+        }
+    }
+
     /// This node's id.
     pub fn id(&self) -> NodeId {
         self.me
@@ -276,8 +318,10 @@ impl Node {
 
     /// A frame arrived from the parent (or, at the master, from the front-end).
     pub fn handle_from_parent(&mut self, now: Instant, msg: Message) {
+        self.clocks.heard(now, Peer::Parent);
         match msg.kind {
             Kind::Command | Kind::Stdio => self.handle_command(now, msg),
+            Kind::Control => self.handle_control(Peer::Parent, &msg),
             _ => {
                 tracing::warn!(node = %self.me, kind = ?msg.kind, op = msg.op, "refused frame from parent: not a command");
                 self.stats.refused += 1;
@@ -408,7 +452,9 @@ impl Node {
 
     /// A frame arrived from child `child`.
     pub fn handle_from_child(&mut self, now: Instant, child: NodeId, msg: Message) {
+        self.clocks.heard(now, Peer::Child(child));
         match msg.kind {
+            Kind::Control => self.handle_control(Peer::Child(child), &msg),
             Kind::Reply => {
                 self.stats.replies_in += 1;
                 let status = msg.aggregate.status.unwrap_or(Status::Replied);
@@ -496,6 +542,7 @@ impl Node {
     /// later commands, until [`Node::handle_link_up`].
     pub fn handle_link_down(&mut self, now: Instant, child: NodeId, reason: &str) {
         let _ = now;
+        self.clocks.gone(Peer::Child(child));
         let reason = format!("link to server {child} lost: {reason}");
         tracing::info!(node = %self.me, "{reason}");
         let ops: Vec<u64> = self.ops.keys().copied().collect();
@@ -546,6 +593,7 @@ impl Node {
 
     /// The parent link died: nothing can be answered any more; all state is dropped.
     pub fn handle_parent_down(&mut self) {
+        self.clocks.gone(Peer::Parent);
         self.ops.clear();
         self.timers.clear();
     }
@@ -571,15 +619,29 @@ impl Node {
                 self.progress(op);
             }
         }
+        let due = self.clocks.due(now);
+        for peer in due.pings {
+            let ping = Control::Keepalive.to_message();
+            self.out.push_back(match peer {
+                Peer::Parent => Output::ToParent(ping),
+                Peer::Child(c) => Output::ToChild(c, ping),
+            });
+        }
+        for (peer, why) in due.dead {
+            if let Peer::Child(c) = peer {
+                self.handle_link_down(now, c, &why);
+            }
+            self.out.push_back(Output::LinkDead(peer, why));
+        }
     }
 
     /// When [`Node::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let op = self.timers.first().map(|&(d, _)| d);
-        match (op, self.stdio.deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [op, self.stdio.deadline(), self.clocks.deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next thing to do, if any.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
-use sdm_proto::{IdSet, Kind, Message, SyncMode};
+use sdm_proto::{Control, Kind};
 use sdm_topology::{NodeId, Topology};
 
 use crate::auth::{SessionKey, nonce};
@@ -51,21 +51,18 @@ impl ConnectPolicy {
     }
 }
 
-fn control(text: String) -> Message {
-    let mut m = Message::command(0, IdSet::new(), SyncMode::WaitAll, text);
-    m.kind = Kind::Control;
-    m
-}
-
 fn bad(kind: io::ErrorKind, text: String) -> io::Error {
     io::Error::new(kind, text)
 }
 
-async fn next_control(link: &mut Link) -> io::Result<String> {
+async fn next_control(link: &mut Link) -> io::Result<Control> {
     match link.reader.next().await {
-        Some(Ok(m)) if m.kind == Kind::Control => {
-            Ok(String::from_utf8_lossy(&m.payload).into_owned())
-        }
+        Some(Ok(m)) if m.kind == Kind::Control => Control::from_message(&m).map_err(|e| {
+            bad(
+                io::ErrorKind::InvalidData,
+                format!("bad handshake frame from {}: {e}", link.peer),
+            )
+        }),
         Some(Ok(m)) => Err(bad(
             io::ErrorKind::InvalidData,
             format!(
@@ -84,9 +81,9 @@ async fn next_control(link: &mut Link) -> io::Result<String> {
     }
 }
 
-async fn send_control(link: &mut Link, text: String) -> io::Result<()> {
+async fn send_control(link: &mut Link, c: Control) -> io::Result<()> {
     link.writer
-        .send(&control(text))
+        .send(&c.to_message())
         .await
         .map_err(io::Error::other)
 }
@@ -105,14 +102,20 @@ async fn handshake_connect(
     to: &str,
 ) -> Result<(), Attempt> {
     let nc = nonce();
-    send_control(link, format!("sdm-hello {to} {me} {nc}"))
-        .await
-        .map_err(Attempt::Failed)?;
+    let hello = Control::Hello {
+        to: to.to_owned(),
+        from: me.to_owned(),
+        nonce: nc.clone(),
+    };
+    send_control(link, hello).await.map_err(Attempt::Failed)?;
     let answer = next_control(link).await.map_err(Attempt::Failed)?;
-    let parts: Vec<&str> = answer.split(' ').collect();
-    match parts.as_slice() {
-        ["sdm-welcome", who, ns, mac] if *who == to => {
-            if !key.check_acceptor(to, me, &nc, ns, mac) {
+    match answer {
+        Control::Welcome {
+            to: who,
+            nonce: ns,
+            mac,
+        } if who == to => {
+            if !key.check_acceptor(to, me, &nc, &ns, &mac) {
                 return Err(Attempt::Failed(bad(
                     io::ErrorKind::PermissionDenied,
                     format!(
@@ -121,15 +124,15 @@ async fn handshake_connect(
                     ),
                 )));
             }
-            let proof = key.connector_mac(to, me, &nc, ns);
-            send_control(link, format!("sdm-proof {proof}"))
+            let mac = key.connector_mac(to, me, &nc, &ns);
+            send_control(link, Control::Proof { mac })
                 .await
                 .map_err(Attempt::Failed)?;
             match next_control(link).await {
-                Ok(t) if t == "sdm-ready" => Ok(()),
+                Ok(Control::Ready) => Ok(()),
                 Ok(t) => Err(Attempt::Failed(bad(
                     io::ErrorKind::InvalidData,
-                    format!("unexpected {t:?}"),
+                    format!("{} sent {} instead of ready", link.peer, t.name()),
                 ))),
                 Err(e) => Err(Attempt::Failed(bad(
                     e.kind(),
@@ -137,13 +140,13 @@ async fn handshake_connect(
                 ))),
             }
         }
-        ["sdm-refuse", who] => Err(Attempt::Refused(bad(
+        Control::Refuse { me: who } => Err(Attempt::Refused(bad(
             io::ErrorKind::ConnectionRefused,
             format!("{} is {who}, not {to}", link.peer),
         ))),
-        _ => Err(Attempt::Failed(bad(
+        other => Err(Attempt::Failed(bad(
             io::ErrorKind::InvalidData,
-            format!("{} answered {answer:?} to the hello", link.peer),
+            format!("{} answered the hello with {other:?}", link.peer),
         ))),
     }
 }
@@ -369,15 +372,25 @@ fn transient_accept_error(e: &io::Error) -> bool {
 /// Acceptor side of the handshake on an open link; returns the peer's name.
 async fn handshake_accept(link: &mut Link, key: &SessionKey, me: &str) -> io::Result<String> {
     let hello = next_control(link).await?;
-    let parts: Vec<&str> = hello.split(' ').collect();
-    let ["sdm-hello", to, from, nc] = parts.as_slice() else {
+    let Control::Hello {
+        to,
+        from,
+        nonce: nc,
+    } = hello
+    else {
         return Err(bad(
             io::ErrorKind::InvalidData,
-            format!("first frame {hello:?} is not a hello"),
+            format!(
+                "first frame from {} is {}, not hello",
+                link.peer,
+                hello.name()
+            ),
         ));
     };
-    if *to != me {
-        send_control(link, format!("sdm-refuse {me}")).await?;
+    let (to, from, nc) = (to.as_str(), from.as_str(), nc.as_str());
+    if to != me {
+        let refuse = Control::Refuse { me: me.to_owned() };
+        send_control(link, refuse).await?;
         return Err(bad(
             io::ErrorKind::ConnectionRefused,
             format!("hello is for {to}, not {me}"),
@@ -385,12 +398,16 @@ async fn handshake_accept(link: &mut Link, key: &SessionKey, me: &str) -> io::Re
     }
     let ns = nonce();
     let mac = key.acceptor_mac(to, from, nc, &ns);
-    send_control(link, format!("sdm-welcome {me} {ns} {mac}")).await?;
-    let proof = next_control(link).await?;
-    match proof.strip_prefix("sdm-proof ") {
-        Some(mac) if key.check_connector(to, from, nc, &ns, mac) => {
-            send_control(link, "sdm-ready".into()).await?;
-            Ok((*from).to_owned())
+    let welcome = Control::Welcome {
+        to: me.to_owned(),
+        nonce: ns.clone(),
+        mac,
+    };
+    send_control(link, welcome).await?;
+    match next_control(link).await? {
+        Control::Proof { mac } if key.check_connector(to, from, nc, &ns, &mac) => {
+            send_control(link, Control::Ready).await?;
+            Ok(from.to_owned())
         }
         _ => Err(bad(
             io::ErrorKind::PermissionDenied,

@@ -14,6 +14,7 @@ use sdm_filters::Registry;
 use sdm_proto::{IdSet, Message, SyncMode};
 use sdm_topology::{NodeId, Topology};
 
+use crate::liveness::{Liveness, Peer};
 use crate::node::{Node, Output};
 
 /// How a simulated server answers a delivered command: `Some(reply)` after `delay`, or
@@ -146,6 +147,45 @@ impl SimNet {
         );
     }
 
+    /// Hangs server `s` now (like SIGSTOP): its links stay open but it neither reads nor
+    /// writes; only liveness ([`SimNet::set_liveness`]) can tell its parent.
+    pub fn hang(&mut self, s: u32) {
+        self.nodes[NodeId::Server(s).position() as usize] = None;
+    }
+
+    /// Every node sends keepalives and watches its links as `live` says (the master does
+    /// not watch its link to the front-end), from now on.
+    pub fn set_liveness(&mut self, live: Liveness) {
+        let now = self.now;
+        for pos in 0..self.nodes.len() as u64 {
+            let me = NodeId::from_position(pos);
+            let children = self.topo.children(me);
+            let Some(node) = self.nodes[pos as usize].as_mut() else {
+                continue;
+            };
+            node.set_liveness(Some(live));
+            node.handle_link_open(now, Peer::Parent, me != NodeId::Master);
+            for c in children {
+                node.handle_link_open(now, Peer::Child(c), true);
+            }
+            self.drain(pos);
+        }
+    }
+
+    /// Runs every event up to `elapsed` since the start (with liveness on, keepalives
+    /// never let the queue run dry).
+    pub fn run_until(&mut self, elapsed: Duration) {
+        let end = self.start + elapsed;
+        while self
+            .queue
+            .peek()
+            .is_some_and(|Reverse((at, _, _))| *at <= end)
+        {
+            self.step();
+        }
+        self.now = self.now.max(end);
+    }
+
     /// The front-end sends command `op` to `dest` (encoded, as on a real link).
     pub fn command(&mut self, op: u64, dest: IdSet, sync: SyncMode, payload: impl Into<Bytes>) {
         self.command_message(Message::command(op, dest, sync, payload));
@@ -245,6 +285,8 @@ impl SimNet {
                         },
                     );
                 }
+                // A dead child's ids are already lost; the simulator re-attaches nobody.
+                Output::LinkDead(..) => {}
                 Output::Deliver { op, payload, .. } => {
                     if let Some((delay, reply)) = (self.responder)(me, &payload) {
                         let at = self.now + delay;

@@ -1,10 +1,12 @@
 //! sdm-proto: the wire format of the sdm overlay, without any I/O.
 //!
 //! [`IdSet`] (the seed's `sdm_idset`), the protobuf [`pb::Envelope`] compiled from
-//! `proto/sdm.proto`, its validated form [`Message`], and [`FrameCodec`], the 4-byte
+//! `proto/sdm.proto`, its validated form [`Message`], the typed link-level messages
+//! [`Control`] (handshake, keepalive, goodbye, credit), and [`FrameCodec`], the 4-byte
 //! length-prefixed framing with a maximum frame size.
 
 mod codec;
+mod control;
 mod idset;
 mod message;
 
@@ -15,6 +17,7 @@ pub mod pb {
 }
 
 pub use codec::{DEFAULT_MAX_FRAME, FrameCodec};
+pub use control::{Control, ControlError};
 pub use idset::{Id, IdSet, IdSetError, Runs};
 pub use message::{
     Aggregate, Kind, Message, Status, SyncMode, WIRE_VERSION, WireError, payload_hash,

@@ -637,7 +637,7 @@ impl Monitor {
         Ok((state, rss_pages * 4, utime, stime, argv))
     }
 
-    /// Runs `f` with the process ptrace-stopped, attaching (and detaching) if needed.
+    /// Runs `f` with the process ptrace-stopped, seizing it (for good) if it is not traced yet.
     fn with_traced<R>(&mut self, f: impl FnOnce(Pid) -> MonResult<R>) -> MonResult<R> {
         let p = self.proc()?;
         if !matches!(p.state, ProcState::Stopped | ProcState::AtBreakpoint(_)) {
@@ -646,15 +646,18 @@ impl Monitor {
         if p.traced {
             return f(p.pid);
         }
+        // Stopped by SIGSTOP: from now on held in a ptrace stop instead (state `t`), which
+        // `cont` ends with PTRACE_CONT like any traced stop. (Detaching again would let
+        // the process run until the SIGSTOP passed on with the detach takes effect again:
+        // a process the console calls stopped must not run.)
+        // Seizing a process in group-stop re-traps it at once (a PTRACE_EVENT_STOP to
+        // wait for); an interrupt on top would stay pending and stop it again right after
+        // the next `cont`.
         ptrace::seize(p.pid, ptrace::Options::PTRACE_O_EXITKILL)
             .map_err(|e| errno("ptrace seize", e))?;
-        let res = ptrace::interrupt(p.pid)
-            .map_err(|e| errno("ptrace interrupt", e))
-            .and_then(|()| wait_trace_stop(p))
-            .and_then(|()| f(p.pid));
-        // Detach, leaving the job stopped (state T) as it was.
-        let _ = ptrace::detach(p.pid, Some(Signal::SIGSTOP));
-        res
+        p.traced = true;
+        wait_trace_stop(p)?;
+        f(p.pid)
     }
 
     /// Integer registers (x86-64), as (name, value) pairs.
@@ -810,8 +813,9 @@ impl Monitor {
             p.traced = true;
             if !was_running {
                 // Stopped by SIGSTOP: from now on held in a ptrace stop instead (state
-                // `t`), which `cont` ends with PTRACE_CONT like any traced stop.
-                ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
+                // `t`), which `cont` ends with PTRACE_CONT like any traced stop. Seizing a
+                // process in group-stop re-traps it at once: no interrupt (it would stay
+                // pending and stop the process again after the next `cont`).
                 wait_trace_stop(p)?;
             }
         }

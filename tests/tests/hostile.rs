@@ -17,7 +17,7 @@ use sdm_overlay::flow;
 use sdm_overlay::frontend::Frontend;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, Link, Listener, Transport, TransportConfig};
-use sdm_proto::{FrameCodec, IdSet, Kind, Message, Status, SyncMode};
+use sdm_proto::{Control, FrameCodec, IdSet, Kind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Shape, Topology};
 use support::{
     Dial, Net, Procs, answer, assert_partition, bind_servers, ids_with, master_for_processes,
@@ -94,13 +94,22 @@ fn socket_addr(a: &Address) -> String {
     a.target().to_owned()
 }
 
-/// A control frame (as the handshake sends them), framed.
-fn control_frame(text: &str) -> Vec<u8> {
-    let mut m = Message::command(0, IdSet::new(), SyncMode::WaitAll, text.to_owned());
-    m.kind = Kind::Control;
+/// A control message (as the handshake sends them), framed.
+fn control_frame(c: Control) -> Vec<u8> {
     let mut b = BytesMut::new();
-    FrameCodec::default().encode(&m, &mut b).unwrap();
+    FrameCodec::default()
+        .encode(&c.to_message(), &mut b)
+        .unwrap();
     b.to_vec()
+}
+
+/// A hello from `from` for `to` with a fixed nonce.
+fn hello(to: &str, from: &str) -> Control {
+    Control::Hello {
+        to: to.to_owned(),
+        from: from.to_owned(),
+        nonce: "00112233445566778899aabbccddeeff".to_owned(),
+    }
 }
 
 /// `tcp://127.0.0.1:PORT` of a raw socket's own end, as the acceptor logs its peer.
@@ -108,14 +117,14 @@ fn peer_name(s: &TcpStream) -> String {
     format!("peer=tcp://{}", s.local_addr().unwrap())
 }
 
-/// Reads one frame's control text from a raw socket.
-async fn read_control(s: &mut TcpStream) -> Option<String> {
+/// Reads one control message from a raw socket (`None`: closed, or not a control frame).
+async fn read_control(s: &mut TcpStream) -> Option<Control> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await.ok()?;
     let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
     s.read_exact(&mut body).await.ok()?;
     let m = Message::decode(body.into()).ok()?;
-    Some(String::from_utf8_lossy(&m.payload).into_owned())
+    Control::from_message(&m).ok()
 }
 
 /// The connector's proof as the protocol of `sdm_overlay::auth` defines it, under any key:
@@ -137,18 +146,18 @@ async fn raw_connector(
     key_hex: &str,
     to: &str,
     from: &str,
-) -> (TcpStream, Vec<Vec<u8>>, Option<String>) {
+) -> (TcpStream, Vec<Vec<u8>>, Option<Control>) {
     let mut s = TcpStream::connect(socket_addr(at)).await.unwrap();
     let nc = "00112233445566778899aabbccddeeff";
-    let hello = control_frame(&format!("sdm-hello {to} {from} {nc}"));
+    let hello = control_frame(hello(to, from));
     s.write_all(&hello).await.unwrap();
     let welcome = read_control(&mut s).await.expect("a welcome");
-    let parts: Vec<&str> = welcome.split(' ').collect();
-    assert_eq!(parts[0], "sdm-welcome", "{welcome}");
-    let p = control_frame(&format!(
-        "sdm-proof {}",
-        proof(key_hex, to, from, nc, parts[2])
-    ));
+    let Control::Welcome { nonce: ns, .. } = &welcome else {
+        panic!("{welcome:?} is not a welcome");
+    };
+    let p = control_frame(Control::Proof {
+        mac: proof(key_hex, to, from, nc, ns),
+    });
     s.write_all(&p).await.unwrap();
     let answer = read_control(&mut s).await;
     (s, vec![hello, p], answer)
@@ -228,7 +237,7 @@ async fn hostile_connections_cost_only_themselves_at_a_listener() {
     // would keep the rightful parent out for that hour.
     let (t, listener, at, policy) = listener_for_5(Duration::from_secs(3600)).await;
     let accept = accept_5(listener, policy.clone());
-    let hello = control_frame("sdm-hello 5 master 00112233445566778899aabbccddeeff");
+    let hello = control_frame(hello("5", "master"));
     let mut keep = Vec::new();
 
     // A handshake that never starts, and one that stops half way through its hello.
@@ -288,7 +297,7 @@ async fn wrong_key_replay_and_no_handshake_are_refused_and_logged() {
     // A rightful hand-rolled parent gets in; its frames are captured on the way.
     let accept = accept_5(listener, policy.clone());
     let (_s, captured, answer) = raw_connector(&at, &policy.key.to_hex(), "5", "master").await;
-    assert_eq!(answer.as_deref(), Some("sdm-ready"));
+    assert_eq!(answer, Some(Control::Ready));
     let (listener, link) = accept.await.unwrap();
     link.unwrap();
 
@@ -306,7 +315,10 @@ async fn wrong_key_replay_and_no_handshake_are_refused_and_logged() {
     let mut replay = TcpStream::connect(socket_addr(&at)).await.unwrap();
     replay.write_all(&captured.concat()).await.unwrap();
     let welcome = read_control(&mut replay).await.expect("a welcome");
-    assert!(welcome.starts_with("sdm-welcome 5 "), "{welcome}");
+    assert!(
+        matches!(&welcome, Control::Welcome { to, .. } if to == "5"),
+        "{welcome:?}"
+    );
     assert_eq!(read_control(&mut replay).await, None, "a replay was let in");
     refused(&peer_name(&replay), "did not prove the session key").await;
 
@@ -500,9 +512,7 @@ async fn testnode_processes_take_their_parent_through_a_storm() {
         for _ in 0..50 {
             keep.push(TcpStream::connect(socket_addr(at)).await.unwrap());
         }
-        let hello = control_frame(&format!(
-            "sdm-hello {id} master 00112233445566778899aabbccddeeff"
-        ));
+        let hello = control_frame(hello(&id.to_string(), "master"));
         let mut half = TcpStream::connect(socket_addr(at)).await.unwrap();
         half.write_all(&hello[..hello.len() / 2]).await.unwrap();
         keep.push(half);

@@ -274,6 +274,37 @@ fn a_servers_lines_are_numbered_per_stream_and_merge_only_at_equal_indices() {
     assert_eq!(up, [(0, "[1]".to_owned()), (1, "[1-2]".to_owned())]);
 }
 
+#[test]
+fn a_hung_server_is_found_by_keepalive_in_virtual_time() {
+    let mut net = net(Shape::Binomial, 16, same_reply());
+    net.set_liveness(crate::liveness::Liveness {
+        interval: Duration::from_millis(100),
+        dead_after: Duration::from_secs(1),
+    });
+    // Keepalives alone keep every link up, however long nothing else happens.
+    net.run_until(Duration::from_secs(30));
+    net.command(1, IdSet::all(16), SyncMode::WaitAll, "ping");
+    net.run_until(Duration::from_secs(31));
+    let g = net.groups(1);
+    assert_partition(&g, &IdSet::all(16));
+    assert_eq!(ids_with(&g, Status::Replied), IdSet::all(16), "{g:?}");
+
+    // Server 8 hangs (its links stay open, it says nothing): a command waiting for all
+    // completes once its parent has heard nothing for dead-after, with 8's subtree lost.
+    net.hang(8);
+    net.command(2, IdSet::all(16), SyncMode::WaitAll, "ping");
+    net.run_until(Duration::from_secs(40));
+    let g = net.groups(2);
+    assert_partition(&g, &IdSet::all(16));
+    let subtree = Shape::Binomial.build(16).subtree(NodeId::Server(8));
+    assert_eq!(ids_with(&g, Status::Lost), subtree, "{g:?}");
+    let lost = g.iter().find(|g| g.status == Status::Lost).unwrap();
+    assert!(
+        String::from_utf8_lossy(&lost.payload).contains("keepalive"),
+        "{lost:?}"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -563,6 +594,7 @@ fn an_adopted_descendant_keeps_its_share_after_its_old_parent_returns() {
             Output::ToChild(c, m) => sent.push((c, m.dest.to_string())),
             Output::Deliver { .. } => local = true,
             Output::ToParent(m) => panic!("nothing is lost: {m:?}"),
+            Output::LinkDead(p, why) => panic!("no link dies: {p} {why}"),
         }
     }
     sent.sort();
