@@ -373,7 +373,7 @@ pub async fn master_for_processes_on(
     (fe, master, net.topo)
 }
 
-/// The binary `name` of this package, in target/<profile>/ above the running test.
+/// The binary `name` of this package, in `target/<profile>/` above the running test.
 ///
 /// # Panics
 ///

@@ -7,12 +7,12 @@
 //! --workspace`) builds them before the tests run: `sdm-e2e-cli` (the `sdm` command, whose
 //! `main` is `sdm::cli::main` like the real binary's), `sdm-testnode` (a bare overlay node) and
 //! `sdm-counters-demo` (a program using the counters client). Cargo puts them in
-//! target/<profile>/, the directory above the test executables (target/<profile>/deps/);
-//! [`sdm`], [`testnode`] and [`counters_demo`] find them there.
+//! `target/<profile>/`, the directory above the test executables (`target/<profile>/deps/`);
+//! [`sdm()`], [`testnode`] and [`counters_demo`] find them there.
 //!
 //! # Trees
 //!
-//! - The `sdm` command and its daemons: [`sdm`] for `sdm_client::SessionOptions::program`,
+//! - The `sdm` command and its daemons: [`sdm()`] for `sdm_client::SessionOptions::program`,
 //!   [`sdm_ok`] to run a command and take its output.
 //! - Overlay nodes: [`transport`] makes a transport and the address to bind it on,
 //!   [`bind_servers`] binds every server's listener, [`Net::spawn_server`] runs a server,
