@@ -25,12 +25,10 @@
 use std::time::{Duration, Instant};
 
 use sdm_overlay::align::Aligner;
-use sdm_overlay::coalesce::StdioLine;
+use sdm_overlay::coalesce::{STDERR, STDOUT, StdioLine};
 use sdm_proto::{IdSet, Kind, Message};
 
-#[cfg(doc)]
 use crate::session::Session;
-use sdm_overlay::coalesce::{STDERR, STDOUT};
 
 /// Called with the ranks that printed a line and the line (without its newline).
 pub type LineHandler = Box<dyn FnMut(&IdSet, &[u8]) + Send>;
@@ -136,6 +134,35 @@ impl Iof {
                 (Kind::Stdio, Some((&STDOUT, text))) => (self.stdout)(&l.sources, text),
                 (Kind::Stdio, _) => (self.stdout)(&l.sources, &l.payload),
                 _ => (self.event)(&l.sources, &String::from_utf8_lossy(&l.payload)),
+            }
+        }
+    }
+}
+
+// Here rather than in `session`, so that `session` does not import this module: stdio
+// handling is built on the session, not the other way round.
+impl Session {
+    /// Hands stdio and events to `iof`'s handlers as they arrive, until `until`.
+    pub async fn pump_stdio(
+        &mut self,
+        iof: &mut Iof,
+        until: tokio::time::Instant,
+    ) -> anyhow::Result<()> {
+        loop {
+            let next = iof
+                .deadline()
+                .map_or(until, |d| until.min(tokio::time::Instant::from_std(d)));
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {
+                    iof.tick();
+                    if tokio::time::Instant::now() >= until {
+                        return Ok(());
+                    }
+                }
+                m = self.next_event() => match m {
+                    Some(m) => drop(iof.handle(m)),
+                    None => anyhow::bail!("the tree went away: {}", self.closed_reason()),
+                },
             }
         }
     }

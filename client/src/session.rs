@@ -481,31 +481,6 @@ impl Session {
         self.request(ids, SyncMode::Timeout(30_000), req).await
     }
 
-    /// Hands stdio and events to `iof`'s handlers as they arrive, until `until`.
-    pub async fn pump_stdio(
-        &mut self,
-        iof: &mut crate::iof::Iof,
-        until: tokio::time::Instant,
-    ) -> anyhow::Result<()> {
-        loop {
-            let next = iof
-                .deadline()
-                .map_or(until, |d| until.min(tokio::time::Instant::from_std(d)));
-            tokio::select! {
-                () = tokio::time::sleep_until(next) => {
-                    iof.tick();
-                    if tokio::time::Instant::now() >= until {
-                        return Ok(());
-                    }
-                }
-                m = self.next_event() => match m {
-                    Some(m) => drop(iof.handle(m)),
-                    None => anyhow::bail!("the tree went away: {}", self.closed_reason()),
-                },
-            }
-        }
-    }
-
     /// The next unsolicited event or stdio message.
     pub async fn next_event(&mut self) -> Option<Message> {
         self.fe.next_event().await
