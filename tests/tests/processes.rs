@@ -93,6 +93,11 @@ async fn a_silent_interior_process_is_found_by_keepalives() {
     let sub = topo.subtree(NodeId::Server(victim));
     assert_eq!(sub.to_string(), "[5-6]");
     assert_eq!(topo.parent(NodeId::Server(victim)), Some(NodeId::Server(3)));
+    // Every server has connected to its children before the victim stops: a server still
+    // shaking hands with a stopped child is not running its node yet, and says nothing
+    // to its own parent until the handshake gives up (the master would call it dead).
+    let g = fe.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
+    assert_eq!(ids_with(&g, Status::Replied), all, "{g:?}");
     // A command that outlives the failure by far (60 s): the silence must be noticed, not
     // waited out.
     let op = fe.send(&all, SyncMode::WaitAll, "sleep 200").await.unwrap();
