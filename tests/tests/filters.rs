@@ -31,15 +31,21 @@ async fn launch(o: &SessionOptions) -> Session {
     s
 }
 
-/// Builds the example C plugin into a scratch directory; returns the library's path.
+/// Builds the example C plugin into a scratch directory, once for all the tests of this
+/// process (tests run in parallel: a second build rewriting the library while another
+/// test's daemons load it made them miss the filter); returns the library's path.
 fn build_c_plugin() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("sdm-e2e-filters-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("libcsum.so");
-    let src = sdm_e2e::filters_dir().join("examples/c/sum_plugin.c");
-    sdm_e2e::build_c_plugin(&src, &[], &out);
-    out
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("sdm-e2e-filters-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("libcsum.so");
+        let src = sdm_e2e::filters_dir().join("examples/c/sum_plugin.c");
+        sdm_e2e::build_c_plugin(&src, &[], &out);
+        out
+    })
+    .clone()
 }
 
 /// The one replied group of a reduction, as text; every id of `dest` in it.
