@@ -383,7 +383,9 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
             eprintln!("sdm: {count}/{n} servers listening");
         }
         (None, Progress::Listening { .. }) => {}
-        (None, p) if !quiet => eprintln!("sdm: {p:?}"),
+        (None, Progress::Launched) if !quiet => eprintln!("sdm: servers launched"),
+        (None, Progress::MasterConnected) if !quiet => eprintln!("sdm: master connected"),
+        (None, Progress::InitSent) if !quiet => eprintln!("sdm: connecting the tree"),
         (None, _) => {}
     })
     .await
