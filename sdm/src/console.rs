@@ -398,7 +398,7 @@ impl Console {
     /// Ends the session without losing anything in flight: programs this console started
     /// and that still run are killed (those it attached to are detached), every rank's
     /// remaining output and every exit is received and printed (waiting as long as exits
-    /// keep coming, at most [`DRAIN_PATIENCE`] for the next one; ranks whose end never
+    /// keep coming, at most 10 s for the next one; ranks whose end never
     /// came are named), then the tree is shut down. Returns how the programs ended.
     pub async fn shutdown(mut self) -> Ending {
         let mut out = std::io::stdout();

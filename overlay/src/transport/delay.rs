@@ -114,7 +114,7 @@ impl AsyncWrite for DelayedWriter {
 
 impl Link {
     /// This link with everything it writes from now on reaching the peer `delay` later
-    /// (see the [module docs](self)). A zero delay returns the link unchanged. Call it
+    /// (see [`DelayTransport`]). A zero delay returns the link unchanged. Call it
     /// before the first frame is written; needs a tokio runtime.
     pub fn delayed(self, delay: Duration) -> Link {
         if delay.is_zero() {
