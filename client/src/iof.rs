@@ -50,7 +50,7 @@ impl Iof {
     /// the ranks that have not printed theirs (zero: no merging).
     pub fn new(ranks: IdSet, lag: Duration) -> Self {
         Self {
-            buffer: Aligner::new(ranks, lag, lag.min(Duration::from_millis(200)), 1 << 20),
+            buffer: Aligner::new(ranks, lag),
             stdout: Box::new(|ids, l| println!("{ids} {}", String::from_utf8_lossy(l))),
             stderr: Box::new(|ids, l| eprintln!("{ids} {}", String::from_utf8_lossy(l))),
             event: Box::new(|ids, e| println!("{ids} event {e}")),
@@ -168,22 +168,55 @@ impl Session {
     }
 }
 
+/// How a program ended, as its server reports it in a `process_terminated` event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgramEnd {
+    /// `process_terminated("exited",CODE)`: it exited with this status.
+    Exited(i64),
+    /// `process_terminated("killed","SIGNAME")`: a signal killed it.
+    Killed(String),
+}
+
+impl ProgramEnd {
+    /// The end an event text reports, or `None` if it is not a program's end.
+    pub fn parse(text: &str) -> Option<Self> {
+        // An event is a reply without request id and nodes.
+        let r = sdm_omis::parse_reply(&format!("0 [] {text}"))
+            .ok()?
+            .0
+            .into_iter()
+            .next()?;
+        if r.service != "process_terminated" {
+            return None;
+        }
+        match r.results.as_slice() {
+            [sdm_omis::Value::Str(how), sdm_omis::Value::Int(code)] if how == "exited" => {
+                Some(Self::Exited(*code))
+            }
+            [sdm_omis::Value::Str(how), sdm_omis::Value::Str(sig)] if how == "killed" => {
+                Some(Self::Killed(sig.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The exit status a shell would report: the code, or 128+N for signal N (137 for a
+    /// signal this table does not know).
+    pub fn status(&self) -> i32 {
+        match self {
+            Self::Exited(c) => (*c & 0xff) as i32,
+            Self::Killed(sig) => signal_number(sig).map_or(128 + 9, |s| 128 + s),
+        }
+    }
+}
+
 /// The exit status of a program's end event (`process_terminated("exited",3)`: 3;
 /// `process_terminated("killed","SIGSEGV")`: 128+11), or `None` if `l` is not one.
 pub fn exit_status(l: &StdioLine) -> Option<i32> {
-    if l.kind != sdm_proto::Kind::Event {
+    if l.kind != Kind::Event {
         return None;
     }
-    let text = std::str::from_utf8(&l.payload).ok()?;
-    let args = text
-        .strip_prefix("process_terminated(")?
-        .strip_suffix(')')?;
-    let (how, what) = args.split_once(',')?;
-    let what = what.trim().trim_matches('"');
-    Some(match how.trim().trim_matches('"') {
-        "exited" => what.parse::<i32>().map_or(1, |c| c & 0xff),
-        _ => signal_number(what).map_or(128 + 9, |s| 128 + s),
-    })
+    ProgramEnd::parse(std::str::from_utf8(&l.payload).ok()?).map(|e| e.status())
 }
 
 /// The number of a Linux signal named like `SIGSEGV` (the monitor's spelling of a killing

@@ -18,13 +18,20 @@
 //! print as one line. Other identical events merge when they come within `window` of each
 //! other.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sdm_proto::{IdSet, Kind};
 
 use crate::coalesce::StdioLine;
+
+/// How long identical events (other than ends) of different ranks wait for each other, by
+/// default.
+pub const DEFAULT_EVENT_WINDOW: Duration = Duration::from_millis(200);
+
+/// How many groups of lines are held at most, by default (past it the oldest leave).
+pub const DEFAULT_MAX_LINES: usize = 1 << 20;
 
 /// The k-th lines of the ranks (one group per distinct text).
 #[derive(Debug)]
@@ -42,8 +49,6 @@ struct Entry {
 struct Channel {
     /// Index of the first line not released yet: every line below it has left.
     next: u64,
-    /// Lines received per rank (the index of its next line).
-    received: HashMap<u32, u64>,
     /// Held lines by index.
     entries: BTreeMap<u64, Entry>,
 }
@@ -81,9 +86,15 @@ fn stream(l: &StdioLine) -> u8 {
 
 impl Aligner {
     /// Aligns the output of `ranks`, holding a line at most `lag` for the ranks that have
-    /// not printed theirs, events `window` to merge with identical ones, and at most
-    /// `max_lines` groups. A zero `lag` passes everything straight through.
-    pub fn new(ranks: IdSet, lag: Duration, window: Duration, max_lines: usize) -> Self {
+    /// not printed theirs ([`DEFAULT_EVENT_WINDOW`] and [`DEFAULT_MAX_LINES`] for the
+    /// rest). A zero `lag` passes everything straight through.
+    pub fn new(ranks: IdSet, lag: Duration) -> Self {
+        Self::with_limits(ranks, lag, DEFAULT_EVENT_WINDOW, DEFAULT_MAX_LINES)
+    }
+
+    /// [`Aligner::new`] holding events `window` to merge with identical ones (at most the
+    /// lag), and at most `max_lines` groups of lines.
+    pub fn with_limits(ranks: IdSet, lag: Duration, window: Duration, max_lines: usize) -> Self {
         Self {
             running: ranks,
             lag,
@@ -138,10 +149,6 @@ impl Aligner {
             return vec![line];
         }
         let ch = self.channels.entry(stream(&line)).or_default();
-        for r in line.sources.iter() {
-            let n = ch.received.entry(r).or_insert(0);
-            *n = (*n).max(line.index + 1);
-        }
         if line.index < ch.next {
             // Its group has left without these ranks: it prints on its own (every
             // earlier line of theirs has left too).
@@ -169,16 +176,18 @@ impl Aligner {
         if self.lag.is_zero() {
             return vec![line];
         }
+        // The event's ranks' earlier lines still held: up to the last held index that one
+        // of them printed (every earlier line of theirs is held below it or has left).
         let need: Vec<(u8, u64)> = self
             .channels
             .iter()
             .filter_map(|(&tag, ch)| {
-                let upto = line
-                    .sources
+                let (&k, _) = ch
+                    .entries
                     .iter()
-                    .filter_map(|r| ch.received.get(&r).copied())
-                    .max()?;
-                (upto > ch.next).then_some((tag, upto))
+                    .rev()
+                    .find(|(_, e)| !e.have.is_disjoint(&line.sources))?;
+                Some((tag, k + 1))
             })
             .collect();
         // Join the last pending event of the same text, unless one of these ranks has a
@@ -367,7 +376,7 @@ mod tests {
     }
 
     fn aligner(n: u32) -> Aligner {
-        Aligner::new(IdSet::all(n), ms(5000), ms(100), 1 << 20)
+        Aligner::with_limits(IdSet::all(n), ms(5000), ms(100), 1 << 20)
     }
 
     #[test]
@@ -485,7 +494,7 @@ mod tests {
     #[test]
     fn the_held_lines_are_bounded() {
         let t = Instant::now();
-        let mut a = Aligner::new(IdSet::all(2), ms(5000), ms(100), 10);
+        let mut a = Aligner::with_limits(IdSet::all(2), ms(5000), ms(100), 10);
         let out: Vec<_> = (0..20)
             .flat_map(|k| a.push(t, line("[0]", k, &k.to_string())))
             .collect();
@@ -495,7 +504,7 @@ mod tests {
 
     #[test]
     fn zero_lag_passes_through() {
-        let mut a = Aligner::new(IdSet::all(2), Duration::ZERO, ms(100), 10);
+        let mut a = Aligner::new(IdSet::all(2), Duration::ZERO);
         assert_eq!(a.push(Instant::now(), line("[0]", 0, "x")).len(), 1);
     }
 

@@ -687,7 +687,11 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
             .start_program(&program, &a.program[1..], &a.iof)
             .await?;
         for l in started.iter().filter(|l| !l.started()) {
-            eprintln!("sdm: {} could not start {program}: {}", l.ids, l.reason());
+            eprintln!(
+                "sdm: {} could not start {program}: {}",
+                l.ids,
+                l.shown(crate::words::reply)
+            );
         }
     } else {
         for l in console
@@ -696,7 +700,11 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
             .iter()
             .filter(|l| !l.started())
         {
-            eprintln!("sdm: {} could not attach: {}", l.ids, l.reason());
+            eprintln!(
+                "sdm: {} could not attach: {}",
+                l.ids,
+                l.shown(crate::words::reply)
+            );
         }
     }
     let mut failed = !r.failed.is_empty();

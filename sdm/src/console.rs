@@ -33,12 +33,6 @@ const DRAIN_PATIENCE: Duration = Duration::from_secs(10);
 /// it yet, by default (see [`Aligner`]).
 pub const DEFAULT_MERGE_LAG: Duration = Duration::from_secs(5);
 
-/// How long identical events (other than exits) of different ranks wait for each other.
-const EVENT_WINDOW: Duration = Duration::from_millis(200);
-
-/// At most this many distinct output lines are held for alignment.
-const MAX_HELD_LINES: usize = 1 << 20;
-
 /// How a console's programs ended, for the exit status of `sdm run` (see
 /// [`Console::shutdown`]).
 #[derive(Debug, Clone, Default)]
@@ -118,12 +112,7 @@ impl Console {
             history: Vec::new(),
             state: crate::commands::State::default(),
             label: false,
-            stdio: Aligner::new(
-                session.all(),
-                DEFAULT_MERGE_LAG,
-                EVENT_WINDOW,
-                MAX_HELD_LINES,
-            ),
+            stdio: Aligner::new(session.all(), DEFAULT_MERGE_LAG),
             started: IdSet::new(),
             attached: IdSet::new(),
             terminated: IdSet::new(),
@@ -180,12 +169,7 @@ impl Console {
     /// line yet (zero: print each line as it comes).
     pub fn set_stdio(&mut self, label: bool, lag: Duration) {
         self.label = label;
-        self.stdio = Aligner::new(
-            self.stdio.running().clone(),
-            lag,
-            EVENT_WINDOW,
-            MAX_HELD_LINES,
-        );
+        self.stdio = Aligner::new(self.stdio.running().clone(), lag);
     }
 
     /// Ranks whose program has ended.
@@ -318,12 +302,6 @@ impl Console {
             self.flush_stdio(false, out)?;
         }
         self.print_received(true, out)
-    }
-
-    /// Ranks whose server is lost (killed, cut off and not re-attached): their programs'
-    /// end will never be reported.
-    pub fn lost(&self) -> &IdSet {
-        &self.lost
     }
 
     /// Pings the servers of the ranks still running; those the tree reports lost count as
@@ -728,12 +706,7 @@ impl Console {
         let mut failed = false;
         for l in lines {
             failed |= line_failed(l);
-            let text = match (&l.status, &l.reply) {
-                (Status::Replied, Some(r)) => show(r),
-                (Status::Replied, None) => l.text.clone(),
-                (Status::Lost, _) => format!("lost: {}", l.text),
-                (Status::TimedOut, _) => "timed out".into(),
-            };
+            let text = l.shown(&show);
             if self.json {
                 let status = status_name(l.status);
                 writeln!(
@@ -880,17 +853,14 @@ fn status_name(s: Status) -> &'static str {
 }
 
 impl Line {
-    /// Why this line is not a success, in plain words: the reason a server was lost, the
-    /// error a service returned, or the reply itself.
-    pub fn reason(&self) -> String {
-        match (
-            &self.status,
-            self.reply.as_ref().and_then(|r| r.results.first()),
-        ) {
-            (Status::TimedOut, _) => "timed out".into(),
+    /// The line's result as text: a reply through `show`, the reason a server was lost,
+    /// or `timed out`.
+    pub fn shown(&self, show: impl Fn(&BasicReply) -> String) -> String {
+        match (&self.status, &self.reply) {
+            (Status::Replied, Some(r)) => show(r),
+            (Status::Replied, None) => self.text.clone(),
             (Status::Lost, _) => format!("lost: {}", self.text),
-            (Status::Replied, Some(Value::Str(s))) => s.clone(),
-            _ => self.text.clone(),
+            (Status::TimedOut, _) => "timed out".into(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! "exited",0)` is `exited with status 0`) and replies (`stack_backtrace("error: …")` is
 //! `error: …`). Raw OMIS stays for the `omis` command and `--json`.
 
+use sdm_client::iof::ProgramEnd;
 use sdm_omis::{BasicReply, Value, parse_reply};
 
 /// An event text in plain words. `breakpoint_number` gives the console's number of a
@@ -18,16 +19,13 @@ pub fn event(text: &str, breakpoint_number: impl Fn(&str) -> Option<u32>) -> Str
     else {
         return format!("event {text}");
     };
+    match ProgramEnd::parse(text) {
+        Some(ProgramEnd::Exited(code)) => return format!("exited with status {code}"),
+        Some(ProgramEnd::Killed(sig)) => return format!("killed by signal {sig}"),
+        None => {}
+    }
     let p = &r.results;
     match (r.service.as_str(), p.first(), p.get(1)) {
-        ("process_terminated", Some(Value::Str(how)), Some(Value::Int(code)))
-            if how == "exited" =>
-        {
-            format!("exited with status {code}")
-        }
-        ("process_terminated", Some(Value::Str(how)), Some(Value::Str(sig))) if how == "killed" => {
-            format!("killed by signal {sig}")
-        }
         ("breakpoint", Some(Value::Str(at)), addr) => {
             let addr = match addr {
                 Some(Value::Int(a)) => format!(" ({a:#x})"),

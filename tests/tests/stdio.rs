@@ -58,6 +58,30 @@ fn parse(text: &str) -> Vec<(IdSet, String)> {
         .collect()
 }
 
+/// Checks `--label` output of programs printing `RANK N` lines (N = 1, 2, … on each rank):
+/// every such line comes from its own rank, none lost or out of order. Returns the last N
+/// of each rank, and the other lines.
+fn numbered_lines(text: &str) -> (BTreeMap<u32, u64>, Vec<String>) {
+    let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut others = Vec::new();
+    for line in text.lines() {
+        let (id, rest) = line.split_once(' ').unwrap();
+        let id: IdSet = id.parse().unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        match rest
+            .split_once(' ')
+            .map(|(r, n)| (r.parse::<u32>(), n.parse::<u64>()))
+        {
+            Some((Ok(rank), Ok(n))) => {
+                assert_eq!(id, IdSet::single(rank), "{line}");
+                let prev = last.insert(rank, n).unwrap_or(0);
+                assert_eq!(n, prev + 1, "rank {rank}: a line lost or out of order");
+            }
+            _ => others.push(line.to_owned()),
+        }
+    }
+    (last, others)
+}
+
 /// Per rank, the numbers it printed (from lines that are numbers), in order.
 fn numbers_per_rank(lines: &[(IdSet, String)]) -> BTreeMap<u32, Vec<u64>> {
     let mut per: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
@@ -230,27 +254,14 @@ fn nothing_is_lost_when_a_script_ends_with_kill() {
         b"",
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+    let (last, others) = numbered_lines(&text);
     let mut exits = IdSet::new();
-    for line in text.lines() {
-        let (id, rest) = line.split_once(' ').unwrap();
+    // The exit events (the `kill` command's own reply says only "killed").
+    for line in others.iter().filter(|l| l.contains("SIGKILL")) {
+        let (id, _) = line.split_once(' ').unwrap();
         let id: IdSet = id.parse().unwrap_or_else(|e| panic!("{line:?}: {e}"));
-        match rest
-            .split_once(' ')
-            .map(|(r, n)| (r.parse::<u32>(), n.parse::<u64>()))
-        {
-            Some((Ok(rank), Ok(n))) => {
-                assert_eq!(id, IdSet::single(rank), "{line}");
-                let prev = last.insert(rank, n).unwrap_or(0);
-                assert_eq!(n, prev + 1, "rank {rank}: a line lost or out of order");
-            }
-            // The exit event (the `kill` command's own reply says only "killed").
-            _ if rest.contains("SIGKILL") => {
-                assert!(exits.is_disjoint(&id), "{line}: a second exit");
-                exits.union_with(&id);
-            }
-            _ => {}
-        }
+        assert!(exits.is_disjoint(&id), "{line}: a second exit");
+        exits.union_with(&id);
     }
     assert_eq!(exits, IdSet::all(16), "every exit printed: {text:.2000}");
     // A rank that had written everything before the kill lost nothing; the others lost
@@ -384,23 +395,7 @@ fn a_global_stop_completes_under_an_output_flood() {
         b"",
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let mut last: BTreeMap<u32, u64> = BTreeMap::new();
-    let mut status = Vec::new();
-    for line in text.lines() {
-        let (id, rest) = line.split_once(' ').unwrap();
-        let id: IdSet = id.parse().unwrap();
-        match rest
-            .split_once(' ')
-            .map(|(r, n)| (r.parse::<u32>(), n.parse::<u64>()))
-        {
-            Some((Ok(rank), Ok(n))) => {
-                assert_eq!(id, IdSet::single(rank), "{line}");
-                let prev = last.insert(rank, n).unwrap_or(0);
-                assert_eq!(n, prev + 1, "rank {rank}: a line lost or out of order");
-            }
-            _ => status.push(line.to_owned()),
-        }
-    }
+    let (last, status) = numbered_lines(&text);
     assert_eq!(last.len(), 8, "every rank printed: {status:?}");
     // Every rank is stopped (where each one stopped may differ: in write, or elsewhere
     // in the shell).
