@@ -24,7 +24,7 @@ use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::Shape;
 
-use sdm_overlay::init::InitSpec;
+use sdm_overlay::init::{INIT_SERVICE, InitSpec};
 
 /// How to launch a tree.
 #[derive(Debug, Clone)]
@@ -321,16 +321,21 @@ impl Session {
             handshake_ms: 5000,
             stdio_window_ms: opts.stdio_window.as_millis() as u64,
             filter_plugins,
+            service_plugins: Vec::new(),
             master: None,
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let all = IdSet::all(opts.n);
         let op = session
             .fe
-            .send(
-                &all,
-                SyncMode::Timeout(left.as_millis().max(1) as u32),
-                init.to_payload(),
+            .send_command(
+                Message::command(
+                    0,
+                    all.clone(),
+                    SyncMode::Timeout(left.as_millis().max(1) as u32),
+                    init.to_payload(),
+                )
+                .for_service(INIT_SERVICE),
             )
             .await?;
         progress(&Progress::InitSent);
@@ -420,6 +425,13 @@ impl Session {
         payload: impl Into<Bytes>,
     ) -> anyhow::Result<u64> {
         Ok(self.fe.send_filtered(dest, sync, filter, payload).await?)
+    }
+
+    /// Sends the command `m` under a fresh op id, which it returns: the general form of
+    /// [`Session::send`], for a command with a service tag
+    /// ([`sdm_proto::Message::for_service`]), a filter and a sync mode.
+    pub async fn send_command(&mut self, m: sdm_proto::Message) -> anyhow::Result<u64> {
+        Ok(self.fe.send_command(m).await?)
     }
 
     /// Every reply group of `op`, once they account for all of `dest`; an op sent with a

@@ -31,6 +31,9 @@ pub struct Delivery {
     pub kind: Kind,
     /// Filter the command asked for.
     pub filter: String,
+    /// Service the command is for (empty: the built-in `sdm` service); see
+    /// `sdm_proto::Message::service`.
+    pub service: String,
     /// Opaque request bytes.
     pub payload: Bytes,
     /// Where the answer goes.
@@ -408,11 +411,13 @@ pub async fn run_node_full(
                     op,
                     kind,
                     filter,
+                    service,
                     payload,
                 } => handler(Delivery {
                     op,
                     kind,
                     filter,
+                    service,
                     payload,
                     reply: Replier {
                         op,

@@ -161,13 +161,21 @@ impl Frontend {
         filter: &str,
         payload: impl Into<Bytes>,
     ) -> io::Result<u64> {
+        let mut m = Message::command(0, dest.clone(), sync, payload);
+        m.aggregate.filter = filter.to_owned();
+        self.send_command(m).await
+    }
+
+    /// Sends the command `m` (its destination, sync mode, filter, service and payload as
+    /// built, e.g. with [`Message::for_service`]) under a fresh op id, which it returns.
+    pub async fn send_command(&mut self, mut m: Message) -> io::Result<u64> {
         let op = self.next_op;
         self.next_op += 1;
-        let mut m = Message::command(op, dest.clone(), sync, payload);
-        m.aggregate.filter = filter.to_owned();
+        m.op = op;
+        m.kind = Kind::Command;
         self.link.writer.send(&m).await.map_err(io::Error::other)?;
-        if !matches!(filter, "" | "identical") {
-            self.filters.insert(op, filter.to_owned());
+        if !matches!(m.aggregate.filter.as_str(), "" | "identical") {
+            self.filters.insert(op, m.aggregate.filter);
         }
         Ok(op)
     }

@@ -17,6 +17,10 @@ use serde::{Deserialize, Serialize};
 /// Payload prefix of the init command.
 pub const INIT_PREFIX: &str = "sdm-init ";
 
+/// The service tag of the init command ([`sdm_proto::Message::service`]): servers
+/// recognise it by this tag, not by its payload.
+pub const INIT_SERVICE: &str = "sdm.init";
+
 /// What the init command carries.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct InitSpec {
@@ -43,6 +47,12 @@ pub struct InitSpec {
     /// filter come back lost with the registry's "no such filter" error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filter_plugins: Vec<String>,
+    /// Service plugins (paths of shared libraries implementing `sdm_service.h`) every
+    /// server loads before it serves, so commands can name their services. The same rules
+    /// as for [`InitSpec::filter_plugins`]: a path valid on the daemon's host; one that does
+    /// not load is logged, and commands for its service get an error reply naming it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_plugins: Vec<String>,
     /// Where the master accepts orphans re-attaching (it fills this in before passing the
     /// init down); `None` if it does not listen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -145,6 +155,7 @@ mod tests {
             handshake_ms: 1000,
             stdio_window_ms: 20,
             filter_plugins: vec!["/opt/tool/libcsum.so".into()],
+            service_plugins: vec!["/opt/tool/libchecksum.so".into()],
             master: Some("tcp://127.0.0.1:7100".into()),
         };
         let back = InitSpec::from_payload(spec.to_payload().as_bytes()).unwrap();

@@ -48,6 +48,8 @@ pub enum Output {
         kind: Kind,
         /// The command's filter name.
         filter: String,
+        /// The service the command is for (empty: the built-in `sdm` service).
+        service: String,
         /// The opaque request.
         payload: Bytes,
     },
@@ -440,6 +442,7 @@ impl Node {
                 op,
                 kind: msg.kind,
                 filter: msg.aggregate.filter.clone(),
+                service: msg.service.clone(),
                 payload: msg.payload.clone(),
             });
         }

@@ -76,6 +76,9 @@ pub struct Message {
     pub aggregate: Aggregate,
     /// Opaque bytes.
     pub payload: Bytes,
+    /// Commands: the service that answers the payload at each server; empty means the
+    /// built-in `sdm` service (see `sdm.proto`).
+    pub service: String,
 }
 
 /// Why a frame was refused. The connection it came on is closed; nothing else is touched.
@@ -140,7 +143,14 @@ impl Message {
                 ..Aggregate::default()
             },
             payload: payload.into(),
+            service: String::new(),
         }
+    }
+
+    /// The same command addressed to `service` (see [`Message::service`]).
+    pub fn for_service(mut self, service: impl Into<String>) -> Self {
+        self.service = service.into();
+        self
     }
 
     /// A reply group: `source` ended with `status` and `payload`.
@@ -156,6 +166,7 @@ impl Message {
                 ..Aggregate::default()
             },
             payload,
+            service: String::new(),
         }
     }
 
@@ -200,6 +211,7 @@ impl Message {
                 status: status as i32,
             }),
             payload: self.payload.clone(),
+            service: self.service.clone(),
         }
     }
 
@@ -264,6 +276,7 @@ impl Message {
                 status,
             },
             payload: env.payload,
+            service: env.service,
         })
     }
 }
@@ -281,6 +294,14 @@ mod tests {
         env.version = 9;
         let e = Message::from_pb(env).unwrap_err();
         assert!(matches!(e, WireError::Version { got: 9 }), "{e}");
+        let s = Message::command(
+            8,
+            IdSet::range(0..=7),
+            SyncMode::WaitAll,
+            &b"\0\xff\xfe raw"[..],
+        )
+        .for_service("checksum");
+        assert_eq!(Message::decode(s.encode()).unwrap(), s);
         let r = Message::reply(7, IdSet::range(0..=999), Status::Lost, Bytes::from("gone"));
         assert_eq!(Message::decode(r.encode()).unwrap(), r);
     }

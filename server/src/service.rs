@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::monitor::{Monitor, MonitorHandle, hostname};
 use sdm_omis::Registry;
-use sdm_overlay::init::INIT_PREFIX;
+use sdm_overlay::init::INIT_SERVICE;
 
 /// One line describing this server: host, pid, resident memory and load average.
 pub fn info_line() -> String {
@@ -52,8 +52,8 @@ pub struct ServerContext {
 /// monitor thread in arrival order; the rest are the built-in requests.
 pub fn handle(ctx: &ServerContext, d: Delivery) {
     let text = String::from_utf8_lossy(&d.payload).into_owned();
-    if text.starts_with(INIT_PREFIX) {
-        if let Ok(spec) = sdm_overlay::init::InitSpec::from_payload(text.as_bytes()) {
+    if d.service == INIT_SERVICE {
+        if let Ok(spec) = sdm_overlay::init::InitSpec::from_payload(&d.payload) {
             drop(ctx.monitor.submit(move |m| m.servers = spec.servers));
         }
         d.reply.send("ready");
