@@ -5,6 +5,8 @@
 //! - [`counters`]: the socket where a monitored program feeds its own counters.
 //! - [`monitor`]: the node-local monitor over real processes (signals, /proc, ptrace,
 //!   addr2line), its stored OMIS event requests and their actions.
+//! - [`mpir`]: the process table of a running job, read from its launcher (MPIR, or the
+//!   launcher's ranked descendants).
 //! - [`services`]: the OMIS services every server offers over its monitor.
 //! - [`service`]: dispatch of the requests a server answers (init, built-ins, OMIS).
 //! - [`daemon`]: start-up, the init command, the node loop ([`daemon::run_master`],
@@ -19,6 +21,7 @@
 pub mod counters;
 pub mod daemon;
 pub mod monitor;
+pub mod mpir;
 pub mod service;
 pub mod services;
 

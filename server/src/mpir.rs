@@ -1,0 +1,699 @@
+//! The process table of a running parallel job, read from its launcher: the MPIR interface
+//! (`MPIR_proctable`, as LaunchMON and STAT read it from `srun` or `mpiexec`), or, where the
+//! launcher keeps no table, its process tree (Open MPI 4.x's `mpirun`).
+//!
+//! MPIR: the launcher is stopped with ptrace, `MPIR_proctable_size`, `MPIR_debug_state` and
+//! the `MPIR_PROCDESC` array (`{ char *host_name; char *executable_name; int pid; }`) are
+//! read from its memory, and it is released. The symbols are found in the ELF files it has
+//! mapped (the executable for `srun`, `libopen-rte.so` for Open MPI), so no debug
+//! information is needed.
+//!
+//! Open MPI 4.1's `mpirun` fills its table only when a debugger started it: one that
+//! attaches later finds `MPIR_proctable_size` 0, even after the `MPIR_attach_fifo` request.
+//! Its ranks are then found as the launcher's descendants carrying `OMPI_COMM_WORLD_RANK`
+//! (or `PMIX_RANK`, `PMI_RANK`) in their environment; ranks running on other hosts are not
+//! visible from here and are reported missing by rank.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use nix::sys::ptrace;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+/// One task of the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcDesc {
+    /// MPI rank (the index in the table).
+    pub rank: u32,
+    /// Host the task runs on, as the launcher names it.
+    pub host: String,
+    /// Its executable.
+    pub executable: String,
+    /// Its process id on that host.
+    pub pid: u32,
+}
+
+/// Where a [`ProcTable`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableSource {
+    /// The launcher's `MPIR_proctable`.
+    Mpir,
+    /// The launcher's descendants on this host and their rank variables.
+    ProcessTree,
+}
+
+/// The job's tasks, by rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcTable {
+    /// The launcher's pid.
+    pub launcher: u32,
+    /// The tasks, sorted by rank.
+    pub tasks: Vec<ProcDesc>,
+    /// How the table was read.
+    pub source: TableSource,
+}
+
+/// Why no table could be read.
+#[derive(Debug, thiserror::Error)]
+pub enum MpirError {
+    /// There is no such process.
+    #[error("no process {pid}: {why}")]
+    NoProcess {
+        /// The pid asked for.
+        pid: u32,
+        /// What /proc said.
+        why: String,
+    },
+    /// The launcher could not be traced (another tracer, `kernel.yama.ptrace_scope`, other
+    /// user).
+    #[error(
+        "cannot trace launcher {pid}: {errno} (is another debugger attached, or does \
+         /proc/sys/kernel/yama/ptrace_scope forbid it?)"
+    )]
+    Trace {
+        /// The launcher.
+        pid: u32,
+        /// The system error.
+        errno: nix::Error,
+    },
+    /// Reading the launcher's memory failed.
+    #[error("launcher {pid}: cannot read {what} at {addr:#x}: {why}")]
+    Memory {
+        /// The launcher.
+        pid: u32,
+        /// What was being read.
+        what: &'static str,
+        /// Where.
+        addr: u64,
+        /// The system error.
+        why: String,
+    },
+    /// The process exports no MPIR symbols and has no ranked descendants.
+    #[error(
+        "process {pid} ({exe}) is not a parallel launcher: it has no MPIR_proctable and no \
+         descendants with a rank variable ({vars})"
+    )]
+    NotALauncher {
+        /// The process.
+        pid: u32,
+        /// Its executable.
+        exe: String,
+        /// The variables looked for.
+        vars: String,
+    },
+    /// The launcher has a table that is not (yet) filled in.
+    #[error(
+        "launcher {pid} has not spawned its tasks yet (MPIR_debug_state {state}, \
+         MPIR_proctable_size {size}); try again once the job runs"
+    )]
+    NotSpawned {
+        /// The launcher.
+        pid: u32,
+        /// `MPIR_debug_state`.
+        state: i32,
+        /// `MPIR_proctable_size`.
+        size: i32,
+    },
+    /// The table does not hold every rank.
+    #[error(
+        "launcher {pid}: ranks {missing} of {size} are not in its process table (they run \
+         on other hosts, or exited); use --pids HOST:PID,... for them"
+    )]
+    Incomplete {
+        /// The launcher.
+        pid: u32,
+        /// Ranks absent, in range form.
+        missing: String,
+        /// Ranks expected.
+        size: u32,
+    },
+}
+
+/// The rank variables the process-tree reading looks for, in order.
+pub const RANK_VARS: [&str; 4] = [
+    "OMPI_COMM_WORLD_RANK",
+    "PMIX_RANK",
+    "PMI_RANK",
+    "SLURM_PROCID",
+];
+
+/// The variables that give the job's size, in the order of [`RANK_VARS`].
+const SIZE_VARS: [&str; 4] = [
+    "OMPI_COMM_WORLD_SIZE",
+    "PMIX_SIZE",
+    "PMI_SIZE",
+    "SLURM_NTASKS",
+];
+
+/// Reads the process table of the job launched by `launcher`: its MPIR table when it has a
+/// filled one, otherwise its ranked descendants on this host.
+pub fn read_proctable(launcher: u32) -> Result<ProcTable, MpirError> {
+    let exe =
+        std::fs::read_link(format!("/proc/{launcher}/exe")).map_err(|e| MpirError::NoProcess {
+            pid: launcher,
+            why: e.to_string(),
+        })?;
+    let symbols = find_symbols(
+        launcher,
+        &["MPIR_proctable", "MPIR_proctable_size", "MPIR_debug_state"],
+    );
+    match (
+        symbols.get("MPIR_proctable"),
+        symbols.get("MPIR_proctable_size"),
+    ) {
+        (Some(&table), Some(&size)) => {
+            let state = symbols.get("MPIR_debug_state").copied();
+            match read_mpir(launcher, table, size, state) {
+                Ok(t) => Ok(t),
+                // A launcher with an empty table (Open MPI 4.x attached after launch).
+                Err(MpirError::NotSpawned { state, size, .. }) => {
+                    match read_process_tree(launcher) {
+                        Ok(t) if !t.tasks.is_empty() => Ok(t),
+                        Ok(_) => Err(MpirError::NotSpawned {
+                            pid: launcher,
+                            state,
+                            size,
+                        }),
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            }
+        }
+        _ => {
+            let t = read_process_tree(launcher)?;
+            if t.tasks.is_empty() {
+                return Err(MpirError::NotALauncher {
+                    pid: launcher,
+                    exe: exe.display().to_string(),
+                    vars: RANK_VARS.join(", "),
+                });
+            }
+            Ok(t)
+        }
+    }
+}
+
+/// Stops `pid` with ptrace, reads its MPIR table and lets it go.
+fn read_mpir(pid: u32, table: u64, size: u64, state: Option<u64>) -> Result<ProcTable, MpirError> {
+    let stopped = Stopped::attach(pid)?;
+    let mem = Memory::open(pid)?;
+    let n = mem.i32_at(size, "MPIR_proctable_size")?;
+    let debug_state = match state {
+        Some(a) => mem.i32_at(a, "MPIR_debug_state")?,
+        None => 1,
+    };
+    let base = mem.u64_at(table, "MPIR_proctable")?;
+    if n <= 0 || base == 0 {
+        return Err(MpirError::NotSpawned {
+            pid,
+            state: debug_state,
+            size: n,
+        });
+    }
+    let mut tasks = Vec::with_capacity(n as usize);
+    for rank in 0..n as u32 {
+        // struct MPIR_PROCDESC { char *host_name; char *executable_name; int pid; } (LP64)
+        let at = base + u64::from(rank) * 24;
+        let host = mem.u64_at(at, "MPIR_PROCDESC.host_name")?;
+        let exe = mem.u64_at(at + 8, "MPIR_PROCDESC.executable_name")?;
+        let task_pid = mem.i32_at(at + 16, "MPIR_PROCDESC.pid")?;
+        tasks.push(ProcDesc {
+            rank,
+            host: mem.c_string(host, "host_name")?,
+            executable: mem.c_string(exe, "executable_name")?,
+            pid: task_pid.max(0) as u32,
+        });
+    }
+    drop(stopped);
+    Ok(ProcTable {
+        launcher: pid,
+        tasks,
+        source: TableSource::Mpir,
+    })
+}
+
+/// The launcher's descendants on this host that carry a rank variable, checked complete
+/// against the job size they carry.
+pub fn read_process_tree(launcher: u32) -> Result<ProcTable, MpirError> {
+    let parents = parent_map();
+    let host = crate::monitor::hostname();
+    let mut by_rank: BTreeMap<u32, ProcDesc> = BTreeMap::new();
+    let mut size = None;
+    for (&pid, _) in parents.iter() {
+        if pid == launcher || !descends_from(pid, launcher, &parents) {
+            continue;
+        }
+        let Some(env) = environ(pid) else { continue };
+        let Some((var, rank)) = RANK_VARS.iter().enumerate().find_map(|(i, v)| {
+            env.get(*v)
+                .and_then(|r| r.parse::<u32>().ok())
+                .map(|r| (i, r))
+        }) else {
+            continue;
+        };
+        if let Some(n) = env.get(SIZE_VARS[var]).and_then(|s| s.parse::<u32>().ok()) {
+            size = Some(size.map_or(n, |m: u32| m.max(n)));
+        }
+        let executable = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        // A rank's own children (a shell's command, a forked helper) inherit its variables:
+        // the task is the topmost process carrying the rank.
+        match by_rank.get(&rank) {
+            Some(other) if descends_from(pid, other.pid, &parents) => {}
+            _ => {
+                by_rank.insert(
+                    rank,
+                    ProcDesc {
+                        rank,
+                        host: host.clone(),
+                        executable,
+                        pid,
+                    },
+                );
+            }
+        }
+    }
+    if let Some(n) = size {
+        let missing: sdm_proto::IdSet = (0..n).filter(|r| !by_rank.contains_key(r)).collect();
+        if !missing.is_empty() {
+            return Err(MpirError::Incomplete {
+                pid: launcher,
+                missing: missing.to_string(),
+                size: n,
+            });
+        }
+    }
+    Ok(ProcTable {
+        launcher,
+        tasks: by_rank.into_values().collect(),
+        source: TableSource::ProcessTree,
+    })
+}
+
+/// pid -> parent pid of every process.
+fn parent_map() -> HashMap<u32, u32> {
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The command name is in parentheses and may hold anything: parse after the last ')'.
+        if let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            out.insert(pid, ppid);
+        }
+    }
+    out
+}
+
+fn descends_from(mut pid: u32, ancestor: u32, parents: &HashMap<u32, u32>) -> bool {
+    for _ in 0..64 {
+        match parents.get(&pid) {
+            Some(&p) if p == ancestor => return true,
+            Some(&p) if p > 1 => pid = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
+fn environ(pid: u32) -> Option<HashMap<String, String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    Some(
+        raw.split(|&b| b == 0)
+            .filter_map(|kv| {
+                let kv = std::str::from_utf8(kv).ok()?;
+                let (k, v) = kv.split_once('=')?;
+                Some((k.to_owned(), v.to_owned()))
+            })
+            .collect(),
+    )
+}
+
+/// Run-time addresses of data `names` in the ELF files `pid` has mapped (first found wins).
+fn find_symbols(pid: u32, names: &[&str]) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    // The lowest mapping of each file: its start minus its file offset is where the file's
+    // first page is, and the ELF's first loadable segment sits there.
+    let mut bases: Vec<(PathBuf, u64)> = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(_inode), Some(path)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        if !path.starts_with('/') || bases.iter().any(|(p, _)| p == Path::new(path)) {
+            continue;
+        }
+        let (Some(start), Ok(offset)) = (
+            range
+                .split_once('-')
+                .and_then(|(a, _)| u64::from_str_radix(a, 16).ok()),
+            u64::from_str_radix(offset, 16),
+        ) else {
+            continue;
+        };
+        bases.push((PathBuf::from(path), start.saturating_sub(offset)));
+    }
+    for (path, base) in bases {
+        if out.len() == names.len() {
+            break;
+        }
+        let Ok(data) = std::fs::read(&path) else {
+            continue;
+        };
+        let Ok(file) = object::File::parse(&*data) else {
+            continue;
+        };
+        use object::{Object, ObjectSegment, ObjectSymbol};
+        let first_vaddr = file
+            .segments()
+            .map(|s| s.address() & !0xfff)
+            .min()
+            .unwrap_or(0);
+        for s in file.dynamic_symbols().chain(file.symbols()) {
+            let Ok(name) = s.name() else { continue };
+            if s.address() != 0 && names.contains(&name) && !out.contains_key(name) {
+                out.insert(name.to_owned(), base + s.address() - first_vaddr);
+            }
+        }
+    }
+    out
+}
+
+/// A launcher stopped by ptrace while its table is read; released (detached, running) on
+/// drop.
+struct Stopped(Pid);
+
+impl Stopped {
+    fn attach(pid: u32) -> Result<Self, MpirError> {
+        let p = Pid::from_raw(pid as i32);
+        ptrace::attach(p).map_err(|errno| MpirError::Trace { pid, errno })?;
+        // Wait for the attach stop; other signals arriving first are passed back on detach
+        // by the kernel's group-stop handling, so only the first stop matters here.
+        loop {
+            match waitpid(p, Some(WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::Stopped(_, _)) => return Ok(Self(p)),
+                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => {
+                    return Err(MpirError::NoProcess {
+                        pid,
+                        why: "it exited while being attached".into(),
+                    });
+                }
+                Ok(_) => continue,
+                Err(nix::Error::EINTR) => continue,
+                Err(errno) => return Err(MpirError::Trace { pid, errno }),
+            }
+        }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = ptrace::detach(self.0, None);
+    }
+}
+
+/// The launcher's memory, read through /proc/PID/mem.
+struct Memory {
+    pid: u32,
+    file: std::fs::File,
+}
+
+impl Memory {
+    fn open(pid: u32) -> Result<Self, MpirError> {
+        let file =
+            std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| MpirError::Memory {
+                pid,
+                what: "/proc/PID/mem",
+                addr: 0,
+                why: e.to_string(),
+            })?;
+        Ok(Self { pid, file })
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8], what: &'static str) -> Result<(), MpirError> {
+        self.file
+            .read_exact_at(buf, addr)
+            .map_err(|e| MpirError::Memory {
+                pid: self.pid,
+                what,
+                addr,
+                why: e.to_string(),
+            })
+    }
+
+    fn u64_at(&self, addr: u64, what: &'static str) -> Result<u64, MpirError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b, what)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn i32_at(&self, addr: u64, what: &'static str) -> Result<i32, MpirError> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b, what)?;
+        Ok(i32::from_le_bytes(b))
+    }
+
+    /// A NUL-terminated string of at most 4096 bytes.
+    fn c_string(&self, addr: u64, what: &'static str) -> Result<String, MpirError> {
+        if addr == 0 {
+            return Ok(String::new());
+        }
+        let mut out = Vec::new();
+        let mut chunk = [0u8; 256];
+        while out.len() < 4096 {
+            let at = addr + out.len() as u64;
+            // Read up to the end of the page, so a short string at a page's end still reads.
+            let room = (0x1000 - (at & 0xfff)) as usize;
+            let n = room.min(chunk.len());
+            self.read(at, &mut chunk[..n], what)?;
+            match chunk[..n].iter().position(|&b| b == 0) {
+                Some(end) => {
+                    out.extend_from_slice(&chunk[..end]);
+                    break;
+                }
+                None => out.extend_from_slice(&chunk[..n]),
+            }
+        }
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    /// A fake launcher in C: forks `n` tasks that sleep, fills an MPIR table the way srun
+    /// does, and prints READY. Built with the system's cc.
+    const FAKE_LAUNCHER: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <signal.h>
+struct MPIR_PROCDESC { char *host_name; char *executable_name; int pid; };
+struct MPIR_PROCDESC *MPIR_proctable = 0;
+int MPIR_proctable_size = 0;
+volatile int MPIR_debug_state = 0;
+volatile int MPIR_being_debugged = 0;
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]);
+    int fill = argc > 2;
+    char rank[16], size[16];
+    if (fill) MPIR_proctable = calloc(n, sizeof *MPIR_proctable);
+    for (int i = 0; i < n; i++) {
+        pid_t p = fork();
+        if (p == 0) {
+            snprintf(rank, sizeof rank, "%d", i);
+            snprintf(size, sizeof size, "%d", n);
+            setenv("PMI_RANK", rank, 1);
+            setenv("PMI_SIZE", size, 1);
+            execlp("sleep", "sleep", "300", (char *)0);
+            _exit(127);
+        }
+        if (fill) {
+            MPIR_proctable[i].host_name = strdup("node-with-a-long-name-007");
+            MPIR_proctable[i].executable_name = strdup("/usr/bin/sleep");
+            MPIR_proctable[i].pid = p;
+        }
+    }
+    if (fill) { MPIR_proctable_size = n; MPIR_debug_state = 1; }
+    printf("READY\n");
+    fflush(stdout);
+    pause();
+    return 0;
+}
+"#;
+
+    fn build_fake() -> Option<PathBuf> {
+        let dir = std::env::temp_dir().join(format!("sdm-mpir-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let src = dir.join("fake_launcher.c");
+        let bin = dir.join("fake_launcher");
+        if bin.exists() {
+            return Some(bin);
+        }
+        std::fs::write(&src, FAKE_LAUNCHER).ok()?;
+        let tmp = dir.join(format!("fake_launcher.{:?}", std::thread::current().id()));
+        let ok = Command::new("cc")
+            .arg("-O1")
+            .arg("-o")
+            .arg(&tmp)
+            .arg(&src)
+            .status()
+            .ok()?
+            .success();
+        assert!(ok, "cc failed on the fake launcher");
+        std::fs::rename(&tmp, &bin).ok()?;
+        Some(bin)
+    }
+
+    struct Job(std::process::Child);
+
+    impl Job {
+        fn start(n: u32, fill: bool) -> Self {
+            let bin = build_fake().expect("cc builds the fake launcher");
+            let mut cmd = Command::new(bin);
+            cmd.arg(n.to_string());
+            if fill {
+                cmd.arg("fill");
+            }
+            let mut child = cmd.stdout(Stdio::piped()).spawn().expect("fake launcher");
+            let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+            assert_eq!(line.trim(), "READY");
+            Self(child)
+        }
+
+        fn pid(&self) -> u32 {
+            self.0.id()
+        }
+
+        fn children(&self) -> Vec<u32> {
+            let parents = parent_map();
+            let mut kids: Vec<u32> = parents
+                .iter()
+                .filter(|&(_, &pp)| pp == self.pid())
+                .map(|(&p, _)| p)
+                .collect();
+            kids.sort_unstable();
+            kids
+        }
+    }
+
+    impl Drop for Job {
+        fn drop(&mut self) {
+            for k in self.children() {
+                let _ = nix::sys::signal::kill(Pid::from_raw(k as i32), nix::sys::signal::SIGKILL);
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn tracer_of(pid: u32) -> u32 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn reads_a_filled_mpir_table_and_releases_the_launcher() {
+        let job = Job::start(5, true);
+        let t = read_proctable(job.pid()).unwrap();
+        assert_eq!(t.source, TableSource::Mpir);
+        assert_eq!(t.tasks.len(), 5);
+        let mut pids: Vec<u32> = t.tasks.iter().map(|d| d.pid).collect();
+        pids.sort_unstable();
+        assert_eq!(pids, job.children());
+        for (i, d) in t.tasks.iter().enumerate() {
+            assert_eq!(d.rank, i as u32);
+            assert_eq!(d.host, "node-with-a-long-name-007");
+            assert_eq!(d.executable, "/usr/bin/sleep");
+        }
+        // Released: running and untraced.
+        assert_eq!(tracer_of(job.pid()), 0);
+        let state = std::fs::read_to_string(format!("/proc/{}/stat", job.pid())).unwrap();
+        let state = state
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .next()
+            .unwrap();
+        assert!(matches!(state, "S" | "R"), "launcher left in state {state}");
+    }
+
+    #[test]
+    fn an_empty_table_falls_back_to_the_ranked_descendants() {
+        let job = Job::start(4, false);
+        let t = read_proctable(job.pid()).unwrap();
+        assert_eq!(t.source, TableSource::ProcessTree);
+        let ranks: Vec<u32> = t.tasks.iter().map(|d| d.rank).collect();
+        assert_eq!(ranks, vec![0, 1, 2, 3]);
+        let mut pids: Vec<u32> = t.tasks.iter().map(|d| d.pid).collect();
+        pids.sort_unstable();
+        assert_eq!(pids, job.children());
+        assert!(t.tasks.iter().all(|d| d.executable.ends_with("sleep")));
+        assert_eq!(tracer_of(job.pid()), 0);
+    }
+
+    #[test]
+    fn a_missing_rank_is_named() {
+        let job = Job::start(4, false);
+        let victim = job.children()[2];
+        let rank_of_victim = environ(victim).unwrap()["PMI_RANK"].clone();
+        nix::sys::signal::kill(Pid::from_raw(victim as i32), nix::sys::signal::SIGKILL).unwrap();
+        // Reap it (the fake launcher does not): wait until it is gone from the tree.
+        while parent_map().get(&victim) == Some(&job.pid())
+            && std::fs::read_to_string(format!("/proc/{victim}/stat"))
+                .map(|s| !s.contains(") Z"))
+                .unwrap_or(false)
+        {
+            std::thread::yield_now();
+        }
+        match read_proctable(job.pid()) {
+            Err(MpirError::Incomplete { missing, size, .. }) => {
+                assert_eq!(size, 4);
+                assert_eq!(missing, format!("[{rank_of_victim}]"));
+            }
+            other => panic!("expected Incomplete, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_process_that_is_no_launcher_is_refused() {
+        let mut child = Command::new("sleep").arg("300").spawn().unwrap();
+        let e = read_proctable(child.id()).unwrap_err();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(matches!(e, MpirError::NotALauncher { .. }), "{e}");
+        assert!(matches!(
+            read_proctable(u32::MAX - 7),
+            Err(MpirError::NoProcess { .. })
+        ));
+    }
+}
