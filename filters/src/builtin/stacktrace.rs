@@ -1,12 +1,16 @@
 //! `stacktrace`: merges stack traces into a call-prefix tree (STAT's 2D trace-space view);
 //! each node carries the ids of the ranks whose traces pass through it.
 //!
-//! Leaf input: UTF-8 text, one trace per line (a thread), frames outermost first separated by
-//! `;` (the "folded" format: `main;solve;MPI_Wait`). Record: the tree in pre-order, each node
-//! with its depth, `{"sdm":1,"type":"stacktrace","nodes":[{"d":0,"f":"main","ids":"[0-3]"},
-//! {"d":1,"f":"solve","ids":"[0-3]"}]}`, siblings sorted by frame (flat, so deep stacks do not
-//! hit a JSON nesting limit). `finish` renders the tree as indented text, `frame [ids]` per
-//! line; use [`StackTree::decode`] on a flushed record for the tree itself.
+//! Leaf input: UTF-8 text, one trace per line (a thread, or a sample), frames outermost first
+//! separated by `;`, optionally followed by a space and a count (the "folded" format:
+//! `main;solve;MPI_Wait` or `main;solve;MPI_Wait 3` for a trace seen in 3 samples). Each
+//! node counts the traces through it (STAT's 3D view: trace x space x time): a line counts
+//! its count once for every id it came from. Record: the tree in pre-order, each node with
+//! its depth and count, `{"sdm":1,"type":"stacktrace","nodes":[{"d":0,"f":"main",
+//! "ids":"[0-3]","n":4},...]}`, siblings sorted by frame (flat, so deep stacks do not hit a
+//! JSON nesting limit). `finish` renders the tree as indented text, `frame [ids]` per line;
+//! use [`StackTree::decode`] on a flushed record for the tree itself, and its views
+//! ([`StackTree::classes`], [`StackTree::to_dot`], [`StackTree::to_json`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -24,6 +28,8 @@ use crate::{Filter, FilterError, Group};
 pub struct StackNode {
     /// Ranks whose traces pass through this node.
     pub ids: IdSet,
+    /// Traces through this node (one per rank and thread and sample).
+    pub count: u64,
     /// Callees, by frame name.
     pub children: BTreeMap<String, StackNode>,
 }
@@ -41,6 +47,20 @@ struct FlatNode {
     f: String,
     #[serde(with = "ids_text")]
     ids: IdSet,
+    /// Traces through the node; absent in records of older builds (then one per id).
+    #[serde(default)]
+    n: u64,
+}
+
+/// An equivalence class of ranks (STAT's): the ranks whose traces end at the same leaf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackClass {
+    /// The ranks.
+    pub ids: IdSet,
+    /// The frames from the outermost to the leaf.
+    pub path: Vec<String>,
+    /// Traces that end there.
+    pub count: u64,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -49,14 +69,165 @@ struct StackRecord {
 }
 
 impl StackTree {
-    /// Adds the path `frames` for `ids`.
+    /// Adds the path `frames` for `ids`, counted once per id.
     pub fn insert<'a>(&mut self, frames: impl IntoIterator<Item = &'a str>, ids: &IdSet) {
+        self.insert_counted(frames, ids, ids.len());
+    }
+
+    /// Adds the path `frames` for `ids`, `count` traces in all.
+    pub fn insert_counted<'a>(
+        &mut self,
+        frames: impl IntoIterator<Item = &'a str>,
+        ids: &IdSet,
+        count: u64,
+    ) {
         let mut level = &mut self.roots;
         for f in frames {
             let n = level.entry(f.to_owned()).or_default();
             n.ids.union_with(ids);
+            n.count += count;
             level = &mut n.children;
         }
+    }
+
+    /// Adds one line of folded text (`a;b;c` or `a;b;c N`) from `ids`; `Err` if the count
+    /// is not a number.
+    fn insert_folded(&mut self, line: &str, ids: &IdSet) -> Result<(), String> {
+        let line = line.trim();
+        if line.is_empty() {
+            return Ok(());
+        }
+        // A count is the last space-separated word, after the last frame separator.
+        let (frames, count) = match line.rsplit_once(' ') {
+            Some((f, n)) if !n.contains(';') && n.bytes().all(|b| b.is_ascii_digit()) => (
+                f,
+                n.parse::<u64>().map_err(|e| format!("count {n:?}: {e}"))?,
+            ),
+            _ => (line, 1),
+        };
+        let frames = frames.split(';').map(str::trim).filter(|f| !f.is_empty());
+        self.insert_counted(frames, ids, count.saturating_mul(ids.len()));
+        Ok(())
+    }
+
+    /// The equivalence classes: for every node where some traces end, the ranks whose
+    /// traces end there, sorted by their lowest rank. With one trace per rank (one thread,
+    /// one sample) every rank is in exactly one class. With several (threads, samples that
+    /// differ) a rank is in one class per distinct trace, and where traces end at a frame
+    /// that others continue below, the class names every rank through that frame (the tree
+    /// does not keep which of them ended there).
+    pub fn classes(&self) -> Vec<StackClass> {
+        fn walk(
+            level: &BTreeMap<String, StackNode>,
+            path: &mut Vec<String>,
+            out: &mut Vec<StackClass>,
+        ) {
+            for (f, n) in level {
+                path.push(f.clone());
+                let mut below = IdSet::new();
+                let mut below_count = 0;
+                for c in n.children.values() {
+                    below.union_with(&c.ids);
+                    below_count += c.count;
+                }
+                let here = &n.ids - &below;
+                let ending = n.count.saturating_sub(below_count);
+                // Ranks whose traces end here, and ranks (already below) with more traces
+                // through here than below: a thread or sample that ends at this frame.
+                if !here.is_empty() || ending > 0 {
+                    let ids = if here.is_empty() { n.ids.clone() } else { here };
+                    out.push(StackClass {
+                        ids,
+                        path: path.clone(),
+                        count: ending,
+                    });
+                }
+                walk(&n.children, path, out);
+                path.pop();
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.roots, &mut Vec::new(), &mut out);
+        out.sort_by(|a, b| a.ids.first().cmp(&b.ids.first()).then(a.path.cmp(&b.path)));
+        out
+    }
+
+    /// The tree in Graphviz DOT (STAT's layout): a root node, one node per frame, edges
+    /// labelled `count:[ranks]`.
+    pub fn to_dot(&self) -> String {
+        fn quote(s: &str) -> String {
+            let mut q = String::with_capacity(s.len() + 2);
+            q.push('"');
+            for c in s.chars() {
+                match c {
+                    '"' | '\\' => {
+                        q.push('\\');
+                        q.push(c);
+                    }
+                    '\n' => q.push_str("\\n"),
+                    c => q.push(c),
+                }
+            }
+            q.push('"');
+            q
+        }
+        fn walk(
+            level: &BTreeMap<String, StackNode>,
+            parent: usize,
+            next: &mut usize,
+            out: &mut String,
+        ) {
+            for (f, n) in level {
+                *next += 1;
+                let me = *next;
+                let _ = writeln!(out, "  n{me} [label={}];", quote(f));
+                let _ = writeln!(
+                    out,
+                    "  n{parent} -> n{me} [label={}];",
+                    quote(&format!("{}:{}", n.count, n.ids))
+                );
+                walk(&n.children, me, next, out);
+            }
+        }
+        let mut out = String::from(
+            "digraph stacks {\n  node [shape=box, fontname=\"monospace\"];\n  n0 [label=\"/\"];\n",
+        );
+        walk(&self.roots, 0, &mut 0, &mut out);
+        out.push_str("}\n");
+        out
+    }
+
+    /// The tree as nested JSON: `[{"function", "ranks", "count", "children": [...]}]`.
+    pub fn to_json(&self) -> serde_json::Value {
+        fn walk(level: &BTreeMap<String, StackNode>) -> serde_json::Value {
+            serde_json::Value::Array(
+                level
+                    .iter()
+                    .map(|(f, n)| {
+                        serde_json::json!({
+                            "function": f,
+                            "ranks": n.ids.to_string(),
+                            "count": n.count,
+                            "children": walk(&n.children),
+                        })
+                    })
+                    .collect(),
+            )
+        }
+        walk(&self.roots)
+    }
+
+    /// Merges `other` in (ids united, counts added).
+    pub fn merge(&mut self, other: &StackTree) {
+        fn walk(into: &mut BTreeMap<String, StackNode>, from: &BTreeMap<String, StackNode>) {
+            for (f, n) in from {
+                let m = into.entry(f.clone()).or_default();
+                m.ids.union_with(&n.ids);
+                m.count += n.count;
+                walk(&mut m.children, &n.children);
+            }
+        }
+        walk(&mut self.roots, &other.roots);
     }
 
     /// Whether the tree has no nodes.
@@ -71,6 +242,7 @@ impl StackTree {
                     d,
                     f: f.clone(),
                     ids: n.ids.clone(),
+                    n: n.count,
                 });
                 walk(&n.children, d + 1, out);
             }
@@ -99,11 +271,9 @@ impl StackTree {
             for f in up {
                 level = &mut level.entry(f.clone()).or_default().children;
             }
-            level
-                .entry(last.clone())
-                .or_default()
-                .ids
-                .union_with(&n.ids);
+            let node = level.entry(last.clone()).or_default();
+            node.ids.union_with(&n.ids);
+            node.count += if n.n == 0 { n.ids.len() } else { n.n };
         }
         Ok(())
     }
@@ -123,11 +293,16 @@ impl StackTree {
         Ok(t)
     }
 
-    /// Indented text, two spaces per level: `frame [ids]` per line.
+    /// Indented text, two spaces per level: `frame [ids]` per line, and the count of traces
+    /// (`x7`) where it is not one per rank (threads, samples).
     pub fn render(&self) -> String {
         fn walk(level: &BTreeMap<String, StackNode>, d: usize, out: &mut String) {
             for (f, n) in level {
-                let _ = writeln!(out, "{:indent$}{f} {}", "", n.ids, indent = 2 * d);
+                let _ = write!(out, "{:indent$}{f} {}", "", n.ids, indent = 2 * d);
+                if n.count != n.ids.len() {
+                    let _ = write!(out, " x{}", n.count);
+                }
+                out.push('\n');
                 walk(&n.children, d + 1, out);
             }
         }
@@ -179,10 +354,18 @@ impl Filter for StackTrace {
                     format_args!("is not UTF-8 text: {}", excerpt(payload)),
                 )
             })?;
+            // Check every line first, so a bad payload leaves the tree untouched.
+            let mut add = StackTree::default();
             for line in text.lines() {
-                let frames = line.split(';').map(str::trim).filter(|f| !f.is_empty());
-                self.tree.insert(frames, sources);
+                add.insert_folded(line, sources).map_err(|e| {
+                    FilterError::bad_input(
+                        "stacktrace",
+                        sources,
+                        format_args!("has a bad trace line {}: {e}", excerpt(line.as_bytes())),
+                    )
+                })?;
             }
+            self.tree.merge(&add);
         }
         self.folded.add(sources);
         Ok(())
@@ -222,11 +405,96 @@ mod tests {
         let g = root.finish().unwrap();
         assert_eq!(
             std::str::from_utf8(&g[0].payload).unwrap(),
-            "main [0-3]\n  io [2]\n  solve [0-3]\n    MPI_Wait [0-1,3]\n    compute [2]\n"
+            // Rank 2 has two threads (traces): five through main.
+            "main [0-3] x5\n  io [2]\n  solve [0-3]\n    MPI_Wait [0-1,3]\n    compute [2]\n"
         );
         let t = StackTree::decode(&up[0].payload).unwrap();
         assert_eq!(t.roots["main"].children["solve"].ids.to_string(), "[0-2]");
         let bad = br#"{"sdm":1,"type":"stacktrace","nodes":[{"d":1,"f":"x","ids":"[0]"}]}"#;
         assert!(root.fold(bad, &IdSet::single(9)).is_err());
+    }
+
+    fn tree_of(parts: &[(&str, &str)]) -> StackTree {
+        let mut f = StackTrace::new();
+        for (text, ids) in parts {
+            f.fold(text.as_bytes(), &ids.parse().unwrap()).unwrap();
+        }
+        let up = f.flush().unwrap();
+        StackTree::decode(&up[0].payload).unwrap()
+    }
+
+    #[test]
+    fn classes_are_the_ranks_ending_at_each_leaf() {
+        let t = tree_of(&[
+            ("main;step;PMPI_Barrier;poll", "[0-2,4-6]"),
+            ("main;step;compute", "[3,7]"),
+            ("main;init", "[8]"),
+            ("main", "[9]"),
+        ]);
+        let c = t.classes();
+        let got: Vec<(String, String, u64)> = c
+            .iter()
+            .map(|c| (c.ids.to_string(), c.path.join(" > "), c.count))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "[0-2,4-6]".into(),
+                    "main > step > PMPI_Barrier > poll".into(),
+                    6
+                ),
+                ("[3,7]".into(), "main > step > compute".into(), 2),
+                ("[8]".into(), "main > init".into(), 1),
+                ("[9]".into(), "main".into(), 1),
+            ]
+        );
+        // Every rank in exactly one class.
+        let mut all = IdSet::new();
+        for c in &c {
+            assert!(all.is_disjoint(&c.ids));
+            all.union_with(&c.ids);
+        }
+        assert_eq!(all, IdSet::range(0..=9));
+    }
+
+    #[test]
+    fn samples_count_per_edge_through_the_tree() {
+        // Rank 0: 3 samples in poll, 1 in compute; ranks 1-2: 4 samples in poll each.
+        let t = tree_of(&[
+            ("main;step;poll 3\nmain;step;compute 1", "[0]"),
+            ("main;step;poll 4", "[1-2]"),
+        ]);
+        let step = &t.roots["main"].children["step"];
+        assert_eq!(t.roots["main"].count, 12);
+        assert_eq!(step.children["poll"].count, 11);
+        assert_eq!(step.children["poll"].ids.to_string(), "[0-2]");
+        assert_eq!(step.children["compute"].count, 1);
+        assert!(t.render().contains("poll [0-2] x11"), "{}", t.render());
+        // A record of an older build (no counts) counts one per id.
+        let old = br#"{"sdm":1,"type":"stacktrace","nodes":[{"d":0,"f":"main","ids":"[0-3]"}]}"#;
+        assert_eq!(StackTree::decode(old).unwrap().roots["main"].count, 4);
+        let mut f = StackTrace::new();
+        assert!(
+            f.fold(b"main;x 99999999999999999999999", &IdSet::single(0))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn dot_and_json_views() {
+        let t = tree_of(&[("main;a\"q", "[0-1]"), ("main;b", "[2]")]);
+        let dot = t.to_dot();
+        assert!(dot.starts_with("digraph stacks {\n"));
+        assert!(dot.contains(r#"n1 [label="main"];"#), "{dot}");
+        assert!(dot.contains(r#"n0 -> n1 [label="3:[0-2]"];"#), "{dot}");
+        assert!(dot.contains(r#"[label="a\"q"];"#), "{dot}");
+        assert!(dot.contains(r#"n1 -> n2 [label="2:[0-1]"];"#), "{dot}");
+        assert!(dot.ends_with("}\n"));
+        let j = t.to_json();
+        assert_eq!(j[0]["function"], "main");
+        assert_eq!(j[0]["ranks"], "[0-2]");
+        assert_eq!(j[0]["count"], 3);
+        assert_eq!(j[0]["children"][1]["function"], "b");
     }
 }
