@@ -19,7 +19,7 @@ export PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
 exec </dev/null
 
 MARKER_DIR=/run/sdmci
-PKGS=(openmpi-bin slurm-wlm munge openssh-server openssh-client iproute2 procps gcc)
+PKGS=(openmpi-bin libopenmpi-dev slurm-wlm munge openssh-server openssh-client iproute2 procps gcc gdb graphviz)
 
 SLURM_CONF=/etc/slurm/slurm.conf
 SLURM_CPUS=256            # CPUs claimed for the node (the machine has 2): srun -n 256 fits
@@ -217,6 +217,21 @@ odls_base_max_threads = 0
   [ "$(printf '%s\n' "$out" | grep -cx "$(hostname)")" -eq 4 ] ||
     die "Open MPI: expected 4 lines '$(hostname)', got: $out"
   log "Open MPI: mpirun -n 4 hostname -> $(printf '%s' "$out" | tr '\n' ' ')"
+  # mpicc builds a real MPI program (the MPI tests compile theirs the same way).
+  command -v mpicc >/dev/null || die "Open MPI: mpicc not found (package libopenmpi-dev)"
+  local probe_dir=$MARKER_DIR
+  install -d "$probe_dir"
+  printf '%s\n' '#include <mpi.h>' '#include <stdio.h>' \
+    'int main(int c, char **v) { int r, n, s; MPI_Init(&c, &v);' \
+    '  MPI_Comm_rank(MPI_COMM_WORLD, &r); MPI_Comm_size(MPI_COMM_WORLD, &n);' \
+    '  MPI_Allreduce(&r, &s, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);' \
+    '  printf("sum=%d\n", s); MPI_Finalize(); return s != n * (n - 1) / 2; }' >"$probe_dir/mpi_probe.c"
+  out=$(mpicc -O2 -o "$probe_dir/mpi_probe" "$probe_dir/mpi_probe.c" 2>&1) || die "Open MPI: mpicc failed: $out"
+  out=$(cd /tmp && "${MPIRUN[@]}" -n 4 "$probe_dir/mpi_probe" 2>&1 </dev/null) ||
+    die "Open MPI: an MPI_Allreduce program built by mpicc failed under mpirun -n 4: $out"
+  [ "$(printf '%s\n' "$out" | grep -cx 'sum=6')" -eq 4 ] ||
+    die "Open MPI: expected 4 lines 'sum=6' from the mpicc probe, got: $out"
+  log "Open MPI: mpicc builds an MPI_Allreduce program that runs under mpirun -n 4"
   # -x NAME exports a caller variable to the ranks; each rank gets OMPI_COMM_WORLD_RANK.
   out=$(cd /tmp && SDMCI_PROBE=hello "${MPIRUN[@]}" -x SDMCI_PROBE -n 4 \
     sh -c 'echo "rank=$OMPI_COMM_WORLD_RANK local=$OMPI_COMM_WORLD_LOCAL_RANK size=$OMPI_COMM_WORLD_SIZE probe=$SDMCI_PROBE"' \
@@ -273,7 +288,8 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
-MpiDefault=none
+# Open MPI programs start under srun through PMIx (libpmix from libopenmpi-dev).
+MpiDefault=pmix
 SwitchType=switch/none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
@@ -377,6 +393,16 @@ setup_slurm() {
     return 1
   fi
   log "Slurm: caller environment and SLURM_PROCID/LOCALID/NTASKS reach every task"
+  # An MPI program (built by setup_mpi) starts under srun through PMIx.
+  if [ -x "$MARKER_DIR/mpi_probe" ]; then
+    out=$(cd /tmp && timeout 60 srun --immediate=30 -n 4 "$MARKER_DIR/mpi_probe" 2>&1 </dev/null)
+    if [ "$(printf '%s\n' "$out" | grep -cx 'sum=6')" -ne 4 ]; then
+      grep pmix "$SLURM_LOG_DIR/slurmd.log" | tail -5
+      warn "Slurm: an MPI_Allreduce program under 'srun -n 4' (MpiDefault=pmix) failed: $out"
+      return 1
+    fi
+    log "Slurm: an MPI_Allreduce program runs under srun -n 4 (PMIx)"
+  fi
   if ! timed timeout 120 srun --immediate=30 -n 64 true </dev/null; then
     warn "Slurm: 'srun -n 64 true' failed"
     return 1
