@@ -35,6 +35,11 @@ enum Cmd {
     /// Start PROGRAM under control on N servers, then run console commands (-c) or an
     /// interactive console.
     Run(RunArgs),
+    /// Attach to a running parallel job (a hung MPI job, say): read its process table from
+    /// its launcher (MPIR, as STAT and LaunchMON do), start one server per rank next to its
+    /// task, attach each to its rank's process, then run console commands (-c) or an
+    /// interactive console. `detach` or quitting leaves every task running and untraced.
+    Attach(AttachArgs),
     /// Start PROGRAM on N servers and show job-wide process metrics (min / mean / max and
     /// the ranks at the extremes) every period, merged in the tree.
     Top(TopArgs),
@@ -139,11 +144,9 @@ impl TreeArgs {
     }
 }
 
+/// The console options `run` and `attach` share.
 #[derive(clap::Args, Debug)]
-struct RunArgs {
-    /// Number of servers (and program processes).
-    #[arg(short, long)]
-    n: u32,
+struct ConsoleArgs {
     #[command(flatten)]
     tree: TreeArgs,
     /// A console command to run (repeatable, in order); without any, the console is interactive.
@@ -174,6 +177,15 @@ struct RunArgs {
     /// Which ranks get standard input (default: all).
     #[arg(long)]
     stdin: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Number of servers (and program processes).
+    #[arg(short, long)]
+    n: u32,
+    #[command(flatten)]
+    console: ConsoleArgs,
     /// Attach to these running processes (one pid per rank, comma-separated) instead of
     /// starting a program; they are detached, not killed, at the end.
     #[arg(
@@ -186,6 +198,27 @@ struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true, required_unless_present = "attach")]
     program: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
+struct AttachArgs {
+    /// The job's launcher process: Open MPI's `mpirun`, Slurm's `srun`, or an `mpiexec`
+    /// that keeps an MPIR process table. Its table names every rank's host and pid.
+    #[arg(
+        value_name = "LAUNCHER_PID",
+        required_unless_present = "pids",
+        conflicts_with = "pids"
+    )]
+    launcher_pid: Option<u32>,
+    /// The tasks of a job whose launcher is gone, in rank order: HOST:PID,... (a bare PID is
+    /// on this host).
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PID")]
+    pids: Vec<String>,
+    /// Print the process table and exit, attaching to nothing.
+    #[arg(long)]
+    table: bool,
+    #[command(flatten)]
+    console: ConsoleArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -277,7 +310,8 @@ fn real_main() -> anyhow::Result<()> {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Launch(a) => launch(a).await,
-        Cmd::Run(a) => run_console(a).await,
+        Cmd::Run(a) => run_console(a.n, a.console, None, a.attach, a.program).await,
+        Cmd::Attach(a) => attach_job(a).await,
         Cmd::Top(a) => run_top(a).await,
         Cmd::Status { pid, json } => {
             let (healthy, text) = crate::status::status(pid, json).await?;
@@ -624,16 +658,24 @@ async fn line_editor(console: &mut crate::console::Console) -> anyhow::Result<()
     }
 }
 
-async fn run_console(a: RunArgs) -> anyhow::Result<()> {
-    let mut opts = a.tree.options(a.n);
-    let window = if a.no_coalesce {
+/// `sdm run` and `sdm attach`: a tree of `n` servers, each starting `program` or attaching
+/// to its rank's pid in `attach`, then the console.
+async fn run_console(
+    n: u32,
+    c: ConsoleArgs,
+    opts: Option<SessionOptions>,
+    attach: Vec<u32>,
+    program: Vec<String>,
+) -> anyhow::Result<()> {
+    let mut opts = opts.unwrap_or_else(|| c.tree.options(n));
+    let window = if c.no_coalesce {
         Duration::ZERO
     } else {
-        Duration::from_millis(a.coalesce_ms)
+        Duration::from_millis(c.coalesce_ms)
     };
     opts.stdio_window = window;
-    let stdin_ids: IdSet = match &a.stdin {
-        None => IdSet::all(a.n),
+    let stdin_ids: IdSet = match &c.stdin {
+        None => IdSet::all(n),
         Some(s) => {
             let s = if s.starts_with('[') {
                 s.clone()
@@ -643,14 +685,14 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
             s.parse().map_err(|e| anyhow::anyhow!("--stdin: {e}"))?
         }
     };
-    a.iof
+    c.iof
         .parse::<sdm_server::monitor::IoMode>()
         .map_err(anyhow::Error::msg)?;
-    if !a.attach.is_empty() && a.attach.len() != a.n as usize {
+    if !attach.is_empty() && attach.len() != n as usize {
         anyhow::bail!(
             "--attach: {} pids for {} ranks (give one per rank)",
-            a.attach.len(),
-            a.n
+            attach.len(),
+            n
         );
     }
     let session = Session::launch(&opts, |_| {})
@@ -660,13 +702,13 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
     for (ids, why) in &r.failed {
         eprintln!("sdm: {ids} failed to start: {why}");
     }
-    let mut console = crate::console::Console::new(session, a.json);
-    let lag = if a.no_coalesce {
+    let mut console = crate::console::Console::new(session, c.json);
+    let lag = if c.no_coalesce {
         Duration::ZERO
     } else {
-        Duration::from_millis(a.merge_lag)
+        Duration::from_millis(c.merge_lag)
     };
-    console.set_stdio(a.label, lag);
+    console.set_stdio(c.label, lag);
     // `sdm status` in another terminal asks this front-end (the socket goes with it).
     let status_socket = match crate::status::serve() {
         Ok((served, queries)) => {
@@ -679,23 +721,21 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
             None
         }
     };
-    if a.attach.is_empty() {
-        let program = std::fs::canonicalize(&a.program[0])
+    if attach.is_empty() {
+        let exe = std::fs::canonicalize(&program[0])
             .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| a.program[0].clone());
-        let started = console
-            .start_program(&program, &a.program[1..], &a.iof)
-            .await?;
+            .unwrap_or_else(|_| program[0].clone());
+        let started = console.start_program(&exe, &program[1..], &c.iof).await?;
         for l in started.iter().filter(|l| !l.started()) {
             eprintln!(
-                "sdm: {} could not start {program}: {}",
+                "sdm: {} could not start {exe}: {}",
                 l.ids,
                 l.shown(crate::words::reply)
             );
         }
     } else {
         for l in console
-            .attach(&a.attach)
+            .attach(&attach)
             .await?
             .iter()
             .filter(|l| !l.started())
@@ -710,7 +750,7 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
     let mut failed = !r.failed.is_empty();
     let mut out = std::io::stdout();
     let interactive = std::io::stdin().is_terminal();
-    if a.commands.is_empty() && !interactive {
+    if c.commands.is_empty() && !interactive {
         // Like srun: standard input goes to the programs; wait for them to end.
         let (tx, rx) = tokio::sync::mpsc::channel::<Option<String>>(64);
         std::thread::spawn(move || {
@@ -734,15 +774,15 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
             eprintln!("sdm: {e:#}");
             failed = true;
         }
-    } else if a.commands.is_empty() {
+    } else if c.commands.is_empty() {
         line_editor(&mut console).await?;
     } else {
-        for c in &a.commands {
-            match console.command(c, &mut out).await {
+        for cmd in &c.commands {
+            match console.command(cmd, &mut out).await {
                 Ok(crate::console::Flow::Continue { failed: f }) => failed |= f,
                 Ok(crate::console::Flow::Quit) => break,
                 Err(e) => {
-                    eprintln!("sdm: {c}: {e:#}");
+                    eprintln!("sdm: {cmd}: {e:#}");
                     failed = true;
                 }
             }
@@ -759,4 +799,68 @@ async fn run_console(a: RunArgs) -> anyhow::Result<()> {
         std::process::exit(code);
     }
     Ok(())
+}
+
+/// `sdm attach`: the job's process table (from its launcher, or `--pids`), one server per
+/// rank on the rank's host, each attached to its rank's process; then the console.
+async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
+    let tasks: Vec<(String, u32)> = match a.launcher_pid {
+        Some(pid) => {
+            let t = sdm_server::mpir::read_proctable(pid)?;
+            if a.table {
+                print_proctable(&t, a.console.json);
+                return Ok(());
+            }
+            tracing::info!("launcher {pid}: {} ranks ({:?})", t.tasks.len(), t.source);
+            t.tasks.into_iter().map(|d| (d.host, d.pid)).collect()
+        }
+        None => parse_host_pids(&a.pids)?,
+    };
+    let n = u32::try_from(tasks.len()).context("too many ranks")?;
+    let here = sdm_server::monitor::hostname();
+    let is_here = |h: &str| {
+        h.is_empty()
+            || h == here
+            || h == "localhost"
+            || h.starts_with("127.")
+            || h.split('.').next() == here.split('.').next()
+    };
+    let mut opts = a.console.tree.options(n);
+    // Servers go where the tasks are: on this host by fork, on others through ssh, one per
+    // rank in rank order (the ssh launcher places rank i on hosts[i]).
+    if opts.launcher == LauncherKind::Local && !tasks.iter().all(|(h, _)| is_here(h)) {
+        opts.launcher = LauncherKind::Ssh;
+        opts.hosts = tasks.iter().map(|(h, _)| h.clone()).collect();
+    }
+    let pids = tasks.iter().map(|&(_, p)| p).collect();
+    run_console(n, a.console, Some(opts), pids, Vec::new()).await
+}
+
+/// `--pids HOST:PID,...` (a bare PID is on this host) in rank order.
+fn parse_host_pids(items: &[String]) -> anyhow::Result<Vec<(String, u32)>> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(rank, item)| {
+            let (host, pid) = item.rsplit_once(':').unwrap_or(("", item));
+            let pid = pid.parse::<u32>().map_err(|_| {
+                anyhow::anyhow!("--pids: {item:?} (rank {rank}) is not HOST:PID or PID")
+            })?;
+            Ok((host.to_owned(), pid))
+        })
+        .collect()
+}
+
+/// `sdm attach PID --table`: the process table, one rank per line.
+fn print_proctable(t: &sdm_server::mpir::ProcTable, json: bool) {
+    for d in &t.tasks {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"rank": d.rank, "host": d.host, "pid": d.pid, "executable": d.executable})
+            );
+        } else {
+            println!("{} {} {} {}", d.rank, d.host, d.pid, d.executable);
+        }
+    }
 }

@@ -68,6 +68,11 @@ pub const COMMANDS: &[Command] = &[
         about: "kill the programs",
     },
     Command {
+        name: "detach",
+        usage: "detach [IDS]",
+        about: "let processes attached to (sdm attach, sdm run --attach) go: breakpoints removed, running, untraced",
+    },
+    Command {
         name: "top",
         usage: "top [IDS]",
         about: "process metrics over the ranks: min, mean, max, sum and where the extremes are",
@@ -105,7 +110,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "quit",
         usage: "quit",
-        about: "end the session (also `exit`); the programs are killed",
+        about: "end the session (also `exit`); programs started are killed, processes attached to are detached",
     },
 ];
 

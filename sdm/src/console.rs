@@ -585,6 +585,19 @@ impl Console {
                         _ => crate::words::reply(r),
                     })?;
             }
+            "detach" => {
+                let dest = ids(rest)?;
+                let id = self.id();
+                // Ranks attached to are never killed nor awaited at the end: nothing to note.
+                let lines = self
+                    .request(&dest, &format!("{id} [] sdm_detach()"))
+                    .await?;
+                // Replies hold each rank's pid: one merged line says what happened.
+                failed = self.print_lines(verb, &lines, out, |r| match r.results.first() {
+                    Some(Value::Int(_)) => "detached".into(),
+                    _ => crate::words::reply(r),
+                })?;
+            }
             "break" => failed = self.set_breakpoint(rest, out).await?,
             "info" => match rest {
                 "break" | "breakpoints" | "b" => self.info_break(out)?,
@@ -704,18 +717,30 @@ impl Console {
         show: impl Fn(&BasicReply) -> String,
     ) -> anyhow::Result<bool> {
         let mut failed = false;
+        // Replies that differ (each rank's pid, say) but read the same merge into one line.
+        let mut shown: Vec<(Status, String, IdSet)> = Vec::new();
         for l in lines {
             failed |= line_failed(l);
             let text = l.shown(&show);
+            match shown
+                .iter_mut()
+                .find(|(s, t, _)| *s == l.status && *t == text)
+            {
+                Some((_, _, ids)) => ids.union_with(&l.ids),
+                None => shown.push((l.status, text, l.ids.clone())),
+            }
+        }
+        shown.sort_by_key(|(_, _, ids)| ids.first());
+        for (status, text, ids) in shown {
             if self.json {
-                let status = status_name(l.status);
+                let status = status_name(status);
                 writeln!(
                     out,
                     "{}",
-                    serde_json::json!({"command": cmd, "ids": l.ids.to_string(), "status": status, "result": text})
+                    serde_json::json!({"command": cmd, "ids": ids.to_string(), "status": status, "result": text})
                 )?;
             } else {
-                writeln!(out, "{} {text}", l.ids)?;
+                writeln!(out, "{ids} {text}")?;
             }
         }
         Ok(failed)

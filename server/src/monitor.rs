@@ -510,6 +510,23 @@ impl Monitor {
         Ok(pid.as_raw() as u32)
     }
 
+    /// Lets the process this monitor attached to go, for good: breakpoints removed, detached,
+    /// left running; the monitor then controls no process. Returns its pid. A process this
+    /// monitor started cannot be detached (it would be left without its server).
+    pub fn detach_process(&mut self) -> MonResult<u32> {
+        let p = self.proc()?;
+        if p.child.is_some() {
+            return Err(format!(
+                "process {} was started by this server, not attached to: kill it instead",
+                p.pid
+            ));
+        }
+        let pid = p.pid.as_raw() as u32;
+        self.detach();
+        self.proc = None;
+        Ok(pid)
+    }
+
     /// Lets an attached process go: removes breakpoints and detaches, leaving it running.
     fn detach(&mut self) {
         let Some(p) = self.proc.as_mut() else { return };

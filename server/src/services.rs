@@ -335,6 +335,12 @@ pub fn registry() -> Arc<Registry<Monitor>> {
             }),
         );
         x.register(
+            "detach",
+            Box::new(|m: &mut Monitor, _req: &BasicRequest| {
+                m.detach_process().map(|p| vec![Value::Int(i64::from(p))]).map_err(err)
+            }),
+        );
+        x.register(
             "delete_breakpoint",
             Box::new(|m: &mut Monitor, req: &BasicRequest| {
                 m.clear_breakpoint(&code_location(req)?).map(|()| vec![Value::Int(0)]).map_err(err)

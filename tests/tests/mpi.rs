@@ -74,3 +74,174 @@ fn an_mpi_job_runs_under_sdm_with_mpirun() {
 fn an_mpi_job_runs_under_sdm_with_srun() {
     allreduce_under("srun");
 }
+
+/// A hung MPI job started outside sdm: its launcher and every rank's pid.
+struct HungJob {
+    launcher: std::process::Child,
+}
+
+impl HungJob {
+    /// `mpirun -n N mpi_hang` or `srun -n N mpi_hang`, once every rank printed `ready`.
+    fn start(launcher: &str, n: u32) -> Self {
+        let prog = mpi_program("mpi_hang");
+        let mut cmd = Command::new(launcher);
+        if launcher == "mpirun" {
+            cmd.args(["--allow-run-as-root", "--oversubscribe"])
+                .env_remove("SLURM_JOB_ID")
+                .env_remove("SLURM_JOBID");
+        }
+        let mut child = cmd
+            .args(["-n", &n.to_string()])
+            .arg(&prog)
+            .current_dir(std::env::temp_dir())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {launcher}: {e}"));
+        let out = child.stdout.take().unwrap();
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out));
+        for _ in 0..n {
+            let l = lines.next().expect("a rank's ready line").unwrap();
+            assert_eq!(l, "ready");
+        }
+        // Keep draining, so a rank writing later never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self { launcher: child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.launcher.id()
+    }
+
+    /// The ranks' pids, from the launcher's table.
+    fn ranks(&self) -> Vec<u32> {
+        let out = sdm_e2e::sdm_ok(["attach", &self.pid().to_string(), "--table", "--json"]);
+        out.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["pid"].as_u64().unwrap() as u32
+            })
+            .collect()
+    }
+}
+
+impl Drop for HungJob {
+    fn drop(&mut self) {
+        let _ = self.launcher.kill();
+        let _ = self.launcher.wait();
+    }
+}
+
+/// `TracerPid` and state letter of `pid`.
+fn tracer_and_state(pid: u32) -> (u32, String) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    (
+        field("TracerPid:").parse().unwrap(),
+        field("State:").chars().next().unwrap().to_string(),
+    )
+}
+
+/// `sdm attach LAUNCHER -c stop -c status -c detach` on a hung job of `n` ranks: every rank
+/// attached and stopped, the last one in `compute`, all let go running and untraced, the
+/// job still alive afterwards.
+fn attach_stop_detach(launcher: &str, n: u32) {
+    let job = HungJob::start(launcher, n);
+    let ranks = job.ranks();
+    assert_eq!(ranks.len(), n as usize);
+    let out = Command::new(sdm())
+        .args(["attach", &job.pid().to_string()])
+        .args(["-c", "stop", "-c", "status", "-c", "detach"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = n - 1;
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], format!("[0-{last}] stopped"), "{stdout}{stderr}");
+    assert!(
+        lines.contains(&format!("[{last}] stopped in compute at mpi_hang.c:11").as_str()),
+        "{stdout}{stderr}"
+    );
+    assert_eq!(
+        lines.last().copied(),
+        Some(format!("[0-{last}] detached").as_str()),
+        "{stdout}{stderr}"
+    );
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    for pid in ranks {
+        let (tracer, state) = tracer_and_state(pid);
+        assert_eq!(tracer, 0, "rank pid {pid} still traced");
+        assert!(
+            state == "R" || state == "S",
+            "rank pid {pid} left in state {state}"
+        );
+    }
+    let (_, launcher_state) = tracer_and_state(job.pid());
+    assert_ne!(launcher_state, "Z", "the launcher ended");
+}
+
+#[test]
+#[cfg_attr(
+    not(sdm_have_mpirun),
+    ignore = "needs mpirun and mpicc (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn attach_to_a_hung_mpirun_job_and_detach() {
+    attach_stop_detach("mpirun", 8);
+}
+
+#[test]
+#[cfg_attr(
+    not(sdm_have_slurm),
+    ignore = "needs srun with PMIx and mpicc (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn attach_to_a_hung_srun_job_and_detach() {
+    attach_stop_detach("srun", 8);
+}
+
+/// `--pids` for a job whose launcher is gone; a pid that no longer exists is reported for
+/// its rank, the others attach, and the exit status says something failed.
+#[test]
+fn attach_by_pids_reports_a_vanished_pid_for_its_rank() {
+    let mut procs: Vec<std::process::Child> = (0..3)
+        .map(|_| Command::new("sleep").arg("300").spawn().unwrap())
+        .collect();
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let list = format!("{},localhost:{},{gone_pid}", procs[0].id(), procs[1].id());
+    let out = Command::new(sdm())
+        .args(["attach", "--pids", &list, "-c", "status", "-c", "detach"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[2] could not attach") && stderr.contains(&gone_pid.to_string()),
+        "{stderr}"
+    );
+    assert!(
+        stdout.lines().any(|l| l == "[0-1] running"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        stdout.lines().any(|l| l == "[0-1] detached"),
+        "{stdout}{stderr}"
+    );
+    assert!(!out.status.success());
+    for p in &procs[..2] {
+        assert_eq!(tracer_and_state(p.id()).0, 0);
+    }
+    for p in &mut procs {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+}
