@@ -44,8 +44,8 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bt",
-        usage: "bt [IDS]",
-        about: "stack traces merged into one call tree (running programs are stopped for it and continued)",
+        usage: "bt [--samples K] [--interval MS] [--classes] [--dot FILE] [--svg FILE] [IDS]",
+        about: "stack traces merged into one call tree (running programs are stopped for it and continued); K samples counted per edge; --classes: the ranks ending at each leaf; --dot/--svg: the tree as a graph",
     },
     Command {
         name: "break",
@@ -325,7 +325,10 @@ mod tests {
             (6, vec!["reached_by_odd".into()])
         );
         assert_eq!(complete("break ", 6, &f).1.len(), 3);
-        assert_eq!(complete("help de", 7, &f), (5, vec!["delete".into()]));
+        assert_eq!(
+            complete("help de", 7, &f),
+            (5, vec!["delete".into(), "detach".into()])
+        );
         assert_eq!(complete("info b", 6, &f), (5, vec!["break".into()]));
         assert!(complete("stop 0-", 7, &f).1.is_empty());
     }

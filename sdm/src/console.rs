@@ -13,6 +13,7 @@ use sdm_proto::{IdSet, Message, Status, SyncMode};
 
 use sdm_overlay::align::Aligner;
 use sdm_overlay::coalesce::StdioLine;
+use sdm_overlay::filters::builtin::StackTree;
 
 use sdm_client::session::Session;
 use sdm_omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
@@ -604,10 +605,7 @@ impl Console {
                 _ => anyhow::bail!("info: expected `info break`"),
             },
             "delete" => failed = self.delete_breakpoints(rest, out).await?,
-            "bt" => {
-                let dest = ids(rest)?;
-                failed = self.sampled_backtrace(&dest, out).await?;
-            }
+            "bt" => failed = self.sampled_backtrace(rest, out).await?,
             "health" => {
                 failed = !self.health(self.json, out).await?;
             }
@@ -772,10 +770,9 @@ impl Console {
         Ok(())
     }
 
-    /// Prints stack traces merged into a call-prefix tree, outermost frame first; returns
-    /// whether some rank gave no stack (an error, lost, timed out).
-    fn print_tree(&self, lines: &[Line], out: &mut dyn Write) -> anyhow::Result<bool> {
-        let mut root = TreeNode::default();
+    /// Merges the stack traces of `lines` into `tree` (outermost frame first), once per
+    /// rank; returns the lines that hold no stack (an error, lost, timed out).
+    fn add_stacks(lines: &[Line], tree: &mut StackTree) -> Vec<Line> {
         let mut other = Vec::new();
         for l in lines {
             let frames = l.reply.as_ref().and_then(|r| match r.results.first() {
@@ -795,67 +792,43 @@ impl Console {
                             _ => "?".into(),
                         })
                         .collect();
-                    root.insert(&names, &l.ids);
+                    tree.insert(names.iter().map(String::as_str), &l.ids);
                 }
                 None => other.push(l.clone()),
             }
         }
-        if self.json {
-            writeln!(
+        other
+    }
+
+    /// Prints `tree` as `bt` was asked (`a`): the tree or the classes, as text or JSON, and
+    /// writes its DOT or SVG file.
+    fn print_stacks(
+        &self,
+        tree: &StackTree,
+        a: &crate::stacks::BtArgs,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<()> {
+        if let Some(path) = &a.dot {
+            crate::stacks::write_dot(tree, path).map_err(|e| anyhow!(e))?;
+        }
+        if let Some(path) = &a.svg {
+            crate::stacks::write_svg(tree, path).map_err(|e| anyhow!(e))?;
+        }
+        match (a.classes, self.json) {
+            (true, true) => writeln!(
                 out,
                 "{}",
-                serde_json::json!({"command": "bt", "tree": root.to_json()["children"]})
-            )?;
-        } else {
-            root.print(out, 0)?;
-        }
-        self.print_lines("bt", &other, out, crate::words::reply)
-    }
-}
-
-/// A node of the merged call-prefix tree: a function and the ranks whose stacks pass it.
-#[derive(Debug, Default)]
-struct TreeNode {
-    name: String,
-    ranks: IdSet,
-    children: Vec<TreeNode>,
-}
-
-impl TreeNode {
-    fn insert(&mut self, path: &[String], ranks: &IdSet) {
-        self.ranks.union_with(ranks);
-        let Some((first, rest)) = path.split_first() else {
-            return;
-        };
-        let child = match self.children.iter().position(|c| &c.name == first) {
-            Some(i) => &mut self.children[i],
-            None => {
-                self.children.push(TreeNode {
-                    name: first.clone(),
-                    ..TreeNode::default()
-                });
-                self.children.last_mut().expect("just pushed")
-            }
-        };
-        child.insert(rest, ranks);
-    }
-
-    fn print(&self, out: &mut dyn Write, depth: usize) -> std::io::Result<()> {
-        let mut kids: Vec<&TreeNode> = self.children.iter().collect();
-        kids.sort_by_key(|c| c.ranks.first());
-        for c in kids {
-            writeln!(out, "{}{} {}", "  ".repeat(depth), c.ranks, c.name)?;
-            c.print(out, depth + 1)?;
+                serde_json::json!({"command": "bt", "samples": a.samples, "classes": crate::stacks::classes_json(tree)})
+            )?,
+            (true, false) => crate::stacks::print_classes(tree, out)?,
+            (false, true) => writeln!(
+                out,
+                "{}",
+                serde_json::json!({"command": "bt", "samples": a.samples, "tree": tree.to_json()})
+            )?,
+            (false, false) => crate::stacks::print_tree(tree, out)?,
         }
         Ok(())
-    }
-
-    fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "function": self.name,
-            "ranks": self.ranks.to_string(),
-            "children": self.children.iter().map(TreeNode::to_json).collect::<Vec<_>>(),
-        })
     }
 }
 
@@ -1039,39 +1012,54 @@ impl Console {
         Ok(failed)
     }
 
-    /// `bt`: stack traces of `dest` as one tree. Running programs are sampled as STAT
-    /// does: stopped, walked, and continued (only those this command stopped).
-    async fn sampled_backtrace(
-        &mut self,
-        dest: &IdSet,
-        out: &mut dyn Write,
-    ) -> anyhow::Result<bool> {
-        let id = self.id();
-        let status = self.request(dest, &format!("{id} [] sdm_status()")).await?;
-        let running: IdSet = status
-            .iter()
-            .filter(|l| {
-                l.reply.as_ref().and_then(|r| r.results.first())
-                    == Some(&Value::Str("running".into()))
-            })
-            .fold(IdSet::new(), |acc, l| &acc | &l.ids);
-        let mut stopped = IdSet::new();
-        if !running.is_empty() {
-            let id = self.id();
-            stopped = ok_ids(&self.request(&running, &format!("{id} [] stop()")).await?);
-        }
-        let id = self.id();
-        let stacks = self
-            .request(dest, &format!("{id} [] stack_backtrace()"))
-            .await?;
+    /// `bt`: stack traces of the ranks as one call-prefix tree, sampled as STAT does:
+    /// running programs are stopped, walked and continued (only those this command
+    /// stopped), `--samples K` times `--interval MS` apart, every sample counted in the
+    /// tree (STAT's 3D view); `--classes`, `--dot`, `--svg` and `--json` choose the view.
+    async fn sampled_backtrace(&mut self, rest: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
+        let a = crate::stacks::BtArgs::parse(rest).map_err(|e| anyhow!(e))?;
+        let dest = parse_ids(&self.session.all(), &a.ids)?;
+        let mut tree = StackTree::default();
         let mut failed = false;
-        if !stopped.is_empty() {
+        let mut no_stack: Vec<Line> = Vec::new();
+        for k in 0..a.samples {
+            if k > 0 {
+                let until = tokio::time::Instant::now() + a.interval;
+                while tokio::time::Instant::now() < until {
+                    self.pump(until, out).await?;
+                }
+            }
             let id = self.id();
-            let cont = self.request(&stopped, &format!("{id} [] cont()")).await?;
-            let bad: Vec<Line> = cont.into_iter().filter(line_failed).collect();
-            failed |= self.print_lines("bt", &bad, out, crate::words::reply)?;
+            let status = self
+                .request(&dest, &format!("{id} [] sdm_status()"))
+                .await?;
+            let running: IdSet = status
+                .iter()
+                .filter(|l| {
+                    l.reply.as_ref().and_then(|r| r.results.first())
+                        == Some(&Value::Str("running".into()))
+                })
+                .fold(IdSet::new(), |acc, l| &acc | &l.ids);
+            let mut stopped = IdSet::new();
+            if !running.is_empty() {
+                let id = self.id();
+                stopped = ok_ids(&self.request(&running, &format!("{id} [] stop()")).await?);
+            }
+            let id = self.id();
+            let stacks = self
+                .request(&dest, &format!("{id} [] stack_backtrace()"))
+                .await?;
+            if !stopped.is_empty() {
+                let id = self.id();
+                let cont = self.request(&stopped, &format!("{id} [] cont()")).await?;
+                let bad: Vec<Line> = cont.into_iter().filter(line_failed).collect();
+                failed |= self.print_lines("bt", &bad, out, crate::words::reply)?;
+            }
+            // A rank without a stack is reported once, from the last sample.
+            no_stack = Self::add_stacks(&stacks, &mut tree);
         }
-        Ok(self.print_tree(&stacks, out)? | failed)
+        self.print_stacks(&tree, &a, out)?;
+        Ok(self.print_lines("bt", &no_stack, out, crate::words::reply)? | failed)
     }
 
     /// `counters --groups`: the sets of ranks whose counters are identical, with the sum

@@ -6,6 +6,7 @@
 //! - [`cli`]: the command's definitions (clap) and its `main`.
 //! - [`console`]: the parallel debugger console of `sdm run`; [`commands`] (help,
 //!   breakpoint numbers, tab completion) and [`words`] (events and replies in plain words).
+//! - [`stacks`]: `bt`'s views of the merged stacks (tree, classes, DOT, SVG, JSON).
 //! - [`top`]: `sdm top`'s tables and JSON.
 //! - [`status`]: `sdm status`, the health asked of a running `sdm run` from elsewhere.
 //! - [`manual`]: shell completions and man pages generated from the command's definitions.
@@ -19,6 +20,7 @@ pub mod cli;
 pub mod commands;
 pub mod console;
 pub mod manual;
+pub mod stacks;
 pub mod status;
 pub mod top;
 pub mod words;

@@ -17,7 +17,7 @@ pub use histogram::{Histogram, HistogramRecord, MAX_BUCKETS};
 pub use identical::Identical;
 pub use lines::{LineGroup, Lines};
 pub use scalar::{Count, Mean, MeanRecord, MinMax, Sum};
-pub use stacktrace::{StackNode, StackTrace, StackTree};
+pub use stacktrace::{StackClass, StackNode, StackTrace, StackTree};
 pub use statements::{EventKind, StatementRecord, StatementTotal, Statements};
 pub use stats::{KeyStats, Stats};
 
