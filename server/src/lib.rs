@@ -3,6 +3,8 @@
 //!
 //! Modules, each importing only those above it in this list:
 //! - [`counters`]: the socket where a monitored program feeds its own counters.
+//! - `unwind` (private): stack walks of a stopped process from DWARF call-frame
+//!   information (framehop), frames named with addr2line, inline frames included.
 //! - [`monitor`]: the node-local monitor over real processes (signals, /proc, ptrace,
 //!   addr2line), its stored OMIS event requests and their actions.
 //! - [`services`]: the OMIS services every server offers over its monitor.
@@ -17,6 +19,7 @@
 //!   are not compiled.
 
 pub mod counters;
+mod unwind;
 pub mod daemon;
 pub mod monitor;
 pub mod service;
