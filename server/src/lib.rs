@@ -19,10 +19,10 @@
 //!   are not compiled.
 
 pub mod counters;
-mod unwind;
 pub mod daemon;
 pub mod monitor;
 pub mod service;
 pub mod services;
+mod unwind;
 
 pub use daemon::{ServerOptions, run_master, run_server};

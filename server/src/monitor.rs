@@ -26,8 +26,8 @@ use tokio::sync::{mpsc, oneshot};
 use sdm_omis::{ActionList, BasicReply, BasicRequest, Registry, Value};
 use sdm_proto::IdSet;
 
-use crate::unwind::{Stacks, read_maps};
 pub use crate::unwind::{Frame, SIGNAL_FRAME};
+use crate::unwind::{Stacks, read_maps};
 
 /// What the monitored process is doing, as the monitor knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -412,10 +412,10 @@ impl Monitor {
         }
         if p.traced {
             ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
-            wait_trace_stop(p)?;
+            wait_interrupted(p)?;
         } else {
             kill(p.pid, Signal::SIGSTOP).map_err(|e| errno("SIGSTOP", e))?;
-            wait_stopped(p, WaitPidFlag::WUNTRACED)?;
+            wait_stopped(p, WaitPidFlag::WUNTRACED, false)?;
         }
         if p.state == ProcState::Running {
             p.state = ProcState::Stopped;
@@ -522,7 +522,7 @@ impl Monitor {
         }
         if p.state == ProcState::Running
             && ptrace::interrupt(p.pid).is_ok()
-            && wait_trace_stop(p).is_err()
+            && wait_interrupted(p).is_err()
         {
             return;
         }
@@ -755,7 +755,7 @@ impl Monitor {
         }
         if was_running {
             ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
-            wait_trace_stop(p)?;
+            wait_interrupted(p)?;
         }
         let word = ptrace::read(p.pid, addr as ptrace::AddressType)
             .map_err(|e| errno(&format!("reading {addr:#x}"), e))?;
@@ -860,7 +860,7 @@ impl Monitor {
         let was_running = p.state == ProcState::Running;
         if was_running {
             ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
-            wait_trace_stop(p)?;
+            wait_interrupted(p)?;
         }
         poke_byte(p.pid, addr, orig)?;
         p.breakpoints.remove(&addr);
@@ -932,14 +932,28 @@ impl Monitor {
 
 /// Waits until the traced process reports a ptrace stop.
 fn wait_trace_stop(p: &mut Proc) -> MonResult<()> {
-    wait_stopped(p, WaitPidFlag::__WALL)
+    wait_stopped(p, WaitPidFlag::__WALL, false)
+}
+
+/// Waits for the stop a `ptrace::interrupt` asked for. A signal on its way to the process
+/// first (its signal-delivery stop) is passed on, not taken for the stop (continuing from
+/// it would discard the signal); the interrupt stops the process right after.
+fn wait_interrupted(p: &mut Proc) -> MonResult<()> {
+    wait_stopped(p, WaitPidFlag::__WALL, true)
 }
 
 /// Waits (`waitpid` with `flags`) until the process reports a stop; an exit or a kill on
-/// the way is recorded in its state and returned as the error.
-fn wait_stopped(p: &mut Proc, flags: WaitPidFlag) -> MonResult<()> {
+/// the way is recorded in its state and returned as the error. With `pass_signals`, a
+/// traced process's signal-delivery stops (other than SIGSTOP and SIGTRAP) are continued
+/// with their signal instead.
+fn wait_stopped(p: &mut Proc, flags: WaitPidFlag, pass_signals: bool) -> MonResult<()> {
     loop {
         match waitpid(p.pid, Some(flags)).map_err(|e| errno("waitpid", e))? {
+            WaitStatus::Stopped(pid, sig)
+                if pass_signals && sig != Signal::SIGSTOP && sig != Signal::SIGTRAP =>
+            {
+                ptrace::cont(pid, sig).map_err(|e| errno("ptrace cont", e))?;
+            }
             WaitStatus::Stopped(..) | WaitStatus::PtraceEvent(..) => return Ok(()),
             WaitStatus::Exited(_, c) => {
                 p.state = ProcState::Exited(c);

@@ -118,6 +118,8 @@ struct Symbol {
 
 /// What a walk needs of one mapped ELF image: its unwind module, symbols and DWARF.
 struct Image {
+    /// The file's name (no directory), or the area's (`[vdso]`).
+    name: String,
     /// Where it is mapped (all its mappings).
     avma: Range<u64>,
     /// Actual address minus the address the file states.
@@ -179,6 +181,7 @@ impl Image {
             .collect();
         symbols.sort_by_key(|s| s.address);
         Some(Self {
+            name: name.rsplit('/').next().unwrap_or(name).to_owned(),
             avma,
             bias,
             module,
@@ -203,18 +206,21 @@ impl Image {
     }
 
     /// The frames at `svma`: the inline chain DWARF gives (innermost first), or one frame
-    /// named from the symbol table.
+    /// named from the symbol table, or (no symbol covers it) by the image's name and the
+    /// offset, `libc.so.6+0x2724a`: the same in every process that maps the same file.
     fn frames(&self, pc: u64, fp: u64, svma: u64) -> Vec<Frame> {
         let mut out = Vec::new();
         if let Some(mut chain) = self.dwarf.as_ref().and_then(|d| d.find_frames(svma).ok()) {
             while let Ok(Some(f)) = chain.next() {
-                let Some(name) = f.function.and_then(|n| n.demangle().ok().map(|s| s.into_owned()))
+                let Some(name) = f
+                    .function
+                    .and_then(|n| n.demangle().ok().map(|s| s.into_owned()))
                 else {
                     continue;
                 };
-                let location = f.location.and_then(|l| {
-                    Some(format!("{}:{}", l.file?.rsplit('/').next()?, l.line?))
-                });
+                let location = f
+                    .location
+                    .and_then(|l| Some(format!("{}:{}", l.file?.rsplit('/').next()?, l.line?)));
                 out.push(Frame {
                     pc,
                     fp,
@@ -230,7 +236,7 @@ impl Image {
         }
         let function = match self.symbol(svma) {
             Some(name) => addr2line::demangle_auto(name.into(), None).into_owned(),
-            None => format!("{pc:#x}"),
+            None => format!("{}+{svma:#x}", self.name),
         };
         vec![Frame {
             pc,
