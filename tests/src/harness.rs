@@ -432,6 +432,17 @@ pub fn sdm_ok<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
     text
 }
 
+/// Runs the console command `cmd` (asserting the console goes on) and returns what it printed.
+pub async fn console_command(c: &mut sdm::console::Console, cmd: &str) -> String {
+    let mut out = Vec::new();
+    let flow = c.command(cmd, &mut out).await.expect("console command");
+    assert!(
+        matches!(flow, sdm::console::Flow::Continue { .. }),
+        "{cmd}: {flow:?}"
+    );
+    String::from_utf8(out).expect("console output is UTF-8")
+}
+
 /// What `n` sends upward: its own leaf and its children's groups, folded and flushed once.
 fn fold_node(
     reg: &Registry,

@@ -15,8 +15,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use sdm::console::{Console, Flow};
+use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
+use sdm_e2e::console_command as run;
 use sdm_omis::Value;
 use sdm_proto::{IdSet, Status};
 use sdm_server::monitor::{MonitorHandle, SIGNAL_FRAME};
@@ -203,15 +204,6 @@ async fn frames_match_gdb_at_o2() {
 #[cfg_attr(not(sdm_have_gdb), ignore = "needs gdb")]
 async fn frames_match_gdb_at_o2_without_frame_pointers() {
     frames_match_gdb("O2-nofp").await;
-}
-
-async fn run(c: &mut Console, cmd: &str) -> String {
-    let mut out = Vec::new();
-    assert!(matches!(
-        c.command(cmd, &mut out).await.unwrap(),
-        Flow::Continue { .. }
-    ));
-    String::from_utf8(out).unwrap()
 }
 
 /// Each rank's frames from one `stack_backtrace` request, by rank.
