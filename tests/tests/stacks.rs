@@ -2,7 +2,8 @@
 //! and through real daemons the OMIS `stack_backtrace` service's) name the same functions in
 //! the same order as gdb's `bt`, for tests/programs/stacks.c built -O0, -O2 and -O2
 //! -fomit-frame-pointer, stopped in a call chain with an inlined function, in libc's
-//! nanosleep, and in a signal handler; the console's `bt` merges those stacks into one tree.
+//! nanosleep, and in a signal handler, and ranks of an `mpirun` job (mpicc -O2) waiting in
+//! MPI_Barrier or computing; the console's `bt` merges those stacks into one tree.
 //!
 //! The comparison covers every frame to the outermost (`_start`; gdb with `backtrace
 //! past-main`). gdb reads no separate debug files (libc is named from its symbol table, as
@@ -156,6 +157,15 @@ fn assert_to_main(what: &str, frames: &[String], case: &Case) {
 /// sdm's frames of `pid` (the monitor attached, stopped, walked, detached), once the
 /// program waits in the case's innermost function.
 async fn monitor_frames(pid: u32, case: &Case) -> Vec<String> {
+    monitor_frames_when(pid, |f| {
+        f.first().map(String::as_str) == Some(case.to_main[0])
+    })
+    .await
+}
+
+/// sdm's frames of `pid` (the monitor attached, stopped, walked, detached), once they are
+/// `ready` (at once for a process that stays stopped).
+async fn monitor_frames_when(pid: u32, ready: impl Fn(&[String]) -> bool) -> Vec<String> {
     let (stdio, _) = tokio::sync::mpsc::channel(16);
     let (mon, _events) = MonitorHandle::spawn(0, 1, stdio);
     mon.call(move |m| m.attach(pid)).await.unwrap();
@@ -165,7 +175,7 @@ async fn monitor_frames(pid: u32, case: &Case) -> Vec<String> {
         mon.call(|m| m.stop()).await.unwrap();
         let frames = mon.call(|m| m.backtrace()).await.unwrap();
         names = frames.into_iter().map(|f| f.function).collect();
-        if names.first().map(String::as_str) == Some(case.to_main[0]) {
+        if ready(&names) {
             break;
         }
         mon.call(|m| m.cont()).await.unwrap();
@@ -314,4 +324,150 @@ async fn daemons_stacks_match_gdb_and_merge_in_bt() {
         assert_same_frames(&what, &stacks[&(r as u32)], &gdb);
     }
     drop(procs);
+}
+
+/// The MPI program's stack in a rank: `compute` (the last rank) or the barrier, from `step`.
+const MPI_COMPUTE: &[&str] = &["compute", "step", "main"];
+const MPI_BARRIER: &[&str] = &["PMPI_Barrier", "step", "main"];
+
+/// The frames of `frames` from `first` down to `main`, if both are there.
+fn from_to_main<'a>(frames: &'a [String], first: &str) -> Option<&'a [String]> {
+    let start = frames.iter().position(|f| f == first)?;
+    let main = frames.iter().position(|f| f == "main")?;
+    frames.get(start..=main)
+}
+
+/// An `mpirun` job and its ranks, killed (ranks first) when dropped.
+struct Job {
+    mpirun: Child,
+    ranks: Vec<u32>,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        for &pid in &self.ranks {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.mpirun.kill();
+        let _ = self.mpirun.wait();
+    }
+}
+
+/// The processes whose parent is `parent` and whose executable is `exe`.
+fn children_running(parent: u32, exe: &std::path::Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(") ")
+            .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if ppid == Some(parent)
+            && std::fs::read_link(format!("/proc/{pid}/exe"))
+                .ok()
+                .as_deref()
+                == Some(exe)
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(") ")?.1.chars().next()
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(all(sdm_have_gdb, sdm_have_mpirun)),
+    ignore = "needs gdb and mpirun (deploy/ci-setup.sh)"
+)]
+async fn mpi_ranks_frames_match_gdb_through_libmpi() {
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sdm-stacks-mpi-{}", std::process::id()));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/stacks_mpi.c");
+    let ok = Command::new("mpicc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .status()
+        .expect("mpicc (deploy/ci-setup.sh installs libopenmpi-dev)");
+    assert!(ok.success(), "mpicc {src} failed");
+    const N: usize = 3;
+    let mpirun = Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            &N.to_string(),
+        ])
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("mpirun");
+    let mut job = Job {
+        mpirun,
+        ranks: Vec::new(),
+    };
+    for _ in 0..1000 {
+        job.ranks = children_running(job.mpirun.id(), &exe);
+        if job.ranks.len() == N {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(job.ranks.len(), N, "ranks of mpirun {}", job.mpirun.id());
+    let mut computing = 0;
+    for &pid in &job.ranks {
+        // Past MPI_Init, in the barrier or in compute.
+        let ready = |f: &[String]| {
+            from_to_main(f, "compute").is_some() || from_to_main(f, "PMPI_Barrier").is_some()
+        };
+        monitor_frames_when(pid, ready).await;
+        // Held in one place (a group stop) for both: the barrier's progress loop moves.
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGSTOP,
+        )
+        .unwrap();
+        while state(pid) != Some('T') {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let gdb = gdb_bt(pid);
+        let sdm = monitor_frames_when(pid, |_| true).await;
+        let what = format!("rank pid {pid}");
+        assert_same_frames(&what, &sdm, &gdb);
+        match from_to_main(&sdm, "compute") {
+            Some(f) => {
+                assert_eq!(f, MPI_COMPUTE, "{what}: {sdm:?}");
+                computing += 1;
+            }
+            None => {
+                let f = from_to_main(&sdm, "PMPI_Barrier");
+                assert_eq!(
+                    f,
+                    Some(
+                        MPI_BARRIER
+                            .iter()
+                            .map(|s| s.to_string())
+                            .collect::<Vec<_>>()
+                            .as_slice()
+                    ),
+                    "{what}: {sdm:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        computing, 1,
+        "one rank computes, the others wait in the barrier"
+    );
 }
