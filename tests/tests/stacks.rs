@@ -358,25 +358,15 @@ impl Drop for Job {
 
 /// The processes whose parent is `parent` and whose executable is `exe`.
 fn children_running(parent: u32, exe: &std::path::Path) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let ppid = stat
-            .rsplit_once(") ")
-            .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if ppid == Some(parent)
-            && std::fs::read_link(format!("/proc/{pid}/exe"))
+    sdm_e2e::children_of(parent)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe"))
                 .ok()
                 .as_deref()
                 == Some(exe)
-        {
-            pids.push(pid);
-        }
-    }
-    pids
+        })
+        .collect()
 }
 
 fn state(pid: u32) -> Option<char> {
