@@ -3,6 +3,7 @@
  *   chain:  main > top > mid > leaf > spin (inlined into leaf), spinning
  *   sleep:  main > sleeper > nanosleep (libc), asleep
  *   signal: main > wait_loop, interrupted by SIGALRM whose handler on_alarm spins
+ *   vdso:   main > clock_loop > clock_gettime, often in the vdso's code
  * noipa keeps each function a frame of its own (no inlining, cloning or IPA), and the work
  * after each call keeps the calls out of tail position. */
 #include <signal.h>
@@ -61,12 +62,21 @@ __attribute__((noipa)) void wait_loop(void) {
     counter++;
 }
 
+__attribute__((noipa)) void clock_loop(void) {
+    struct timespec t;
+    while (!done)
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    counter++;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "chain";
     if (strcmp(mode, "sleep") == 0)
         sleeper();
     else if (strcmp(mode, "signal") == 0)
         wait_loop();
+    else if (strcmp(mode, "vdso") == 0)
+        clock_loop();
     else
         top();
     return (int)(counter & 1);

@@ -2,7 +2,7 @@
 //! and through real daemons the OMIS `stack_backtrace` service's) name the same functions in
 //! the same order as gdb's `bt`, for tests/programs/stacks.c built -O0, -O2 and -O2
 //! -fomit-frame-pointer, stopped in a call chain with an inlined function, in libc's
-//! nanosleep, and in a signal handler, and ranks of an `mpirun` job (mpicc -O2) waiting in
+//! nanosleep, in a signal handler and in the vdso, and ranks of an `mpirun` job (mpicc -O2) waiting in
 //! MPI_Barrier or computing; the console's `bt` merges those stacks into one tree.
 //!
 //! The comparison covers every frame to the outermost (`_start`; gdb with `backtrace
@@ -326,6 +326,46 @@ async fn daemons_stacks_match_gdb_and_merge_in_bt() {
     drop(procs);
 }
 
+/// gdb's and then sdm's frames of `pid`, held in a group stop (SIGSTOP) for both, so both
+/// see the same pc even where the program moves on: sdm's frames first.
+async fn held_frames(pid: u32) -> (Vec<String>, Vec<String>) {
+    signal(pid, nix::sys::signal::Signal::SIGSTOP);
+    while state(pid) != Some('T') {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let gdb = gdb_bt(pid);
+    let sdm = monitor_frames_when(pid, |_| true).await;
+    (sdm, gdb)
+}
+
+fn signal(pid: u32, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap();
+}
+
+#[tokio::test]
+#[cfg_attr(not(sdm_have_gdb), ignore = "needs gdb")]
+async fn frames_match_gdb_in_the_vdso() {
+    // The vdso's code, read from the process's memory, unwound through its .eh_frame.
+    let case = Case {
+        mode: "vdso",
+        to_main: &["clock_gettime", "clock_gettime", "clock_loop", "main"],
+    };
+    let p = Running::start("O2", &case);
+    let mut frames = (Vec::new(), Vec::new());
+    // Until it is stopped inside the vdso's clock_gettime (called by libc's).
+    for _ in 0..200 {
+        frames = held_frames(p.pid()).await;
+        if frames.0.len() > 2 && frames.0[..2] == case.to_main[..2] {
+            break;
+        }
+        signal(p.pid(), nix::sys::signal::Signal::SIGCONT);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (sdm, gdb) = frames;
+    assert_to_main("O2 vdso", &sdm, &case);
+    assert_same_frames("O2 vdso", &sdm, &gdb);
+}
+
 /// The MPI program's stack in a rank: `compute` (the last rank) or the barrier, from `step`.
 const MPI_COMPUTE: &[&str] = &["compute", "step", "main"];
 const MPI_BARRIER: &[&str] = &["PMPI_Barrier", "step", "main"];
@@ -422,17 +462,8 @@ async fn mpi_ranks_frames_match_gdb_through_libmpi() {
             from_to_main(f, "compute").is_some() || from_to_main(f, "PMPI_Barrier").is_some()
         };
         monitor_frames_when(pid, ready).await;
-        // Held in one place (a group stop) for both: the barrier's progress loop moves.
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGSTOP,
-        )
-        .unwrap();
-        while state(pid) != Some('T') {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let gdb = gdb_bt(pid);
-        let sdm = monitor_frames_when(pid, |_| true).await;
+        // Held in one place for both: the barrier's progress loop moves.
+        let (sdm, gdb) = held_frames(pid).await;
         let what = format!("rank pid {pid}");
         assert_same_frames(&what, &sdm, &gdb);
         match from_to_main(&sdm, "compute") {
