@@ -2,7 +2,8 @@
 //! (framehop over each mapped ELF's `.eh_frame`/`.debug_frame`) and names every frame.
 //!
 //! [`Stacks`] keeps what it read of each mapped file (unwind sections, symbols, DWARF) by
-//! path and load bias, so later walks of the same process cost a few stack reads. A pc that
+//! path, inode and load address (so, load bias), so later walks of the same process cost a
+//! few stack reads. A pc that
 //! no call-frame information covers is unwound through its frame pointer. A return into a
 //! signal trampoline (`mov $15,%rax; syscall`: glibc's `__restore_rt`, or one in the vdso)
 //! becomes a `<signal handler called>` frame, and the walk continues in the interrupted code
@@ -81,6 +82,7 @@ pub(crate) struct Mapping {
     pub(crate) offset: u64,
     /// The mapped file, or a kernel name in brackets (`[vdso]`, `[stack]`).
     pub(crate) path: PathBuf,
+    inode: u64,
     executable: bool,
 }
 
@@ -94,7 +96,7 @@ pub(crate) fn read_maps(pid: Pid) -> Vec<Mapping> {
             let perms = f.next()?;
             let offset = u64::from_str_radix(f.next()?, 16).ok()?;
             let _dev = f.next()?;
-            let _inode = f.next()?;
+            let inode = f.next()?.parse().ok()?;
             let path = f.next()?;
             let (a, b) = range.split_once('-')?;
             Some(Mapping {
@@ -102,6 +104,7 @@ pub(crate) fn read_maps(pid: Pid) -> Vec<Mapping> {
                 end: u64::from_str_radix(b, 16).ok()?,
                 offset,
                 path: PathBuf::from(path),
+                inode,
                 executable: perms.as_bytes().get(2) == Some(&b'x'),
             })
         })
@@ -285,11 +288,15 @@ impl Memory {
     }
 }
 
+/// A mapped image: its path, inode and lowest mapped address (the same file mapped at the
+/// same place has the same load bias).
+type ImageKey = (PathBuf, u64, u64);
+
 /// Walks and names the stacks of processes, keeping what it read of each mapped image.
 #[derive(Default)]
 pub(crate) struct Stacks {
-    /// By path and load bias; `None`: not an ELF image with anything to unwind with.
-    images: HashMap<(PathBuf, u64), Option<Image>>,
+    /// `None`: not an ELF image this can read.
+    images: HashMap<ImageKey, Option<Image>>,
 }
 
 impl Stacks {
@@ -339,9 +346,9 @@ impl Stacks {
     }
 
     /// Reads (or finds cached) the images mapped in `pid`; returns the keys of those mapped now.
-    fn load_images(&mut self, pid: Pid, mem: &Memory) -> Vec<(PathBuf, u64)> {
+    fn load_images(&mut self, pid: Pid, mem: &Memory) -> Vec<ImageKey> {
         let maps = read_maps(pid);
-        let mut keys = Vec::new();
+        let mut keys: Vec<ImageKey> = Vec::new();
         for m in maps.iter().filter(|m| m.executable) {
             let vdso = m.path.as_os_str() == "[vdso]";
             if !vdso && !m.path.starts_with("/") {
@@ -350,24 +357,25 @@ impl Stacks {
             let all = maps.iter().filter(|o| o.path == m.path);
             let avma = all.clone().map(|o| o.start).min().unwrap_or(m.start)
                 ..all.map(|o| o.end).max().unwrap_or(m.end);
-            let data = if vdso {
-                let mut buf = vec![0u8; (m.end - m.start) as usize];
-                mem.read(m.start, &mut buf).then_some(buf)
-            } else {
-                std::fs::read(&m.path).ok()
-            };
-            let Some(data) = data else { continue };
-            let offset = if vdso { 0 } else { m.offset };
-            let Some(bias) = load_bias(&data, m.start, offset) else {
+            let key = (m.path.clone(), m.inode, avma.start);
+            if keys.contains(&key) {
                 continue;
-            };
-            let key = (m.path.clone(), bias);
-            // A file replaced on disk since it was read may be mapped at the same bias:
-            // keep the cached image only while it covers the same addresses.
+            }
+            // The same file (inode) at the same place: the same image, read once.
             if !matches!(self.images.get(&key), Some(Some(i)) if i.avma == avma) {
-                let name = m.path.display().to_string();
-                let path = (!vdso).then_some(m.path.as_path());
-                let image = Image::new(&name, &data, avma, bias, path);
+                let data = if vdso {
+                    let mut buf = vec![0u8; (m.end - m.start) as usize];
+                    mem.read(m.start, &mut buf).then_some(buf)
+                } else {
+                    std::fs::read(&m.path).ok()
+                };
+                let offset = if vdso { 0 } else { m.offset };
+                let image = data.and_then(|data| {
+                    let bias = load_bias(&data, m.start, offset)?;
+                    let name = m.path.display().to_string();
+                    let path = (!vdso).then_some(m.path.as_path());
+                    Image::new(&name, &data, avma, bias, path)
+                });
                 self.images.insert(key.clone(), image);
             }
             keys.push(key);
