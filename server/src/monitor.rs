@@ -1,6 +1,7 @@
 //! The node-local monitor: controls the one application process a server starts, with
 //! signals, /proc and ptrace (stop, continue, kill, process info, registers, memory, stack
-//! backtraces symbolized with addr2line, breakpoints).
+//! backtraces unwound from DWARF call-frame information and symbolized with addr2line,
+//! breakpoints).
 //!
 //! ptrace requests must come from the tracing thread, so the [`Monitor`] lives on one
 //! dedicated OS thread ([`MonitorHandle`] sends it jobs) that also polls the process for
