@@ -8,6 +8,7 @@
 //! - Network namespaces (tests/netns.rs): `sdm_have_netns` when this process has the
 //!   capabilities to make namespaces and links (root's CAP_SYS_ADMIN and CAP_NET_ADMIN; a
 //!   container may withhold them from root) and iproute2's `ip netns` works.
+//! - gdb (tests/stacks.rs): `sdm_have_gdb` when `gdb --version` runs.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -39,6 +40,10 @@ fn main() {
             println!("cargo::rustc-cfg={cfg}");
         }
     }
+    println!("cargo::rustc-check-cfg=cfg(sdm_have_gdb)");
+    if ci || runs("gdb", &["--version"]) {
+        println!("cargo::rustc-cfg=sdm_have_gdb");
+    }
     println!("cargo::rustc-check-cfg=cfg(sdm_have_netns)");
     if ci || (has_capabilities() && ip_netns_works()) {
         println!("cargo::rustc-cfg=sdm_have_netns");
@@ -59,8 +64,13 @@ fn has_capabilities() -> bool {
 
 /// Whether iproute2 is there and can list network namespaces.
 fn ip_netns_works() -> bool {
-    Command::new("ip")
-        .args(["netns", "list"])
+    runs("ip", &["netns", "list"])
+}
+
+/// Whether `program args` runs and succeeds.
+fn runs(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()

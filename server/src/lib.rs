@@ -3,6 +3,8 @@
 //!
 //! Modules, each importing only those above it in this list:
 //! - [`counters`]: the socket where a monitored program feeds its own counters.
+//! - `unwind` (private): stack walks of a stopped process from DWARF call-frame
+//!   information (framehop), frames named with addr2line, inline frames included.
 //! - [`monitor`]: the node-local monitor over real processes (signals, /proc, ptrace,
 //!   addr2line), its stored OMIS event requests and their actions.
 //! - [`mpir`]: the process table of a running job, read from its launcher (MPIR, or the
@@ -24,5 +26,6 @@ pub mod monitor;
 pub mod mpir;
 pub mod service;
 pub mod services;
+mod unwind;
 
 pub use daemon::{ServerOptions, run_master, run_server};

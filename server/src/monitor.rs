@@ -1,6 +1,7 @@
 //! The node-local monitor: controls the one application process a server starts, with
 //! signals, /proc and ptrace (stop, continue, kill, process info, registers, memory, stack
-//! backtraces symbolized with addr2line, breakpoints).
+//! backtraces unwound from DWARF call-frame information and symbolized with addr2line,
+//! breakpoints).
 //!
 //! ptrace requests must come from the tracing thread, so the [`Monitor`] lives on one
 //! dedicated OS thread ([`MonitorHandle`] sends it jobs) that also polls the process for
@@ -25,6 +26,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use sdm_omis::{ActionList, BasicReply, BasicRequest, Registry, Value};
 use sdm_proto::IdSet;
+
+pub use crate::unwind::{Frame, SIGNAL_FRAME};
+use crate::unwind::{Stacks, read_maps};
 
 /// What the monitored process is doing, as the monitor knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +139,8 @@ pub struct Monitor {
     pub servers: u32,
     proc: Option<Proc>,
     events: mpsc::UnboundedSender<String>,
-    loaders: HashMap<PathBuf, Option<addr2line::Loader>>,
+    /// What stack walks read of the process's mapped files.
+    stacks: Stacks,
     /// The services event actions run with (set once the server has its registry).
     pub registry: Option<Arc<Registry<Monitor>>>,
     /// Stored event-action requests, by request id.
@@ -177,7 +182,7 @@ impl MonitorHandle {
                     servers,
                     proc: None,
                     events: etx,
-                    loaders: HashMap::new(),
+                    stacks: Stacks::default(),
                     registry: None,
                     requests: BTreeMap::new(),
                     user_events: BTreeSet::new(),
@@ -408,10 +413,10 @@ impl Monitor {
         }
         if p.traced {
             ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
-            wait_trace_stop(p)?;
+            wait_interrupted(p)?;
         } else {
             kill(p.pid, Signal::SIGSTOP).map_err(|e| errno("SIGSTOP", e))?;
-            wait_stopped(p, WaitPidFlag::WUNTRACED)?;
+            wait_stopped(p, WaitPidFlag::WUNTRACED, false)?;
         }
         if p.state == ProcState::Running {
             p.state = ProcState::Stopped;
@@ -535,7 +540,7 @@ impl Monitor {
         }
         if p.state == ProcState::Running
             && ptrace::interrupt(p.pid).is_ok()
-            && wait_trace_stop(p).is_err()
+            && wait_interrupted(p).is_err()
         {
             return;
         }
@@ -728,88 +733,18 @@ impl Monitor {
             .map_err(|e| format!("writing {} bytes at {addr:#x}: {e}", bytes.len()))
     }
 
-    /// The stack as (pc, fp) pairs, innermost first, by walking frame pointers.
+    /// The stack as (pc, fp) pairs, innermost first, one per real frame, unwound from
+    /// DWARF call-frame information (frame pointers where none covers a pc).
     pub fn raw_backtrace(&mut self) -> MonResult<Vec<(u64, u64)>> {
-        let (rip, rbp) = match self.registers() {
-            Ok(r) => (r[0].1, r[2].1),
-            Err(e) => return Err(e),
-        };
-        let mut frames = vec![(rip, rbp)];
-        let mut fp = rbp;
-        for _ in 0..128 {
-            if fp == 0 || fp % 8 != 0 {
-                break;
-            }
-            let Ok(w) = self.read_memory(fp, 16) else {
-                break;
-            };
-            let next = u64::from_le_bytes(w[0..8].try_into().expect("8 bytes"));
-            let ret = u64::from_le_bytes(w[8..16].try_into().expect("8 bytes"));
-            if ret == 0 {
-                break;
-            }
-            frames.push((ret, next));
-            if next <= fp {
-                break;
-            }
-            fp = next;
-        }
-        Ok(frames)
+        let pid = self.with_traced(Ok)?;
+        self.stacks.raw_backtrace(pid).map_err(|e| e.to_string())
     }
 
-    /// The stack, innermost first, each frame symbolized where symbols or debug info exist.
+    /// The stack, innermost first, each frame symbolized where symbols or debug info exist;
+    /// functions inlined at a frame's pc are frames of their own, innermost first.
     pub fn backtrace(&mut self) -> MonResult<Vec<Frame>> {
-        let raw = self.raw_backtrace()?;
-        let pid = self.proc()?.pid;
-        let maps = read_maps(pid);
-        Ok(raw
-            .into_iter()
-            .enumerate()
-            .map(|(i, (pc, fp))| {
-                // Return addresses point after the call: look up the call itself.
-                let probe_pc = if i == 0 { pc } else { pc.saturating_sub(1) };
-                let (function, location) = self.symbolize(&maps, probe_pc);
-                Frame {
-                    pc,
-                    fp,
-                    function: function.unwrap_or_else(|| format!("{pc:#x}")),
-                    location,
-                }
-            })
-            .collect())
-    }
-
-    fn symbolize(&mut self, maps: &[Mapping], pc: u64) -> (Option<String>, Option<String>) {
-        let Some(m) = maps.iter().find(|m| m.start <= pc && pc < m.end) else {
-            return (None, None);
-        };
-        let probe = pc - m.start + m.offset;
-        let loader = self
-            .loaders
-            .entry(m.path.clone())
-            .or_insert_with(|| addr2line::Loader::new(&m.path).ok());
-        let Some(loader) = loader else {
-            return (None, None);
-        };
-        let mut name = None;
-        if let Ok(mut frames) = loader.find_frames(probe) {
-            while let Ok(Some(f)) = frames.next() {
-                if let Some(func) = f.function {
-                    name = func.demangle().ok().map(|s| s.into_owned());
-                }
-            }
-        }
-        let name = name.or_else(|| {
-            loader
-                .find_symbol(probe)
-                .map(|s| addr2line::demangle_auto(s.into(), None).into_owned())
-        });
-        let loc = loader
-            .find_location(probe)
-            .ok()
-            .flatten()
-            .and_then(|l| Some(format!("{}:{}", l.file?.rsplit('/').next()?, l.line?)));
-        (name, loc)
+        let pid = self.with_traced(Ok)?;
+        self.stacks.backtrace(pid).map_err(|e| e.to_string())
     }
 
     /// Sets a breakpoint on a function name or `0x` address; returns the address. The
@@ -838,7 +773,7 @@ impl Monitor {
         }
         if was_running {
             ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
-            wait_trace_stop(p)?;
+            wait_interrupted(p)?;
         }
         let word = ptrace::read(p.pid, addr as ptrace::AddressType)
             .map_err(|e| errno(&format!("reading {addr:#x}"), e))?;
@@ -943,7 +878,7 @@ impl Monitor {
         let was_running = p.state == ProcState::Running;
         if was_running {
             ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
-            wait_trace_stop(p)?;
+            wait_interrupted(p)?;
         }
         poke_byte(p.pid, addr, orig)?;
         p.breakpoints.remove(&addr);
@@ -1013,29 +948,30 @@ impl Monitor {
     }
 }
 
-/// One symbolized stack frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
-    /// Program counter (return address for outer frames).
-    pub pc: u64,
-    /// Frame pointer.
-    pub fp: u64,
-    /// Function name, or the address in hex.
-    pub function: String,
-    /// `file:line` where debug info exists.
-    pub location: Option<String>,
-}
-
 /// Waits until the traced process reports a ptrace stop.
 fn wait_trace_stop(p: &mut Proc) -> MonResult<()> {
-    wait_stopped(p, WaitPidFlag::__WALL)
+    wait_stopped(p, WaitPidFlag::__WALL, false)
+}
+
+/// Waits for the stop a `ptrace::interrupt` asked for. A signal on its way to the process
+/// first (its signal-delivery stop) is passed on, not taken for the stop (continuing from
+/// it would discard the signal); the interrupt stops the process right after.
+fn wait_interrupted(p: &mut Proc) -> MonResult<()> {
+    wait_stopped(p, WaitPidFlag::__WALL, true)
 }
 
 /// Waits (`waitpid` with `flags`) until the process reports a stop; an exit or a kill on
-/// the way is recorded in its state and returned as the error.
-fn wait_stopped(p: &mut Proc, flags: WaitPidFlag) -> MonResult<()> {
+/// the way is recorded in its state and returned as the error. With `pass_signals`, a
+/// traced process's signal-delivery stops (other than SIGSTOP and SIGTRAP) are continued
+/// with their signal instead.
+fn wait_stopped(p: &mut Proc, flags: WaitPidFlag, pass_signals: bool) -> MonResult<()> {
     loop {
         match waitpid(p.pid, Some(flags)).map_err(|e| errno("waitpid", e))? {
+            WaitStatus::Stopped(pid, sig)
+                if pass_signals && sig != Signal::SIGSTOP && sig != Signal::SIGTRAP =>
+            {
+                ptrace::cont(pid, sig).map_err(|e| errno("ptrace cont", e))?;
+            }
             WaitStatus::Stopped(..) | WaitStatus::PtraceEvent(..) => return Ok(()),
             WaitStatus::Exited(_, c) => {
                 p.state = ProcState::Exited(c);
@@ -1056,40 +992,6 @@ fn poke_byte(pid: Pid, addr: u64, byte: u8) -> MonResult<()> {
     let new = (word & !0xff) | i64::from(byte);
     ptrace::write(pid, addr as ptrace::AddressType, new)
         .map_err(|e| errno(&format!("writing {addr:#x}"), e))
-}
-
-/// One executable mapping of /proc/PID/maps.
-#[derive(Debug, Clone)]
-struct Mapping {
-    start: u64,
-    end: u64,
-    offset: u64,
-    path: PathBuf,
-}
-
-fn read_maps(pid: Pid) -> Vec<Mapping> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let range = f.next()?;
-            let _perms = f.next()?;
-            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-            let _dev = f.next()?;
-            let _inode = f.next()?;
-            let path = f.next()?;
-            if !path.starts_with('/') {
-                return None;
-            }
-            let (a, b) = range.split_once('-')?;
-            Some(Mapping {
-                start: u64::from_str_radix(a, 16).ok()?,
-                end: u64::from_str_radix(b, 16).ok()?,
-                offset,
-                path: PathBuf::from(path),
-            })
-        })
-        .collect()
 }
 
 fn symbol_address(exe: &Path, name: &str) -> MonResult<u64> {

@@ -432,6 +432,35 @@ pub fn sdm_ok<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
     text
 }
 
+/// The processes whose parent is `parent` (from /proc).
+pub fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // The parent pid is the second field after the parenthesised command name.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok())
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// Runs the console command `cmd` (asserting the console goes on) and returns what it printed.
+pub async fn console_command(c: &mut sdm::console::Console, cmd: &str) -> String {
+    let mut out = Vec::new();
+    let flow = c.command(cmd, &mut out).await.expect("console command");
+    assert!(
+        matches!(flow, sdm::console::Flow::Continue { .. }),
+        "{cmd}: {flow:?}"
+    );
+    String::from_utf8(out).expect("console output is UTF-8")
+}
+
 /// What `n` sends upward: its own leaf and its children's groups, folded and flushed once.
 fn fold_node(
     reg: &Registry,

@@ -13,7 +13,8 @@
 //! # Trees
 //!
 //! - The `sdm` command and its daemons: [`sdm()`] for `sdm_client::SessionOptions::program`,
-//!   [`sdm_ok`] to run a command and take its output.
+//!   [`sdm_ok`] to run a command and take its output, [`console_command`] to run a console
+//!   command and take what it printed.
 //! - Overlay nodes: [`transport`] makes a transport and the address to bind it on,
 //!   [`bind_servers`] binds every server's listener, [`Net::spawn_server`] runs a server,
 //!   [`Net::start_master`] runs the master and accepts it at a front-end; [`tree_over`] is all

@@ -16,6 +16,7 @@ use sdm::console::{Console, Flow};
 use sdm_client::session::{Session, SessionOptions};
 use sdm_omis::Value;
 use sdm_proto::{IdSet, Status, SyncMode};
+use support::console_command as run;
 use support::sdm_ok;
 
 /// Builds the C test program (frame pointers, debug info) once per test binary.
@@ -72,15 +73,6 @@ async fn started(n: u32, program: &str, args: &[&str]) -> (Console, Vec<u32>) {
 fn state(pid: u32) -> char {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     s.rsplit_once(") ").unwrap().1.chars().next().unwrap()
-}
-
-async fn run(c: &mut Console, cmd: &str) -> String {
-    let mut out = Vec::new();
-    assert!(matches!(
-        c.command(cmd, &mut out).await.unwrap(),
-        Flow::Continue { .. }
-    ));
-    String::from_utf8(out).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,22 +33,10 @@ fn text(o: &Output) -> String {
 /// The pid of the server with rank `id` among the children of `parent`.
 fn server_pid(parent: u32, id: u32) -> i32 {
     let want = format!("SDM_ID={id}");
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // The parent pid is the second field after the parenthesised command name.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid != Some(parent) {
-            continue;
-        }
+    for pid in sdm_e2e::children_of(parent) {
         let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
         if env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
-            return pid;
+            return pid as i32;
         }
     }
     panic!("no server {id} under {parent}");
