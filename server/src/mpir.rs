@@ -580,7 +580,18 @@ int main(int argc, char **argv) {
             let mut line = String::new();
             std::io::BufRead::read_line(&mut out, &mut line).unwrap();
             assert_eq!(line.trim(), "READY");
-            Self(child)
+            let job = Self(child);
+            // READY comes after the forks, not after the execs: wait until every task
+            // carries its rank in its (exec-time) environment.
+            while job.children().len() != n as usize
+                || !job
+                    .children()
+                    .iter()
+                    .all(|&c| environ(c).is_some_and(|e| e.contains_key("PMI_RANK")))
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            job
         }
 
         fn pid(&self) -> u32 {
