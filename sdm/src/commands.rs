@@ -44,8 +44,8 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bt",
-        usage: "bt [--samples K] [--interval MS] [--classes] [--dot FILE] [--svg FILE] [IDS]",
-        about: "stack traces merged into one call tree (running programs are stopped for it and continued); K samples counted per edge; --classes: the ranks ending at each leaf; --dot/--svg: the tree as a graph",
+        usage: crate::stacks::BT_USAGE,
+        about: "stack traces merged into one call tree (running programs are stopped for it and continued); K samples counted per edge; --classes: the ranks ending at each leaf (stacks collapsed at the program's first call into a library; --full: whole); --dot/--svg: the tree as a graph",
     },
     Command {
         name: "break",

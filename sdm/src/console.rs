@@ -772,7 +772,7 @@ impl Console {
 
     /// Merges the stack traces of `lines` into `tree` (outermost frame first), once per
     /// rank; returns the lines that hold no stack (an error, lost, timed out).
-    fn add_stacks(lines: &[Line], tree: &mut StackTree) -> Vec<Line> {
+    fn add_stacks(lines: &[Line], tree: &mut StackTree, collapse: bool) -> Vec<Line> {
         let mut other = Vec::new();
         for l in lines {
             let frames = l.reply.as_ref().and_then(|r| match r.results.first() {
@@ -781,18 +781,27 @@ impl Console {
             });
             match frames {
                 Some(frames) => {
-                    let names: Vec<String> = frames
+                    // (function, has a source location), outermost first.
+                    let named: Vec<(String, bool)> = frames
                         .iter()
                         .rev()
                         .map(|f| match f {
-                            Value::List(parts) => match parts.get(2) {
-                                Some(Value::Str(s)) => s.clone(),
-                                _ => "?".into(),
-                            },
-                            _ => "?".into(),
+                            Value::List(parts) => (
+                                match parts.get(2) {
+                                    Some(Value::Str(s)) => s.clone(),
+                                    _ => "?".into(),
+                                },
+                                matches!(parts.get(3), Some(Value::Str(loc)) if !loc.is_empty()),
+                            ),
+                            _ => ("?".into(), false),
                         })
                         .collect();
-                    tree.insert(names.iter().map(String::as_str), &l.ids);
+                    let keep = if collapse {
+                        crate::stacks::collapsed_len(&named)
+                    } else {
+                        named.len()
+                    };
+                    tree.insert(named[..keep].iter().map(|(f, _)| f.as_str()), &l.ids);
                 }
                 None => other.push(l.clone()),
             }
@@ -814,7 +823,7 @@ impl Console {
         if let Some(path) = &a.svg {
             crate::stacks::write_svg(tree, path).map_err(|e| anyhow!(e))?;
         }
-        match (a.classes, self.json) {
+        match (a.classes, self.json || a.json) {
             (true, true) => writeln!(
                 out,
                 "{}",
@@ -1056,7 +1065,7 @@ impl Console {
                 failed |= self.print_lines("bt", &bad, out, crate::words::reply)?;
             }
             // A rank without a stack is reported once, from the last sample.
-            no_stack = Self::add_stacks(&stacks, &mut tree);
+            no_stack = Self::add_stacks(&stacks, &mut tree, a.collapsed());
         }
         self.print_stacks(&tree, &a, out)?;
         Ok(self.print_lines("bt", &no_stack, out, crate::words::reply)? | failed)

@@ -21,13 +21,18 @@ pub struct BtArgs {
     pub dot: Option<PathBuf>,
     /// Render the tree as SVG here (with graphviz's `dot`).
     pub svg: Option<PathBuf>,
+    /// JSON for this command (as the console's `--json` gives for every command).
+    pub json: bool,
+    /// Collapse each stack below the program's first call into code without source
+    /// information (MPI, libc: see [`collapsed_len`]); `None`: only for `--classes`.
+    pub collapse: Option<bool>,
     /// The ranks (the rest of the line).
     pub ids: String,
 }
 
 /// The usage line of `bt`.
-pub const BT_USAGE: &str =
-    "bt [--samples K] [--interval MS] [--classes] [--dot FILE] [--svg FILE] [IDS]";
+pub const BT_USAGE: &str = "bt [--samples K] [--interval MS] [--classes] [--collapse|--full] \
+     [--dot FILE] [--svg FILE] [--json] [IDS]";
 
 impl BtArgs {
     /// Parses the words after `bt`; the error names the option that was wrong.
@@ -38,6 +43,8 @@ impl BtArgs {
             classes: false,
             dot: None,
             svg: None,
+            json: false,
+            collapse: None,
             ids: String::new(),
         };
         let mut words = rest.split_whitespace();
@@ -67,6 +74,9 @@ impl BtArgs {
                     a.interval = Duration::from_millis(ms);
                 }
                 "--classes" => a.classes = true,
+                "--json" => a.json = true,
+                "--collapse" => a.collapse = Some(true),
+                "--full" => a.collapse = Some(false),
                 "--dot" => a.dot = Some(PathBuf::from(value(w)?)),
                 "--svg" => a.svg = Some(PathBuf::from(value(w)?)),
                 w if w.starts_with("--") => {
@@ -77,6 +87,28 @@ impl BtArgs {
         }
         a.ids = ids.join(" ");
         Ok(a)
+    }
+
+    /// Whether stacks are collapsed: `--collapse` or `--full` if given, else for
+    /// `--classes` (where a wait inside MPI is one place, whatever frame of the progress
+    /// engine each rank was caught in) and not for the tree.
+    pub fn collapsed(&self) -> bool {
+        self.collapse.unwrap_or(self.classes)
+    }
+}
+
+/// How many frames of a stack (outermost first, each with whether it has a source
+/// location) to keep when collapsing library internals: up to and including the first frame
+/// without source information that the program's own code (a frame with a location) called.
+/// `main > step > PMPI_Barrier > ompi_coll_... > opal_progress` keeps `main > step >
+/// PMPI_Barrier`. A stack without any source location (no debug information) is kept whole.
+pub fn collapsed_len(frames: &[(String, bool)]) -> usize {
+    let Some(first_own) = frames.iter().position(|(_, loc)| *loc) else {
+        return frames.len();
+    };
+    match frames[first_own..].iter().position(|(_, loc)| !*loc) {
+        Some(i) => first_own + i + 1,
+        None => frames.len(),
     }
 }
 
@@ -196,7 +228,8 @@ mod tests {
             (a.samples, a.interval, a.classes, a.ids.as_str()),
             (5, Duration::from_millis(20), true, "0-3")
         );
-        let a = BtArgs::parse("--dot /tmp/x.dot --svg /tmp/x.svg").unwrap();
+        let a = BtArgs::parse("--dot /tmp/x.dot --svg /tmp/x.svg --json").unwrap();
+        assert!(a.json);
         assert_eq!(a.dot.as_deref(), Some(Path::new("/tmp/x.dot")));
         assert_eq!(a.ids, "");
         assert!(
@@ -214,6 +247,31 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown option --frob")
         );
+    }
+
+    #[test]
+    fn collapsing_stops_at_the_programs_first_call_into_a_library() {
+        let f = |spec: &[(&str, bool)]| -> Vec<(String, bool)> {
+            spec.iter().map(|(n, l)| (n.to_string(), *l)).collect()
+        };
+        let mpi = f(&[
+            ("_start", false),
+            ("__libc_start_main", false),
+            ("main", true),
+            ("step", true),
+            ("PMPI_Barrier", false),
+            ("ompi_coll_base_barrier", false),
+            ("opal_progress", false),
+        ]);
+        assert_eq!(collapsed_len(&mpi), 5);
+        let own = f(&[("_start", false), ("main", true), ("compute", true)]);
+        assert_eq!(collapsed_len(&own), 3);
+        let stripped = f(&[("_start", false), ("main", false), ("poll", false)]);
+        assert_eq!(collapsed_len(&stripped), 3);
+        assert!(BtArgs::parse("--classes").unwrap().collapsed());
+        assert!(!BtArgs::parse("--classes --full").unwrap().collapsed());
+        assert!(!BtArgs::parse("").unwrap().collapsed());
+        assert!(BtArgs::parse("--collapse").unwrap().collapsed());
     }
 
     #[test]

@@ -150,16 +150,25 @@ fn tracer_and_state(pid: u32) -> (u32, String) {
     )
 }
 
-/// `sdm attach LAUNCHER -c stop -c status -c detach` on a hung job of `n` ranks: every rank
-/// attached and stopped, the last one in `compute`, all let go running and untraced, the
-/// job still alive afterwards.
+/// `sdm attach LAUNCHER -c stop -c status -c 'bt --classes' -c detach` on a hung job of `n`
+/// ranks: every rank attached and stopped, the last one in `compute`, two stack classes,
+/// all let go running and untraced, the job still alive afterwards.
 fn attach_stop_detach(launcher: &str, n: u32) {
     let job = HungJob::start(launcher, n);
     let ranks = job.ranks();
     assert_eq!(ranks.len(), n as usize);
     let out = Command::new(sdm())
         .args(["attach", &job.pid().to_string()])
-        .args(["-c", "stop", "-c", "status", "-c", "detach"])
+        .args([
+            "-c",
+            "stop",
+            "-c",
+            "status",
+            "-c",
+            "bt --classes",
+            "-c",
+            "detach",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -169,6 +178,26 @@ fn attach_stop_detach(launcher: &str, n: u32) {
     assert_eq!(lines[0], format!("[0-{last}] stopped"), "{stdout}{stderr}");
     assert!(
         lines.contains(&format!("[{last}] stopped in compute at mpi_hang.c:11").as_str()),
+        "{stdout}{stderr}"
+    );
+    // STAT's answer for the hung job: two classes, the waiting ranks through the barrier
+    // called from step, and the late rank computing in step.
+    let classes: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains("(representative"))
+        .collect();
+    assert_eq!(classes.len(), 2, "{stdout}{stderr}");
+    let waiting = format!("[0-{}] (representative 0) ", last - 1);
+    assert!(
+        classes[0].starts_with(&waiting)
+            && classes[0].contains(" > main > step > ")
+            && classes[0].contains("Barrier"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        classes[1].starts_with(&format!("[{last}] (representative {last}) "))
+            && classes[1].ends_with(" > main > step > compute"),
         "{stdout}{stderr}"
     );
     assert_eq!(
