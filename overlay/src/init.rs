@@ -253,25 +253,45 @@ mod tests {
         ];
         (
             prop::collection::vec(addr, 0..40),
-            prop_oneof![Just("binomial"), Just("flat"), Just("kary:3"), Just("knomial:4")],
-            (any::<u32>(), any::<u64>(), any::<u16>(), any::<u64>(), any::<u64>()),
+            prop_oneof![
+                Just("binomial"),
+                Just("flat"),
+                Just("kary:3"),
+                Just("knomial:4")
+            ],
+            (
+                any::<u32>(),
+                any::<u64>(),
+                any::<u16>(),
+                any::<u64>(),
+                any::<u64>(),
+            ),
             prop::collection::vec("[a-z/.]{0,12}", 0..3),
             prop::collection::vec("[a-z/.]{0,12}", 0..3),
             prop::option::of("tcp://[a-z]{1,8}:[1-9][0-9]{0,3}"),
         )
-            .prop_map(|(table, shape, (attempts, delay_ms, probe_span, handshake_ms, stdio_window_ms), filter_plugins, service_plugins, master)| InitSpec {
-                servers: table.len() as u32,
-                topology: shape.to_owned(),
-                table,
-                attempts,
-                delay_ms,
-                probe_span,
-                handshake_ms,
-                stdio_window_ms,
-                filter_plugins,
-                service_plugins,
-                master,
-            })
+            .prop_map(
+                |(
+                    table,
+                    shape,
+                    (attempts, delay_ms, probe_span, handshake_ms, stdio_window_ms),
+                    filter_plugins,
+                    service_plugins,
+                    master,
+                )| InitSpec {
+                    servers: table.len() as u32,
+                    topology: shape.to_owned(),
+                    table,
+                    attempts,
+                    delay_ms,
+                    probe_span,
+                    handshake_ms,
+                    stdio_window_ms,
+                    filter_plugins,
+                    service_plugins,
+                    master,
+                },
+            )
     }
 
     proptest! {
