@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::error::LinkError;
 use crate::flow;
 use crate::liveness::Peer;
 use crate::node::{Node, Output};
@@ -213,7 +214,7 @@ pub type LocalEvents = mpsc::Receiver<(Kind, Bytes)>;
 pub async fn run_node(
     node: Node,
     parent: Link,
-    children: Vec<(NodeId, io::Result<Link>)>,
+    children: Vec<(NodeId, Result<Link, LinkError>)>,
     handler: LocalHandler,
 ) -> io::Result<()> {
     let (_tx, rx) = mpsc::channel(1);
@@ -224,7 +225,7 @@ pub async fn run_node(
 pub async fn run_node_with_events(
     node: Node,
     parent: Link,
-    children: Vec<(NodeId, io::Result<Link>)>,
+    children: Vec<(NodeId, Result<Link, LinkError>)>,
     handler: LocalHandler,
     events: LocalEvents,
 ) -> io::Result<()> {
@@ -253,7 +254,7 @@ pub struct Recovery {
 pub async fn run_node_full(
     mut node: Node,
     parent: Link,
-    children: Vec<(NodeId, io::Result<Link>)>,
+    children: Vec<(NodeId, Result<Link, LinkError>)>,
     mut handler: LocalHandler,
     mut events: LocalEvents,
     mut recovery: Recovery,

@@ -6,11 +6,13 @@
 //! [`WINDOW`] bytes of bulk (as counted by [`cost`]) that its receiver has not yet taken
 //! in ([`SendWindow`]); the receiver hands credit back, in [`Control::Credit`] frames, as it
 //! takes bulk in ([`RecvWindow`], [`Grant`]). A node forwards its children's output up
-//! against its parent's credit and grants its children credit only while what waits for
-//! that credit is below [`QUEUE_LIMIT`]; past it the node also asks its driver to pause
-//! the local producer ([`crate::Output::PauseLocal`]). So a parent that gives no credit
-//! stops its children's credit, and so on down to the process writing the output, which
-//! blocks in `write`: backpressure, never a dropped line, and every node's queue bounded.
+//! against its parent's credit and hands its children credit back once what it took from
+//! them has gone up (nothing waits for the parent's credit); its own program's output it
+//! takes only while less than [`QUEUE_LIMIT`] waits, asking its driver to pause the local
+//! producer past it ([`crate::Output::PauseLocal`]). So a parent that gives no credit stops
+//! its children's credit, and so on down to the process writing the output, which blocks
+//! in `write`: backpressure, never a dropped line, and every node's queue bounded (by
+//! [`QUEUE_LIMIT`] and a window per child).
 //! Replies never wait for credit, so a reply is behind at most one window of output per
 //! hop instead of behind every line the socket buffers and queues can hold.
 //!
@@ -28,8 +30,8 @@ pub const WINDOW: i64 = 64 * 1024;
 /// Credit is handed back once this much was taken in, not per frame.
 pub const GRANT_STEP: i64 = WINDOW / 4;
 
-/// Bytes of bulk waiting for the parent's credit above which a node stops granting its
-/// children credit and pauses its local producer.
+/// Bytes of bulk waiting for the parent's credit from which a node pauses its local
+/// producer (its program's output).
 pub const QUEUE_LIMIT: i64 = WINDOW;
 
 /// Whether `kind` is bulk (stdio or events): held by the window when sent up.

@@ -20,8 +20,7 @@
 //! ([`Output::LinkDead`]) from [`Node::handle_timeout`], like any other deadline. It also
 //! keeps the flow-control windows of output going up ([`crate::flow`]): stdio and events
 //! leave as [`Output::ToParent`] only as the parent's credit allows (replies never wait),
-//! children get credit back as their output is taken in while the queue for the parent is
-//! short, and [`Output::PauseLocal`] / [`Output::ResumeLocal`] tell the driver when to stop
+//! children get credit back once their output has gone up, and [`Output::PauseLocal`] / [`Output::ResumeLocal`] tell the driver when to stop
 //! and restart reading this server's own output.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -296,20 +295,21 @@ impl Node {
         self.release_output();
     }
 
-    /// Sends the queued output the parent's credit allows; then, if the queue is short,
-    /// hands credit back to the children and lets local output in again (or stops it).
+    /// Sends the queued output the parent's credit allows; once all of it went (so the
+    /// children's output taken in has been forwarded), hands the children their credit
+    /// back; pauses or resumes local output as the queue is long or short.
     fn release_output(&mut self) {
         while let Some(m) = self.up.pop() {
             self.out.push_back(Output::ToParent(m));
         }
-        let room = self.up.queued() < flow::QUEUE_LIMIT;
-        if room {
+        if self.up.queued() == 0 {
             for (&c, w) in &mut self.down {
                 if let Some(credit) = w.grant() {
                     self.out.push_back(Output::ToChild(c, credit));
                 }
             }
         }
+        let room = self.up.queued() < flow::QUEUE_LIMIT;
         if self.me.server().is_some() && self.local_paused == room {
             self.local_paused = !room;
             self.out.push_back(if room {
@@ -561,7 +561,7 @@ impl Node {
                 for l in self.stdio.push(now, line) {
                     self.push_stdio(l);
                 }
-                // Credit for it goes back now if the queue up is short.
+                // Credit for it goes back now if it went up at once.
                 self.release_output();
             }
             _ => {

@@ -646,8 +646,8 @@ fn assert_every_line_in_order(net: &SimNet, ranks: impl IntoIterator<Item = u32>
     }
 }
 
-/// What a node may hold for its parent at most: its own queue limit, a window from each
-/// child, and one frame of overdraw.
+/// What a node may hold for its parent at most: its own program's output up to the queue
+/// limit, a window from each child, and one frame of overdraw.
 fn queue_bound(topo: &dyn sdm_topology::Topology, id: NodeId, largest: i64) -> i64 {
     let children = topo.children(id).len() as i64;
     crate::flow::QUEUE_LIMIT + children * crate::flow::WINDOW + largest
@@ -769,8 +769,8 @@ fn a_child_that_ignores_its_window_loses_its_link_and_only_its_ids() {
     let mut line = Message::reply(0, IdSet::single(1), Status::Replied, "y\n".into());
     line.kind = Kind::Stdio;
     line.aggregate.status = None;
-    // The front-end grants nothing: after the master's window and queue fill, the child's
-    // credit stops, and a child going on regardless is cut off.
+    // The front-end grants nothing: once the master's window is spent, the child's credit
+    // stops, and a child going on regardless is cut off.
     let mut dead = None;
     for _ in 0..(4 * crate::flow::WINDOW / crate::flow::cost(&line)) {
         node.handle_from_child(t, NodeId::Server(1), line.clone());
@@ -786,7 +786,7 @@ fn a_child_that_ignores_its_window_loses_its_link_and_only_its_ids() {
     let (peer, why) = dead.expect("the window is enforced");
     assert_eq!(peer, crate::liveness::Peer::Child(NodeId::Server(1)));
     assert!(why.contains("flow-control window"), "{why}");
-    assert!(node.queued_output() <= crate::flow::QUEUE_LIMIT + crate::flow::WINDOW);
+    assert!(node.queued_output() <= crate::flow::WINDOW + crate::flow::cost(&line));
     // The op goes on for the others; the cut-off child's id is lost.
     for s in [0, 2] {
         let r = Message::reply(7, IdSet::single(s), Status::Replied, "ok".into());
