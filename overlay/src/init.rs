@@ -117,6 +117,10 @@ impl InitSpec {
     /// was wrong.
     pub fn from_payload(p: &[u8]) -> Result<Self, InitError> {
         let m = pb::Init::decode(p).map_err(|e| InitError::Decode(e.to_string()))?;
+        if m.topology.is_empty() {
+            // Every init names its tree shape; bytes that decode to none are something else.
+            return Err(InitError::Decode("it names no tree shape".into()));
+        }
         let spec = InitSpec {
             servers: m.servers,
             topology: m.topology,
@@ -213,10 +217,12 @@ mod tests {
     fn round_trip_and_errors_name_what_was_wrong() {
         let spec = spec();
         assert_eq!(InitSpec::from_payload(&spec.to_payload()).unwrap(), spec);
-        assert!(matches!(
-            InitSpec::from_payload(b"\xff\xff\xff"),
-            Err(InitError::Decode(_))
-        ));
+        for junk in [&b"\xff\xff\xff"[..], b"", b"ping"] {
+            assert!(
+                matches!(InitSpec::from_payload(junk), Err(InitError::Decode(_))),
+                "{junk:?}"
+            );
+        }
         let mut bad = spec.clone();
         bad.servers = 3;
         assert_eq!(
