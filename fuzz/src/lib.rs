@@ -11,6 +11,7 @@
 //! | `idset_text` | `IdSet::from_str` | print, parse gives the same set |
 //! | `omis_request` | [`sdm_omis::parse_request`] | what was printed parses back and prints the same |
 //! | `omis_reply` | [`sdm_omis::parse_reply`] | as for requests |
+//! | `init` | [`InitSpec::from_payload`] the init command's payload | an accepted spec re-encodes and decodes equal |
 //! | `filter` | every built-in [`sdm_filters`] filter, payloads folded in and flushed | flushed groups fold again, into the same flush |
 //!
 //! A new decoder is one more entry of [`TARGETS`] (name, function, seeds) and one three-line
@@ -25,6 +26,7 @@ use std::str::FromStr;
 
 use bytes::{Bytes, BytesMut};
 use sdm_omis::{parse_reply, parse_request};
+use sdm_overlay::init::InitSpec;
 use sdm_proto::{FrameCodec, IdSet, Kind, Message, Status, SyncMode};
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -71,6 +73,11 @@ pub const TARGETS: &[Target] = &[
         name: "omis_reply",
         run: omis_reply,
         seeds: omis_reply_seeds,
+    },
+    Target {
+        name: "init",
+        run: init,
+        seeds: init_seeds,
     },
     Target {
         name: "filter",
@@ -305,6 +312,47 @@ pub fn filter(data: &[u8]) -> bool {
     assert_eq!(regroups, groups, "{spec}: refolding changed the result");
     let _ = new().finish();
     true
+}
+
+/// The init command's payload: [`InitSpec::from_payload`]; what it accepts round-trips.
+pub fn init(data: &[u8]) -> bool {
+    let Ok(spec) = InitSpec::from_payload(data) else {
+        return false;
+    };
+    assert_eq!(
+        spec.table.len(),
+        spec.servers as usize,
+        "table size not checked"
+    );
+    let again = InitSpec::from_payload(&spec.to_payload()).expect("own payload decodes");
+    assert_eq!(again, spec, "init spec does not round-trip");
+    true
+}
+
+fn init_seeds() -> Vec<Vec<u8>> {
+    let spec = |servers: u32, topology: &str, master: Option<&str>| InitSpec {
+        servers,
+        topology: topology.to_owned(),
+        table: (0..servers)
+            .map(|i| (i % 3 != 2).then(|| format!("tcp://127.0.0.1:{}", 7000 + i)))
+            .collect(),
+        attempts: 3,
+        delay_ms: 100,
+        probe_span: 4,
+        handshake_ms: 5000,
+        stdio_window_ms: 20,
+        filter_plugins: vec!["/opt/tool/libsum.so".to_owned()],
+        service_plugins: Vec::new(),
+        master: master.map(str::to_owned),
+    };
+    vec![
+        spec(1, "flat", None).to_payload().to_vec(),
+        spec(8, "binomial", Some("tcp://127.0.0.1:6999"))
+            .to_payload()
+            .to_vec(),
+        spec(5, "kary:3", None).to_payload().to_vec(),
+        spec(3, "tree", None).to_payload().to_vec(),
+    ]
 }
 
 fn filter_seeds() -> Vec<Vec<u8>> {

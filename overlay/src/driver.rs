@@ -11,12 +11,12 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use sdm_proto::{Control, Kind, Message};
 use sdm_topology::NodeId;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::error::LinkError;
 use crate::flow;
 use crate::liveness::Peer;
 use crate::node::{Node, Output};
@@ -66,42 +66,26 @@ const GOODBYE: &str = "the parent ended the session";
 
 #[derive(Debug)]
 enum Inbound {
-    Frame(Peer, Message),
-    /// The link of this generation carried something the node has not seen (a keepalive,
-    /// credit, output still queued): its peer is alive.
-    Heard(Peer, u64),
+    /// A frame from the link of this generation.
+    Frame(Peer, Message, u64),
     /// A link ended: its peer, why, and its generation (so the end of a replaced link
     /// cannot remove the link that replaced it).
     Closed(Peer, String, u64),
 }
 
-/// Stdio or an event from a child, with the generation of the link it came on (its credit
-/// goes back on that link only).
-type Bulk = (NodeId, Message, u64);
-
-/// Where a link's reader puts what it receives: control frames and link ends on `ctrl`;
-/// bulk from a child on `bulk` (unbounded, because [`flow`] bounds it: at most one
-/// window per child link), so a reader never stops reading for want of room.
-struct Queues {
-    ctrl: mpsc::Sender<Inbound>,
-    bulk: Option<mpsc::UnboundedSender<Bulk>>,
-}
-
 /// Generations of links, unique in the process.
-static LINK_GENERATION: AtomicUsize = AtomicUsize::new(1);
+static LINK_GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// Starts the reader and writer tasks of one link; returns the writer's queues.
+/// Starts the reader and writer tasks of one link; returns the writer's queues. The reader
+/// puts every frame it receives (but a goodbye, which ends the link) on `inbound`.
 ///
-/// The writer has two queues: control (commands and replies) and bulk (stdio and events,
-/// which keep their order among themselves). Control goes first, so a reply is never stuck
-/// behind a flood of output waiting for the same link; on the parent link bulk is also
-/// held by the receiver's credit ([`flow`]), so at most a window of it is ever in flight.
-///
-/// Liveness is the node's ([`crate::liveness`]): the writer sends the keepalives the node
-/// asks for, and the reader tells the node it heard from the peer at least every
-/// `heard_every` while frames arrive that the node does not see at once.
-fn spawn_link(peer: Peer, link: Link, queues: Queues, heard_every: std::time::Duration) -> LinkTx {
-    let generation = LINK_GENERATION.fetch_add(1, Ordering::Relaxed) as u64;
+/// The writer has two queues: control (commands, replies, keepalives, credit) and bulk
+/// (stdio and events, which keep their order among themselves). Control goes first, so a
+/// reply is never stuck behind output waiting for the same link; how much bulk reaches
+/// the writer at all is the node's flow control ([`flow`]): at most a window beyond what
+/// the receiver took in.
+fn spawn_link(peer: Peer, link: Link, inbound: mpsc::Sender<Inbound>) -> LinkTx {
+    let generation = LINK_GENERATION.fetch_add(1, Ordering::Relaxed);
     let Link {
         mut reader,
         mut writer,
@@ -109,60 +93,30 @@ fn spawn_link(peer: Peer, link: Link, queues: Queues, heard_every: std::time::Du
     } = link;
     let (ctrl, mut ctrl_rx) = mpsc::unbounded_channel::<Message>();
     let (bulk, mut bulk_rx) = mpsc::unbounded_channel::<Message>();
-    let backlog = Arc::new(AtomicUsize::new(0));
-    let queued = backlog.clone();
-    let drained = Arc::new(Notify::new());
-    let drained_w = drained.clone();
-    let credits = flow::Credits::default();
-    let credits_w = credits.clone();
-    let outstanding = flow::Outstanding::default();
-    let outstanding_r = outstanding.clone();
-    let Queues {
-        ctrl: inbound,
-        bulk: bulk_inbound,
-    } = queues;
     let inbound_w = inbound.clone();
     let name_w = name.clone();
     let writer_task = tokio::spawn(async move {
         loop {
-            let can_bulk = credits_w.available();
-            let (m, is_bulk) = tokio::select! {
+            let m = tokio::select! {
                 biased;
                 m = ctrl_rx.recv() => match m {
-                    Some(m) => (m, false),
+                    Some(m) => m,
                     None => break,
                 },
-                Some(m) = bulk_rx.recv(), if can_bulk => (m, true),
-                () = credits_w.wait(), if !can_bulk => continue,
+                Some(m) = bulk_rx.recv() => m,
+                else => break,
             };
-            if is_bulk {
-                credits_w.spend(&m);
-            }
             // Batch: queue what else is waiting (control first), then flush once.
             let mut res = writer.feed(&m).await;
-            let (mut n, mut bulk_n) = (1, usize::from(is_bulk));
+            let mut n = 1;
             while res.is_ok() && n < 256 {
-                let next = match ctrl_rx.try_recv() {
-                    Ok(m) => m,
-                    Err(_) if !credits_w.available() => break,
-                    Err(_) => match bulk_rx.try_recv() {
-                        Ok(m) => {
-                            credits_w.spend(&m);
-                            bulk_n += 1;
-                            m
-                        }
-                        Err(_) => break,
-                    },
+                let Ok(next) = ctrl_rx.try_recv().or_else(|_| bulk_rx.try_recv()) else {
+                    break;
                 };
                 res = writer.feed(&next).await;
                 n += 1;
             }
-            res = res.and(writer.flush().await);
-            queued.fetch_sub(bulk_n, Ordering::Relaxed);
-            // Wakes a node loop that stopped taking input while this queue was full (a
-            // stored permit if it is not waiting yet: no lost wake-up).
-            drained_w.notify_one();
-            if let Err(e) = res {
+            if let Err(e) = res.and(writer.flush().await) {
                 let why = format!("write to {name_w} failed: {e}");
                 let _ = inbound_w.send(Inbound::Closed(peer, why, generation)).await;
                 return;
@@ -171,50 +125,24 @@ fn spawn_link(peer: Peer, link: Link, queues: Queues, heard_every: std::time::Du
         let _ = writer.close().await;
     });
     let reader_task = tokio::spawn(async move {
-        let mut told = Instant::now();
         let why = loop {
             let m = match reader.next().await {
                 Some(Ok(m)) => m,
                 Some(Err(e)) => break format!("bad frame from {name}: {e}"),
                 None => break format!("{name} closed the connection"),
             };
-            // The node hears of frames it does not get at once (control frames handled
-            // here, output queued for it), so a busy link never looks silent.
-            if (m.kind == Kind::Control || flow::is_bulk(m.kind)) && told.elapsed() >= heard_every {
-                told = Instant::now();
-                if inbound
-                    .send(Inbound::Heard(peer, generation))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
             if m.kind == Kind::Control {
                 match Control::from_message(&m) {
-                    Ok(Control::Keepalive) => {}
                     Ok(Control::Goodbye) => break GOODBYE.to_owned(),
-                    Ok(Control::Credit(n)) if n > 0 => credits.add(n.min(i64::MAX as u64) as i64),
-                    Ok(other) => {
-                        tracing::warn!(
-                            "ignored a {} frame from {name} on an open link",
-                            other.name()
-                        )
-                    }
+                    Ok(_) => {}
                     Err(e) => break format!("{name} sent a bad control frame: {e}"),
                 }
-                continue;
             }
-            let sent = match (&bulk_inbound, peer) {
-                (Some(bulk), Peer::Child(c)) if flow::is_bulk(m.kind) => {
-                    if let Err(e) = outstanding_r.receive(&m) {
-                        break format!("{name} {e}");
-                    }
-                    bulk.send((c, m, generation)).is_ok()
-                }
-                _ => inbound.send(Inbound::Frame(peer, m)).await.is_ok(),
-            };
-            if !sent {
+            if inbound
+                .send(Inbound::Frame(peer, m, generation))
+                .await
+                .is_err()
+            {
                 return;
             }
         };
@@ -224,9 +152,6 @@ fn spawn_link(peer: Peer, link: Link, queues: Queues, heard_every: std::time::Du
         reader: AbortOnDrop(reader_task),
         ctrl,
         bulk,
-        backlog,
-        drained,
-        grant: flow::Grant::new(outstanding),
         generation,
         writer: writer_task,
     }
@@ -242,17 +167,12 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The sending side of a link: its two queues, and how many bulk frames wait.
+/// The sending side of a link: its two queues.
 struct LinkTx {
     /// The link's reader (aborted when the link is dropped).
     reader: AbortOnDrop,
     ctrl: mpsc::UnboundedSender<Message>,
     bulk: mpsc::UnboundedSender<Message>,
-    backlog: Arc<AtomicUsize>,
-    /// Signalled each time the writer has sent a batch.
-    drained: Arc<Notify>,
-    /// Credit owed to the peer for the bulk taken from it (child links).
-    grant: flow::Grant,
     /// Which link this is (see [`Inbound::Closed`]).
     generation: u64,
     /// The writer task: it ends once both queues are closed and drained.
@@ -273,31 +193,19 @@ impl LinkTx {
         let _ = tokio::time::timeout(grace, writer).await;
         drop(reader);
     }
-}
 
-impl LinkTx {
     fn send(&self, m: Message) -> bool {
         if flow::is_bulk(m.kind) {
-            self.backlog.fetch_add(1, Ordering::Relaxed);
             self.bulk.send(m).is_ok()
         } else {
             self.ctrl.send(m).is_ok()
         }
     }
-
-    fn backlog(&self) -> usize {
-        self.backlog.load(Ordering::Relaxed)
-    }
 }
 
-/// Bulk frames (stdio, events) waiting for the parent link above which this node stops
-/// taking bulk from below and from its own process (so output slows the printers down
-/// instead of piling up here, and the children's credit stops); control frames from
-/// anywhere are always taken.
-const PARENT_BACKLOG_LIMIT: usize = 1024;
-
 /// Events a server's local side sends up (kind and payload), for [`run_node_with_events`].
-/// The channel is bounded: a full channel makes the producer (the process's output
+/// The channel is bounded, and the driver stops reading it while the node says so
+/// ([`Output::PauseLocal`]): a full channel makes the producer (the process's output
 /// reader) wait, which makes the process wait: backpressure, never a dropped line.
 pub type LocalEvents = mpsc::Receiver<(Kind, Bytes)>;
 
@@ -306,7 +214,7 @@ pub type LocalEvents = mpsc::Receiver<(Kind, Bytes)>;
 pub async fn run_node(
     node: Node,
     parent: Link,
-    children: Vec<(NodeId, io::Result<Link>)>,
+    children: Vec<(NodeId, Result<Link, LinkError>)>,
     handler: LocalHandler,
 ) -> io::Result<()> {
     let (_tx, rx) = mpsc::channel(1);
@@ -317,7 +225,7 @@ pub async fn run_node(
 pub async fn run_node_with_events(
     node: Node,
     parent: Link,
-    children: Vec<(NodeId, io::Result<Link>)>,
+    children: Vec<(NodeId, Result<Link, LinkError>)>,
     handler: LocalHandler,
     events: LocalEvents,
 ) -> io::Result<()> {
@@ -346,7 +254,7 @@ pub struct Recovery {
 pub async fn run_node_full(
     mut node: Node,
     parent: Link,
-    children: Vec<(NodeId, io::Result<Link>)>,
+    children: Vec<(NodeId, Result<Link, LinkError>)>,
     mut handler: LocalHandler,
     mut events: LocalEvents,
     mut recovery: Recovery,
@@ -355,30 +263,18 @@ pub async fn run_node_full(
     // above is never stuck behind a flood from below.
     let (up_tx, mut up_rx) = mpsc::channel::<Inbound>(1024);
     let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(1024);
-    let (bulk_tx, mut bulk_rx) = mpsc::unbounded_channel::<Bulk>();
-    let up_queues = |up_tx: &mpsc::Sender<Inbound>| Queues {
-        ctrl: up_tx.clone(),
-        bulk: None,
-    };
     let (reply_tx, mut reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
-    let live = recovery.liveness.unwrap_or_else(Liveness::from_env);
-    let heard_every = live.interval / 4;
-    node.set_liveness(Some(live));
+    node.set_liveness(Some(recovery.liveness.unwrap_or_else(Liveness::from_env)));
     // The master's parent is the front-end, which sends no keepalives.
     let watch_parent = node.id() != NodeId::Master;
     let start = Instant::now().into_std();
-    let mut to_parent = spawn_link(Peer::Parent, parent, up_queues(&up_tx), heard_every);
+    let mut to_parent = spawn_link(Peer::Parent, parent, up_tx.clone());
     node.handle_link_open(start, Peer::Parent, watch_parent);
     let mut to_child: HashMap<NodeId, LinkTx> = HashMap::new();
     for (id, link) in children {
         match link {
             Ok(link) => {
-                let queues = Queues {
-                    ctrl: in_tx.clone(),
-                    bulk: Some(bulk_tx.clone()),
-                };
-                let tx = spawn_link(Peer::Child(id), link, queues, heard_every);
-                to_child.insert(id, tx);
+                to_child.insert(id, spawn_link(Peer::Child(id), link, in_tx.clone()));
                 node.handle_link_open(start, Peer::Child(id), true);
             }
             Err(e) => node.handle_link_down(start, id, &format!("could not connect: {e}")),
@@ -386,12 +282,11 @@ pub async fn run_node_full(
     }
     // Kept only while adoptions may add children; otherwise the end of every child link
     // closes the queue.
-    let adopt_tx = recovery
-        .adoptions
-        .as_ref()
-        .map(|_| (in_tx.clone(), bulk_tx.clone()));
-    drop((in_tx, bulk_tx));
+    let adopt_tx = recovery.adoptions.as_ref().map(|_| in_tx.clone());
+    drop(in_tx);
     let mut children_open = true;
+    // Whether the node asked to stop taking local output (flow control).
+    let mut local_paused = false;
     loop {
         let mut parent_gone = None;
         // Drain outputs first: they may arm a timer.
@@ -427,81 +322,73 @@ pub async fn run_node_full(
                 // The node already reported the child's ids lost.
                 Output::LinkDead(Peer::Child(c), _) => drop(to_child.remove(&c)),
                 Output::LinkDead(Peer::Parent, why) => parent_gone = Some(why),
+                Output::PauseLocal => local_paused = true,
+                Output::ResumeLocal => local_paused = false,
             }
         }
-        let deadline = node.poll_timeout().map(Instant::from_std);
-        let room = to_parent.backlog() < PARENT_BACKLOG_LIMIT;
-        tokio::select! {
-            biased;
-            ev = up_rx.recv() => {
-                let now = Instant::now().into_std();
-                match ev {
-                    Some(Inbound::Frame(_, m)) => node.handle_from_parent(now, m),
-                    Some(Inbound::Heard(p, g)) if g == to_parent.generation => node.handle_heard(now, p),
-                    Some(Inbound::Heard(..)) => {}
-                    // The end of a parent link this node already replaced.
-                    Some(Inbound::Closed(_, _, g)) if g != to_parent.generation => {}
-                    Some(Inbound::Closed(_, w, _)) => parent_gone = Some(w),
-                    None => parent_gone = Some("parent link closed".to_owned()),
-                }
-            }
-            Some((op, payload)) = reply_rx.recv() => {
-                node.handle_local_reply(Instant::now().into_std(), op, payload);
-            }
-            () = sleep_until(deadline) => node.handle_timeout(Instant::now().into_std()),
-            Some((id, link)) = async {
-                match recovery.adoptions.as_mut() {
-                    Some(rx) => rx.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                if node.handle_adopt(id) {
-                    let (ctrl, bulk) = adopt_tx.clone().expect("adoptions come with a queue");
-                    let queues = Queues { ctrl, bulk: Some(bulk) };
-                    to_child.insert(id, spawn_link(Peer::Child(id), link, queues, heard_every));
-                    node.handle_link_open(Instant::now().into_std(), Peer::Child(id), true);
-                } else {
-                    tracing::warn!(node = %node.id(), "refused adoption of {id}: not an orphan below this node");
-                }
-            }
-            ev = in_rx.recv(), if children_open => {
-                let now = Instant::now().into_std();
-                match ev {
-                    Some(Inbound::Frame(Peer::Parent, m)) => node.handle_from_parent(now, m),
-                    Some(Inbound::Frame(Peer::Child(c), m)) => node.handle_from_child(now, c, m),
-                    Some(Inbound::Heard(p @ Peer::Child(c), g)) => {
-                        if to_child.get(&c).is_some_and(|tx| tx.generation == g) {
-                            node.handle_heard(now, p);
+        if parent_gone.is_none() {
+            let deadline = node.poll_timeout().map(Instant::from_std);
+            tokio::select! {
+                biased;
+                ev = up_rx.recv() => {
+                    let now = Instant::now().into_std();
+                    match ev {
+                        Some(Inbound::Frame(_, m, g)) if g == to_parent.generation => {
+                            node.handle_from_parent(now, m);
                         }
+                        // From a parent link this node already replaced.
+                        Some(Inbound::Frame(..)) => {}
+                        Some(Inbound::Closed(_, _, g)) if g != to_parent.generation => {}
+                        Some(Inbound::Closed(_, w, _)) => parent_gone = Some(w),
+                        None => parent_gone = Some("parent link closed".to_owned()),
                     }
-                    Some(Inbound::Heard(Peer::Parent, _)) => {}
-                    Some(Inbound::Closed(Peer::Parent, why, _)) => parent_gone = Some(why),
-                    Some(Inbound::Closed(Peer::Child(c), why, g)) => {
-                        if to_child.get(&c).is_some_and(|tx| tx.generation == g) {
-                            to_child.remove(&c);
-                            node.handle_link_down(now, c, &why);
+                }
+                Some((op, payload)) = reply_rx.recv() => {
+                    node.handle_local_reply(Instant::now().into_std(), op, payload);
+                }
+                () = sleep_until(deadline) => node.handle_timeout(Instant::now().into_std()),
+                Some((id, link)) = async {
+                    match recovery.adoptions.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if node.handle_adopt(id) {
+                        let tx = adopt_tx.clone().expect("adoptions come with a queue");
+                        to_child.insert(id, spawn_link(Peer::Child(id), link, tx));
+                        node.handle_link_open(Instant::now().into_std(), Peer::Child(id), true);
+                    } else {
+                        tracing::warn!(node = %node.id(), "refused adoption of {id}: not an orphan below this node");
+                    }
+                }
+                ev = in_rx.recv(), if children_open => {
+                    let now = Instant::now().into_std();
+                    let current = |c: &NodeId, g: u64| to_child.get(c).is_some_and(|tx| tx.generation == g);
+                    match ev {
+                        Some(Inbound::Frame(Peer::Child(c), m, g)) if current(&c, g) => {
+                            node.handle_from_child(now, c, m);
+                            // Turn about with this server's own output, which would
+                            // otherwise wait as long as any child has some.
+                            if !local_paused && let Ok((kind, payload)) = events.try_recv() {
+                                node.handle_local_event(kind, payload);
+                            }
                         }
+                        Some(Inbound::Frame(..)) => {}
+                        Some(Inbound::Closed(Peer::Parent, why, _)) => parent_gone = Some(why),
+                        Some(Inbound::Closed(Peer::Child(c), why, g)) => {
+                            if current(&c, g) {
+                                to_child.remove(&c);
+                                node.handle_link_down(now, c, &why);
+                            }
+                        }
+                        // No children (left): only the parent can end this node.
+                        None => children_open = false,
                     }
-                    // No children (left): only the parent can end this node.
-                    None => children_open = false,
                 }
-            }
-            Some((c, m, g)) = bulk_rx.recv(), if room => {
-                // Taken in: its credit goes back to the child (on the link it came on).
-                if let Some(tx) = to_child.get_mut(&c).filter(|tx| tx.generation == g)
-                    && let Some(credit) = tx.grant.taken(&m)
-                {
-                    tx.send(credit);
-                }
-                node.handle_from_child(Instant::now().into_std(), c, m);
-                // Turn about with this server's own output, which would otherwise wait
-                // as long as any child has some.
-                if let Ok((kind, payload)) = events.try_recv() {
+                Some((kind, payload)) = events.recv(), if !local_paused => {
                     node.handle_local_event(kind, payload);
                 }
             }
-            Some((kind, payload)) = events.recv(), if room => node.handle_local_event(kind, payload),
-            () = to_parent.drained.notified(), if !room => {}
         }
         if let Some(why) = parent_gone {
             tracing::info!(node = %node.id(), "parent link ended: {why}");
@@ -514,7 +401,7 @@ pub async fn run_node_full(
             match new_parent {
                 Some(link) => {
                     tracing::info!(node = %node.id(), "re-attached to {}", link.peer);
-                    to_parent = spawn_link(Peer::Parent, link, up_queues(&up_tx), heard_every);
+                    to_parent = spawn_link(Peer::Parent, link, up_tx.clone());
                     node.handle_link_open(Instant::now().into_std(), Peer::Parent, true);
                 }
                 None => {

@@ -1,23 +1,26 @@
 //! Credit-based flow control of output going up the tree, so output can never occupy the
-//! path that commands and replies take.
+//! path that commands and replies take: sans-IO window state that [`crate::Node`] owns.
 //!
 //! Frames going up are of two sorts: control (replies, keepalives) and bulk (stdio and
 //! events, which keep their order among themselves). A link's sender may have at most
 //! [`WINDOW`] bytes of bulk (as counted by [`cost`]) that its receiver has not yet taken
-//! in; the receiver hands credit back, in [`Control::Credit`] frames, as it takes bulk
-//! frames off its queue ([`Grant`]). A node whose own parent gives it no credit stops
-//! taking bulk from below, which stops its children's credit, and so on down to the
-//! process writing the output, which blocks in `write`: backpressure, never a dropped
-//! line. Because bulk in flight on a link is bounded, a receiver always reads its sockets
-//! promptly, and a reply waits behind at most one window of output per hop instead of
-//! behind every line the socket buffers and queues can hold.
+//! in ([`SendWindow`]); the receiver hands credit back, in [`Control::Credit`] frames, as it
+//! takes bulk in ([`RecvWindow`], [`Grant`]). A node forwards its children's output up
+//! against its parent's credit and hands its children credit back once what it took from
+//! them has gone up (nothing waits for the parent's credit); its own program's output it
+//! takes only while less than [`QUEUE_LIMIT`] waits, asking its driver to pause the local
+//! producer past it ([`crate::Output::PauseLocal`]). So a parent that gives no credit stops
+//! its children's credit, and so on down to the process writing the output, which blocks
+//! in `write`: backpressure, never a dropped line, and every node's queue bounded (by
+//! [`QUEUE_LIMIT`] and a window per child).
+//! Replies never wait for credit, so a reply is behind at most one window of output per
+//! hop instead of behind every line the socket buffers and queues can hold.
 //!
 //! The window only limits bulk sent to a parent (or by the master to the front-end);
 //! frames going down are commands and are never held. A child that sends bulk while it
-//! has no credit breaks the protocol and loses its link ([`Outstanding::receive`]).
+//! has no credit breaks the protocol and loses its link ([`RecvWindow::receive`]).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::collections::VecDeque;
 
 use sdm_proto::{Control, Kind, Message};
 
@@ -26,6 +29,10 @@ pub const WINDOW: i64 = 64 * 1024;
 
 /// Credit is handed back once this much was taken in, not per frame.
 pub const GRANT_STEP: i64 = WINDOW / 4;
+
+/// Bytes of bulk waiting for the parent's credit from which a node pauses its local
+/// producer (its program's output).
+pub const QUEUE_LIMIT: i64 = WINDOW;
 
 /// Whether `kind` is bulk (stdio or events): held by the window when sent up.
 pub fn is_bulk(kind: Kind) -> bool {
@@ -51,86 +58,96 @@ pub fn parse_credit(m: &Message) -> Option<i64> {
     }
 }
 
-/// The sender's side: credit left on one link.
-#[derive(Debug, Clone)]
-pub struct Credits {
-    left: Arc<AtomicI64>,
-    more: Arc<tokio::sync::Notify>,
+/// A sender ignored the window: it sent bulk while it had no credit left.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "sent output beyond its flow-control window ({unacknowledged} bytes unacknowledged, \
+     window {WINDOW})"
+)]
+pub struct WindowExceeded {
+    unacknowledged: i64,
 }
 
-impl Default for Credits {
+impl WindowExceeded {
+    /// Bytes the sender had unacknowledged when it sent the offending frame.
+    pub fn unacknowledged(&self) -> i64 {
+        self.unacknowledged
+    }
+}
+
+/// The sender's side of one link: credit left, and the bulk waiting for more of it, in
+/// order.
+#[derive(Debug)]
+pub struct SendWindow {
+    credit: i64,
+    queue: VecDeque<Message>,
+    queued: i64,
+}
+
+impl Default for SendWindow {
     fn default() -> Self {
         Self {
-            left: Arc::new(AtomicI64::new(WINDOW)),
-            more: Arc::new(tokio::sync::Notify::new()),
+            credit: WINDOW,
+            queue: VecDeque::new(),
+            queued: 0,
         }
     }
 }
 
-impl Credits {
-    /// Whether a bulk frame may go now. One frame may overdraw the credit, so a frame
-    /// larger than the window still goes (alone).
-    pub fn available(&self) -> bool {
-        self.left.load(Ordering::Acquire) > 0
+impl SendWindow {
+    /// Queues a bulk frame behind those already waiting.
+    pub fn push(&mut self, m: Message) {
+        self.queued += cost(&m);
+        self.queue.push_back(m);
     }
 
-    /// Counts a bulk frame sent.
-    pub fn spend(&self, m: &Message) {
-        self.left.fetch_sub(cost(m), Ordering::AcqRel);
-    }
-
-    /// Adds credit handed back by the receiver and wakes a sender waiting for it.
-    pub fn add(&self, n: i64) {
-        self.left.fetch_add(n, Ordering::AcqRel);
-        self.more.notify_one();
-    }
-
-    /// Waits until [`Credits::add`] is called (a stored wake-up if it already was).
-    pub async fn wait(&self) {
-        self.more.notified().await;
-    }
-}
-
-/// The receiver's side: bulk received but not yet handed back as credit.
-#[derive(Debug, Clone, Default)]
-pub struct Outstanding(Arc<AtomicI64>);
-
-impl Outstanding {
-    /// Counts a bulk frame as it arrives. An error if the sender had no credit left when
-    /// it sent it (it ignored the window).
-    pub fn receive(&self, m: &Message) -> Result<(), String> {
-        let before = self.0.fetch_add(cost(m), Ordering::AcqRel);
-        if before >= WINDOW {
-            return Err(format!(
-                "sent output beyond its flow-control window ({before} bytes unacknowledged, \
-                 window {WINDOW})"
-            ));
+    /// The next queued frame the credit lets go, counted as sent. One frame may overdraw
+    /// the credit, so a frame larger than the window still goes (alone).
+    pub fn pop(&mut self) -> Option<Message> {
+        if self.credit <= 0 {
+            return None;
         }
-        Ok(())
+        let m = self.queue.pop_front()?;
+        let c = cost(&m);
+        self.queued -= c;
+        self.credit -= c;
+        Some(m)
     }
 
-    /// Counts credit handed back.
-    fn grant(&self, n: i64) {
-        self.0.fetch_sub(n, Ordering::AcqRel);
+    /// Adds credit handed back by the receiver.
+    pub fn add_credit(&mut self, n: i64) {
+        self.credit = self.credit.saturating_add(n);
+    }
+
+    /// A fresh link (a new receiver): the whole window again; what waits stays queued.
+    pub fn reset(&mut self) {
+        self.credit = WINDOW;
+    }
+
+    /// Bytes of bulk waiting for credit.
+    pub fn queued(&self) -> i64 {
+        self.queued
+    }
+
+    /// Frames waiting for credit.
+    pub fn queued_frames(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Credit left (negative after an overdraw).
+    pub fn credit(&self) -> i64 {
+        self.credit
     }
 }
 
-/// The receiver's side: credit for bulk taken in but not handed back yet.
+/// Credit for bulk taken in but not handed back yet (the front-end's side of the master
+/// link, and part of [`RecvWindow`]).
 #[derive(Debug, Default)]
 pub struct Grant {
     pending: i64,
-    outstanding: Outstanding,
 }
 
 impl Grant {
-    /// A grant that reports what it hands back to `outstanding` (the reader's count).
-    pub fn new(outstanding: Outstanding) -> Self {
-        Self {
-            pending: 0,
-            outstanding,
-        }
-    }
-
     /// Counts a bulk frame taken in; returns the credit frame to send back, once enough
     /// was taken in to be worth one.
     pub fn taken(&mut self, m: &Message) -> Option<Message> {
@@ -145,14 +162,50 @@ impl Grant {
 
     /// The credit frame for everything taken in so far (even below [`GRANT_STEP`]).
     pub fn flush(&mut self) -> Message {
-        let n = std::mem::take(&mut self.pending);
-        self.outstanding.grant(n);
-        credit(n)
+        credit(std::mem::take(&mut self.pending))
     }
 
     /// Credit taken in and not handed back yet.
     pub fn pending(&self) -> i64 {
         self.pending
+    }
+}
+
+/// The receiver's side of one link: bulk received and not handed back as credit, and the
+/// credit owed for what was taken in.
+#[derive(Debug, Default)]
+pub struct RecvWindow {
+    outstanding: i64,
+    grant: Grant,
+}
+
+impl RecvWindow {
+    /// Counts a bulk frame as it arrives and takes it in. An error if the sender had no
+    /// credit left when it sent it (it ignored the window).
+    pub fn receive(&mut self, m: &Message) -> Result<(), WindowExceeded> {
+        let before = self.outstanding;
+        if before >= WINDOW {
+            return Err(WindowExceeded {
+                unacknowledged: before,
+            });
+        }
+        self.outstanding += cost(m);
+        self.grant.count(m);
+        Ok(())
+    }
+
+    /// The credit frame to send back, once at least [`GRANT_STEP`] is owed.
+    pub fn grant(&mut self) -> Option<Message> {
+        if self.grant.pending() < GRANT_STEP {
+            return None;
+        }
+        self.outstanding -= self.grant.pending();
+        Some(self.grant.flush())
+    }
+
+    /// Bulk received and not handed back yet.
+    pub fn outstanding(&self) -> i64 {
+        self.outstanding
     }
 }
 
@@ -187,54 +240,54 @@ mod tests {
 
     #[test]
     fn a_sender_within_its_window_is_accepted_and_one_beyond_it_is_refused() {
-        let credits = Credits::default();
-        let out = Outstanding::default();
+        let mut send = SendWindow::default();
+        let mut recv = RecvWindow::default();
+        for _ in 0..200 {
+            send.push(line(1000));
+        }
         // Send until the credit runs out; the receiver accepts every one of them.
-        let mut sent = Vec::new();
-        while credits.available() {
-            let m = line(1000);
-            credits.spend(&m);
-            out.receive(&m).expect("within the window");
-            sent.push(m);
+        let mut sent = 0;
+        while let Some(m) = send.pop() {
+            recv.receive(&m).expect("within the window");
+            sent += 1;
         }
         let c = cost(&line(1000));
-        assert_eq!(sent.len() as i64, (WINDOW + c - 1) / c);
+        assert_eq!(sent as i64, (WINDOW + c - 1) / c);
+        assert_eq!(send.queued_frames(), 200 - sent);
+        assert_eq!(send.queued(), (200 - sent) as i64 * c);
         // A sender that goes on regardless is refused.
-        let e = out.receive(&line(1)).unwrap_err();
-        assert!(e.contains("beyond its flow-control window"), "{e}");
+        let e = recv.receive(&line(1)).unwrap_err();
+        assert!(e.unacknowledged() >= WINDOW);
     }
 
     #[test]
     fn taking_frames_in_hands_all_their_credit_back_in_steps() {
-        let credits = Credits::default();
-        let out = Outstanding::default();
-        let mut grant = Grant::new(out.clone());
-        let sent: Vec<_> = std::iter::repeat_with(|| line(700)).take(90).collect();
-        for m in &sent {
-            credits.spend(m);
+        let mut send = SendWindow::default();
+        let mut recv = RecvWindow::default();
+        let total = 300;
+        for _ in 0..total {
+            send.push(line(700));
         }
-        assert!(!credits.available());
-        let mut steps = 0;
-        for m in &sent {
-            out.receive(m).ok();
-            if let Some(c) = grant.taken(m) {
+        let (mut steps, mut got) = (0, 0);
+        while got < total {
+            let m = send.pop().expect("credit comes back before it runs out");
+            recv.receive(&m).unwrap();
+            got += 1;
+            if let Some(c) = recv.grant() {
                 let n = parse_credit(&c).unwrap();
                 assert!(n >= GRANT_STEP, "credit goes back in steps, not per frame");
-                credits.add(n);
+                send.add_credit(n);
                 steps += 1;
             }
         }
         assert!(steps >= 3, "{steps} steps");
-        let rest = grant.flush();
-        credits.add(parse_credit(&rest).unwrap());
-        assert_eq!(grant.pending(), 0);
-        // Everything sent was handed back: the sender has its whole window again, and the
-        // receiver counts nothing outstanding.
-        assert_eq!(credits.left.load(Ordering::Acquire), WINDOW);
-        assert_eq!(out.0.load(Ordering::Acquire), 0);
-        assert!(
-            grant.taken(&line(10)).is_none(),
-            "one small frame is no step"
-        );
+        assert_eq!(send.queued(), 0);
+        // What was not handed back is below one step, and the sender still has credit.
+        assert!(recv.outstanding() < GRANT_STEP);
+        assert_eq!(send.credit(), WINDOW - recv.outstanding());
+        let mut g = Grant::default();
+        assert!(g.taken(&line(10)).is_none(), "one small frame is no step");
+        assert_eq!(parse_credit(&g.flush()), Some(cost(&line(10))));
+        assert_eq!(g.pending(), 0);
     }
 }

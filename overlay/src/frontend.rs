@@ -137,7 +137,7 @@ impl Frontend {
     pub async fn accept_master(
         listener: &mut dyn Listener,
         policy: &ConnectPolicy,
-    ) -> io::Result<Self> {
+    ) -> Result<Self, crate::LinkError> {
         Ok(Self::new(accept_named(listener, FRONTEND, policy).await?))
     }
 

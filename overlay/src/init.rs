@@ -1,34 +1,34 @@
 //! The init command: the front-end's first command, which hands every node the routing
 //! table (server id -> address), the tree shape and the connection policy.
 //!
-//! It travels down the tree like any command (its payload is `sdm-init ` + JSON); each node
-//! reads it before it has a `Node`, connects to its children, then lets the `Node` forward
-//! it. Every server answers `ready`, so the acknowledgements merge on the way up.
+//! It travels down the tree like any command, tagged [`INIT_SERVICE`], its payload the `Init`
+//! protobuf of `proto/sdm.proto`; each node reads it before it has a `Node`, connects to its
+//! children, then lets the `Node` forward it. Every server answers `ready`, so the
+//! acknowledgements merge on the way up.
 
 use std::time::Duration;
+
+use prost::Message as _;
+use sdm_proto::pb;
+use sdm_topology::{Shape, ShapeError};
 
 use crate::auth::SessionKey;
 use crate::filters::Registry;
 use crate::setup::ConnectPolicy;
-use crate::transport::Address;
-use sdm_topology::Shape;
-use serde::{Deserialize, Serialize};
-
-/// Payload prefix of the init command.
-pub const INIT_PREFIX: &str = "sdm-init ";
+use crate::transport::{Address, AddressError};
 
 /// The service tag of the init command ([`sdm_proto::Message::service`]): servers
 /// recognise it by this tag, not by its payload.
 pub const INIT_SERVICE: &str = "sdm.init";
 
 /// What the init command carries.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitSpec {
     /// Number of servers.
     pub servers: u32,
     /// Tree shape (`binomial`, `kary:K`, …).
     pub topology: String,
-    /// Address of each server; `null` for a server that never reported one.
+    /// Address of each server; `None` for a server that never reported one.
     pub table: Vec<Option<String>>,
     /// Connection rounds per child.
     pub attempts: u32,
@@ -39,49 +39,107 @@ pub struct InitSpec {
     /// Limit of one handshake, ms.
     pub handshake_ms: u64,
     /// How long interior nodes hold stdio lines to merge identical ones, ms (0: never).
-    #[serde(default)]
     pub stdio_window_ms: u64,
     /// Filter plugins (paths of shared libraries, see `sdm_filters::plugin`) every daemon
     /// loads before it serves, so commands can name their filters. A path must be valid on
     /// the daemon's host; a plugin that does not load there is logged, and ops naming its
     /// filter come back lost with the registry's "no such filter" error.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filter_plugins: Vec<String>,
     /// Service plugins (paths of shared libraries implementing `sdm_service.h`) every
     /// server loads before it serves, so commands can name their services. The same rules
     /// as for [`InitSpec::filter_plugins`]: a path valid on the daemon's host; one that does
     /// not load is logged, and commands for its service get an error reply naming it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub service_plugins: Vec<String>,
     /// Where the master accepts orphans re-attaching (it fills this in before passing the
     /// init down); `None` if it does not listen.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub master: Option<String>,
 }
 
+/// Why an init command is not valid: it says what was wrong (which field, which server).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitError {
+    /// The payload is not an `Init` protobuf (e.g. another command came first).
+    #[error("init command: not an Init message ({0}); expected the init command first")]
+    Decode(String),
+    /// The routing table does not have one entry per server.
+    #[error("init command: table has {entries} entries for {servers} servers")]
+    Table {
+        /// Entries in the table.
+        entries: usize,
+        /// Servers the command names.
+        servers: u32,
+    },
+    /// `probe_span` does not fit a port count.
+    #[error("init command: probe_span {0} is larger than 65535")]
+    ProbeSpan(u32),
+    /// The tree shape is not one sdm knows.
+    #[error("init command: {0}")]
+    Topology(#[from] ShapeError),
+    /// A server's address does not parse.
+    #[error("init command: address of server {server}: {error}")]
+    Address {
+        /// The server whose address is bad.
+        server: u32,
+        /// What is wrong with it.
+        error: AddressError,
+    },
+}
+
 impl InitSpec {
-    /// The command payload.
-    pub fn to_payload(&self) -> String {
-        format!(
-            "{INIT_PREFIX}{}",
-            serde_json::to_string(self).expect("serializable")
-        )
+    /// The protobuf form.
+    pub fn to_pb(&self) -> pb::Init {
+        pb::Init {
+            servers: self.servers,
+            topology: self.topology.clone(),
+            table: self
+                .table
+                .iter()
+                .map(|a| pb::InitAddress { address: a.clone() })
+                .collect(),
+            attempts: self.attempts,
+            delay_ms: self.delay_ms,
+            probe_span: u32::from(self.probe_span),
+            handshake_ms: self.handshake_ms,
+            stdio_window_ms: self.stdio_window_ms,
+            filter_plugins: self.filter_plugins.clone(),
+            service_plugins: self.service_plugins.clone(),
+            master: self.master.clone(),
+        }
     }
 
-    /// Parses a payload; the error names what was wrong.
-    pub fn from_payload(p: &[u8]) -> Result<Self, String> {
-        let text = std::str::from_utf8(p).map_err(|_| "init command is not UTF-8".to_owned())?;
-        let json = text
-            .strip_prefix(INIT_PREFIX)
-            .ok_or_else(|| format!("expected the init command first, got {:?}", truncate(text)))?;
-        let spec: InitSpec =
-            serde_json::from_str(json).map_err(|e| format!("init command: {e}"))?;
+    /// The command payload: the encoded `Init` protobuf.
+    pub fn to_payload(&self) -> bytes::Bytes {
+        bytes::Bytes::from(self.to_pb().encode_to_vec())
+    }
+
+    /// Parses and checks a payload (table size, shape, addresses); the error names what
+    /// was wrong.
+    pub fn from_payload(p: &[u8]) -> Result<Self, InitError> {
+        let m = pb::Init::decode(p).map_err(|e| InitError::Decode(e.to_string()))?;
+        if m.topology.is_empty() {
+            // Every init names its tree shape; bytes that decode to none are something else.
+            return Err(InitError::Decode("it names no tree shape".into()));
+        }
+        let spec = InitSpec {
+            servers: m.servers,
+            topology: m.topology,
+            table: m.table.into_iter().map(|a| a.address).collect(),
+            attempts: m.attempts,
+            delay_ms: m.delay_ms,
+            probe_span: u16::try_from(m.probe_span)
+                .map_err(|_| InitError::ProbeSpan(m.probe_span))?,
+            handshake_ms: m.handshake_ms,
+            stdio_window_ms: m.stdio_window_ms,
+            filter_plugins: m.filter_plugins,
+            service_plugins: m.service_plugins,
+            master: m.master,
+        };
         if spec.table.len() != spec.servers as usize {
-            return Err(format!(
-                "init command: table has {} entries for {} servers",
-                spec.table.len(),
-                spec.servers
-            ));
+            return Err(InitError::Table {
+                entries: spec.table.len(),
+                servers: spec.servers,
+            });
         }
         spec.shape()?;
         spec.addresses()?;
@@ -89,23 +147,21 @@ impl InitSpec {
     }
 
     /// The tree shape.
-    pub fn shape(&self) -> Result<Shape, String> {
-        self.topology
-            .parse()
-            .map_err(|e| format!("init command: {e}"))
+    pub fn shape(&self) -> Result<Shape, InitError> {
+        Ok(self.topology.parse()?)
     }
 
     /// The routing table, parsed.
-    pub fn addresses(&self) -> Result<Vec<Option<Address>>, String> {
+    pub fn addresses(&self) -> Result<Vec<Option<Address>>, InitError> {
         self.table
             .iter()
             .enumerate()
             .map(|(i, a)| match a {
                 None => Ok(None),
-                Some(a) => a
-                    .parse()
-                    .map(Some)
-                    .map_err(|e| format!("init command: address of server {i}: {e}")),
+                Some(a) => a.parse().map(Some).map_err(|error| InitError::Address {
+                    server: i as u32,
+                    error,
+                }),
             })
             .collect()
     }
@@ -135,17 +191,14 @@ impl InitSpec {
     }
 }
 
-fn truncate(s: &str) -> String {
-    s.chars().take(40).collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
-    #[test]
-    fn round_trip_and_errors() {
-        let spec = InitSpec {
+    fn spec() -> InitSpec {
+        InitSpec {
             servers: 2,
             topology: "binomial".into(),
             table: vec![Some("tcp://127.0.0.1:7000".into()), None],
@@ -157,23 +210,108 @@ mod tests {
             filter_plugins: vec!["/opt/tool/libcsum.so".into()],
             service_plugins: vec!["/opt/tool/libchecksum.so".into()],
             master: Some("tcp://127.0.0.1:7100".into()),
-        };
-        let back = InitSpec::from_payload(spec.to_payload().as_bytes()).unwrap();
-        assert_eq!(back, spec);
-        assert!(
-            InitSpec::from_payload(b"ping")
-                .unwrap_err()
-                .contains("init command first")
-        );
+        }
+    }
+
+    #[test]
+    fn round_trip_and_errors_name_what_was_wrong() {
+        let spec = spec();
+        assert_eq!(InitSpec::from_payload(&spec.to_payload()).unwrap(), spec);
+        for junk in [&b"\xff\xff\xff"[..], b"", b"ping"] {
+            assert!(
+                matches!(InitSpec::from_payload(junk), Err(InitError::Decode(_))),
+                "{junk:?}"
+            );
+        }
         let mut bad = spec.clone();
         bad.servers = 3;
-        assert!(
-            InitSpec::from_payload(bad.to_payload().as_bytes())
-                .unwrap_err()
-                .contains("2 entries")
+        assert_eq!(
+            InitSpec::from_payload(&bad.to_payload()),
+            Err(InitError::Table {
+                entries: 2,
+                servers: 3
+            })
         );
-        let mut bad = spec;
+        let mut bad = spec.clone();
         bad.topology = "tree".into();
-        assert!(InitSpec::from_payload(bad.to_payload().as_bytes()).is_err());
+        assert!(matches!(
+            InitSpec::from_payload(&bad.to_payload()),
+            Err(InitError::Topology(_))
+        ));
+        let mut bad = spec.clone();
+        bad.table[1] = Some("nowhere".into());
+        assert!(matches!(
+            InitSpec::from_payload(&bad.to_payload()),
+            Err(InitError::Address { server: 1, .. })
+        ));
+        let mut wide = spec.to_pb();
+        wide.probe_span = 70_000;
+        assert_eq!(
+            InitSpec::from_payload(&wide.encode_to_vec()),
+            Err(InitError::ProbeSpan(70_000))
+        );
+    }
+
+    fn any_spec() -> impl Strategy<Value = InitSpec> {
+        let addr = prop_oneof![
+            Just(None),
+            (1u16..u16::MAX).prop_map(|p| Some(format!("tcp://10.0.0.1:{p}"))),
+        ];
+        (
+            prop::collection::vec(addr, 0..40),
+            prop_oneof![
+                Just("binomial"),
+                Just("flat"),
+                Just("kary:3"),
+                Just("knomial:4")
+            ],
+            (
+                any::<u32>(),
+                any::<u64>(),
+                any::<u16>(),
+                any::<u64>(),
+                any::<u64>(),
+            ),
+            prop::collection::vec("[a-z/.]{0,12}", 0..3),
+            prop::collection::vec("[a-z/.]{0,12}", 0..3),
+            prop::option::of("tcp://[a-z]{1,8}:[1-9][0-9]{0,3}"),
+        )
+            .prop_map(
+                |(
+                    table,
+                    shape,
+                    (attempts, delay_ms, probe_span, handshake_ms, stdio_window_ms),
+                    filter_plugins,
+                    service_plugins,
+                    master,
+                )| InitSpec {
+                    servers: table.len() as u32,
+                    topology: shape.to_owned(),
+                    table,
+                    attempts,
+                    delay_ms,
+                    probe_span,
+                    handshake_ms,
+                    stdio_window_ms,
+                    filter_plugins,
+                    service_plugins,
+                    master,
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn every_valid_spec_round_trips(spec in any_spec()) {
+            prop_assert_eq!(InitSpec::from_payload(&spec.to_payload()).unwrap(), spec);
+        }
+
+        #[test]
+        fn junk_is_refused_or_valid_never_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(spec) = InitSpec::from_payload(&bytes) {
+                prop_assert_eq!(spec.table.len(), spec.servers as usize);
+                prop_assert_eq!(InitSpec::from_payload(&spec.to_payload()).unwrap(), spec);
+            }
+        }
     }
 }

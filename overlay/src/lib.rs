@@ -3,7 +3,8 @@
 //! - [`node`]: the sans-IO state machine (routing down, merging up through the op's
 //!   [`filters`], timeouts, lost links).
 //! - [`driver`]: runs a [`node::Node`] over real links with tokio.
-//! - [`setup`] and [`auth`]: connecting the tree; the session-key challenge-response.
+//! - [`setup`] and [`auth`]: connecting the tree; the session-key challenge-response;
+//!   [`LinkError`] says why a link could not be set up.
 //! - [`logging`]: the binaries' log set-up; refused connections logged without flooding.
 //! - [`recover`]: a node process's recovery: adopting orphans, re-attaching to an ancestor.
 //! - [`transport`]: `tcp://`, `quic://` and `mem://` links behind one trait, chosen by scheme.
@@ -29,6 +30,7 @@ pub mod align;
 pub mod auth;
 pub mod coalesce;
 pub mod driver;
+mod error;
 pub mod flow;
 pub mod frontend;
 pub mod init;
@@ -40,6 +42,8 @@ pub mod setup;
 pub mod sim;
 pub mod transport;
 
+pub use error::{LinkError, LinkErrorKind};
+pub use init::InitError;
 pub use node::{Node, NodeStats, Output};
 /// The filters crate, whose [`Registry`](sdm_filters::Registry) a [`Node`] makes its ops'
 /// filters from (re-exported so daemons and tools name one version of it).

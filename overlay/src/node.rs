@@ -17,9 +17,13 @@
 //!
 //! Links: the node keeps the liveness clocks of its links ([`crate::liveness`]): with
 //! [`Node::set_liveness`] it sends keepalives and declares a silent link dead
-//! ([`Output::LinkDead`]) from [`Node::handle_timeout`], like any other deadline.
+//! ([`Output::LinkDead`]) from [`Node::handle_timeout`], like any other deadline. It also
+//! keeps the flow-control windows of output going up ([`crate::flow`]): stdio and events
+//! leave as [`Output::ToParent`] only as the parent's credit allows (replies never wait),
+//! children get credit back once their output has gone up, and [`Output::PauseLocal`] / [`Output::ResumeLocal`] tell the driver when to stop
+//! and restart reading this server's own output.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -29,6 +33,7 @@ use sdm_filters::{Filter, FilterError, Registry};
 use sdm_proto::{Control, IdSet, Kind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Topology};
 
+use crate::flow::{self, RecvWindow, SendWindow};
 use crate::liveness::{Clocks, Liveness, Peer};
 
 use crate::coalesce::{Coalescer, StdioLine};
@@ -57,6 +62,12 @@ pub enum Output {
     /// it. A dead child's ids are already reported lost; a dead parent is for the driver
     /// to replace (or end the node).
     LinkDead(Peer, String),
+    /// Stop taking this server's own output ([`Node::handle_local_event`]): what waits for
+    /// the parent's credit reached [`flow::QUEUE_LIMIT`]. The producer (the program's
+    /// output reader) should wait, so the program blocks in `write`.
+    PauseLocal,
+    /// Take this server's own output again (after [`Output::PauseLocal`]).
+    ResumeLocal,
 }
 
 /// Counters a driver or benchmark may read.
@@ -213,6 +224,12 @@ pub struct Node {
     registry: Arc<Registry>,
     /// Liveness of the links (keepalives sent, silence watched).
     clocks: Clocks,
+    /// Output (stdio, events) going up, held by the parent's credit.
+    up: SendWindow,
+    /// Output taken in from each child, and the credit owed to it.
+    down: BTreeMap<NodeId, RecvWindow>,
+    /// Whether the driver was told to stop taking local output.
+    local_paused: bool,
 }
 
 impl Node {
@@ -231,6 +248,9 @@ impl Node {
             lines_sent: [0; 4],
             clocks: Clocks::default(),
             registry: builtin_registry(),
+            up: SendWindow::default(),
+            down: BTreeMap::new(),
+            local_paused: false,
         }
     }
 
@@ -266,7 +286,48 @@ impl Node {
         let mut m = Message::reply(l.index, l.sources, Status::Replied, l.payload);
         m.kind = l.kind;
         m.aggregate.status = None;
-        self.out.push_back(Output::ToParent(m));
+        self.send_bulk(m);
+    }
+
+    /// Queues output for the parent and sends what its credit allows.
+    fn send_bulk(&mut self, m: Message) {
+        self.up.push(m);
+        self.release_output();
+    }
+
+    /// Sends the queued output the parent's credit allows; once all of it went (so the
+    /// children's output taken in has been forwarded), hands the children their credit
+    /// back; pauses or resumes local output as the queue is long or short.
+    fn release_output(&mut self) {
+        while let Some(m) = self.up.pop() {
+            self.out.push_back(Output::ToParent(m));
+        }
+        if self.up.queued() == 0 {
+            for (&c, w) in &mut self.down {
+                if let Some(credit) = w.grant() {
+                    self.out.push_back(Output::ToChild(c, credit));
+                }
+            }
+        }
+        let room = self.up.queued() < flow::QUEUE_LIMIT;
+        if self.me.server().is_some() && self.local_paused == room {
+            self.local_paused = !room;
+            self.out.push_back(if room {
+                Output::ResumeLocal
+            } else {
+                Output::PauseLocal
+            });
+        }
+    }
+
+    /// Whether local output is paused ([`Output::PauseLocal`] was the last word on it).
+    pub fn local_output_paused(&self) -> bool {
+        self.local_paused
+    }
+
+    /// Bytes of output (stdio, events) waiting here for the parent's credit.
+    pub fn queued_output(&self) -> i64 {
+        self.up.queued()
     }
 
     /// Sends keepalives and watches links for silence as `live` says (`None`, the default:
@@ -278,6 +339,10 @@ impl Node {
     /// A link to `peer` is up (again); `watched`: silence on it kills it.
     pub fn handle_link_open(&mut self, now: Instant, peer: Peer, watched: bool) {
         self.clocks.up(now, peer, watched);
+        if peer == Peer::Parent {
+            // A new parent: output that waited for the old one goes on.
+            self.release_output();
+        }
     }
 
     /// Something arrived from `peer` (a frame, or bytes the driver has not handed over
@@ -286,11 +351,16 @@ impl Node {
         self.clocks.heard(now, peer);
     }
 
-    /// A link-level message from `peer`: keepalives only prove it alive; the others belong
-    /// to the handshake and the driver's flow control and are refused here.
+    /// A link-level message from `peer`: keepalives only prove it alive; credit from the
+    /// parent lets queued output go; the others belong to the handshake (or are credit
+    /// from a child, which receives none) and are refused here.
     fn handle_control(&mut self, peer: Peer, msg: &Message) {
         match Control::from_message(msg) {
             Ok(Control::Keepalive) => {}
+            Ok(Control::Credit(n)) if peer == Peer::Parent => {
+                self.up.add_credit(i64::try_from(n).unwrap_or(i64::MAX));
+                self.release_output();
+            }
             other => {
                 tracing::warn!(node = %self.me, %peer, ?other, "refused control frame");
                 self.stats.refused += 1;
@@ -470,6 +540,17 @@ impl Node {
                 );
             }
             Kind::Stdio | Kind::Event => {
+                if self.dead.contains_key(&child) {
+                    // Output still in flight from a link already declared dead.
+                    return;
+                }
+                if let Err(e) = self.down.entry(child).or_default().receive(&msg) {
+                    let why = format!("server {child} {e}");
+                    self.handle_link_down(now, child, &why);
+                    self.out
+                        .push_back(Output::LinkDead(Peer::Child(child), why));
+                    return;
+                }
                 // Events share the buffer so they never overtake their sources' output.
                 let line = StdioLine {
                     kind: msg.kind,
@@ -480,6 +561,8 @@ impl Node {
                 for l in self.stdio.push(now, line) {
                     self.push_stdio(l);
                 }
+                // Credit for it goes back now if it went up at once.
+                self.release_output();
             }
             _ => {
                 tracing::warn!(node = %self.me, %child, kind = ?msg.kind, "refused frame from child");
@@ -504,7 +587,7 @@ impl Node {
         let mut m = Message::reply(index, IdSet::single(me), Status::Replied, payload);
         m.kind = kind;
         m.aggregate.status = None;
-        self.out.push_back(Output::ToParent(m));
+        self.send_bulk(m);
     }
 
     /// The local command `op` produced `payload`.
@@ -546,6 +629,7 @@ impl Node {
     pub fn handle_link_down(&mut self, now: Instant, child: NodeId, reason: &str) {
         let _ = now;
         self.clocks.gone(Peer::Child(child));
+        self.down.remove(&child);
         let reason = format!("link to server {child} lost: {reason}");
         tracing::info!(node = %self.me, "{reason}");
         let ops: Vec<u64> = self.ops.keys().copied().collect();
@@ -565,6 +649,7 @@ impl Node {
     /// A link to `child` is (again) usable.
     pub fn handle_link_up(&mut self, child: NodeId) {
         self.dead.remove(&child);
+        self.down.remove(&child);
     }
 
     /// `descendant`, orphaned by a dead node between us, re-attached to this node: later
@@ -582,6 +667,7 @@ impl Node {
             return false;
         }
         self.dead.remove(&descendant);
+        self.down.remove(&descendant);
         if !direct {
             self.adopted.insert(descendant);
         }
@@ -594,11 +680,13 @@ impl Node {
         self.dead.iter()
     }
 
-    /// The parent link died: nothing can be answered any more; all state is dropped.
+    /// The parent link died: nothing can be answered any more; all state is dropped but
+    /// the output waiting for credit, which goes to the next parent (with a whole window).
     pub fn handle_parent_down(&mut self) {
         self.clocks.gone(Peer::Parent);
         self.ops.clear();
         self.timers.clear();
+        self.up.reset();
     }
 
     /// Time has reached `now`: operations past their deadline time out.

@@ -11,6 +11,7 @@ use sdm_proto::{Control, Kind};
 use sdm_topology::{NodeId, Topology};
 
 use crate::auth::{SessionKey, nonce};
+use crate::error::{LinkError, LinkErrorKind};
 use crate::logging::Refusals;
 use crate::transport::{Address, Link, Listener, Transport};
 
@@ -51,47 +52,44 @@ impl ConnectPolicy {
     }
 }
 
-fn bad(kind: io::ErrorKind, text: String) -> io::Error {
-    io::Error::new(kind, text)
-}
-
-async fn next_control(link: &mut Link) -> io::Result<Control> {
+async fn next_control(link: &mut Link) -> Result<Control, LinkError> {
+    let peer = &link.peer;
     match link.reader.next().await {
         Some(Ok(m)) if m.kind == Kind::Control => Control::from_message(&m).map_err(|e| {
-            bad(
-                io::ErrorKind::InvalidData,
-                format!("bad handshake frame from {}: {e}", link.peer),
+            LinkError::new(
+                LinkErrorKind::Protocol,
+                peer,
+                format!("bad handshake frame from {peer}: {e}"),
             )
         }),
-        Some(Ok(m)) => Err(bad(
-            io::ErrorKind::InvalidData,
-            format!(
-                "expected a handshake frame from {}, got {:?}",
-                link.peer, m.kind
-            ),
+        Some(Ok(m)) => Err(LinkError::new(
+            LinkErrorKind::Protocol,
+            peer,
+            format!("expected a handshake frame from {peer}, got {:?}", m.kind),
         )),
-        Some(Err(e)) => Err(bad(
-            io::ErrorKind::InvalidData,
-            format!("bad frame from {}: {e}", link.peer),
+        Some(Err(e)) => Err(LinkError::new(
+            LinkErrorKind::Protocol,
+            peer,
+            format!("bad frame from {peer}: {e}"),
         )),
-        None => Err(bad(
-            io::ErrorKind::ConnectionAborted,
-            format!("{} closed the connection during the handshake", link.peer),
+        None => Err(LinkError::new(
+            LinkErrorKind::Closed,
+            peer,
+            format!("{peer} closed the connection during the handshake"),
         )),
     }
 }
 
-async fn send_control(link: &mut Link, c: Control) -> io::Result<()> {
-    link.writer
-        .send(&c.to_message())
-        .await
-        .map_err(io::Error::other)
-}
-
-/// Why one handshake attempt failed: `Refused` means a live peer that is not `to`.
-enum Attempt {
-    Refused(io::Error),
-    Failed(io::Error),
+async fn send_control(link: &mut Link, c: Control) -> Result<(), LinkError> {
+    let what = c.name();
+    link.writer.send(&c.to_message()).await.map_err(|e| {
+        let peer = &link.peer;
+        LinkError::io(
+            peer,
+            format!("sending {what} to {peer}: {e}"),
+            io::Error::other(e),
+        )
+    })
 }
 
 /// Connector side of the handshake on an open link.
@@ -100,54 +98,56 @@ async fn handshake_connect(
     key: &SessionKey,
     me: &str,
     to: &str,
-) -> Result<(), Attempt> {
+) -> Result<(), LinkError> {
     let nc = nonce();
     let hello = Control::Hello {
         to: to.to_owned(),
         from: me.to_owned(),
         nonce: nc.clone(),
     };
-    send_control(link, hello).await.map_err(Attempt::Failed)?;
-    let answer = next_control(link).await.map_err(Attempt::Failed)?;
+    send_control(link, hello).await?;
+    let answer = next_control(link).await?;
     match answer {
         Control::Welcome {
             to: who,
             nonce: ns,
             mac,
         } if who == to => {
+            let peer = &link.peer;
             if !key.check_acceptor(to, me, &nc, &ns, &mac) {
-                return Err(Attempt::Failed(bad(
-                    io::ErrorKind::PermissionDenied,
-                    format!(
-                        "{} could not prove the session key: not part of this session",
-                        link.peer
-                    ),
-                )));
+                return Err(LinkError::new(
+                    LinkErrorKind::AuthFailed,
+                    peer,
+                    format!("{peer} could not prove the session key: not part of this session"),
+                ));
             }
             let mac = key.connector_mac(to, me, &nc, &ns);
-            send_control(link, Control::Proof { mac })
-                .await
-                .map_err(Attempt::Failed)?;
+            send_control(link, Control::Proof { mac }).await?;
+            let peer = &link.peer.clone();
             match next_control(link).await {
                 Ok(Control::Ready) => Ok(()),
-                Ok(t) => Err(Attempt::Failed(bad(
-                    io::ErrorKind::InvalidData,
-                    format!("{} sent {} instead of ready", link.peer, t.name()),
-                ))),
-                Err(e) => Err(Attempt::Failed(bad(
-                    e.kind(),
-                    format!("{e} (did {to} refuse our session key?)"),
-                ))),
+                Ok(t) => Err(LinkError::new(
+                    LinkErrorKind::Protocol,
+                    peer,
+                    format!("{peer} sent {} instead of ready", t.name()),
+                )),
+                // The acceptor closes a link whose proof it does not accept.
+                Err(e) => {
+                    let message = format!("{e} (did {to} refuse our session key?)");
+                    Err(e.context(peer, message))
+                }
             }
         }
-        Control::Refuse { me: who } => Err(Attempt::Refused(bad(
-            io::ErrorKind::ConnectionRefused,
+        Control::Refuse { me: who } => Err(LinkError::new(
+            LinkErrorKind::WrongPeer,
+            &link.peer,
             format!("{} is {who}, not {to}", link.peer),
-        ))),
-        other => Err(Attempt::Failed(bad(
-            io::ErrorKind::InvalidData,
+        )),
+        other => Err(LinkError::new(
+            LinkErrorKind::Protocol,
+            &link.peer,
             format!("{} answered the hello with {other:?}", link.peer),
-        ))),
+        )),
     }
 }
 
@@ -174,8 +174,8 @@ async fn connect_named(
     me: &str,
     to: &str,
     policy: &ConnectPolicy,
-) -> io::Result<Link> {
-    let mut last: Option<io::Error> = None;
+) -> Result<Link, LinkError> {
+    let mut last: Option<LinkError> = None;
     for round in 0..policy.attempts.max(1) {
         if round > 0 {
             tokio::time::sleep(policy.delay).await;
@@ -183,35 +183,39 @@ async fn connect_named(
         for k in 0..policy.probe_span.max(1) {
             let Some(a) = port_plus(addr, k) else { break };
             let tried = tokio::time::timeout(policy.handshake_timeout, async {
-                let mut link = transport.connect(&a).await.map_err(Attempt::Failed)?;
+                let mut link = transport
+                    .connect(&a)
+                    .await
+                    .map_err(|e| LinkError::io(&a, e.to_string(), e))?;
                 let session_max = link.reader.decoder().max_frame();
                 let small = HANDSHAKE_MAX_FRAME.min(session_max);
                 link.reader.decoder_mut().set_max_frame(small);
                 handshake_connect(&mut link, &policy.key, me, to).await?;
                 link.reader.decoder_mut().set_max_frame(session_max);
-                Ok::<_, Attempt>(link)
+                Ok::<_, LinkError>(link)
             })
             .await;
             match tried {
                 Ok(Ok(link)) => return Ok(link),
-                Ok(Err(Attempt::Refused(e) | Attempt::Failed(e))) => last = Some(e),
+                Ok(Err(e)) => last = Some(e),
                 Err(_) => {
-                    last = Some(bad(
-                        io::ErrorKind::TimedOut,
+                    last = Some(LinkError::new(
+                        LinkErrorKind::Timeout,
+                        &a,
                         format!("handshake with {a} timed out"),
                     ))
                 }
             }
         }
     }
-    let e = last.unwrap_or_else(|| bad(io::ErrorKind::NotFound, "no address to try".into()));
-    Err(bad(
-        e.kind(),
-        format!(
-            "{to} at {addr}: {e} (after {} rounds)",
-            policy.attempts.max(1)
-        ),
-    ))
+    let e = last.unwrap_or_else(|| {
+        LinkError::new(LinkErrorKind::NoAddress, addr, "no address to try".into())
+    });
+    let message = format!(
+        "{to} at {addr}: {e} (after {} rounds)",
+        policy.attempts.max(1)
+    );
+    Err(e.context(addr, message))
 }
 
 /// Connects to child `child` at `addr` and proves both ends hold the session key.
@@ -221,7 +225,7 @@ pub async fn connect_child(
     me: NodeId,
     child: NodeId,
     policy: &ConnectPolicy,
-) -> io::Result<Link> {
+) -> Result<Link, LinkError> {
     connect_named(transport, addr, &me.to_string(), &child.to_string(), policy).await
 }
 
@@ -230,30 +234,32 @@ pub async fn connect_frontend(
     transport: &dyn Transport,
     addr: &Address,
     policy: &ConnectPolicy,
-) -> io::Result<Link> {
+) -> Result<Link, LinkError> {
     connect_named(transport, addr, "master", FRONTEND, policy).await
 }
 
 /// Connects to every child of `me`; `table[s]` is server `s`'s address (`None`: unknown,
-/// reported as a failed link with `why`).
+/// reported as a failed link of kind [`LinkErrorKind::NoAddress`]).
 pub async fn connect_children(
     transport: &dyn Transport,
     topo: &dyn Topology,
     me: NodeId,
     table: &[Option<Address>],
     policy: &ConnectPolicy,
-) -> Vec<(NodeId, io::Result<Link>)> {
+) -> Vec<(NodeId, Result<Link, LinkError>)> {
     let kids = topo.children(me);
     let futs = kids.iter().map(|&c| async move {
         let s = c.server().expect("children are servers") as usize;
         let res = match table.get(s) {
             Some(Some(addr)) => connect_child(transport, addr, me, c, policy).await,
-            Some(None) => Err(bad(
-                io::ErrorKind::NotFound,
+            Some(None) => Err(LinkError::new(
+                LinkErrorKind::NoAddress,
+                c,
                 format!("server {c} did not start"),
             )),
-            None => Err(bad(
-                io::ErrorKind::NotFound,
+            None => Err(LinkError::new(
+                LinkErrorKind::NoAddress,
+                c,
                 format!("routing table has no entry for server {c}"),
             )),
         };
@@ -268,7 +274,7 @@ pub async fn accept_parent(
     listener: &mut dyn Listener,
     me: NodeId,
     policy: &ConnectPolicy,
-) -> io::Result<Link> {
+) -> Result<Link, LinkError> {
     accept_named(listener, &me.to_string(), policy).await
 }
 
@@ -292,7 +298,7 @@ pub async fn accept_named(
     listener: &mut dyn Listener,
     me: &str,
     policy: &ConnectPolicy,
-) -> io::Result<Link> {
+) -> Result<Link, LinkError> {
     let mut pending = FuturesUnordered::new();
     let refusals = Refusals::new(me);
     let reporting = refusals.keep_reporting();
@@ -309,7 +315,10 @@ pub async fn accept_named(
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        let at = listener.local_addr();
+                        return Err(LinkError::io(&at, format!("accepting on {at}: {e}"), e));
+                    }
                 };
                 if pending.len() >= MAX_PENDING_HANDSHAKES {
                     let why = format!("{MAX_PENDING_HANDSHAKES} handshakes already running");
@@ -336,7 +345,7 @@ pub async fn handshake_accepted(
     link: &mut Link,
     me: &str,
     policy: &ConnectPolicy,
-) -> io::Result<String> {
+) -> Result<String, LinkError> {
     let session_max = link.reader.decoder().max_frame();
     link.reader
         .decoder_mut()
@@ -348,8 +357,9 @@ pub async fn handshake_accepted(
     .await;
     link.reader.decoder_mut().set_max_frame(session_max);
     r.unwrap_or_else(|_| {
-        Err(bad(
-            io::ErrorKind::TimedOut,
+        Err(LinkError::new(
+            LinkErrorKind::Timeout,
+            &link.peer,
             format!("no handshake within {:?}", policy.handshake_timeout),
         ))
     })
@@ -370,7 +380,11 @@ fn transient_accept_error(e: &io::Error) -> bool {
 }
 
 /// Acceptor side of the handshake on an open link; returns the peer's name.
-async fn handshake_accept(link: &mut Link, key: &SessionKey, me: &str) -> io::Result<String> {
+async fn handshake_accept(
+    link: &mut Link,
+    key: &SessionKey,
+    me: &str,
+) -> Result<String, LinkError> {
     let hello = next_control(link).await?;
     let Control::Hello {
         to,
@@ -378,8 +392,9 @@ async fn handshake_accept(link: &mut Link, key: &SessionKey, me: &str) -> io::Re
         nonce: nc,
     } = hello
     else {
-        return Err(bad(
-            io::ErrorKind::InvalidData,
+        return Err(LinkError::new(
+            LinkErrorKind::Protocol,
+            &link.peer,
             format!(
                 "first frame from {} is {}, not hello",
                 link.peer,
@@ -391,8 +406,9 @@ async fn handshake_accept(link: &mut Link, key: &SessionKey, me: &str) -> io::Re
     if to != me {
         let refuse = Control::Refuse { me: me.to_owned() };
         send_control(link, refuse).await?;
-        return Err(bad(
-            io::ErrorKind::ConnectionRefused,
+        return Err(LinkError::new(
+            LinkErrorKind::WrongPeer,
+            &link.peer,
             format!("hello is for {to}, not {me}"),
         ));
     }
@@ -409,8 +425,9 @@ async fn handshake_accept(link: &mut Link, key: &SessionKey, me: &str) -> io::Re
             send_control(link, Control::Ready).await?;
             Ok(from.to_owned())
         }
-        _ => Err(bad(
-            io::ErrorKind::PermissionDenied,
+        _ => Err(LinkError::new(
+            LinkErrorKind::AuthFailed,
+            &link.peer,
             format!("{from} did not prove the session key"),
         )),
     }

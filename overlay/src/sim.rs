@@ -3,17 +3,24 @@
 //!
 //! This is the second driver of the state machine (the tokio driver is the first); it is
 //! never the only test of a feature.
+//!
+//! Besides killing and hanging servers it models output flow control end to end: servers'
+//! programs print through [`SimNet::print`] (a producer that stops while its node says
+//! [`Output::PauseLocal`]), the front-end takes output in and hands credit back unless told
+//! not to ([`SimNet::set_frontend_reading`]), and a node can stop reading altogether
+//! ([`SimNet::stall`]) and go on later ([`SimNet::resume`]).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sdm_filters::Registry;
-use sdm_proto::{IdSet, Message, SyncMode};
+use sdm_proto::{IdSet, Kind, Message, SyncMode};
 use sdm_topology::{NodeId, Topology};
 
+use crate::flow::{self, Grant};
 use crate::liveness::{Liveness, Peer};
 use crate::node::{Node, Output};
 
@@ -43,6 +50,18 @@ enum Event {
     },
 }
 
+impl Event {
+    /// The position it happens at.
+    fn to(&self) -> u64 {
+        match self {
+            Event::Frame { to, .. }
+            | Event::LinkDown { to, .. }
+            | Event::LocalReply { to, .. }
+            | Event::Timer { to } => *to,
+        }
+    }
+}
+
 pub use crate::frontend::ReplyGroup as Group;
 
 /// A simulated tree: the front-end, the master and `N` servers.
@@ -62,6 +81,21 @@ pub struct SimNet {
     pub root_bytes: u64,
     /// Frames delivered in total.
     pub frames: u64,
+    /// Whether the front-end takes output in (and so hands credit back).
+    fe_reading: bool,
+    /// Frames of `frontend` the front-end has looked at for credit.
+    fe_taken: usize,
+    /// Credit the front-end owes the master.
+    fe_grant: Grant,
+    /// Lines each position's program has printed that its node has not taken yet.
+    producers: Vec<VecDeque<Bytes>>,
+    /// Positions whose node paused local output ([`Output::PauseLocal`]).
+    paused: Vec<bool>,
+    /// Positions that neither read nor run for now ([`SimNet::stall`]), and their events.
+    stalled: Vec<bool>,
+    held: Vec<Event>,
+    /// The most output each node had waiting for its parent's credit.
+    max_queued: Vec<i64>,
 }
 
 /// Heap entry wrapper: orders by (time, seq) only.
@@ -105,6 +139,14 @@ impl SimNet {
             frontend: Vec::new(),
             root_bytes: 0,
             frames: 0,
+            fe_reading: true,
+            fe_taken: 0,
+            fe_grant: Grant::default(),
+            producers: vec![VecDeque::new(); m],
+            paused: vec![false; m],
+            stalled: vec![false; m],
+            held: Vec::new(),
+            max_queued: vec![0; m],
         }
     }
 
@@ -151,6 +193,84 @@ impl SimNet {
     /// writes; only liveness ([`SimNet::set_liveness`]) can tell its parent.
     pub fn hang(&mut self, s: u32) {
         self.nodes[NodeId::Server(s).position() as usize] = None;
+    }
+
+    /// Stalls node `id` now: events for it (frames, replies, timers) wait until
+    /// [`SimNet::resume`], and its program's output is not taken; its links stay open.
+    /// Unlike [`SimNet::hang`] nothing is lost.
+    pub fn stall(&mut self, id: NodeId) {
+        self.stalled[id.position() as usize] = true;
+    }
+
+    /// Ends [`SimNet::stall`]: what waited for node `id` arrives now, in order.
+    pub fn resume(&mut self, id: NodeId) {
+        let pos = id.position();
+        self.stalled[pos as usize] = false;
+        let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|e| e.to() == pos);
+        self.held = others;
+        let now = self.now;
+        for e in mine {
+            self.push(now, e);
+        }
+        self.drain(pos);
+    }
+
+    /// Server `s`'s program prints `lines` (stdio payloads: stream tag, then the text). Its
+    /// node takes them as its flow control lets it ([`Output::PauseLocal`]); the rest wait
+    /// here, as a real program waits in `write`.
+    pub fn print(&mut self, s: u32, lines: impl IntoIterator<Item = Bytes>) {
+        let pos = NodeId::Server(s).position();
+        self.producers[pos as usize].extend(lines);
+        self.drain(pos);
+    }
+
+    /// Lines server `s`'s program printed that its node has not taken yet.
+    pub fn unprinted(&self, s: u32) -> usize {
+        self.producers[NodeId::Server(s).position() as usize].len()
+    }
+
+    /// Whether node `id` has paused its local output ([`Output::PauseLocal`]).
+    pub fn paused(&self, id: NodeId) -> bool {
+        self.paused[id.position() as usize]
+    }
+
+    /// The most output (bytes, see [`flow::cost`]) node `id` ever had waiting for its
+    /// parent's credit ([`Node::queued_output`]).
+    pub fn max_queued_output(&self, id: NodeId) -> i64 {
+        self.max_queued[id.position() as usize]
+    }
+
+    /// Whether the front-end takes output in (the default) and so hands the master credit
+    /// back. Turning it back on takes in everything that arrived meanwhile.
+    pub fn set_frontend_reading(&mut self, on: bool) {
+        self.fe_reading = on;
+        self.take_output();
+    }
+
+    /// Output (stdio and events) that reached the front-end, in arrival order.
+    pub fn output(&self) -> impl Iterator<Item = &Message> {
+        self.frontend.iter().filter(|m| flow::is_bulk(m.kind))
+    }
+
+    /// Takes in the output that reached the front-end, handing credit back in steps.
+    fn take_output(&mut self) {
+        if !self.fe_reading {
+            return;
+        }
+        let mut credits = Vec::new();
+        for m in &self.frontend[self.fe_taken..] {
+            if flow::is_bulk(m.kind)
+                && let Some(c) = self.fe_grant.taken(m)
+            {
+                credits.push(c);
+            }
+        }
+        self.fe_taken = self.frontend.len();
+        for c in credits {
+            self.command_message(c);
+        }
     }
 
     /// Every node sends keepalives and watches its links as `live` says (the master does
@@ -217,12 +337,11 @@ impl SimNet {
         };
         self.now = at;
         let now = at;
-        let pos = match &ev {
-            Event::Frame { to, .. }
-            | Event::LinkDown { to, .. }
-            | Event::LocalReply { to, .. }
-            | Event::Timer { to } => *to,
-        };
+        let pos = ev.to();
+        if self.stalled[pos as usize] {
+            self.held.push(ev);
+            return true;
+        }
         let Some(node) = self.nodes[pos as usize].as_mut() else {
             return true; // dead: dropped
         };
@@ -254,14 +373,31 @@ impl SimNet {
     fn drain(&mut self, pos: u64) {
         let me = NodeId::from_position(pos);
         let parent = self.topo.parent_position(pos);
-        while let Some(out) = self.nodes[pos as usize]
-            .as_mut()
-            .and_then(Node::poll_output)
-        {
+        let p = pos as usize;
+        loop {
+            let Some(out) = self.nodes[p].as_mut().and_then(Node::poll_output) else {
+                // Nothing more to send: the program prints on while it may.
+                let line = (!self.paused[p] && !self.stalled[p])
+                    .then(|| self.producers[p].pop_front())
+                    .flatten();
+                match (line, self.nodes[p].as_mut()) {
+                    (Some(l), Some(node)) => {
+                        node.handle_local_event(Kind::Stdio, l);
+                        continue;
+                    }
+                    _ => break,
+                }
+            };
+            if let Some(node) = self.nodes[p].as_ref() {
+                self.max_queued[p] = self.max_queued[p].max(node.queued_output());
+            }
             let at = self.now + self.latency;
             match out {
                 Output::ToParent(m) => match parent {
-                    None => self.frontend.push(m),
+                    None => {
+                        self.frontend.push(m);
+                        self.take_output();
+                    }
                     Some(pp) => {
                         let frame = m.encode();
                         self.push(
@@ -287,6 +423,8 @@ impl SimNet {
                 }
                 // A dead child's ids are already lost; the simulator re-attaches nobody.
                 Output::LinkDead(..) => {}
+                Output::PauseLocal => self.paused[p] = true,
+                Output::ResumeLocal => self.paused[p] = false,
                 Output::Deliver { op, payload, .. } => {
                     if let Some((delay, reply)) = (self.responder)(me, &payload) {
                         let at = self.now + delay;
@@ -316,7 +454,7 @@ impl SimNet {
     pub fn groups(&self, op: u64) -> Vec<Group> {
         self.frontend
             .iter()
-            .filter(|m| m.op == op)
+            .filter(|m| m.op == op && m.kind == Kind::Reply)
             .map(Group::from_message)
             .collect()
     }

@@ -50,7 +50,7 @@ async fn serve(
     {
         // Orphans of the master's children re-attach here: tell the tree where.
         spec.master = Some(l.local_addr().to_string());
-        first.payload = spec.to_payload().into();
+        first.payload = spec.to_payload();
     }
     let shape = spec.shape().map_err(|e| anyhow!(e))?;
     let table = spec.addresses().map_err(|e| anyhow!(e))?;

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use futures::SinkExt;
+use sdm_overlay::LinkErrorKind;
 use sdm_overlay::auth::SessionKey;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, TransportConfig, transport_for};
@@ -52,13 +53,14 @@ async fn strangers_and_wrong_ids_are_refused() {
     let e = setup::connect_child(&*t, &at, NodeId::Master, NodeId::Server(5), &stranger)
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("session key"), "{e}");
+    assert_eq!(e.kind(), LinkErrorKind::AuthFailed, "{e}");
+    assert_eq!(e.peer(), at.to_string(), "the error names the address");
 
     // The right key but the wrong id: refused by name.
     let e = setup::connect_child(&*t, &at, NodeId::Master, NodeId::Server(6), &good)
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("is 5, not 6"), "{e}");
+    assert!(e.is_wrong_peer(), "{e}");
 
     // The rightful parent gets in.
     setup::connect_child(&*t, &at, NodeId::Master, NodeId::Server(5), &good)

@@ -167,7 +167,7 @@ async fn raw_connector(
 fn accept_5(
     mut listener: Box<dyn Listener>,
     policy: ConnectPolicy,
-) -> JoinHandle<(Box<dyn Listener>, std::io::Result<Link>)> {
+) -> JoinHandle<(Box<dyn Listener>, Result<Link, sdm_overlay::LinkError>)> {
     tokio::spawn(async move {
         let r = setup::accept_parent(&mut *listener, NodeId::Server(5), &policy).await;
         (listener, r)
@@ -211,7 +211,7 @@ async fn parent_gets_in(
     t: &dyn Transport,
     at: &Address,
     policy: &ConnectPolicy,
-    accept: JoinHandle<(Box<dyn Listener>, std::io::Result<Link>)>,
+    accept: JoinHandle<(Box<dyn Listener>, Result<Link, sdm_overlay::LinkError>)>,
 ) {
     let good = ConnectPolicy {
         handshake_timeout: GUARD,
@@ -351,7 +351,8 @@ enum Misbehaviour {
     HalfFrame,
     /// Sends bytes that are no envelope.
     Garbage,
-    /// Sends output without waiting for credit: twice the flow-control window at once.
+    /// Sends output without waiting for credit: eight flow-control windows at once, more
+    /// than the windows of every link up to a front-end that takes none of it.
     IgnoresWindow,
 }
 
@@ -428,7 +429,7 @@ async fn fake_leaf(
         Misbehaviour::IgnoresWindow => {
             let mut line = Message::reply(0, IdSet::single(id), Status::Replied, "y\n".into());
             line.kind = Kind::Stdio;
-            let frames = 2 * flow::WINDOW / flow::cost(&line);
+            let frames = 8 * flow::WINDOW / flow::cost(&line);
             for _ in 0..frames {
                 if link.writer.feed(&line).await.is_err() {
                     break;

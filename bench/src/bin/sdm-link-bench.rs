@@ -278,7 +278,9 @@ fn spawn_link_echo(
     tokio::spawn(async move {
         loop {
             let link = match &policy {
-                Some(p) => setup::accept_parent(&mut *listener, NodeId::Server(0), p).await,
+                Some(p) => setup::accept_parent(&mut *listener, NodeId::Server(0), p)
+                    .await
+                    .map_err(std::io::Error::from),
                 None => listener.accept().await,
             };
             match link {

@@ -595,6 +595,7 @@ fn an_adopted_descendant_keeps_its_share_after_its_old_parent_returns() {
             Output::Deliver { .. } => local = true,
             Output::ToParent(m) => panic!("nothing is lost: {m:?}"),
             Output::LinkDead(p, why) => panic!("no link dies: {p} {why}"),
+            Output::PauseLocal | Output::ResumeLocal => panic!("no output flows"),
         }
     }
     sent.sort();
@@ -607,4 +608,199 @@ fn an_adopted_descendant_keeps_its_share_after_its_old_parent_returns() {
             (NodeId::Server(6), "[6]".to_owned()),
         ]
     );
+}
+
+// ---- output flow control ------------------------------------------------------------------
+
+/// The stdio payloads server `s`'s program prints: `n` numbered lines on stdout.
+fn numbered_lines(s: u32, n: usize) -> Vec<Bytes> {
+    (0..n)
+        .map(|k| Bytes::from(format!("\x01rank {s} prints line {k} of its flood\n")))
+        .collect()
+}
+
+/// The lines of each server that reached the front-end, with their indexes, in arrival
+/// order.
+fn lines_by_rank(net: &SimNet) -> std::collections::BTreeMap<u32, Vec<(u64, Bytes)>> {
+    let mut by = std::collections::BTreeMap::<u32, Vec<(u64, Bytes)>>::new();
+    for m in net.output() {
+        for r in m.source.iter() {
+            by.entry(r).or_default().push((m.op, m.payload.clone()));
+        }
+    }
+    by
+}
+
+/// Every server of `ranks` got all its `n` lines to the front-end, once each, in order.
+fn assert_every_line_in_order(net: &SimNet, ranks: impl IntoIterator<Item = u32>, n: usize) {
+    let by = lines_by_rank(net);
+    for r in ranks {
+        let want: Vec<(u64, Bytes)> = numbered_lines(r, n)
+            .into_iter()
+            .enumerate()
+            .map(|(k, l)| (k as u64, l))
+            .collect();
+        let got = by.get(&r).map(Vec::as_slice).unwrap_or_default();
+        assert_eq!(got.len(), n, "rank {r}: lines lost or duplicated");
+        assert!(got == want, "rank {r}: lines out of order");
+    }
+}
+
+/// What a node may hold for its parent at most: its own program's output up to the queue
+/// limit, a window from each child, and one frame of overdraw.
+fn queue_bound(topo: &dyn sdm_topology::Topology, id: NodeId, largest: i64) -> i64 {
+    let children = topo.children(id).len() as i64;
+    crate::flow::QUEUE_LIMIT + children * crate::flow::WINDOW + largest
+}
+
+#[test]
+fn a_front_end_that_stops_reading_stops_the_printer_at_the_window_and_loses_nothing() {
+    let n = 16;
+    let topo = Shape::Binomial.build(n);
+    let depth = |s: u32| {
+        let mut d = 0;
+        let mut at = NodeId::Server(s);
+        while let Some(p) = topo.parent(at) {
+            d += 1;
+            at = p;
+        }
+        d
+    };
+    let deep = (0..n).max_by_key(|&s| depth(s)).unwrap();
+    assert!(depth(deep) >= 3, "the flood crosses interior servers");
+    let mut net = net(Shape::Binomial, n, same_reply());
+    net.set_frontend_reading(false);
+    let count = 20_000;
+    let lines = numbered_lines(deep, count);
+    let largest = lines.iter().map(|l| l.len() as i64 + 32).max().unwrap();
+    let total: i64 = lines.iter().map(|l| l.len() as i64 + 32).sum();
+    assert!(
+        total > 8 * crate::flow::WINDOW,
+        "the flood exceeds every window"
+    );
+    net.print(deep, lines);
+    net.run();
+    // The printer waits: its node paused it with most of the flood still unprinted.
+    assert!(net.paused(NodeId::Server(deep)));
+    assert!(net.unprinted(deep) > count / 2, "{}", net.unprinted(deep));
+    // The front-end holds at most one window (one frame of overdraw), every node a
+    // bounded queue.
+    let unread: i64 = net.output().map(crate::flow::cost).sum();
+    assert!(
+        unread > 0 && unread < crate::flow::WINDOW + largest,
+        "{unread}"
+    );
+    for p in 0..topo.positions() {
+        let id = NodeId::from_position(p);
+        let bound = queue_bound(&*topo, id, largest);
+        assert!(
+            net.max_queued_output(id) <= bound,
+            "{id} queued {} > {bound}",
+            net.max_queued_output(id)
+        );
+    }
+    // Commands are not held by the output: one to everybody comes back whole.
+    net.command(1, IdSet::all(n), SyncMode::WaitAll, "ping");
+    net.run();
+    let g = net.groups(1);
+    assert_eq!(ids_with(&g, Status::Replied), IdSet::all(n), "{g:?}");
+    // The front-end reads again: every line arrives, in order, and the printer is done.
+    net.set_frontend_reading(true);
+    net.run();
+    assert_eq!(net.unprinted(deep), 0);
+    assert!(!net.paused(NodeId::Server(deep)));
+    assert_every_line_in_order(&net, [deep], count);
+}
+
+#[test]
+fn a_stalled_reader_holds_back_only_its_subtree() {
+    let n = 16;
+    let topo = Shape::Binomial.build(n);
+    // An interior server under the master whose children have children.
+    let mid = topo
+        .children(NodeId::Master)
+        .into_iter()
+        .max_by_key(|&c| topo.subtree(c).len())
+        .unwrap();
+    let below = topo.subtree(mid);
+    assert!(below.len() >= 4, "{mid} has a subtree: {below}");
+    let others = &IdSet::all(n) - &below;
+    let mut net = net(Shape::Binomial, n, same_reply());
+    net.stall(mid);
+    let count = 4_000;
+    for s in 0..n {
+        net.print(s, numbered_lines(s, count));
+    }
+    net.command(1, others.clone(), SyncMode::WaitAll, "ping");
+    net.command(2, below.clone(), SyncMode::WaitAll, "ping");
+    net.run();
+    // Everything outside the stalled subtree went on: commands and every line.
+    let g = net.groups(1);
+    assert_eq!(ids_with(&g, Status::Replied), others, "{g:?}");
+    assert_every_line_in_order(&net, others.iter(), count);
+    // The subtree is held: its command waits, no line of it arrived, and the stalled
+    // node's children were paused at their windows.
+    assert!(net.groups(2).is_empty());
+    let by = lines_by_rank(&net);
+    assert!(below.iter().all(|r| !by.contains_key(&r)));
+    for c in topo.children(mid) {
+        let s = c.server().unwrap();
+        assert!(net.paused(c), "{c} printed on");
+        assert!(net.unprinted(s) > 0);
+    }
+    // The reader goes on: the rest arrives, in order, and the command completes.
+    net.resume(mid);
+    net.run();
+    let g = net.groups(2);
+    assert_eq!(ids_with(&g, Status::Replied), below, "{g:?}");
+    assert_every_line_in_order(&net, 0..n, count);
+}
+
+#[test]
+fn a_child_that_ignores_its_window_loses_its_link_and_only_its_ids() {
+    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Flat.build(3));
+    let mut node = Node::new(NodeId::Master, topo);
+    let t = Instant::now();
+    node.handle_from_parent(
+        t,
+        Message::command(7, IdSet::all(3), SyncMode::WaitAll, "x"),
+    );
+    while node.poll_output().is_some() {}
+    let mut line = Message::reply(0, IdSet::single(1), Status::Replied, "y\n".into());
+    line.kind = Kind::Stdio;
+    line.aggregate.status = None;
+    // The front-end grants nothing: once the master's window is spent, the child's credit
+    // stops, and a child going on regardless is cut off.
+    let mut dead = None;
+    for _ in 0..(4 * crate::flow::WINDOW / crate::flow::cost(&line)) {
+        node.handle_from_child(t, NodeId::Server(1), line.clone());
+        while let Some(out) = node.poll_output() {
+            if let Output::LinkDead(p, why) = out {
+                dead = Some((p, why));
+            }
+        }
+        if dead.is_some() {
+            break;
+        }
+    }
+    let (peer, why) = dead.expect("the window is enforced");
+    assert_eq!(peer, crate::liveness::Peer::Child(NodeId::Server(1)));
+    assert!(why.contains("flow-control window"), "{why}");
+    assert!(node.queued_output() <= crate::flow::WINDOW + crate::flow::cost(&line));
+    // The op goes on for the others; the cut-off child's id is lost.
+    for s in [0, 2] {
+        let r = Message::reply(7, IdSet::single(s), Status::Replied, "ok".into());
+        node.handle_from_child(t, NodeId::Server(s), r);
+    }
+    let replies: Vec<Message> = std::iter::from_fn(|| node.poll_output())
+        .filter_map(|o| match o {
+            Output::ToParent(m) if m.kind == Kind::Reply => Some(m),
+            _ => None,
+        })
+        .collect();
+    let lost = replies
+        .iter()
+        .find(|m| m.aggregate.status == Some(Status::Lost))
+        .expect("a lost group");
+    assert_eq!(lost.source, IdSet::single(1));
 }

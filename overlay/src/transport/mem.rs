@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use tokio::io::{AsyncWrite, DuplexStream, WriteHalf};
 use tokio::sync::mpsc;
 
-use super::{Address, Link, Listener, Transport, TransportConfig, wrong_scheme};
+use super::{Address, Link, Listener, Transport, TransportConfig, failure, wrong_scheme};
 
 /// Bytes buffered in each direction of an in-process link.
 const PIPE_BUFFER: usize = 256 * 1024;
@@ -70,8 +70,9 @@ impl Transport for MemTransport {
                 return Err(wrong_scheme("mem", &addr));
             };
             let refused = || {
-                io::Error::new(
+                failure(
                     io::ErrorKind::ConnectionRefused,
+                    &addr,
                     format!("connecting to {addr}: no listener is bound to that name"),
                 )
             };
@@ -106,8 +107,9 @@ impl Transport for MemTransport {
                     }
                 }
             } else if map.contains_key(name) {
-                return Err(io::Error::new(
+                return Err(failure(
                     io::ErrorKind::AddrInUse,
+                    &addr,
                     format!("binding {addr}: the name is already bound in this process"),
                 ));
             } else {
@@ -186,8 +188,9 @@ impl Listener for MemAcceptor {
             // The registry holds a sender for as long as this acceptor lives, so `None` is
             // unreachable in practice; report it rather than panic.
             let Incoming { stream, id } = self.queue.recv().await.ok_or_else(|| {
-                io::Error::new(
+                failure(
                     io::ErrorKind::NotConnected,
+                    format_args!("mem://{}", self.name),
                     format!(
                         "accepting on mem://{}: the listener was unregistered",
                         self.name

@@ -326,13 +326,13 @@ pub fn transport_for(addr: &Address, cfg: &TransportConfig) -> io::Result<Box<dy
         Address::Tcp(_) => Box::new(TcpTransport::new(cfg)),
         #[cfg(feature = "quic")]
         Address::Quic(_) => Box::new(
-            QuicTransport::new(cfg)
-                .map_err(|e| io::Error::new(e.kind(), format!("cannot use {addr}: {e}")))?,
+            QuicTransport::new(cfg).map_err(|e| context(e, addr, format!("cannot use {addr}")))?,
         ),
         #[cfg(not(feature = "quic"))]
         Address::Quic(_) => {
-            return Err(io::Error::new(
+            return Err(failure(
                 io::ErrorKind::Unsupported,
+                addr,
                 format!("cannot use {addr}: sdm-overlay was built without the quic feature"),
             ));
         }
@@ -345,15 +345,84 @@ pub fn transport_for(addr: &Address, cfg: &TransportConfig) -> io::Result<Box<dy
     })
 }
 
-/// `err` with the same kind and `what` (naming the address) prepended.
-pub(crate) fn context(err: io::Error, what: impl fmt::Display) -> io::Error {
-    io::Error::new(err.kind(), format!("{what}: {err}"))
+/// A transport failure, carried inside the `io::Error` a [`Transport`] returns: what was
+/// being done and on which address (the `io::Error`'s kind says what sort of failure it
+/// was). Callers that want the address ask [`TransportError::of`] instead of reading text.
+#[derive(Debug)]
+pub struct TransportError {
+    address: String,
+    what: String,
+    cause: Option<io::Error>,
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)?;
+        match &self.cause {
+            Some(c) => write!(f, ": {c}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+impl TransportError {
+    /// The transport failure `e` carries, if it is one.
+    pub fn of(e: &io::Error) -> Option<&TransportError> {
+        e.get_ref()?.downcast_ref()
+    }
+
+    /// The address involved (connected to, bound, accepted on, or the peer's).
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// What was being done, e.g. `connecting to tcp://10.0.0.7:7000`.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
+    /// The error of the operating system or library underneath, if any.
+    pub fn cause(&self) -> Option<&io::Error> {
+        self.cause.as_ref()
+    }
+}
+
+/// `err` with the same kind, saying what was being done on `address`.
+pub(crate) fn context(
+    err: io::Error,
+    address: impl fmt::Display,
+    what: impl fmt::Display,
+) -> io::Error {
+    let kind = err.kind();
+    let inner = TransportError {
+        address: address.to_string(),
+        what: what.to_string(),
+        cause: Some(err),
+    };
+    io::Error::new(kind, inner)
+}
+
+/// A failure of kind `kind` on `address`, `what` saying what happened.
+pub(crate) fn failure(
+    kind: io::ErrorKind,
+    address: impl fmt::Display,
+    what: impl fmt::Display,
+) -> io::Error {
+    let inner = TransportError {
+        address: address.to_string(),
+        what: what.to_string(),
+        cause: None,
+    };
+    io::Error::new(kind, inner)
 }
 
 /// The error a transport returns for an address of another scheme.
 pub(crate) fn wrong_scheme(transport: &str, addr: &Address) -> io::Error {
-    io::Error::new(
+    failure(
         io::ErrorKind::InvalidInput,
+        addr,
         format!("the {transport} transport cannot use {addr}; use transport_for() to pick one"),
     )
 }

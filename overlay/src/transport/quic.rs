@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::{Address, Link, Listener, Transport, TransportConfig, context, wrong_scheme};
+use super::{Address, Link, Listener, Transport, TransportConfig, context, failure, wrong_scheme};
 use crate::logging::Refusals;
 
 /// The ALPN protocol both ends insist on.
@@ -334,7 +334,7 @@ impl QuicTransport {
             return Ok(ep.clone());
         }
         let ep = Endpoint::client(bind)
-            .map_err(|e| context(e, format!("opening a QUIC client endpoint on {bind}")))?;
+            .map_err(|e| context(e, bind, format!("opening a QUIC client endpoint on {bind}")))?;
         endpoints[slot] = Some(ep.clone());
         Ok(ep)
     }
@@ -353,23 +353,28 @@ impl fmt::Debug for QuicTransport {
 async fn resolve(addr: &Address, hp: &str) -> io::Result<SocketAddr> {
     tokio::net::lookup_host(hp)
         .await
-        .map_err(|e| context(e, format!("resolving {addr}")))?
+        .map_err(|e| context(e, addr, format!("resolving {addr}")))?
         .next()
         .ok_or_else(|| {
-            io::Error::new(
+            failure(
                 io::ErrorKind::NotFound,
+                addr,
                 format!("resolving {addr}: the host has no address"),
             )
         })
 }
 
-fn connection_error(e: ConnectionError, what: impl fmt::Display) -> io::Error {
+fn connection_error(
+    e: ConnectionError,
+    address: impl fmt::Display,
+    what: impl fmt::Display,
+) -> io::Error {
     let kind = match e {
         ConnectionError::TimedOut => io::ErrorKind::TimedOut,
         ConnectionError::LocallyClosed => io::ErrorKind::NotConnected,
         _ => io::ErrorKind::ConnectionRefused,
     };
-    io::Error::new(kind, format!("{what}: {e}"))
+    failure(kind, address, format!("{what}: {e}"))
 }
 
 impl Transport for QuicTransport {
@@ -384,20 +389,21 @@ impl Transport for QuicTransport {
             let conn = endpoint
                 .connect_with(self.client.clone(), target, SERVER_NAME)
                 .map_err(|e| {
-                    io::Error::new(
+                    failure(
                         io::ErrorKind::InvalidInput,
+                        &addr,
                         format!("connecting to {addr}: {e}"),
                     )
                 })?
                 .await
-                .map_err(|e| connection_error(e, format!("connecting to {addr}")))?;
+                .map_err(|e| connection_error(e, &addr, format!("connecting to {addr}")))?;
             let (mut send, recv) = conn
                 .open_bi()
                 .await
-                .map_err(|e| connection_error(e, format!("opening a stream to {addr}")))?;
+                .map_err(|e| connection_error(e, &addr, format!("opening a stream to {addr}")))?;
             send.write_all(PREAMBLE)
                 .await
-                .map_err(|e| context(e.into(), format!("greeting {addr}")))?;
+                .map_err(|e| context(e.into(), &addr, format!("greeting {addr}")))?;
             Ok(quic_link(
                 conn,
                 endpoint,
@@ -417,10 +423,10 @@ impl Transport for QuicTransport {
             };
             let at = resolve(&addr, hp).await?;
             let endpoint = Endpoint::server(self.server.clone(), at)
-                .map_err(|e| context(e, format!("binding {addr}")))?;
+                .map_err(|e| context(e, &addr, format!("binding {addr}")))?;
             let local = endpoint
                 .local_addr()
-                .map_err(|e| context(e, format!("reading the bound address of {addr}")))?;
+                .map_err(|e| context(e, &addr, format!("reading the bound address of {addr}")))?;
             let local = Address::Quic(local.to_string());
             let (tx, rx) = mpsc::channel(BACKLOG);
             let task = tokio::spawn(accept_loop(
@@ -481,25 +487,34 @@ async fn establish(
     max_frame: usize,
 ) -> io::Result<Link> {
     let from = incoming.remote_address();
-    let conn = incoming
-        .await
-        .map_err(|e| connection_error(e, format!("handshake with quic://{from}")))?;
-    let (send, mut recv) = conn
-        .accept_bi()
-        .await
-        .map_err(|e| connection_error(e, format!("waiting for a stream from quic://{from}")))?;
+    let conn = incoming.await.map_err(|e| {
+        connection_error(
+            e,
+            format_args!("quic://{from}"),
+            format!("handshake with quic://{from}"),
+        )
+    })?;
+    let (send, mut recv) = conn.accept_bi().await.map_err(|e| {
+        connection_error(
+            e,
+            format_args!("quic://{from}"),
+            format!("waiting for a stream from quic://{from}"),
+        )
+    })?;
     let mut preamble = [0; PREAMBLE.len()];
     if let Err(e) = recv.read_exact(&mut preamble).await {
         conn.close(VarInt::from_u32(REFUSED), b"no preamble");
-        return Err(io::Error::new(
+        return Err(failure(
             io::ErrorKind::InvalidData,
+            format_args!("quic://{from}"),
             format!("reading the preamble from quic://{from}: {e}"),
         ));
     }
     if &preamble != PREAMBLE {
         conn.close(VarInt::from_u32(REFUSED), b"bad preamble");
-        return Err(io::Error::new(
+        return Err(failure(
             io::ErrorKind::InvalidData,
+            format_args!("quic://{from}"),
             format!(
                 "quic://{from} sent {preamble:02x?} instead of the sdm preamble {:02x?}",
                 PREAMBLE

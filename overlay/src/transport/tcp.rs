@@ -73,8 +73,13 @@ fn tune(stream: &TcpStream, opts: &TcpOptions) -> io::Result<()> {
 
 /// Tunes and frames the stream.
 fn link(stream: TcpStream, peer: String, opts: &TcpOptions) -> io::Result<Link> {
-    tune(&stream, opts)
-        .map_err(|e| context(e, format!("setting socket options on the link to {peer}")))?;
+    tune(&stream, opts).map_err(|e| {
+        context(
+            e,
+            &peer,
+            format!("setting socket options on the link to {peer}"),
+        )
+    })?;
     let (r, w) = stream.into_split();
     Ok(Link::new(Box::new(r), Box::new(w), peer, opts.max_frame))
 }
@@ -88,7 +93,7 @@ impl Transport for TcpTransport {
             };
             let stream = TcpStream::connect(hp.as_str())
                 .await
-                .map_err(|e| context(e, format!("connecting to {addr}")))?;
+                .map_err(|e| context(e, &addr, format!("connecting to {addr}")))?;
             let peer = match stream.peer_addr() {
                 Ok(sa) => format!("tcp://{sa}"),
                 Err(_) => addr.to_string(),
@@ -105,10 +110,10 @@ impl Transport for TcpTransport {
             };
             let listener = TcpListener::bind(hp.as_str())
                 .await
-                .map_err(|e| context(e, format!("binding {addr}")))?;
+                .map_err(|e| context(e, &addr, format!("binding {addr}")))?;
             let local = listener
                 .local_addr()
-                .map_err(|e| context(e, format!("reading the bound address of {addr}")))?;
+                .map_err(|e| context(e, &addr, format!("reading the bound address of {addr}")))?;
             Ok(Box::new(TcpAcceptor {
                 listener,
                 local: Address::Tcp(local.to_string()),
@@ -136,7 +141,7 @@ impl Listener for TcpAcceptor {
                 .listener
                 .accept()
                 .await
-                .map_err(|e| context(e, format!("accepting on {}", self.local)))?;
+                .map_err(|e| context(e, &self.local, format!("accepting on {}", self.local)))?;
             link(stream, format!("tcp://{peer}"), &self.opts)
         })
     }
