@@ -111,7 +111,11 @@ mod tests {
         s.apply("bytes_sent   1.5e3").unwrap();
         s.apply("ops 4").unwrap();
         for bad in ["novalue", "x NaN", "bad/key 1", "sdm 1"] {
-            assert_eq!(s.apply(bad).unwrap_err().kind(), ErrorKind::BadInput, "{bad}");
+            assert_eq!(
+                s.apply(bad).unwrap_err().kind(),
+                ErrorKind::BadInput,
+                "{bad}"
+            );
         }
         assert_eq!(s.json(), r#"{"bytes_sent":"1.5e3","ops":"4"}"#);
     }

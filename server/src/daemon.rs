@@ -100,7 +100,12 @@ pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> Re
     };
     let link = setup::connect_frontend(&*transport, &frontend, &policy)
         .await
-        .map_err(|e| startup(format_args!("master: cannot reach the front-end at {frontend}"), e))?;
+        .map_err(|e| {
+            startup(
+                format_args!("master: cannot reach the front-end at {frontend}"),
+                e,
+            )
+        })?;
     let none: LocalHandler =
         Box::new(|d: Delivery| d.reply.send("error: the master runs no requests"));
     let (_tx, events) = tokio::sync::mpsc::channel(1);

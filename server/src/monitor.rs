@@ -260,14 +260,12 @@ fn symbol(what: String) -> Error {
 
 impl Monitor {
     fn proc(&mut self) -> MonResult<&mut Proc> {
-        self.proc
-            .as_mut()
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::NoProcess,
-                    format!("server {}: no process: start one first", self.rank),
-                )
-            })
+        self.proc.as_mut().ok_or_else(|| {
+            Error::new(
+                ErrorKind::NoProcess,
+                format!("server {}: no process: start one first", self.rank),
+            )
+        })
     }
 
     /// Starts `program` with `args`, its stdio handled as `mode` says.
@@ -513,7 +511,8 @@ impl Monitor {
         {
             return Err(state(format!("already controlling process {}", p.pid)));
         }
-        let raw = i32::try_from(pid).map_err(|_| Error::new(ErrorKind::BadInput, format!("{pid} is not a process id")))?;
+        let raw = i32::try_from(pid)
+            .map_err(|_| Error::new(ErrorKind::BadInput, format!("{pid} is not a process id")))?;
         let pid = Pid::from_raw(raw);
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
             .map_err(|e| errno(pid, "no such process to attach to", e))?;
@@ -713,16 +712,19 @@ impl Monitor {
     pub fn read_memory(&mut self, addr: u64, len: usize) -> MonResult<Vec<u8>> {
         use std::os::unix::fs::FileExt;
         let pid = self.proc()?.pid;
-        let f = std::fs::File::open(format!("/proc/{pid}/mem"))
-            .map_err(|e| Error::new(ErrorKind::Memory, format!("process {pid}: /proc/{pid}/mem: {e}")))?;
+        let f = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| {
+            Error::new(
+                ErrorKind::Memory,
+                format!("process {pid}: /proc/{pid}/mem: {e}"),
+            )
+        })?;
         let mut buf = vec![0u8; len.min(1 << 20)];
-        f.read_exact_at(&mut buf, addr)
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Memory,
-                    format!("process {pid}: reading {len} bytes at {addr:#x}: {e}"),
-                )
-            })?;
+        f.read_exact_at(&mut buf, addr).map_err(|e| {
+            Error::new(
+                ErrorKind::Memory,
+                format!("process {pid}: reading {len} bytes at {addr:#x}: {e}"),
+            )
+        })?;
         Ok(buf)
     }
 
@@ -733,12 +735,19 @@ impl Monitor {
         let f = std::fs::OpenOptions::new()
             .write(true)
             .open(format!("/proc/{pid}/mem"))
-            .map_err(|e| Error::new(ErrorKind::Memory, format!("process {pid}: /proc/{pid}/mem: {e}")))?;
-        f.write_all_at(bytes, addr)
             .map_err(|e| {
+                Error::new(
+                    ErrorKind::Memory,
+                    format!("process {pid}: /proc/{pid}/mem: {e}"),
+                )
+            })?;
+        f.write_all_at(bytes, addr).map_err(|e| {
             Error::new(
                 ErrorKind::Memory,
-                format!("process {pid}: writing {} bytes at {addr:#x}: {e}", bytes.len()),
+                format!(
+                    "process {pid}: writing {} bytes at {addr:#x}: {e}",
+                    bytes.len()
+                ),
             )
         })
     }
@@ -917,9 +926,8 @@ impl Monitor {
             (p.pid, p.exe.clone())
         };
         Ok(match target.strip_prefix("0x") {
-            Some(hex) => {
-                u64::from_str_radix(hex, 16).map_err(|_| symbol(format!("bad address {target:?}")))?
-            }
+            Some(hex) => u64::from_str_radix(hex, 16)
+                .map_err(|_| symbol(format!("bad address {target:?}")))?,
             None => {
                 let svma = symbol_address(&exe, target)?;
                 let bias = read_maps(pid)
@@ -1112,7 +1120,8 @@ fn read_maps(pid: Pid) -> Vec<Mapping> {
 fn symbol_address(exe: &Path, name: &str) -> MonResult<u64> {
     use object::{Object, ObjectSymbol};
     let data = std::fs::read(exe).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
-    let file = object::File::parse(&*data).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
+    let file =
+        object::File::parse(&*data).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
     file.symbols()
         .chain(file.dynamic_symbols())
         .find(|s| s.name() == Ok(name) && s.address() != 0)
@@ -1123,7 +1132,8 @@ fn symbol_address(exe: &Path, name: &str) -> MonResult<u64> {
 fn is_pie(exe: &Path) -> MonResult<bool> {
     use object::Object;
     let data = std::fs::read(exe).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
-    let file = object::File::parse(&*data).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
+    let file =
+        object::File::parse(&*data).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
     Ok(file.kind() == object::ObjectKind::Dynamic)
 }
 /// This host's name (from /proc; `unknown` if unreadable).

@@ -155,14 +155,9 @@ impl ServicePlugin {
                 format!("service plugin {shown}: {what}"),
             )
         };
-        let lib = VersionedLibrary::open(
-            path,
-            "service",
-            ENTRY_SYMBOL,
-            ABI_VERSION,
-            "sdm_service.h",
-        )
-        .map_err(|e| Error::new(ErrorKind::PluginLoad, e.to_string()))?;
+        let lib =
+            VersionedLibrary::open(path, "service", ENTRY_SYMBOL, ABI_VERSION, "sdm_service.h")
+                .map_err(|e| Error::new(ErrorKind::PluginLoad, e.to_string()))?;
         // SAFETY: the version matches, so the table's layout is `VTable`.
         let v = unsafe { &*lib.table().cast::<VTable>() };
         if v.name.is_null() {
@@ -176,7 +171,9 @@ impl ServicePlugin {
         if name.is_empty() {
             return Err(err("its name is empty".into()));
         }
-        let init = v.init.ok_or_else(|| err(format!("{name} has no init function")))?;
+        let init = v
+            .init
+            .ok_or_else(|| err(format!("{name} has no init function")))?;
         let handle = v
             .handle
             .ok_or_else(|| err(format!("{name} has no handle function")))?;

@@ -185,14 +185,20 @@ impl DaemonArgs {
             };
             flags.insert(name, value);
         }
-        let take = |flags: &mut std::collections::BTreeMap<String, String>, name: &str| {
-            flags.remove(name)
-        };
-        fn num<T: std::str::FromStr>(flag: &str, v: Option<String>, default: T) -> Result<T, Error> {
+        let take =
+            |flags: &mut std::collections::BTreeMap<String, String>, name: &str| flags.remove(name);
+        fn num<T: std::str::FromStr>(
+            flag: &str,
+            v: Option<String>,
+            default: T,
+        ) -> Result<T, Error> {
             match v {
                 None => Ok(default),
                 Some(v) => v.parse().map_err(|_| {
-                    Error::new(ErrorKind::BadInput, format!("{flag}: {v:?} is not a number"))
+                    Error::new(
+                        ErrorKind::BadInput,
+                        format!("{flag}: {v:?} is not a number"),
+                    )
                 }),
             }
         }
@@ -259,7 +265,14 @@ mod tests {
             Ok(DaemonArgs::Master { attempts, .. }) => assert_eq!(attempts, 50),
             other => panic!("{other:?}"),
         }
-        for bad in ["", "server", "server --port x", "master", "server --port 1 --bogus 2", "root"] {
+        for bad in [
+            "",
+            "server",
+            "server --port x",
+            "master",
+            "server --port 1 --bogus 2",
+            "root",
+        ] {
             let e = DaemonArgs::parse(&args(bad)).unwrap_err();
             assert!(e.is_bad_input(), "{bad}: {e}");
         }

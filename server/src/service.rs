@@ -23,14 +23,8 @@ use crate::error::{Error, ErrorKind};
 use crate::monitor::{Monitor, MonitorHandle, hostname};
 use crate::plugin::ServicePlugin;
 
-/// The built-in service: `ping`, `info`, `value`, `sleep MS` (the empty tag means this one).
-pub const SDM: &str = "sdm";
-/// OMIS requests to the node-local monitor.
-pub const OMIS: &str = "omis";
-/// The monitored program's own counters, as a JSON object of decimal strings.
-pub const COUNTERS: &str = "counters";
-/// The monitored program's metrics from /proc, as a JSON object (for `sdm top`).
-pub const PROCSTAT: &str = "procstat";
+pub use sdm_proto::service::{COUNTERS, OMIS, PROCSTAT, SDM};
+
 /// The init command (the tag the front-end gives it).
 pub const INIT: &str = sdm_overlay::init::INIT_SERVICE;
 
@@ -71,7 +65,9 @@ pub struct ServerContext {
 
 impl fmt::Debug for ServerContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServerContext").field("id", &self.id).finish()
+        f.debug_struct("ServerContext")
+            .field("id", &self.id)
+            .finish()
     }
 }
 
@@ -148,7 +144,8 @@ impl Reply {
         }
     }
 
-    /// Sends an error reply: `error: service "NAME" on server ID: WHAT`.
+    /// Sends an error reply: `error: service "NAME": WHAT` (without this server's id, so
+    /// identical errors of many servers merge into one group, which names them).
     pub fn error(mut self, what: impl fmt::Display) {
         let text = self.error_text(what);
         if let Some(r) = self.replier.take() {
@@ -157,10 +154,7 @@ impl Reply {
     }
 
     fn error_text(&self, what: impl fmt::Display) -> String {
-        format!(
-            "error: service {:?} on server {}: {what}",
-            self.service, self.server
-        )
+        format!("error: service {:?}: {what}", self.service)
     }
 }
 
@@ -172,6 +166,7 @@ impl Drop for Reply {
             } else {
                 "the handler dropped the request without replying"
             };
+            tracing::warn!("server {}: service {:?}: {why}", self.server, self.service);
             let text = self.error_text(why);
             if let Some(r) = self.replier.take() {
                 r.send(text);
@@ -205,7 +200,10 @@ impl Plugins {
     /// Loads every plugin of `paths` not loaded yet; failures are logged and kept.
     fn load_all(&mut self, server: u32, paths: &[String]) {
         for path in paths {
-            if self.loaded.values().any(|p| p.path() == std::path::Path::new(path))
+            if self
+                .loaded
+                .values()
+                .any(|p| p.path() == std::path::Path::new(path))
                 || self.failed.iter().any(|(p, _)| p == path)
             {
                 continue;
@@ -349,10 +347,7 @@ impl Services {
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            tracing::error!(
-                "server {}: service {service:?} panicked: {what}",
-                ctx.id
-            );
+            tracing::error!("server {}: service {service:?} panicked: {what}", ctx.id);
         }
     }
 
@@ -495,7 +490,11 @@ mod tests {
         let raw = b"\x00\xff\xfe raw";
         assert_eq!(&ask(&s, "echo", raw).await[..], raw);
         // The same bytes to the sdm service are a request it does not know.
-        assert!(ask(&s, SDM, raw).await.starts_with(b"error: unknown request"));
+        assert!(
+            ask(&s, SDM, raw)
+                .await
+                .starts_with(b"error: unknown request")
+        );
         // The empty tag is the sdm service.
         assert_eq!(&ask(&s, "", b"ping").await[..], b"pong");
         assert_eq!(&ask(&s, SDM, b"value").await[..], b"3");
@@ -508,7 +507,7 @@ mod tests {
     async fn an_unknown_tag_gets_an_error_naming_it_and_the_services() {
         let s = Services::stock();
         let text = String::from_utf8(ask(&s, "nope", b"ping").await.to_vec()).unwrap();
-        assert!(text.starts_with("error: service \"nope\" on server 3: no such service"));
+        assert!(text.starts_with("error: service \"nope\": no such service"));
         for name in [SDM, OMIS, COUNTERS, PROCSTAT, INIT] {
             assert!(text.contains(name), "{text}");
         }
@@ -521,10 +520,7 @@ mod tests {
             .unwrap();
         s.add("forgetful", |_: Request, _: Reply| {}).unwrap();
         let text = ask(&s, "boom", b"").await;
-        assert_eq!(
-            &text[..],
-            b"error: service \"boom\" on server 3: the handler panicked"
-        );
+        assert_eq!(&text[..], b"error: service \"boom\": the handler panicked");
         let text = ask(&s, "forgetful", b"").await;
         assert!(text.ends_with(b"dropped the request without replying"));
         assert_eq!(&ask(&s, SDM, b"ping").await[..], b"pong");
@@ -540,7 +536,9 @@ mod tests {
         s.add("checksum", |_: Request, _: Reply| {}).unwrap();
         assert_eq!(
             s.names(),
-            ["checksum", "counters", "omis", "procstat", "sdm", "sdm.init"]
+            [
+                "checksum", "counters", "omis", "procstat", "sdm", "sdm.init"
+            ]
         );
         assert!(Services::empty().names().is_empty());
     }
