@@ -25,8 +25,9 @@
  *     handle(state, host, request, len)       once per command: answer with exactly one
  *                                             host->reply before returning 0, or call
  *                                             host->error and return non-zero
- *     destroy(state)                          once, when the server ends (state as init
- *                                             set it, possibly NULL)
+ *     destroy(state)                          once, when the plugin is unloaded (the
+ *                                             server ends, or init failed), with the state
+ *                                             init set, possibly NULL; may be NULL
  *
  * The host struct of a handle call gives this server's id and the monitored program's pid
  * (0 if the server controls no program). Buffers are pointer + length, owned by the caller

@@ -32,8 +32,9 @@ pub enum ErrorKind {
     Link,
 }
 
-/// A failure in sdm-server: the message names what failed and the server id, pid, address
-/// or plugin involved; [`Error::kind`] says what kind of failure it is.
+/// A failure in sdm-server: the message names what failed and the server id, address or
+/// plugin involved; [`Error::kind`] says what kind of failure it is, [`Error::pid`] which
+/// process it is about.
 #[derive(Debug, thiserror::Error)]
 #[error("{}", inner.what)]
 pub struct Error {
@@ -44,6 +45,7 @@ pub struct Error {
 struct Inner {
     kind: ErrorKind,
     what: String,
+    pid: Option<u32>,
 }
 
 impl Error {
@@ -53,13 +55,27 @@ impl Error {
             inner: Box::new(Inner {
                 kind,
                 what: what.into(),
+                pid: None,
             }),
         }
+    }
+
+    /// The same error, about process `pid`. The message need not repeat it: monitor errors
+    /// travel in replies, and identical replies of many servers merge only if they do not
+    /// name each server's own pid.
+    pub(crate) fn with_pid(mut self, pid: u32) -> Self {
+        self.inner.pid = Some(pid);
+        self
     }
 
     /// The kind of failure.
     pub fn kind(&self) -> ErrorKind {
         self.inner.kind
+    }
+
+    /// The process the failure is about, when there is one.
+    pub fn pid(&self) -> Option<u32> {
+        self.inner.pid
     }
 
     /// Whether the monitor had no process to act on.

@@ -242,7 +242,11 @@ pub type MonResult<T> = Result<T, Error>;
 
 /// A failed system call on process `pid`.
 fn errno(pid: Pid, what: &str, e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::Process, format!("process {pid}: {what}: {e}"))
+    Error::new(ErrorKind::Process, format!("{what}: {e}")).with_pid(raw(pid))
+}
+
+fn raw(pid: Pid) -> u32 {
+    pid.as_raw() as u32
 }
 
 /// A failed system call before there is a process.
@@ -260,12 +264,9 @@ fn symbol(what: String) -> Error {
 
 impl Monitor {
     fn proc(&mut self) -> MonResult<&mut Proc> {
-        self.proc.as_mut().ok_or_else(|| {
-            Error::new(
-                ErrorKind::NoProcess,
-                format!("server {}: no process: start one first", self.rank),
-            )
-        })
+        self.proc
+            .as_mut()
+            .ok_or_else(|| Error::new(ErrorKind::NoProcess, "no process: start one first"))
     }
 
     /// Starts `program` with `args`, its stdio handled as `mode` says.
@@ -386,7 +387,7 @@ impl Monitor {
             return if data.is_empty() {
                 Ok(())
             } else {
-                Err(state(format!("process {}: its stdin is closed", p.pid)))
+                Err(state("the process's stdin is closed".into()).with_pid(raw(p.pid)))
             };
         };
         w.write_all(data)
@@ -515,7 +516,7 @@ impl Monitor {
             .map_err(|_| Error::new(ErrorKind::BadInput, format!("{pid} is not a process id")))?;
         let pid = Pid::from_raw(raw);
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map_err(|e| errno(pid, "no such process to attach to", e))?;
+            .map_err(|e| errno(pid, &format!("no process {pid} to attach to"), e))?;
         ptrace::seize(pid, ptrace::Options::empty()).map_err(|e| errno(pid, "ptrace seize", e))?;
         self.proc = Some(Proc {
             pid,
@@ -585,7 +586,7 @@ impl Monitor {
     pub fn procstat(&mut self) -> MonResult<Vec<(&'static str, f64)>> {
         let pid = self.proc()?.pid;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_err(|e| errno(pid, "reading /proc/PID/stat", e))?;
+            .map_err(|e| errno(pid, &format!("/proc/{pid}/stat"), e))?;
         let f: Vec<&str> = stat
             .rsplit_once(") ")
             .map(|(_, r)| r)
@@ -641,7 +642,7 @@ impl Monitor {
     pub fn process_info(&mut self) -> MonResult<(String, u64, f64, f64, Vec<String>)> {
         let pid = self.proc()?.pid;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_err(|e| errno(pid, "reading /proc/PID/stat", e))?;
+            .map_err(|e| errno(pid, &format!("/proc/{pid}/stat"), e))?;
         let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
         let f: Vec<&str> = rest.split_whitespace().collect();
         let tick = 100.0; // USER_HZ on Linux
@@ -662,7 +663,7 @@ impl Monitor {
     fn with_traced<R>(&mut self, f: impl FnOnce(Pid) -> MonResult<R>) -> MonResult<R> {
         let p = self.proc()?;
         if !matches!(p.state, ProcState::Stopped | ProcState::AtBreakpoint(_)) {
-            return Err(state(format!("process {} must be stopped first", p.pid)));
+            return Err(state("the process must be stopped first".into()).with_pid(raw(p.pid)));
         }
         if p.traced {
             return f(p.pid);
@@ -713,17 +714,15 @@ impl Monitor {
         use std::os::unix::fs::FileExt;
         let pid = self.proc()?.pid;
         let f = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| {
-            Error::new(
-                ErrorKind::Memory,
-                format!("process {pid}: /proc/{pid}/mem: {e}"),
-            )
+            Error::new(ErrorKind::Memory, format!("/proc/{pid}/mem: {e}")).with_pid(raw(pid))
         })?;
         let mut buf = vec![0u8; len.min(1 << 20)];
         f.read_exact_at(&mut buf, addr).map_err(|e| {
             Error::new(
                 ErrorKind::Memory,
-                format!("process {pid}: reading {len} bytes at {addr:#x}: {e}"),
+                format!("reading {len} bytes at {addr:#x}: {e}"),
             )
+            .with_pid(raw(pid))
         })?;
         Ok(buf)
     }
@@ -736,19 +735,14 @@ impl Monitor {
             .write(true)
             .open(format!("/proc/{pid}/mem"))
             .map_err(|e| {
-                Error::new(
-                    ErrorKind::Memory,
-                    format!("process {pid}: /proc/{pid}/mem: {e}"),
-                )
+                Error::new(ErrorKind::Memory, format!("/proc/{pid}/mem: {e}")).with_pid(raw(pid))
             })?;
         f.write_all_at(bytes, addr).map_err(|e| {
             Error::new(
                 ErrorKind::Memory,
-                format!(
-                    "process {pid}: writing {} bytes at {addr:#x}: {e}",
-                    bytes.len()
-                ),
+                format!("writing {} bytes at {addr:#x}: {e}", bytes.len()),
             )
+            .with_pid(raw(pid))
         })
     }
 
@@ -935,7 +929,7 @@ impl Monitor {
                     .find(|m| m.path == exe)
                     .map(|m| m.start - m.offset)
                     .ok_or_else(|| {
-                        symbol(format!("process {pid}: {} is not mapped", exe.display()))
+                        symbol(format!("{} is not mapped in process {pid}", exe.display()))
                     })?;
                 if is_pie(&exe)? { bias + svma } else { svma }
             }
@@ -1064,11 +1058,11 @@ fn wait_stopped(p: &mut Proc, flags: WaitPidFlag) -> MonResult<()> {
             WaitStatus::Stopped(..) | WaitStatus::PtraceEvent(..) => return Ok(()),
             WaitStatus::Exited(_, c) => {
                 p.state = ProcState::Exited(c);
-                return Err(state(format!("process {} exited with {c}", p.pid)));
+                return Err(state(format!("process exited with {c}")).with_pid(raw(p.pid)));
             }
             WaitStatus::Signaled(_, s, _) => {
                 p.state = ProcState::Signaled(s.to_string());
-                return Err(state(format!("process {} killed by {s}", p.pid)));
+                return Err(state(format!("process killed by {s}")).with_pid(raw(p.pid)));
             }
             _ => {}
         }
@@ -1232,7 +1226,7 @@ mod tests {
         let (m, _events) = MonitorHandle::spawn(5, 8, tx);
         let e = m.submit(|m| m.stop()).blocking_recv().unwrap().unwrap_err();
         assert!(e.is_no_process(), "{e}");
-        assert!(e.to_string().contains("server 5"), "{e}");
+        assert_eq!(e.pid(), None);
         let started = m
             .submit(|m| m.start("sleep", &["30".into()], IoMode::Pipes))
             .blocking_recv()
@@ -1244,7 +1238,7 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Memory, "{e}");
-        assert!(e.to_string().contains(&started.to_string()), "{e}");
+        assert_eq!(e.pid(), Some(started));
         let e = m
             .submit(|m| m.registers())
             .blocking_recv()
