@@ -271,13 +271,25 @@ unsafe extern "C" fn host_error(ctx: *mut c_void, msg: *const c_char, len: usize
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: `ctx` is the `Call` the host passed for this call.
         let call = unsafe { &mut *ctx.cast::<Call>() };
-        if msg.is_null() {
-            return;
-        }
         // SAFETY: `msg` has `len` readable bytes, per the ABI.
-        let b = unsafe { std::slice::from_raw_parts(msg.cast::<u8>(), len) };
-        call.error = Some(String::from_utf8_lossy(b).into_owned());
+        if let Some(text) = unsafe { c_message(msg, len) } {
+            call.error = Some(text);
+        }
     }));
+}
+
+/// The message a plugin passed to an `error` callback of a C ABI (UTF-8, not
+/// NUL-terminated), as text; `None` if `msg` is NULL.
+///
+/// # Safety
+/// `msg` is NULL or points to `len` readable bytes.
+pub unsafe fn c_message(msg: *const c_char, len: usize) -> Option<String> {
+    if msg.is_null() {
+        return None;
+    }
+    // SAFETY: by the caller's contract.
+    let b = unsafe { std::slice::from_raw_parts(msg.cast::<u8>(), len) };
+    Some(String::from_utf8_lossy(b).into_owned())
 }
 
 /// One plugin filter instance.

@@ -13,7 +13,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use sdm_overlay::filters::plugin::VersionedLibrary;
+use sdm_overlay::filters::plugin::{VersionedLibrary, c_message};
 
 use crate::error::{Error, ErrorKind};
 use crate::service::{Handler, Reply, Request};
@@ -135,12 +135,10 @@ unsafe extern "C" fn host_error(ctx: *mut c_void, msg: *const c_char, len: usize
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: `ctx` is the `Call` the host passed for this call.
         let call = unsafe { &mut *ctx.cast::<Call>() };
-        if msg.is_null() {
-            return;
-        }
         // SAFETY: `msg` has `len` readable bytes, per the ABI.
-        let b = unsafe { std::slice::from_raw_parts(msg.cast::<u8>(), len) };
-        call.error = Some(String::from_utf8_lossy(b).into_owned());
+        if let Some(text) = unsafe { c_message(msg, len) } {
+            call.error = Some(text);
+        }
     }));
 }
 
