@@ -5,6 +5,7 @@
 //!
 //! - [`session`]: [`Session`] and [`SessionOptions`]: launch/attach, send, collect,
 //!   requests, events, stdin, shutdown.
+//! - [`service`]: commands tagged with their service (the stock services' names, helpers).
 //! - [`iof`]: stdio handlers (the programs' output and events, merged line by line).
 //! - [`health`]: the tree's health per subtree (full, degraded, partial, lost).
 //! - [`top`]: job-wide process metrics, merged by the `stats` filter.
@@ -20,6 +21,7 @@
 pub mod counters;
 pub mod health;
 pub mod iof;
+pub mod service;
 pub mod session;
 pub mod top;
 

@@ -58,6 +58,12 @@ pub struct SessionOptions {
     /// plugin that does not load fails the launch); daemons get the absolute paths in the
     /// init command, so each path must hold the same library on every host.
     pub filter_plugins: Vec<PathBuf>,
+    /// Service plugins (shared libraries implementing `sdm_service.h`) every server loads
+    /// when the init command arrives, so commands tagged with their services reach them.
+    /// Paths are made absolute and must hold the same library on every host; a plugin that
+    /// does not load at a server is logged there, and commands for its service get an error
+    /// reply naming the plugin and why.
+    pub service_plugins: Vec<PathBuf>,
 }
 
 impl Default for SessionOptions {
@@ -76,6 +82,7 @@ impl Default for SessionOptions {
             program: None,
             stdio_window: Duration::from_millis(20),
             filter_plugins: Vec::new(),
+            service_plugins: Vec::new(),
         }
     }
 }
@@ -129,18 +136,24 @@ pub struct Session {
 /// each plugin loads; returns the registry and the plugins' absolute paths for the daemons.
 fn load_filter_plugins(paths: &[PathBuf]) -> anyhow::Result<(Registry, Vec<String>)> {
     let mut registry = Registry::new();
-    let mut absolute = Vec::with_capacity(paths.len());
-    for p in paths {
-        let abs =
-            std::path::absolute(p).with_context(|| format!("filter plugin {}", p.display()))?;
-        registry.load_plugin(&abs)?;
-        absolute.push(
-            abs.to_str()
-                .ok_or_else(|| anyhow!("filter plugin path {} is not UTF-8", abs.display()))?
-                .to_owned(),
-        );
+    let absolute = absolute_paths("filter plugin", paths)?;
+    for abs in &absolute {
+        registry.load_plugin(abs)?;
     }
     Ok((registry, absolute))
+}
+
+/// `paths` made absolute, as UTF-8 text for the init command (`what` names them in errors).
+fn absolute_paths(what: &str, paths: &[PathBuf]) -> anyhow::Result<Vec<String>> {
+    paths
+        .iter()
+        .map(|p| {
+            let abs = std::path::absolute(p).with_context(|| format!("{what} {}", p.display()))?;
+            abs.to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| anyhow!("{what} path {} is not UTF-8", abs.display()))
+        })
+        .collect()
 }
 
 /// Finds the `sdm` binary: `$SDM_BIN`, the running program if it is `sdm`, or an `sdm`
@@ -186,6 +199,7 @@ impl Session {
         let deadline = tokio::time::Instant::now() + opts.startup_timeout;
         anyhow::ensure!(opts.n > 0, "a tree needs at least one server (-n)");
         let (registry, filter_plugins) = load_filter_plugins(&opts.filter_plugins)?;
+        let service_plugins = absolute_paths("service plugin", &opts.service_plugins)?;
         let program = match &opts.program {
             Some(p) => p.clone(),
             None => find_sdm_binary()?,
@@ -321,7 +335,7 @@ impl Session {
             handshake_ms: 5000,
             stdio_window_ms: opts.stdio_window.as_millis() as u64,
             filter_plugins,
-            service_plugins: Vec::new(),
+            service_plugins,
             master: None,
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -434,6 +448,17 @@ impl Session {
         Ok(self.fe.send_command(m).await?)
     }
 
+    /// Sends the command `m` and collects every reply group of it (see
+    /// [`crate::service`] for commands tagged with their service).
+    pub async fn request_command(
+        &mut self,
+        m: sdm_proto::Message,
+    ) -> anyhow::Result<Vec<ReplyGroup>> {
+        let dest = m.dest.clone();
+        let op = self.send_command(m).await?;
+        self.collect(op, &dest).await
+    }
+
     /// Every reply group of `op`, once they account for all of `dest`; an op sent with a
     /// filter comes back finished (see [`Session::request_filtered`]).
     pub async fn collect(&mut self, op: u64, dest: &IdSet) -> anyhow::Result<Vec<ReplyGroup>> {
@@ -490,7 +515,8 @@ impl Session {
     ) -> anyhow::Result<Vec<ReplyGroup>> {
         let text = sdm_omis::Value::Str(String::from_utf8_lossy(data).into_owned());
         let req = format!("0 [] sdm_stdin({text}, {})", i32::from(eof));
-        self.request(ids, SyncMode::Timeout(30_000), req).await
+        self.request_command(crate::service::omis(ids, SyncMode::Timeout(30_000), req))
+            .await
     }
 
     /// The next unsolicited event or stdio message.

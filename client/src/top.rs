@@ -34,21 +34,21 @@ pub struct Sample {
 
 /// Samples the programs of `dest` once (waiting at most `timeout` for the slowest).
 pub async fn sample(s: &mut Session, dest: &IdSet, timeout: Duration) -> anyhow::Result<Sample> {
-    sample_of(s, dest, timeout, "procstat").await
+    sample_of(s, dest, timeout, crate::service::PROCSTAT).await
 }
 
-/// Merges the key/value maps `request` returns on `dest` (`procstat`, or `counters`: the
-/// programs' own counters) with the `stats` filter.
+/// Merges the key/value maps the service `service` returns on `dest`
+/// ([`crate::service::PROCSTAT`], or [`crate::service::COUNTERS`]: the programs' own
+/// counters) with the `stats` filter.
 pub async fn sample_of(
     s: &mut Session,
     dest: &IdSet,
     timeout: Duration,
-    request: &str,
+    service: &str,
 ) -> anyhow::Result<Sample> {
     let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
-    let groups = s
-        .request_filtered(dest, SyncMode::Timeout(ms), "stats", request.to_owned())
-        .await?;
+    let m = crate::service::filtered(service, dest, SyncMode::Timeout(ms), "stats", "");
+    let groups = s.request_command(m).await?;
     let mut out = Sample::default();
     for g in groups {
         match g.status {

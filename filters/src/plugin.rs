@@ -102,7 +102,7 @@ pub struct Plugin {
     finish: Option<FlushFn>,
     destroy: DestroyFn,
     // Last, so it unloads after everything else; instances hold an Arc<Plugin>.
-    _lib: libloading::Library,
+    _lib: VersionedLibrary,
 }
 
 // SAFETY: the vtable is static data in the library, which stays loaded while this value
@@ -116,32 +116,9 @@ impl Plugin {
     pub fn load(path: &Path) -> Result<Self, FilterError> {
         let shown = path.display().to_string();
         let err = |what: String| FilterError::new(&shown, ErrorKind::PluginLoad, what);
-        // SAFETY: loading a library runs its initializers; loading a plugin means trusting
-        // it, as with any MRNet filter.
-        let lib = unsafe { libloading::Library::new(path) }
-            .map_err(|e| err(format!("cannot load plugin {shown}: {e}")))?;
-        // SAFETY: the symbol has type `EntryFn` by the ABI.
-        let entry: EntryFn = unsafe {
-            *lib.get::<EntryFn>(ENTRY_SYMBOL.as_bytes()).map_err(|e| {
-                err(format!(
-                    "{shown} is not an sdm filter plugin: no symbol {ENTRY_SYMBOL} ({e})"
-                ))
-            })?
-        };
-        // SAFETY: the ABI's entry point takes nothing and returns a static vtable.
-        let vt = unsafe { entry() };
-        if vt.is_null() {
-            return Err(err(format!("{ENTRY_SYMBOL} of {shown} returned NULL")));
-        }
-        // SAFETY: `abi_version` is the first field in every ABI version: readable before we
-        // know the rest of the layout.
-        let version = unsafe { vt.cast::<u32>().read() };
-        if version != ABI_VERSION {
-            return Err(err(format!(
-                "plugin {shown} was built for filter ABI version {version}, but this sdm \
-                 speaks version {ABI_VERSION}: rebuild it against this sdm's sdm_filter.h"
-            )));
-        }
+        let lib = VersionedLibrary::open(path, "filter", ENTRY_SYMBOL, ABI_VERSION, "sdm_filter.h")
+            .map_err(|e| err(e.to_string()))?;
+        let vt = lib.table().cast::<VTable>();
         // SAFETY: the version matches, so the layout is `VTable`.
         let v = unsafe { &*vt };
         let name = if v.name.is_null() {
@@ -294,13 +271,25 @@ unsafe extern "C" fn host_error(ctx: *mut c_void, msg: *const c_char, len: usize
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: `ctx` is the `Call` the host passed for this call.
         let call = unsafe { &mut *ctx.cast::<Call>() };
-        if msg.is_null() {
-            return;
-        }
         // SAFETY: `msg` has `len` readable bytes, per the ABI.
-        let b = unsafe { std::slice::from_raw_parts(msg.cast::<u8>(), len) };
-        call.error = Some(String::from_utf8_lossy(b).into_owned());
+        if let Some(text) = unsafe { c_message(msg, len) } {
+            call.error = Some(text);
+        }
     }));
+}
+
+/// The message a plugin passed to an `error` callback of a C ABI (UTF-8, not
+/// NUL-terminated), as text; `None` if `msg` is NULL.
+///
+/// # Safety
+/// `msg` is NULL or points to `len` readable bytes.
+pub unsafe fn c_message(msg: *const c_char, len: usize) -> Option<String> {
+    if msg.is_null() {
+        return None;
+    }
+    // SAFETY: by the caller's contract.
+    let b = unsafe { std::slice::from_raw_parts(msg.cast::<u8>(), len) };
+    Some(String::from_utf8_lossy(b).into_owned())
 }
 
 /// One plugin filter instance.
@@ -414,5 +403,128 @@ impl std::fmt::Debug for PluginFilter {
         f.debug_struct("PluginFilter")
             .field("spec", &self.spec)
             .finish()
+    }
+}
+
+/// Why a plugin library could not be opened as a plugin of some C ABI.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The library itself did not load (missing file, missing dependency, not a library).
+    #[error("cannot load plugin {path}: {source}")]
+    Open {
+        /// The library.
+        path: PathBuf,
+        /// The loader's reason.
+        source: libloading::Error,
+    },
+    /// The library does not export the ABI's entry function.
+    #[error("{path} is not an sdm {what} plugin: no symbol {symbol} ({source})")]
+    NoEntry {
+        /// The library.
+        path: PathBuf,
+        /// Which ABI (`filter`, `service`).
+        what: &'static str,
+        /// The entry symbol looked for.
+        symbol: &'static str,
+        /// The loader's reason.
+        source: libloading::Error,
+    },
+    /// The entry function returned NULL.
+    #[error("{symbol} of {path} returned NULL")]
+    NullTable {
+        /// The library.
+        path: PathBuf,
+        /// The entry symbol.
+        symbol: &'static str,
+    },
+    /// The library was built for another version of the ABI.
+    #[error(
+        "plugin {path} was built for {what} ABI version {found}, but this sdm speaks version \
+         {expected}: rebuild it against this sdm's {header}"
+    )]
+    Version {
+        /// The library.
+        path: PathBuf,
+        /// Which ABI (`filter`, `service`).
+        what: &'static str,
+        /// The version the plugin declares.
+        found: u32,
+        /// The version this build speaks.
+        expected: u32,
+        /// The header that defines the ABI.
+        header: &'static str,
+    },
+}
+
+/// A loaded shared library whose entry function returned a table that starts with the
+/// expected ABI version: the loading and checking every C plugin ABI of sdm shares
+/// (filters here, services in sdm-server). The table stays valid while this value lives.
+#[derive(Debug)]
+pub struct VersionedLibrary {
+    table: *const std::ffi::c_void,
+    _lib: libloading::Library,
+}
+
+// SAFETY: the table is static data of the library, which stays loaded while this value
+// lives; the plugin ABIs require their functions to be callable from any thread.
+unsafe impl Send for VersionedLibrary {}
+// SAFETY: as above; nothing here is mutated after loading.
+unsafe impl Sync for VersionedLibrary {}
+
+impl VersionedLibrary {
+    /// Loads `path`, calls its entry function `symbol` (`extern "C" fn() -> *const T`,
+    /// where `T` starts with a `u32` ABI version) and checks that version is `abi`. `what`
+    /// and `header` name the ABI in errors (`"filter"`, `"sdm_filter.h"`).
+    pub fn open(
+        path: &Path,
+        what: &'static str,
+        symbol: &'static str,
+        abi: u32,
+        header: &'static str,
+    ) -> Result<Self, LoadError> {
+        type Entry = unsafe extern "C" fn() -> *const std::ffi::c_void;
+        // SAFETY: loading a library runs its initializers; loading a plugin means trusting
+        // it, as with any MRNet filter.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|source| LoadError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        // SAFETY: by the ABI, the symbol is an entry function taking nothing and returning
+        // a pointer to a static table.
+        let entry: Entry = unsafe {
+            *lib.get::<Entry>(symbol.as_bytes())
+                .map_err(|source| LoadError::NoEntry {
+                    path: path.to_owned(),
+                    what,
+                    symbol,
+                    source,
+                })?
+        };
+        // SAFETY: as above.
+        let table = unsafe { entry() };
+        if table.is_null() {
+            return Err(LoadError::NullTable {
+                path: path.to_owned(),
+                symbol,
+            });
+        }
+        // SAFETY: the ABI version is the first field in every version of every table:
+        // readable before we know the rest of the layout.
+        let found = unsafe { table.cast::<u32>().read() };
+        if found != abi {
+            return Err(LoadError::Version {
+                path: path.to_owned(),
+                what,
+                found,
+                expected: abi,
+                header,
+            });
+        }
+        Ok(Self { table, _lib: lib })
+    }
+
+    /// The entry function's table, of the checked ABI version.
+    pub fn table(&self) -> *const std::ffi::c_void {
+        self.table
     }
 }

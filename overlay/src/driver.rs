@@ -48,6 +48,12 @@ pub struct Replier {
 }
 
 impl Replier {
+    /// A replier for op `op` whose reply goes to `tx` as `(op, payload)`: what a driver
+    /// hands a handler (also for testing handlers without a node).
+    pub fn new(op: u64, tx: mpsc::UnboundedSender<(u64, Bytes)>) -> Self {
+        Self { op, tx }
+    }
+
     /// Sends the local reply. If the node is gone, the reply is dropped.
     pub fn send(self, payload: impl Into<Bytes>) {
         let _ = self.tx.send((self.op, payload.into()));

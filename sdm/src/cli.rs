@@ -128,6 +128,12 @@ struct TreeArgs {
     /// same library on every host.
     #[arg(long = "filter-plugin", value_name = "PATH")]
     filter_plugins: Vec<PathBuf>,
+    /// A service plugin (a shared library implementing sdm_service.h) every server loads,
+    /// so requests tagged with its service reach it (repeatable). The path must hold the
+    /// same library on every host; one that does not load makes its service's requests
+    /// answer with an error naming it.
+    #[arg(long = "service-plugin", value_name = "PATH")]
+    service_plugins: Vec<PathBuf>,
 }
 
 impl TreeArgs {
@@ -139,6 +145,7 @@ impl TreeArgs {
             transport: self.transport.clone(),
             topology: self.topology,
             filter_plugins: self.filter_plugins.clone(),
+            service_plugins: self.service_plugins.clone(),
             ..SessionOptions::default()
         }
     }
@@ -259,6 +266,11 @@ struct LaunchArgs {
     /// `sum`, `stats`, or a filter of a --filter-plugin.
     #[arg(long, value_name = "FILTER")]
     filter: Option<String>,
+    /// The service that answers --send: sdm (ping, info, value, sleep MS), omis (OMIS
+    /// requests such as `1 [] node_info()`), counters, procstat, or the service of a
+    /// --service-plugin.
+    #[arg(long, value_name = "NAME", default_value = "sdm")]
+    service: String,
     /// Keep the tree up until Ctrl-C.
     #[arg(long)]
     hold: bool,
@@ -333,7 +345,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Master { frontend, attempts } => {
             let key = SessionKey::from_env()?;
-            sdm_server::daemon::run_master(frontend, key, attempts).await
+            Ok(sdm_server::daemon::run_master(frontend, key, attempts).await?)
         }
         Cmd::Server {
             port,
@@ -353,7 +365,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 port_span,
                 parent_timeout: Duration::from_secs(parent_timeout),
             };
-            sdm_server::daemon::run_server(id, sdm_deploy::local_rank_from_env(), key, opt).await
+            let server = sdm_server::Server::builder().build()?;
+            Ok(server
+                .run(id, sdm_deploy::local_rank_from_env(), key, opt)
+                .await?)
         }
         Cmd::Completions { shell } => {
             crate::manual::completions(shell, &mut Cli::command(), &mut std::io::stdout());
@@ -454,10 +469,9 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
     let all = session.all();
     for req in &a.send {
         let mode = SyncMode::Timeout(30_000);
-        let groups = match &a.filter {
-            Some(f) => session.request_filtered(&all, mode, f, req.clone()).await?,
-            None => session.request(&all, mode, req.clone()).await?,
-        };
+        let filter = a.filter.as_deref().unwrap_or("");
+        let m = sdm_client::service::filtered(&a.service, &all, mode, filter, req.clone());
+        let groups = session.request_command(m).await?;
         print_groups(req, &groups, a.json);
     }
     if a.hold {
@@ -550,7 +564,11 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
     }
     console
         .session()
-        .request(&all, SyncMode::Timeout(10_000), "0 [] kill()")
+        .request_command(sdm_client::service::omis(
+            &all,
+            SyncMode::Timeout(10_000),
+            "0 [] kill()",
+        ))
         .await?;
     let _ = console.shutdown().await;
     Ok(())

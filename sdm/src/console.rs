@@ -15,6 +15,7 @@ use sdm_overlay::align::Aligner;
 use sdm_overlay::coalesce::StdioLine;
 use sdm_overlay::filters::builtin::StackTree;
 
+use sdm_client::service;
 use sdm_client::session::Session;
 use sdm_omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
 use sdm_overlay::coalesce::{STDERR, STDOUT};
@@ -447,7 +448,7 @@ impl Console {
     pub async fn request(&mut self, dest: &IdSet, text: &str) -> anyhow::Result<Vec<Line>> {
         let groups = self
             .session
-            .request(dest, SyncMode::Timeout(COMMAND_TIMEOUT_MS), text.to_owned())
+            .request_command(omis(dest, text.to_owned()))
             .await?;
         Ok(lines(groups))
     }
@@ -513,11 +514,7 @@ impl Console {
             let dest = IdSet::single(rank as u32);
             let op = self
                 .session
-                .send(
-                    &dest,
-                    SyncMode::Timeout(COMMAND_TIMEOUT_MS),
-                    format!("{id} [] sdm_attach({pid})"),
-                )
+                .send_command(omis(&dest, format!("{id} [] sdm_attach({pid})")))
                 .await?;
             pending.push((op, dest));
         }
@@ -616,9 +613,9 @@ impl Console {
             "top" | "counters" => {
                 let dest = ids(rest)?;
                 let request = if verb == "top" {
-                    "procstat"
+                    service::PROCSTAT
                 } else {
-                    "counters"
+                    service::COUNTERS
                 };
                 let timeout = Duration::from_millis(u64::from(COMMAND_TIMEOUT_MS));
                 let sample =
@@ -657,11 +654,7 @@ impl Console {
             }
             let groups = self
                 .session
-                .request(
-                    &dest,
-                    SyncMode::Timeout(COMMAND_TIMEOUT_MS),
-                    stored.to_string(),
-                )
+                .request_command(omis(&dest, stored.to_string()))
                 .await?;
             return self.print_lines("omis", &lines(groups), out, |r| r.to_string());
         }
@@ -685,11 +678,7 @@ impl Console {
             single.nodes = Nodes::all();
             let op = self
                 .session
-                .send(
-                    &dest,
-                    SyncMode::Timeout(COMMAND_TIMEOUT_MS),
-                    single.to_string(),
-                )
+                .send_command(omis(&dest, single.to_string()))
                 .await?;
             if seq {
                 let groups = self.session.collect(op, &dest).await?;
@@ -1076,12 +1065,13 @@ impl Console {
     async fn counter_groups(&mut self, dest: &IdSet, out: &mut dyn Write) -> anyhow::Result<bool> {
         let groups = self
             .session
-            .request_filtered(
+            .request_command(service::filtered(
+                service::COUNTERS,
                 dest,
                 SyncMode::Timeout(COMMAND_TIMEOUT_MS),
                 "counters",
-                "counters",
-            )
+                "",
+            ))
             .await?;
         let (replied, other): (Vec<ReplyGroup>, Vec<ReplyGroup>) = groups
             .into_iter()
@@ -1154,4 +1144,9 @@ fn known_ids(all: &IdSet, ids: &IdSet) -> anyhow::Result<IdSet> {
         )),
         _ => Err(anyhow!("no servers {missing}: the tree has servers {all}")),
     }
+}
+
+/// An OMIS request for the monitors of `dest`, given the console's time limit.
+fn omis(dest: &IdSet, text: String) -> Message {
+    service::omis(dest, SyncMode::Timeout(COMMAND_TIMEOUT_MS), text)
 }

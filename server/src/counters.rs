@@ -18,6 +18,12 @@ use tokio::net::UnixListener;
 
 pub use sdm_deploy::COUNTERS_ENV;
 
+use crate::error::{Error, ErrorKind};
+
+fn bad(what: String) -> Error {
+    Error::new(ErrorKind::BadInput, format!("counters: {what}"))
+}
+
 /// Longest key accepted.
 const MAX_KEY: usize = 128;
 
@@ -27,29 +33,29 @@ pub struct Store(Arc<Mutex<BTreeMap<String, String>>>);
 
 impl Store {
     /// Applies one `key value` line; an error names what is wrong with it.
-    pub fn apply(&self, line: &str) -> Result<(), String> {
+    pub fn apply(&self, line: &str) -> Result<(), Error> {
         let line = line.trim();
         if line.is_empty() {
             return Ok(());
         }
         let (key, value) = line
             .split_once(char::is_whitespace)
-            .ok_or_else(|| format!("{line:?}: expected `key value`"))?;
+            .ok_or_else(|| bad(format!("{line:?}: expected `key value`")))?;
         let value = value.trim();
         if key.len() > MAX_KEY
             || !key
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
         {
-            return Err(format!(
+            return Err(bad(format!(
                 "{key:?}: keys are up to {MAX_KEY} of [A-Za-z0-9_.-]"
-            ));
+            )));
         }
         if key == "sdm" {
-            return Err("\"sdm\" is a reserved key".into());
+            return Err(bad("\"sdm\" is a reserved key".into()));
         }
         if value.parse::<f64>().map_or(true, |v| !v.is_finite()) {
-            return Err(format!("{key}: {value:?} is not a number"));
+            return Err(bad(format!("{key}: {value:?} is not a number")));
         }
         self.0
             .lock()
@@ -104,10 +110,13 @@ mod tests {
         s.apply("ops 3").unwrap();
         s.apply("bytes_sent   1.5e3").unwrap();
         s.apply("ops 4").unwrap();
-        assert!(s.apply("novalue").unwrap_err().contains("key value"));
-        assert!(s.apply("x NaN").unwrap_err().contains("not a number"));
-        assert!(s.apply("bad/key 1").unwrap_err().contains("keys are"));
-        assert!(s.apply("sdm 1").unwrap_err().contains("reserved"));
+        for bad in ["novalue", "x NaN", "bad/key 1", "sdm 1"] {
+            assert_eq!(
+                s.apply(bad).unwrap_err().kind(),
+                ErrorKind::BadInput,
+                "{bad}"
+            );
+        }
         assert_eq!(s.json(), r#"{"bytes_sent":"1.5e3","ops":"4"}"#);
     }
 }

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
 use futures::StreamExt;
 use sdm_overlay::Node;
 use sdm_overlay::auth::SessionKey;
@@ -18,8 +17,9 @@ use sdm_topology::{NodeId, Topology};
 
 use bytes::Bytes;
 
+use crate::error::{Error, ErrorKind, startup};
 use crate::monitor::MonitorHandle;
-use crate::service::ServerContext;
+use crate::service::{ServerContext, Services};
 use sdm_overlay::init::InitSpec;
 
 /// Reads the init command from a fresh parent link, connects to our children, and runs the
@@ -32,19 +32,20 @@ async fn serve(
     handler: LocalHandler,
     events: driver::LocalEvents,
     listener: Option<Box<dyn Listener>>,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
+    let fail = |what: String| Error::new(ErrorKind::Startup, format!("{me}: {what}"));
     let mut first = tokio::time::timeout(Duration::from_secs(120), parent.reader.next())
         .await
-        .map_err(|_| anyhow!("{me}: no init command from the parent within 120 s"))?
-        .ok_or_else(|| anyhow!("{me}: parent closed before sending the init command"))?
-        .context("reading the init command")?;
+        .map_err(|_| fail("no init command from the parent within 120 s".into()))?
+        .ok_or_else(|| fail("parent closed before sending the init command".into()))?
+        .map_err(|e| fail(format!("reading the init command: {e}")))?;
     if first.kind != Kind::Command {
-        bail!(
-            "{me}: expected the init command, got a {:?} frame",
+        return Err(fail(format!(
+            "expected the init command, got a {:?} frame",
             first.kind
-        );
+        )));
     }
-    let mut spec = InitSpec::from_payload(&first.payload).map_err(|e| anyhow!("{me}: {e}"))?;
+    let mut spec = InitSpec::from_payload(&first.payload).map_err(|e| fail(e.to_string()))?;
     if me == NodeId::Master
         && let Some(l) = &listener
     {
@@ -52,16 +53,16 @@ async fn serve(
         spec.master = Some(l.local_addr().to_string());
         first.payload = spec.to_payload();
     }
-    let shape = spec.shape().map_err(|e| anyhow!(e))?;
-    let table = spec.addresses().map_err(|e| anyhow!(e))?;
+    let shape = spec.shape().map_err(|e| fail(e.to_string()))?;
+    let table = spec.addresses().map_err(|e| fail(e.to_string()))?;
     let master_addr: Option<Address> = spec.master.as_deref().and_then(|a| a.parse().ok());
     if let NodeId::Server(s) = me
         && s >= spec.servers
     {
-        bail!(
-            "server {s} is not part of a tree of {} servers",
+        return Err(fail(format!(
+            "not part of a tree of {} servers",
             spec.servers
-        );
+        )));
     }
     let topo: Arc<dyn Topology> = Arc::from(shape.build(spec.servers));
     let policy = spec.policy(key);
@@ -83,22 +84,28 @@ async fn serve(
         &policy,
         listener,
     );
-    driver::run_node_full(node, parent, children, handler, events, recovery).await?;
-    Ok(())
+    driver::run_node_full(node, parent, children, handler, events, recovery)
+        .await
+        .map_err(|e| Error::new(ErrorKind::Link, format!("{me}: {e}")))
 }
 
 /// `sdm master --frontend ADDR`: connects to the front-end (a bounded number of tries),
 /// then serves the tree below.
-pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> anyhow::Result<()> {
-    let cfg = TransportConfig::from_env()?;
-    let transport = transport_for(&frontend, &cfg)?;
+pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> Result<(), Error> {
+    let cfg = TransportConfig::from_env().map_err(|e| startup("master", e))?;
+    let transport = transport_for(&frontend, &cfg).map_err(|e| startup("master", e))?;
     let policy = ConnectPolicy {
         attempts,
         ..ConnectPolicy::new(key.clone())
     };
     let link = setup::connect_frontend(&*transport, &frontend, &policy)
         .await
-        .with_context(|| format!("master: cannot reach the front-end at {frontend}"))?;
+        .map_err(|e| {
+            startup(
+                format_args!("master: cannot reach the front-end at {frontend}"),
+                e,
+            )
+        })?;
     let none: LocalHandler =
         Box::new(|d: Delivery| d.reply.send("error: the master runs no requests"));
     let (_tx, events) = tokio::sync::mpsc::channel(1);
@@ -144,19 +151,33 @@ pub struct ServerOptions {
     pub parent_timeout: Duration,
 }
 
-/// `sdm server --port BASE`: binds BASE (plus its local rank, then incrementing while taken),
-/// prints `SDM-LISTEN ID ADDRESS`, waits for its parent, then serves.
+/// `sdm server --port BASE` with the stock services: see [`crate::Server`] for a server
+/// with services of a tool's own.
 pub async fn run_server(
     id: u32,
     local_rank: Option<u32>,
     key: SessionKey,
     opt: ServerOptions,
-) -> anyhow::Result<()> {
-    let cfg = TransportConfig::from_env()?;
+) -> Result<(), Error> {
+    run_server_with(Services::stock(), id, local_rank, key, opt).await
+}
+
+/// `sdm server --port BASE` answering with `services`: binds BASE (plus its local rank,
+/// then incrementing while taken), prints `SDM-LISTEN ID ADDRESS`, waits for its parent,
+/// then serves.
+pub(crate) async fn run_server_with(
+    services: Services,
+    id: u32,
+    local_rank: Option<u32>,
+    key: SessionKey,
+    opt: ServerOptions,
+) -> Result<(), Error> {
+    let at = format!("server {id}");
+    let cfg = TransportConfig::from_env().map_err(|e| startup(&at, e))?;
     let probe: Address = format!("{}://{}:0", opt.scheme, opt.bind_host)
         .parse()
-        .map_err(|e| anyhow!("server {id}: {e}"))?;
-    let transport = transport_for(&probe, &cfg)?;
+        .map_err(|e| startup(&at, e))?;
+    let transport = transport_for(&probe, &cfg).map_err(|e| startup(&at, e))?;
     let first =
         u32::from(opt.base_port) + local_rank.unwrap_or(0) % u32::from(opt.port_span.max(1));
     let mut bound = None;
@@ -166,21 +187,26 @@ pub async fn run_server(
         if port > u32::from(u16::MAX) {
             break;
         }
-        let a: Address = format!("{}://{}:{port}", opt.scheme, opt.bind_host).parse()?;
+        let a: Address = format!("{}://{}:{port}", opt.scheme, opt.bind_host)
+            .parse()
+            .map_err(|e| startup(&at, e))?;
         match transport.bind(&a).await {
             Ok(l) => {
                 bound = Some(l);
                 break;
             }
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last_err = Some(e),
-            Err(e) => return Err(e).with_context(|| format!("server {id}: binding {a}")),
+            Err(e) => return Err(startup(format_args!("{at}: binding {a}"), e)),
         }
     }
     let mut listener = bound.ok_or_else(|| {
-        anyhow!(
-            "server {id}: no free port in {first}..{}: {}",
-            first + u32::from(opt.port_span),
-            last_err.map(|e| e.to_string()).unwrap_or_default()
+        Error::new(
+            ErrorKind::Startup,
+            format!(
+                "{at}: no free port in {first}..{}: {}",
+                first + u32::from(opt.port_span),
+                last_err.map(|e| e.to_string()).unwrap_or_default()
+            ),
         )
     })?;
     let local = listener.local_addr();
@@ -209,11 +235,15 @@ pub async fn run_server(
     )
     .await
     .map_err(|_| {
-        anyhow!(
-            "server {id}: no parent connected within {:?}; exiting",
-            opt.parent_timeout
+        Error::new(
+            ErrorKind::Startup,
+            format!(
+                "{at}: no parent connected within {:?}; exiting",
+                opt.parent_timeout
+            ),
         )
-    })??;
+    })?
+    .map_err(|e| startup(format_args!("{at}: accepting the parent"), e))?;
     // The listener stays open while we serve (a quic listener owns the endpoint): it takes
     // orphaned descendants re-attaching.
     // Output lines and events share one bounded queue to the node: a full queue makes
@@ -234,14 +264,14 @@ pub async fn run_server(
             None
         }
     };
-    let ctx = ServerContext {
+    let ctx = Arc::new(ServerContext {
         id,
         monitor: monitor.clone(),
-        registry: crate::services::registry(),
+        omis: crate::services::registry(),
         counters,
-    };
+    });
     // Event actions run on the monitor thread with the same services.
-    let reg = ctx.registry.clone();
+    let reg = ctx.omis.clone();
     drop(monitor.submit(move |m| m.registry = Some(reg)));
     tokio::spawn(async move {
         while let Some(e) = mon_events.recv().await {
@@ -255,7 +285,7 @@ pub async fn run_server(
         parent,
         Arc::from(transport),
         key,
-        Box::new(move |d| crate::service::handle(&ctx, d)),
+        Box::new(move |d| services.dispatch(&ctx, d)),
         events,
         Some(listener),
     )

@@ -25,6 +25,8 @@ use sdm_proto::Kind;
 use tokio::sync::{mpsc, oneshot};
 
 use sdm_omis::{ActionList, BasicReply, BasicRequest, Registry, Value};
+
+use crate::error::{Error, ErrorKind};
 use sdm_proto::IdSet;
 
 pub use crate::unwind::{Frame, SIGNAL_FRAME};
@@ -76,14 +78,15 @@ pub enum IoMode {
 }
 
 impl std::str::FromStr for IoMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
         match s {
             "pty" => Ok(Self::Pty),
             "pipes" => Ok(Self::Pipes),
             "runtime" => Ok(Self::Runtime),
-            _ => Err(format!(
-                "unknown stdio mode {s:?}: expected pty, pipes or runtime"
+            _ => Err(Error::new(
+                ErrorKind::BadInput,
+                format!("unknown stdio mode {s:?}: expected pty, pipes or runtime"),
             )),
         }
     }
@@ -239,18 +242,36 @@ impl MonitorHandle {
     }
 }
 
-/// A monitor error: what failed, in words.
-pub type MonResult<T> = Result<T, String>;
+/// A monitor result: the error names the pid, address or symbol involved.
+pub type MonResult<T> = Result<T, Error>;
 
-fn errno(what: &str, e: nix::Error) -> String {
-    format!("{what}: {e}")
+/// A failed system call on process `pid`.
+fn errno(pid: Pid, what: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Process, format!("{what}: {e}")).with_pid(raw(pid))
+}
+
+fn raw(pid: Pid) -> u32 {
+    pid.as_raw() as u32
+}
+
+/// A failed system call before there is a process.
+fn sys(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Process, format!("{what}: {e}"))
+}
+
+fn state(what: String) -> Error {
+    Error::new(ErrorKind::ProcessState, what)
+}
+
+fn symbol(what: String) -> Error {
+    Error::new(ErrorKind::Symbol, what)
 }
 
 impl Monitor {
     fn proc(&mut self) -> MonResult<&mut Proc> {
         self.proc
             .as_mut()
-            .ok_or_else(|| "no process: start one first".to_owned())
+            .ok_or_else(|| Error::new(ErrorKind::NoProcess, "no process: start one first"))
     }
 
     /// Starts `program` with `args`, its stdio handled as `mode` says.
@@ -261,7 +282,7 @@ impl Monitor {
                 ProcState::Running | ProcState::Stopped | ProcState::AtBreakpoint(_)
             )
         {
-            return Err(format!("process {} is still alive", p.pid));
+            return Err(state(format!("process {} is still alive", p.pid)));
         }
         use std::os::fd::{AsFd, OwnedFd};
         let mut cmd = Command::new(program);
@@ -272,14 +293,14 @@ impl Monitor {
         let mut master: Option<OwnedFd> = None;
         match mode {
             IoMode::Pty => {
-                let pty = nix::pty::openpty(None, None).map_err(|e| errno("openpty", e))?;
+                let pty = nix::pty::openpty(None, None).map_err(|e| sys("openpty", e))?;
                 use nix::sys::termios::{LocalFlags, OutputFlags, SetArg, tcgetattr, tcsetattr};
-                let mut t = tcgetattr(&pty.slave).map_err(|e| errno("tcgetattr", e))?;
+                let mut t = tcgetattr(&pty.slave).map_err(|e| sys("tcgetattr", e))?;
                 // No echo of forwarded input, no CR added to output lines.
                 t.local_flags.remove(LocalFlags::ECHO | LocalFlags::ECHONL);
                 t.output_flags.remove(OutputFlags::ONLCR);
-                tcsetattr(&pty.slave, SetArg::TCSANOW, &t).map_err(|e| errno("tcsetattr", e))?;
-                let dup = |f: &OwnedFd| f.try_clone().map_err(|e| format!("dup pty: {e}"));
+                tcsetattr(&pty.slave, SetArg::TCSANOW, &t).map_err(|e| sys("tcsetattr", e))?;
+                let dup = |f: &OwnedFd| f.try_clone().map_err(|e| sys("dup pty", e));
                 cmd.stdin(Stdio::from(dup(&pty.slave)?))
                     .stdout(Stdio::from(dup(&pty.slave)?))
                     .stderr(Stdio::from(pty.slave));
@@ -294,7 +315,7 @@ impl Monitor {
                 let out = std::io::stderr()
                     .as_fd()
                     .try_clone_to_owned()
-                    .map_err(|e| format!("dup stderr: {e}"))?;
+                    .map_err(|e| sys("dup stderr", e))?;
                 cmd.stdin(Stdio::null()).stdout(out);
             }
         }
@@ -310,7 +331,7 @@ impl Monitor {
         }
         let mut child = cmd
             .spawn()
-            .map_err(|e| format!("cannot start {program}: {e}"))?;
+            .map_err(|e| sys(&format!("cannot start {program}"), e))?;
         // The parent's copies of the pty slave went with `cmd`.
         drop(cmd);
         let pid = Pid::from_raw(child.id() as i32);
@@ -319,7 +340,7 @@ impl Monitor {
         let mut readers = Vec::new();
         let (stdin, stdin_is_pty) = match (mode, master) {
             (IoMode::Pty, Some(m)) => {
-                let w = std::fs::File::from(m.try_clone().map_err(|e| format!("dup pty: {e}"))?);
+                let w = std::fs::File::from(m.try_clone().map_err(|e| sys("dup pty", e))?);
                 readers.push(spawn_reader(
                     std::fs::File::from(m),
                     STDOUT,
@@ -371,11 +392,11 @@ impl Monitor {
             return if data.is_empty() {
                 Ok(())
             } else {
-                Err("the process's stdin is closed".into())
+                Err(state("the process's stdin is closed".into()).with_pid(raw(p.pid)))
             };
         };
         w.write_all(data)
-            .map_err(|e| format!("writing stdin: {e}"))?;
+            .map_err(|e| errno(p.pid, "writing stdin", e))?;
         if eof {
             if p.stdin_is_pty {
                 // ^D ends input at the start of a line; a partial line needs two.
@@ -385,7 +406,7 @@ impl Monitor {
                     b"\x04\x04"
                 };
                 w.write_all(eot)
-                    .map_err(|e| format!("writing stdin: {e}"))?;
+                    .map_err(|e| errno(p.pid, "writing stdin", e))?;
             } else {
                 p.stdin = None;
             }
@@ -409,13 +430,13 @@ impl Monitor {
         match p.state {
             ProcState::Running => {}
             ProcState::Stopped | ProcState::AtBreakpoint(_) => return Ok(()),
-            ref s => return Err(format!("process {} has ended ({s:?})", p.pid)),
+            ref s => return Err(state(format!("process {} has ended ({s:?})", p.pid))),
         }
         if p.traced {
-            ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
+            ptrace::interrupt(p.pid).map_err(|e| errno(p.pid, "ptrace interrupt", e))?;
             wait_interrupted(p)?;
         } else {
-            kill(p.pid, Signal::SIGSTOP).map_err(|e| errno("SIGSTOP", e))?;
+            kill(p.pid, Signal::SIGSTOP).map_err(|e| errno(p.pid, "SIGSTOP", e))?;
             wait_stopped(p, WaitPidFlag::WUNTRACED, false)?;
         }
         if p.state == ProcState::Running {
@@ -432,24 +453,24 @@ impl Monitor {
             ProcState::AtBreakpoint(addr) => {
                 let (orig, _) = p.breakpoints[&addr];
                 poke_byte(p.pid, addr, orig)?;
-                ptrace::step(p.pid, None).map_err(|e| errno("ptrace step", e))?;
+                ptrace::step(p.pid, None).map_err(|e| errno(p.pid, "ptrace step", e))?;
                 wait_trace_stop(p)?;
                 poke_byte(p.pid, addr, 0xcc)?;
-                ptrace::cont(p.pid, None).map_err(|e| errno("ptrace cont", e))?;
+                ptrace::cont(p.pid, None).map_err(|e| errno(p.pid, "ptrace cont", e))?;
                 p.state = ProcState::Running;
                 Ok(())
             }
             ProcState::Stopped if p.traced => {
-                ptrace::cont(p.pid, None).map_err(|e| errno("ptrace cont", e))?;
+                ptrace::cont(p.pid, None).map_err(|e| errno(p.pid, "ptrace cont", e))?;
                 p.state = ProcState::Running;
                 Ok(())
             }
             ProcState::Stopped => {
-                kill(p.pid, Signal::SIGCONT).map_err(|e| errno("SIGCONT", e))?;
+                kill(p.pid, Signal::SIGCONT).map_err(|e| errno(p.pid, "SIGCONT", e))?;
                 p.state = ProcState::Running;
                 Ok(())
             }
-            s => Err(format!("process {} has ended ({s:?})", p.pid)),
+            s => Err(state(format!("process {} has ended ({s:?})", p.pid))),
         }
     }
 
@@ -494,13 +515,14 @@ impl Monitor {
                 ProcState::Running | ProcState::Stopped | ProcState::AtBreakpoint(_)
             )
         {
-            return Err(format!("already controlling process {}", p.pid));
+            return Err(state(format!("already controlling process {}", p.pid)));
         }
-        let raw = i32::try_from(pid).map_err(|_| format!("{pid} is not a process id"))?;
+        let raw = i32::try_from(pid)
+            .map_err(|_| Error::new(ErrorKind::BadInput, format!("{pid} is not a process id")))?;
         let pid = Pid::from_raw(raw);
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map_err(|e| format!("no process {pid} to attach to: {e}"))?;
-        ptrace::seize(pid, ptrace::Options::empty()).map_err(|e| errno("ptrace seize", e))?;
+            .map_err(|e| errno(pid, &format!("no process {pid} to attach to"), e))?;
+        ptrace::seize(pid, ptrace::Options::empty()).map_err(|e| errno(pid, "ptrace seize", e))?;
         self.proc = Some(Proc {
             pid,
             exe,
@@ -521,10 +543,11 @@ impl Monitor {
     pub fn detach_process(&mut self) -> MonResult<u32> {
         let p = self.proc()?;
         if p.child.is_some() {
-            return Err(format!(
+            return Err(state(format!(
                 "process {} was started by this server, not attached to: kill it instead",
                 p.pid
-            ));
+            ))
+            .with_pid(raw(p.pid)));
         }
         let pid = p.pid.as_raw() as u32;
         self.detach();
@@ -586,7 +609,7 @@ impl Monitor {
     pub fn procstat(&mut self) -> MonResult<Vec<(&'static str, f64)>> {
         let pid = self.proc()?.pid;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+            .map_err(|e| errno(pid, &format!("/proc/{pid}/stat"), e))?;
         let f: Vec<&str> = stat
             .rsplit_once(") ")
             .map(|(_, r)| r)
@@ -642,7 +665,7 @@ impl Monitor {
     pub fn process_info(&mut self) -> MonResult<(String, u64, f64, f64, Vec<String>)> {
         let pid = self.proc()?.pid;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+            .map_err(|e| errno(pid, &format!("/proc/{pid}/stat"), e))?;
         let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
         let f: Vec<&str> = rest.split_whitespace().collect();
         let tick = 100.0; // USER_HZ on Linux
@@ -663,7 +686,7 @@ impl Monitor {
     fn with_traced<R>(&mut self, f: impl FnOnce(Pid) -> MonResult<R>) -> MonResult<R> {
         let p = self.proc()?;
         if !matches!(p.state, ProcState::Stopped | ProcState::AtBreakpoint(_)) {
-            return Err("the process must be stopped first".into());
+            return Err(state("the process must be stopped first".into()).with_pid(raw(p.pid)));
         }
         if p.traced {
             return f(p.pid);
@@ -676,7 +699,7 @@ impl Monitor {
         // wait for); an interrupt on top would stay pending and stop it again right after
         // the next `cont`.
         ptrace::seize(p.pid, ptrace::Options::PTRACE_O_EXITKILL)
-            .map_err(|e| errno("ptrace seize", e))?;
+            .map_err(|e| errno(p.pid, "ptrace seize", e))?;
         p.traced = true;
         wait_trace_stop(p)?;
         f(p.pid)
@@ -685,7 +708,7 @@ impl Monitor {
     /// Integer registers (x86-64), as (name, value) pairs.
     pub fn registers(&mut self) -> MonResult<Vec<(&'static str, u64)>> {
         self.with_traced(|pid| {
-            let r = ptrace::getregs(pid).map_err(|e| errno("ptrace getregs", e))?;
+            let r = ptrace::getregs(pid).map_err(|e| errno(pid, "ptrace getregs", e))?;
             Ok(vec![
                 ("rip", r.rip),
                 ("rsp", r.rsp),
@@ -713,11 +736,17 @@ impl Monitor {
     pub fn read_memory(&mut self, addr: u64, len: usize) -> MonResult<Vec<u8>> {
         use std::os::unix::fs::FileExt;
         let pid = self.proc()?.pid;
-        let f = std::fs::File::open(format!("/proc/{pid}/mem"))
-            .map_err(|e| format!("/proc/{pid}/mem: {e}"))?;
+        let f = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| {
+            Error::new(ErrorKind::Memory, format!("/proc/{pid}/mem: {e}")).with_pid(raw(pid))
+        })?;
         let mut buf = vec![0u8; len.min(1 << 20)];
-        f.read_exact_at(&mut buf, addr)
-            .map_err(|e| format!("reading {len} bytes at {addr:#x}: {e}"))?;
+        f.read_exact_at(&mut buf, addr).map_err(|e| {
+            Error::new(
+                ErrorKind::Memory,
+                format!("reading {len} bytes at {addr:#x}: {e}"),
+            )
+            .with_pid(raw(pid))
+        })?;
         Ok(buf)
     }
 
@@ -728,23 +757,34 @@ impl Monitor {
         let f = std::fs::OpenOptions::new()
             .write(true)
             .open(format!("/proc/{pid}/mem"))
-            .map_err(|e| format!("/proc/{pid}/mem: {e}"))?;
-        f.write_all_at(bytes, addr)
-            .map_err(|e| format!("writing {} bytes at {addr:#x}: {e}", bytes.len()))
+            .map_err(|e| {
+                Error::new(ErrorKind::Memory, format!("/proc/{pid}/mem: {e}")).with_pid(raw(pid))
+            })?;
+        f.write_all_at(bytes, addr).map_err(|e| {
+            Error::new(
+                ErrorKind::Memory,
+                format!("writing {} bytes at {addr:#x}: {e}", bytes.len()),
+            )
+            .with_pid(raw(pid))
+        })
     }
 
     /// The stack as (pc, fp) pairs, innermost first, one per real frame, unwound from
     /// DWARF call-frame information (frame pointers where none covers a pc).
     pub fn raw_backtrace(&mut self) -> MonResult<Vec<(u64, u64)>> {
         let pid = self.with_traced(Ok)?;
-        self.stacks.raw_backtrace(pid).map_err(|e| e.to_string())
+        self.stacks
+            .raw_backtrace(pid)
+            .map_err(|e| Error::new(ErrorKind::Process, e.to_string()).with_pid(raw(pid)))
     }
 
     /// The stack, innermost first, each frame symbolized where symbols or debug info exist;
     /// functions inlined at a frame's pc are frames of their own, innermost first.
     pub fn backtrace(&mut self) -> MonResult<Vec<Frame>> {
         let pid = self.with_traced(Ok)?;
-        self.stacks.backtrace(pid).map_err(|e| e.to_string())
+        self.stacks
+            .backtrace(pid)
+            .map_err(|e| Error::new(ErrorKind::Process, e.to_string()).with_pid(raw(pid)))
     }
 
     /// Sets a breakpoint on a function name or `0x` address; returns the address. The
@@ -757,11 +797,11 @@ impl Monitor {
         }
         let was_running = p.state == ProcState::Running;
         if matches!(p.state, ProcState::Exited(_) | ProcState::Signaled(_)) {
-            return Err(format!("process {} has ended", p.pid));
+            return Err(state(format!("process {} has ended", p.pid)));
         }
         if !p.traced {
             ptrace::seize(p.pid, ptrace::Options::PTRACE_O_EXITKILL)
-                .map_err(|e| errno("ptrace seize", e))?;
+                .map_err(|e| errno(p.pid, "ptrace seize", e))?;
             p.traced = true;
             if !was_running {
                 // Stopped by SIGSTOP: from now on held in a ptrace stop instead (state
@@ -772,16 +812,16 @@ impl Monitor {
             }
         }
         if was_running {
-            ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
+            ptrace::interrupt(p.pid).map_err(|e| errno(p.pid, "ptrace interrupt", e))?;
             wait_interrupted(p)?;
         }
         let word = ptrace::read(p.pid, addr as ptrace::AddressType)
-            .map_err(|e| errno(&format!("reading {addr:#x}"), e))?;
+            .map_err(|e| errno(p.pid, &format!("reading {addr:#x}"), e))?;
         let orig = (word & 0xff) as u8;
         poke_byte(p.pid, addr, 0xcc)?;
         p.breakpoints.insert(addr, (orig, target.to_owned()));
         if was_running {
-            ptrace::cont(p.pid, None).map_err(|e| errno("ptrace cont", e))?;
+            ptrace::cont(p.pid, None).map_err(|e| errno(p.pid, "ptrace cont", e))?;
         }
         Ok(addr)
     }
@@ -837,16 +877,17 @@ impl Monitor {
             (p.pid, p.exe.clone())
         };
         Ok(match target.strip_prefix("0x") {
-            Some(hex) => {
-                u64::from_str_radix(hex, 16).map_err(|_| format!("bad address {target:?}"))?
-            }
+            Some(hex) => u64::from_str_radix(hex, 16)
+                .map_err(|_| symbol(format!("bad address {target:?}")))?,
             None => {
                 let svma = symbol_address(&exe, target)?;
                 let bias = read_maps(pid)
                     .iter()
                     .find(|m| m.path == exe)
                     .map(|m| m.start - m.offset)
-                    .ok_or("the executable is not mapped")?;
+                    .ok_or_else(|| {
+                        symbol(format!("{} is not mapped in process {pid}", exe.display()))
+                    })?;
                 if is_pie(&exe)? { bias + svma } else { svma }
             }
         })
@@ -877,13 +918,13 @@ impl Monitor {
         }
         let was_running = p.state == ProcState::Running;
         if was_running {
-            ptrace::interrupt(p.pid).map_err(|e| errno("ptrace interrupt", e))?;
+            ptrace::interrupt(p.pid).map_err(|e| errno(p.pid, "ptrace interrupt", e))?;
             wait_interrupted(p)?;
         }
         poke_byte(p.pid, addr, orig)?;
         p.breakpoints.remove(&addr);
         if was_running {
-            ptrace::cont(p.pid, None).map_err(|e| errno("ptrace cont", e))?;
+            ptrace::cont(p.pid, None).map_err(|e| errno(p.pid, "ptrace cont", e))?;
         }
         Ok(())
     }
@@ -966,20 +1007,20 @@ fn wait_interrupted(p: &mut Proc) -> MonResult<()> {
 /// with their signal instead.
 fn wait_stopped(p: &mut Proc, flags: WaitPidFlag, pass_signals: bool) -> MonResult<()> {
     loop {
-        match waitpid(p.pid, Some(flags)).map_err(|e| errno("waitpid", e))? {
+        match waitpid(p.pid, Some(flags)).map_err(|e| errno(p.pid, "waitpid", e))? {
             WaitStatus::Stopped(pid, sig)
                 if pass_signals && sig != Signal::SIGSTOP && sig != Signal::SIGTRAP =>
             {
-                ptrace::cont(pid, sig).map_err(|e| errno("ptrace cont", e))?;
+                ptrace::cont(pid, sig).map_err(|e| errno(pid, "ptrace cont", e))?;
             }
             WaitStatus::Stopped(..) | WaitStatus::PtraceEvent(..) => return Ok(()),
             WaitStatus::Exited(_, c) => {
                 p.state = ProcState::Exited(c);
-                return Err(format!("process exited with {c}"));
+                return Err(state(format!("process exited with {c}")).with_pid(raw(p.pid)));
             }
             WaitStatus::Signaled(_, s, _) => {
                 p.state = ProcState::Signaled(s.to_string());
-                return Err(format!("process killed by {s}"));
+                return Err(state(format!("process killed by {s}")).with_pid(raw(p.pid)));
             }
             _ => {}
         }
@@ -988,27 +1029,29 @@ fn wait_stopped(p: &mut Proc, flags: WaitPidFlag, pass_signals: bool) -> MonResu
 
 fn poke_byte(pid: Pid, addr: u64, byte: u8) -> MonResult<()> {
     let word = ptrace::read(pid, addr as ptrace::AddressType)
-        .map_err(|e| errno(&format!("reading {addr:#x}"), e))?;
+        .map_err(|e| errno(pid, &format!("reading {addr:#x}"), e))?;
     let new = (word & !0xff) | i64::from(byte);
     ptrace::write(pid, addr as ptrace::AddressType, new)
-        .map_err(|e| errno(&format!("writing {addr:#x}"), e))
+        .map_err(|e| errno(pid, &format!("writing {addr:#x}"), e))
 }
 
 fn symbol_address(exe: &Path, name: &str) -> MonResult<u64> {
     use object::{Object, ObjectSymbol};
-    let data = std::fs::read(exe).map_err(|e| format!("{}: {e}", exe.display()))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let data = std::fs::read(exe).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
+    let file =
+        object::File::parse(&*data).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
     file.symbols()
         .chain(file.dynamic_symbols())
         .find(|s| s.name() == Ok(name) && s.address() != 0)
         .map(|s| s.address())
-        .ok_or_else(|| format!("no function {name:?} in {}", exe.display()))
+        .ok_or_else(|| symbol(format!("no function {name:?} in {}", exe.display())))
 }
 
 fn is_pie(exe: &Path) -> MonResult<bool> {
     use object::Object;
-    let data = std::fs::read(exe).map_err(|e| format!("{}: {e}", exe.display()))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let data = std::fs::read(exe).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
+    let file =
+        object::File::parse(&*data).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
     Ok(file.kind() == object::ObjectKind::Dynamic)
 }
 /// This host's name (from /proc; `unknown` if unreadable).
@@ -1095,4 +1138,41 @@ pub fn run_event_actions(
         out.push(sdm_omis::Reply(replies).to_string());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_say_what_kind_of_failure_they_are() {
+        let (tx, _rx) = mpsc::channel(16);
+        let (m, _events) = MonitorHandle::spawn(5, 8, tx);
+        let e = m.submit(|m| m.stop()).blocking_recv().unwrap().unwrap_err();
+        assert!(e.is_no_process(), "{e}");
+        assert_eq!(e.pid(), None);
+        let started = m
+            .submit(|m| m.start("sleep", &["30".into()], IoMode::Pipes))
+            .blocking_recv()
+            .unwrap()
+            .unwrap();
+        let e = m
+            .submit(|m| m.read_memory(8, 16))
+            .blocking_recv()
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Memory, "{e}");
+        assert_eq!(e.pid(), Some(started));
+        let e = m
+            .submit(|m| m.registers())
+            .blocking_recv()
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ProcessState, "{e}");
+        m.submit(|m| m.kill()).blocking_recv().unwrap().unwrap();
+        assert_eq!(
+            "tty".parse::<IoMode>().unwrap_err().kind(),
+            ErrorKind::BadInput
+        );
+    }
 }

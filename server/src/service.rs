@@ -1,18 +1,32 @@
-//! The requests every sdm server answers by itself, before any payload protocol (OMIS)
-//! is layered on: `sdm-init`, `ping`, `info`, `value`, `sleep MS`, `procstat` (the
-//! monitored program's metrics as a JSON object, for `sdm top`) and `counters` (the
-//! program's own counters, see [`crate::counters`]). Anything else gets an
-//! error reply naming the request.
+//! The service registry: every command a server answers goes to the service its envelope's
+//! tag names (`sdm_proto::Message::service`), with its payload bytes unchanged.
+//!
+//! [`Services`] maps names to [`Handler`]s. The stock services are registered like any
+//! tool's: [`SDM`] (`ping`, `info`, `value`, `sleep MS`; also the empty tag), [`OMIS`] (OMIS
+//! requests, run on the monitor thread in arrival order), [`COUNTERS`] (the program's own
+//! counters, see [`crate::counters`]), [`PROCSTAT`] (the program's metrics for `sdm top`) and
+//! [`INIT`] (the init command: loads the service plugins it names, then answers `ready`).
+//! A tag no service has gets an error reply naming it and listing the services there are;
+//! a handler that panics or drops its [`Reply`] gets one naming the service.
 
+use std::collections::BTreeMap;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sdm_overlay::driver::Delivery;
-
-use std::sync::Arc;
-
-use crate::monitor::{Monitor, MonitorHandle, hostname};
+use bytes::Bytes;
 use sdm_omis::Registry;
-use sdm_overlay::init::INIT_SERVICE;
+use sdm_overlay::driver::{Delivery, Replier};
+
+use crate::error::{Error, ErrorKind};
+use crate::monitor::{Monitor, MonitorHandle, hostname};
+use crate::plugin::ServicePlugin;
+
+pub use sdm_proto::service::{COUNTERS, OMIS, PROCSTAT, SDM};
+
+/// The init command (the tag the front-end gives it).
+pub const INIT: &str = sdm_overlay::init::INIT_SERVICE;
 
 /// One line describing this server: host, pid, resident memory and load average.
 pub fn info_line() -> String {
@@ -35,92 +49,497 @@ pub fn info_line() -> String {
     )
 }
 
-/// What a server needs to answer requests: its id, its monitor and the OMIS services.
+/// What a server's services share: its id, its monitor, the OMIS services and the
+/// program's counters.
 #[derive(Clone)]
 pub struct ServerContext {
     /// This server's id.
     pub id: u32,
     /// The node-local monitor.
     pub monitor: MonitorHandle,
-    /// The OMIS services.
-    pub registry: Arc<Registry<Monitor>>,
+    /// The OMIS services the monitor runs.
+    pub omis: Arc<Registry<Monitor>>,
     /// The program's own counters (see [`crate::counters`]).
     pub counters: crate::counters::Store,
 }
 
-/// Answers one delivered request: OMIS requests (they start with a request id) go to the
-/// monitor thread in arrival order; the rest are the built-in requests.
-pub fn handle(ctx: &ServerContext, d: Delivery) {
-    let text = String::from_utf8_lossy(&d.payload).into_owned();
-    if d.service == INIT_SERVICE {
-        if let Ok(spec) = sdm_overlay::init::InitSpec::from_payload(&d.payload) {
-            drop(ctx.monitor.submit(move |m| m.servers = spec.servers));
-        }
-        d.reply.send("ready");
-        return;
+impl fmt::Debug for ServerContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerContext")
+            .field("id", &self.id)
+            .finish()
     }
-    if text.trim_start().starts_with(|c: char| c.is_ascii_digit()) {
-        let reg = ctx.registry.clone();
-        // Queued now, in delivery order: a stop and a cont sent back to back run in order.
-        let rx = ctx
-            .monitor
-            .submit(move |m| crate::services::execute(&reg, m, &text));
-        tokio::spawn(async move {
-            let reply = rx
-                .await
-                .unwrap_or_else(|_| "0 [] error(\"monitor gone\")".into());
-            d.reply.send(reply);
-        });
-        return;
-    }
-    if text.trim() == "counters" {
-        d.reply.send(ctx.counters.json());
-        return;
-    }
-    if text.trim() == "procstat" {
-        // The program's metrics as a JSON object (the `stats` filter's leaf input).
-        let rx = ctx.monitor.submit(|m| m.procstat());
-        tokio::spawn(async move {
-            let reply = match rx.await {
-                Ok(Ok(pairs)) => {
-                    let map: serde_json::Map<String, serde_json::Value> = pairs
-                        .into_iter()
-                        .map(|(k, v)| (k.to_owned(), serde_json::json!(v)))
-                        .collect();
-                    serde_json::Value::Object(map).to_string()
-                }
-                Ok(Err(e)) => format!("error: procstat: {e}"),
-                Err(_) => "error: procstat: monitor gone".to_owned(),
-            };
-            d.reply.send(reply);
-        });
-        return;
-    }
-    handle_builtin(ctx.id, d);
 }
 
-/// Answers the built-in (non-OMIS) requests for server `id`.
-pub fn handle_builtin(id: u32, d: Delivery) {
-    let text = String::from_utf8_lossy(&d.payload);
-    let text = text.trim().to_owned();
-    let (verb, arg) = text.split_once(' ').unwrap_or((&text, ""));
+/// One command for a service: which operation, on which server, its payload bytes exactly
+/// as sent, and a way to reach the monitored program.
+#[derive(Debug)]
+pub struct Request {
+    op: u64,
+    service: String,
+    payload: Bytes,
+    ctx: Arc<ServerContext>,
+}
+
+impl Request {
+    /// The operation id (the same at every server the command reached).
+    pub fn op(&self) -> u64 {
+        self.op
+    }
+
+    /// This server's id.
+    pub fn server(&self) -> u32 {
+        self.ctx.id
+    }
+
+    /// The service the command was tagged for (as registered; never empty).
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The payload, byte for byte as the front-end sent it.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// The node-local monitor (jobs on it run in submission order on its own thread).
+    pub fn monitor(&self) -> &MonitorHandle {
+        &self.ctx.monitor
+    }
+
+    /// What the server's stock services share (the OMIS registry, the counters).
+    pub fn context(&self) -> &ServerContext {
+        &self.ctx
+    }
+
+    /// The monitored program's pid, if this server started or attached one.
+    pub async fn pid(&self) -> Option<u32> {
+        self.ctx.monitor.call(|m| m.pid()).await
+    }
+}
+
+/// Answers one [`Request`], once; may be moved to another task and used later. Dropped
+/// unanswered (a handler that forgot, or panicked), it answers with an error naming the
+/// service.
+#[derive(Debug)]
+pub struct Reply {
+    replier: Option<Replier>,
+    service: String,
+    server: u32,
+}
+
+impl Reply {
+    fn new(replier: Replier, service: &str, server: u32) -> Self {
+        Self {
+            replier: Some(replier),
+            service: service.to_owned(),
+            server,
+        }
+    }
+
+    /// Sends `payload` as this server's reply.
+    pub fn send(mut self, payload: impl Into<Bytes>) {
+        if let Some(r) = self.replier.take() {
+            r.send(payload);
+        }
+    }
+
+    /// Sends an error reply: `error: service "NAME": WHAT` (without this server's id, so
+    /// identical errors of many servers merge into one group, which names them).
+    pub fn error(mut self, what: impl fmt::Display) {
+        let text = self.error_text(what);
+        if let Some(r) = self.replier.take() {
+            r.send(text);
+        }
+    }
+
+    fn error_text(&self, what: impl fmt::Display) -> String {
+        format!("error: service {:?}: {what}", self.service)
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if self.replier.is_some() {
+            let why = if std::thread::panicking() {
+                "the handler panicked"
+            } else {
+                "the handler dropped the request without replying"
+            };
+            tracing::warn!("server {}: service {:?}: {why}", self.server, self.service);
+            let text = self.error_text(why);
+            if let Some(r) = self.replier.take() {
+                r.send(text);
+            }
+        }
+    }
+}
+
+/// Answers the commands of one service. Called on the node's task: it must not block; it
+/// may move the [`Reply`] to a task (or `spawn_blocking`) and answer later.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers `req` through `reply`.
+    fn call(&self, req: Request, reply: Reply);
+}
+
+impl<F: Fn(Request, Reply) + Send + Sync + 'static> Handler for F {
+    fn call(&self, req: Request, reply: Reply) {
+        self(req, reply)
+    }
+}
+
+/// The service plugins the init command named: those loaded, by service name, and those
+/// that did not load, with why.
+#[derive(Debug, Default)]
+pub(crate) struct Plugins {
+    loaded: BTreeMap<String, Arc<ServicePlugin>>,
+    failed: Vec<(String, Error)>,
+}
+
+impl Plugins {
+    /// Loads every plugin of `paths` not loaded yet; failures are logged and kept.
+    fn load_all(&mut self, server: u32, paths: &[String]) {
+        for path in paths {
+            if self
+                .loaded
+                .values()
+                .any(|p| p.path() == std::path::Path::new(path))
+                || self.failed.iter().any(|(p, _)| p == path)
+            {
+                continue;
+            }
+            match ServicePlugin::load(std::path::Path::new(path), server) {
+                Ok(p) => {
+                    self.loaded.insert(p.name().to_owned(), Arc::new(p));
+                }
+                Err(e) => {
+                    tracing::warn!("server {server}: {e}");
+                    self.failed.push((path.clone(), e));
+                }
+            }
+        }
+    }
+}
+
+/// The name -> handler table of one server, with the service plugins its init command
+/// loads.
+#[derive(Clone)]
+pub struct Services {
+    table: BTreeMap<String, Arc<dyn Handler>>,
+    plugins: Arc<Mutex<Plugins>>,
+}
+
+impl fmt::Debug for Services {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Services")
+            .field("names", &self.names())
+            .finish()
+    }
+}
+
+impl Default for Services {
+    fn default() -> Self {
+        Self::stock()
+    }
+}
+
+impl Services {
+    /// A table with no services at all (not even [`INIT`]: such a server never answers
+    /// `ready`); see [`Services::stock`].
+    pub fn empty() -> Self {
+        Self {
+            table: BTreeMap::new(),
+            plugins: Arc::default(),
+        }
+    }
+
+    /// The stock services every `sdm server` has: [`SDM`], [`OMIS`], [`COUNTERS`],
+    /// [`PROCSTAT`] and [`INIT`].
+    pub fn stock() -> Self {
+        let mut s = Self::empty();
+        let plugins = Arc::clone(&s.plugins);
+        let stock: [(&str, Arc<dyn Handler>); 5] = [
+            (SDM, Arc::new(sdm_service)),
+            (OMIS, Arc::new(omis_service)),
+            (COUNTERS, Arc::new(counters_service)),
+            (PROCSTAT, Arc::new(procstat_service)),
+            (
+                INIT,
+                Arc::new(move |req: Request, reply: Reply| init(&plugins, req, reply)),
+            ),
+        ];
+        for (name, h) in stock {
+            s.table.insert(name.to_owned(), h);
+        }
+        s
+    }
+
+    /// Registers `handler` as the service `name`, replacing a service of that name.
+    /// Names are non-empty; the empty tag is [`SDM`].
+    pub fn add(&mut self, name: &str, handler: impl Handler) -> Result<(), Error> {
+        if name.is_empty() {
+            return Err(Error::new(
+                ErrorKind::BadInput,
+                "a service needs a name (the empty tag is the sdm service)",
+            ));
+        }
+        self.table.insert(name.to_owned(), Arc::new(handler));
+        Ok(())
+    }
+
+    /// The names of the registered services and of the loaded plugins' services, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.table.keys().cloned().collect();
+        let plugins = self.plugins.lock().expect("not poisoned");
+        v.extend(plugins.loaded.keys().cloned());
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Loads the service plugins at `paths` for server `server` (as the init command does);
+    /// those that do not load are logged, and commands for an unknown service name them.
+    pub fn load_plugins(&self, server: u32, paths: &[String]) {
+        self.plugins
+            .lock()
+            .expect("not poisoned")
+            .load_all(server, paths);
+    }
+
+    /// Hands one delivered command to its service. A handler's panic is contained: the
+    /// command gets an error reply naming the service, and the server carries on.
+    pub fn dispatch(&self, ctx: &Arc<ServerContext>, d: Delivery) {
+        let service = if d.service.is_empty() {
+            SDM.to_owned()
+        } else {
+            d.service
+        };
+        let reply = Reply::new(d.reply, &service, ctx.id);
+        let handler: Arc<dyn Handler> = match self.table.get(&service) {
+            Some(h) => Arc::clone(h),
+            None => {
+                let plugin = self
+                    .plugins
+                    .lock()
+                    .expect("not poisoned")
+                    .loaded
+                    .get(&service)
+                    .cloned();
+                match plugin {
+                    Some(p) => Arc::new(crate::plugin::PluginService(p)),
+                    None => {
+                        let text = self.unknown();
+                        reply.error(text);
+                        return;
+                    }
+                }
+            }
+        };
+        let req = Request {
+            op: d.op,
+            service: service.clone(),
+            payload: d.payload,
+            ctx: Arc::clone(ctx),
+        };
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| handler.call(req, reply))) {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!("server {}: service {service:?} panicked: {what}", ctx.id);
+        }
+    }
+
+    /// Why a command cannot be answered: no such service, the services there are, and the
+    /// plugins that did not load.
+    fn unknown(&self) -> String {
+        let mut text = format!(
+            "no such service (this server has {})",
+            self.names().join(", ")
+        );
+        for (path, e) in &self.plugins.lock().expect("not poisoned").failed {
+            text.push_str(&format!("; service plugin {path} did not load: {e}"));
+        }
+        text
+    }
+}
+
+/// [`INIT`]: takes the tree's size, loads the service plugins, answers `ready`.
+fn init(plugins: &Mutex<Plugins>, req: Request, reply: Reply) {
+    match sdm_overlay::init::InitSpec::from_payload(&req.payload) {
+        Ok(spec) => {
+            let servers = spec.servers;
+            drop(req.monitor().submit(move |m| m.servers = servers));
+            plugins
+                .lock()
+                .expect("not poisoned")
+                .load_all(req.server(), &spec.service_plugins);
+        }
+        Err(e) => tracing::warn!("server {}: init command: {e}", req.server()),
+    }
+    reply.send("ready");
+}
+
+/// [`SDM`]: `ping`, `info`, `value` (this server's id), `sleep MS`.
+fn sdm_service(req: Request, reply: Reply) {
+    let text = String::from_utf8_lossy(&req.payload);
+    let text = text.trim();
+    let (verb, arg) = text.split_once(' ').unwrap_or((text, ""));
     match verb {
-        "ping" => d.reply.send("pong"),
-        "info" => d.reply.send(info_line()),
-        "value" => d.reply.send(id.to_string()),
+        "ping" => reply.send("pong"),
+        "info" => reply.send(info_line()),
+        "value" => reply.send(req.server().to_string()),
         "sleep" => match arg.trim().parse::<u64>() {
             Ok(ms) => {
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
-                    d.reply.send("ok");
+                    reply.send("ok");
                 });
             }
-            Err(_) => d
-                .reply
-                .send(format!("error: sleep needs milliseconds, got {arg:?}")),
+            Err(_) => reply.send(format!("error: sleep needs milliseconds, got {arg:?}")),
         },
-        _ => d.reply.send(format!(
+        _ => reply.send(format!(
             "error: unknown request {verb:?} (expected ping, info, value or sleep MS)"
         )),
+    }
+}
+
+/// [`OMIS`]: the request runs on the monitor thread, queued now, in delivery order (a stop
+/// and a cont sent back to back run in order).
+fn omis_service(req: Request, reply: Reply) {
+    let text = String::from_utf8_lossy(&req.payload).into_owned();
+    let reg = Arc::clone(&req.ctx.omis);
+    let rx = req
+        .monitor()
+        .submit(move |m| crate::services::execute(&reg, m, &text));
+    tokio::spawn(async move {
+        let answer = rx
+            .await
+            .unwrap_or_else(|_| "0 [] error(\"monitor gone\")".into());
+        reply.send(answer);
+    });
+}
+
+/// [`COUNTERS`]: the program's own counters as a JSON object.
+fn counters_service(req: Request, reply: Reply) {
+    reply.send(req.ctx.counters.json());
+}
+
+/// [`PROCSTAT`]: the program's metrics as a JSON object (the `stats` filter's leaf input).
+fn procstat_service(req: Request, reply: Reply) {
+    let rx = req.monitor().submit(|m| m.procstat());
+    tokio::spawn(async move {
+        match rx.await {
+            Ok(Ok(pairs)) => {
+                let map: serde_json::Map<String, serde_json::Value> = pairs
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), serde_json::json!(v)))
+                    .collect();
+                reply.send(serde_json::Value::Object(map).to_string());
+            }
+            Ok(Err(e)) => reply.send(format!("error: procstat: {e}")),
+            Err(_) => reply.send("error: procstat: monitor gone"),
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sdm_proto::Kind;
+
+    /// A context over a fresh monitor (no process) for server 3.
+    fn ctx() -> Arc<ServerContext> {
+        let (tx, _rx) = tokio::sync::mpsc::channel(16);
+        let (monitor, _events) = MonitorHandle::spawn(3, 4, tx);
+        Arc::new(ServerContext {
+            id: 3,
+            monitor,
+            omis: crate::services::registry(),
+            counters: crate::counters::Store::default(),
+        })
+    }
+
+    /// Dispatches `payload` tagged `service` and returns the reply.
+    async fn ask(s: &Services, service: &str, payload: &'static [u8]) -> Bytes {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let d = Delivery {
+            op: 7,
+            kind: Kind::Command,
+            filter: String::new(),
+            service: service.to_owned(),
+            payload: Bytes::from_static(payload),
+            reply: Replier::new(7, tx),
+        };
+        s.dispatch(&ctx(), d);
+        let (op, bytes) = rx.recv().await.expect("a reply");
+        assert_eq!(op, 7);
+        bytes
+    }
+
+    #[tokio::test]
+    async fn the_tag_selects_the_service_and_the_payload_arrives_unchanged() {
+        let mut s = Services::stock();
+        s.add("echo", |req: Request, reply: Reply| {
+            assert_eq!(req.service(), "echo");
+            assert_eq!(req.server(), 3);
+            reply.send(req.payload().clone());
+        })
+        .unwrap();
+        let raw = b"\x00\xff\xfe raw";
+        assert_eq!(&ask(&s, "echo", raw).await[..], raw);
+        // The same bytes to the sdm service are a request it does not know.
+        assert!(
+            ask(&s, SDM, raw)
+                .await
+                .starts_with(b"error: unknown request")
+        );
+        // The empty tag is the sdm service.
+        assert_eq!(&ask(&s, "", b"ping").await[..], b"pong");
+        assert_eq!(&ask(&s, SDM, b"value").await[..], b"3");
+        // "ping" tagged for OMIS is OMIS, not the built-in ping.
+        assert!(ask(&s, OMIS, b"ping").await.starts_with(b"0 [] error("));
+        assert_eq!(&ask(&s, COUNTERS, b"").await[..], b"{}");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_tag_gets_an_error_naming_it_and_the_services() {
+        let s = Services::stock();
+        let text = String::from_utf8(ask(&s, "nope", b"ping").await.to_vec()).unwrap();
+        assert!(text.starts_with("error: service \"nope\": no such service"));
+        for name in [SDM, OMIS, COUNTERS, PROCSTAT, INIT] {
+            assert!(text.contains(name), "{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_gets_an_error_reply_and_the_server_lives_on() {
+        let mut s = Services::stock();
+        s.add("boom", |_: Request, _: Reply| panic!("deliberate"))
+            .unwrap();
+        s.add("forgetful", |_: Request, _: Reply| {}).unwrap();
+        let text = ask(&s, "boom", b"").await;
+        assert_eq!(&text[..], b"error: service \"boom\": the handler panicked");
+        let text = ask(&s, "forgetful", b"").await;
+        assert!(text.ends_with(b"dropped the request without replying"));
+        assert_eq!(&ask(&s, SDM, b"ping").await[..], b"pong");
+    }
+
+    #[test]
+    fn names_are_sorted_and_a_service_needs_one() {
+        let mut s = Services::stock();
+        assert_eq!(
+            s.add("", |_: Request, _: Reply| {}).unwrap_err().kind(),
+            ErrorKind::BadInput
+        );
+        s.add("checksum", |_: Request, _: Reply| {}).unwrap();
+        assert_eq!(
+            s.names(),
+            [
+                "checksum", "counters", "omis", "procstat", "sdm", "sdm.init"
+            ]
+        );
+        assert!(Services::empty().names().is_empty());
     }
 }

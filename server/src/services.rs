@@ -17,8 +17,8 @@ use sdm_omis::{
     ActionList, BasicReply, BasicRequest, Registry, ServiceError, Value, parse_request,
 };
 
-fn err(e: impl Into<String>) -> ServiceError {
-    ServiceError(e.into())
+fn err(e: impl std::fmt::Display) -> ServiceError {
+    ServiceError(e.to_string())
 }
 
 fn int_param(req: &BasicRequest, i: usize, what: &str) -> Result<i64, ServiceError> {

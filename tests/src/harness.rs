@@ -416,6 +416,13 @@ pub fn counters_demo() -> &'static str {
     binary_str(&P, "sdm-counters-demo")
 }
 
+/// The server daemon of sdm-server's example `checksum_server` (stock services plus
+/// `checksum`, built with `Server::builder`).
+pub fn checksum_server() -> &'static str {
+    static P: OnceLock<String> = OnceLock::new();
+    binary_str(&P, "sdm-checksum-server")
+}
+
 /// Runs `sdm ARGS…`, asserts it succeeded (showing its output if not), and returns what
 /// it printed on stdout.
 pub fn sdm_ok<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
@@ -506,6 +513,11 @@ pub fn through_tree(
 /// plugins the tests build.
 pub fn filters_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters")
+}
+
+/// The sdm-server crate's directory (its `include/sdm_service.h`, its examples).
+pub fn server_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../server")
 }
 
 /// Runs `cmd`; panics with its standard error if it cannot run or fails.

@@ -5,10 +5,12 @@
 //!
 //! They are binaries of this package, so `cargo test -p sdm-e2e` (and `cargo test
 //! --workspace`) builds them before the tests run: `sdm-e2e-cli` (the `sdm` command, whose
-//! `main` is `sdm::cli::main` like the real binary's), `sdm-testnode` (a bare overlay node) and
-//! `sdm-counters-demo` (a program using the counters client). Cargo puts them in
-//! `target/<profile>/`, the directory above the test executables (`target/<profile>/deps/`);
-//! [`sdm()`], [`testnode`] and [`counters_demo`] find them there.
+//! `main` is `sdm::cli::main` like the real binary's), `sdm-testnode` (a bare overlay node),
+//! `sdm-counters-demo` (a program using the counters client) and `sdm-checksum-server`
+//! (sdm-server's example of a tool's own server, built with `Server::builder`). Cargo puts
+//! them in `target/<profile>/`, the directory above the test executables
+//! (`target/<profile>/deps/`); [`sdm()`], [`testnode`], [`counters_demo`] and
+//! [`checksum_server`] find them there.
 //!
 //! # Trees
 //!

@@ -134,11 +134,19 @@ async fn stop_and_cont_back_to_back_never_mix() {
     for round in 0..5 {
         let s = c.session();
         let a = s
-            .send(&all, SyncMode::WaitAll, "1 [] stop()")
+            .send_command(sdm_client::service::omis(
+                &all,
+                SyncMode::WaitAll,
+                "1 [] stop()",
+            ))
             .await
             .unwrap();
         let b = s
-            .send(&all, SyncMode::WaitAll, "2 [] cont()")
+            .send_command(sdm_client::service::omis(
+                &all,
+                SyncMode::WaitAll,
+                "2 [] cont()",
+            ))
             .await
             .unwrap();
         s.collect(a, &all).await.unwrap();
@@ -149,11 +157,19 @@ async fn stop_and_cont_back_to_back_never_mix() {
             "round {round}: after stop;cont {states:?}"
         );
         let a = s
-            .send(&all, SyncMode::WaitAll, "3 [] cont()")
+            .send_command(sdm_client::service::omis(
+                &all,
+                SyncMode::WaitAll,
+                "3 [] cont()",
+            ))
             .await
             .unwrap();
         let b = s
-            .send(&all, SyncMode::WaitAll, "4 [] stop()")
+            .send_command(sdm_client::service::omis(
+                &all,
+                SyncMode::WaitAll,
+                "4 [] stop()",
+            ))
             .await
             .unwrap();
         s.collect(a, &all).await.unwrap();
@@ -163,9 +179,13 @@ async fn stop_and_cont_back_to_back_never_mix() {
             states.iter().all(|&s| s == 'T' || s == 't'),
             "round {round}: after cont;stop {states:?}"
         );
-        s.send(&all, SyncMode::WaitAll, "5 [] cont()")
-            .await
-            .unwrap();
+        s.send_command(sdm_client::service::omis(
+            &all,
+            SyncMode::WaitAll,
+            "5 [] cont()",
+        ))
+        .await
+        .unwrap();
     }
     c.shutdown().await;
 }
@@ -253,7 +273,11 @@ async fn raw_omis_and_errors() {
     assert!(out.contains("8 [2-3] print(\"hi\")"), "{out}");
     let s = c.session();
     let g = s
-        .request(&IdSet::all(4), SyncMode::WaitAll, "1 [] stop(")
+        .request_command(sdm_client::service::omis(
+            &IdSet::all(4),
+            SyncMode::WaitAll,
+            "1 [] stop(",
+        ))
         .await
         .unwrap();
     assert_eq!(g.len(), 1);

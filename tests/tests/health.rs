@@ -165,7 +165,11 @@ async fn kill9_during_a_stdio_flood_and_a_stream() {
     let all = s.all();
     // Every rank floods its output; the front-end keeps reading it.
     let start = r#"0 [] sdm_start("/bin/sh", ["-c", "exec yes \"rank $SDM_RANK\""], "pty")"#;
-    for g in s.request(&all, SyncMode::WaitAll, start).await.unwrap() {
+    for g in s
+        .request_command(sdm_client::service::omis(&all, SyncMode::WaitAll, start))
+        .await
+        .unwrap()
+    {
         assert_eq!(g.status, Status::Replied, "{g:?}");
     }
     // A stream: waves of the programs' metrics merged by `stats`, with a server killed
@@ -178,7 +182,13 @@ async fn kill9_during_a_stdio_flood_and_a_stream() {
             kill9(&s, 3);
         }
         let groups = s
-            .request_filtered(&all, SyncMode::Timeout(10_000), "stats", "procstat")
+            .request_command(sdm_client::service::filtered(
+                sdm_client::service::PROCSTAT,
+                &all,
+                SyncMode::Timeout(10_000),
+                "stats",
+                "",
+            ))
             .await
             .unwrap();
         // Every id is accounted in every wave: replied, lost or timed out.
@@ -200,9 +210,13 @@ async fn kill9_during_a_stdio_flood_and_a_stream() {
     );
     // End the flood (replies still queue behind output under a flood: issue 5), then the
     // orphans of server 3 answer through the master.
-    s.request(&all, SyncMode::Timeout(60_000), "0 [] kill()")
-        .await
-        .unwrap();
+    s.request_command(sdm_client::service::omis(
+        &all,
+        SyncMode::Timeout(60_000),
+        "0 [] kill()",
+    ))
+    .await
+    .unwrap();
     let mut c = Console::new(s, false);
     let want: IdSet = "[0-2,4-15]".parse().unwrap();
     let (ok, lost) = ping_until(&mut c, &want).await;

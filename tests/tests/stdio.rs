@@ -449,7 +449,11 @@ async fn library_stdio() {
     let mut s = session(4).await;
     let all = s.all();
     let script = r#"0 [] sdm_start("/bin/sh", ["-c", "read x; echo \"out $x\"; echo \"err $x\" >&2"], "pipes")"#;
-    for g in s.request(&all, SyncMode::WaitAll, script).await.unwrap() {
+    for g in s
+        .request_command(sdm_client::service::omis(&all, SyncMode::WaitAll, script))
+        .await
+        .unwrap()
+    {
         assert_eq!(g.status, Status::Replied, "{g:?}");
     }
     let got = Arc::new(Mutex::new(Vec::new()));
@@ -524,14 +528,21 @@ async fn unread_output() {
             .filter(|g| g.status == Status::Replied)
             .fold(IdSet::new(), |acc, g| &acc | &g.sources)
     };
-    let g = s.request(&all, SyncMode::WaitAll, flood).await.unwrap();
+    let g = s
+        .request_command(sdm_client::service::omis(&all, SyncMode::WaitAll, flood))
+        .await
+        .unwrap();
     assert_eq!(replied(&g), all, "{g:?}");
     // The tool reads nothing for a while; commands meanwhile reach every rank and come
     // back (a status, three times over).
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let g = s
-            .request(&all, SyncMode::Timeout(60_000), "1 [] sdm_status()")
+            .request_command(sdm_client::service::omis(
+                &all,
+                SyncMode::Timeout(60_000),
+                "1 [] sdm_status()",
+            ))
             .await
             .unwrap();
         assert_eq!(replied(&g), all, "status under unread output: {g:?}");
@@ -574,7 +585,11 @@ async fn unread_output() {
         }
     }
     let g = s
-        .request(&all, SyncMode::WaitAll, "2 [] kill()")
+        .request_command(sdm_client::service::omis(
+            &all,
+            SyncMode::WaitAll,
+            "2 [] kill()",
+        ))
         .await
         .unwrap();
     assert_eq!(replied(&g), all, "{g:?}");

@@ -81,7 +81,10 @@ async fn start(s: &mut Session, script: &str) -> anyhow::Result<()> {
         "0 [] sdm_start(\"/bin/sh\", [\"-c\", {}], \"pty\")",
         sdm_omis::Value::Str(script.to_owned())
     );
-    for g in s.request(&all, SyncMode::WaitAll, req).await? {
+    for g in s
+        .request_command(sdm_client::service::omis(&all, SyncMode::WaitAll, req))
+        .await?
+    {
         ensure!(
             g.status == Status::Replied,
             "start failed on {}: {:?}",
@@ -148,14 +151,25 @@ async fn stops(s: &mut Session, iof: &mut Iof, iters: u32, ping: bool) -> anyhow
     for _ in 0..iters {
         let t = Instant::now();
         let probe = if ping { "ping" } else { "0 [] stop()" };
-        let groups = s.request(&all, SyncMode::WaitAll, probe).await?;
+        let service = if ping {
+            sdm_client::service::SDM
+        } else {
+            sdm_client::service::OMIS
+        };
+        let m = sdm_client::service::command(service, &all, SyncMode::WaitAll, probe);
+        let groups = s.request_command(m).await?;
         samples.push(t.elapsed().as_secs_f64() * 1e6);
         ensure!(
             groups.len() == 1 && groups[0].status == Status::Replied && groups[0].sources == all,
             "{probe}: {groups:?}"
         );
         if !ping {
-            s.request(&all, SyncMode::WaitAll, "0 [] cont()").await?;
+            s.request_command(sdm_client::service::omis(
+                &all,
+                SyncMode::WaitAll,
+                "0 [] cont()",
+            ))
+            .await?;
         }
         let until = tokio::time::Instant::now() + Duration::from_millis(300);
         s.pump_stdio(iof, until).await?;
