@@ -1,6 +1,34 @@
 //! sdm-deploy: launchers that start sdm daemons through what a site already has (local
 //! fork/exec, ssh, Open MPI or MPICH `mpirun`, Slurm `srun`), behind one [`Launcher`] trait.
 //!
+//! # Quick start
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! use sdm_deploy::{LaunchSpec, Launcher, Local};
+//!
+//! // Four copies of a program on this machine, each told its rank in SDM_ID.
+//! let spec = LaunchSpec {
+//!     n: 4,
+//!     program: "/bin/sh".into(),
+//!     args: vec!["-c".into(), "echo rank $SDM_ID".into()],
+//!     env: vec![],
+//! };
+//! let mut job = Local.launch(&spec)?;
+//! let mut lines = Vec::new();
+//! while let Some(line) = job.next_line().await {
+//!     lines.push(line);
+//! }
+//! lines.sort();
+//! assert_eq!(lines, ["rank 0", "rank 1", "rank 2", "rank 3"]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `Ssh`, `Mpirun` and `Srun` implement the same [`Launcher`] trait, so a tool starts its
+//! daemons through whatever the site has.
+//!
 //! A launcher starts `n` copies of a program; each copy learns its rank from the
 //! launcher's own variable (`SDM_ID` for local and ssh, `OMPI_COMM_WORLD_RANK` / `PMI_RANK`
 //! for mpirun, `SLURM_PROCID` for srun). Secrets travel in the environment (or, for ssh, on

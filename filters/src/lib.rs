@@ -1,6 +1,27 @@
 //! sdm-filters: the [`Filter`] trait, the built-in filters, typed payloads and C-ABI filter
 //! plugins. No I/O: the overlay node feeds replies in and sends what comes out upward.
 //!
+//! # Quick start
+//!
+//! ```
+//! use sdm_filters::Registry;
+//! use sdm_proto::IdSet;
+//!
+//! // What a node does with an op's replies: fold each group, flush upward; at the
+//! // front-end, finish.
+//! let registry = Registry::new();
+//! let mut sum = registry.create("sum").unwrap();
+//! sum.fold(b"40", &"[0-3]".parse::<IdSet>().unwrap()).unwrap();
+//! sum.fold(b"2", &IdSet::single(4)).unwrap();
+//! let out = sum.finish().unwrap();
+//! assert_eq!(&out[0].payload[..], b"42");
+//! assert_eq!(out[0].sources.to_string(), "[0-4]");
+//! ```
+//!
+//! A filter of your own implements [`Filter`] and is added with [`Registry::register`]
+//! (in Rust), or is a shared library implementing `include/sdm_filter.h` (see [`plugin`]),
+//! which `sdm --filter-plugin PATH` hands to every daemon.
+//!
 //! # How a node uses a filter
 //!
 //! For each operation (or each wave of a stream) a node creates one filter from the

@@ -2,6 +2,20 @@
 //! payload protocol the sdm overlay carries, with its parser, printer, reply unification and
 //! service table.
 //!
+//! # Quick start
+//!
+//! ```
+//! use sdm_omis::{Value, parse_reply, parse_request};
+//!
+//! // A request to stop two servers' processes, as a tool sends it.
+//! let req = parse_request("7 [0,3] stop()").unwrap();
+//! assert_eq!(req.actions.actions()[0].service, "stop");
+//!
+//! // The merged reply the tree sends back: one entry per group of identical answers.
+//! let reply = parse_reply("7 [0,3] stop(0)").unwrap();
+//! assert_eq!(reply.0[0].results, vec![Value::Int(0)]);
+//! ```
+//!
 //! A crate of its own, below both `sdm-client` (the front-end builds requests and reads
 //! replies) and `sdm-server` (the daemons parse requests and run the services), so neither
 //! has to depend on the other. Pure text: no I/O, no features.

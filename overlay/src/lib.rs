@@ -1,5 +1,33 @@
 //! sdm-overlay: the sdm node, its tokio driver, and the transports that carry its frames.
 //!
+//! # Quick start
+//!
+//! The node is a state machine: time is an argument and frames are values, so a whole tree
+//! runs in one process under [`sim::SimNet`], deterministically.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use sdm_overlay::sim::SimNet;
+//! use sdm_proto::{IdSet, Status, SyncMode};
+//! use sdm_topology::Shape;
+//!
+//! // 64 servers, 1 ms per hop; every server answers "ok" after 1 ms.
+//! let tree = Arc::from(Shape::Binomial.build(64));
+//! let ms = Duration::from_millis(1);
+//! let mut net = SimNet::new(tree, ms, Box::new(move |_, _| Some((ms, Bytes::from("ok")))));
+//! net.command(1, IdSet::all(64), SyncMode::WaitAll, "ping");
+//! net.run();
+//! let groups = net.groups(1);
+//! assert_eq!(groups.len(), 1); // 64 identical replies merged on the way up
+//! assert_eq!(groups[0].sources, IdSet::all(64));
+//! assert_eq!(groups[0].status, Status::Replied);
+//! ```
+//!
+//! Real links run the same node through [`driver`]; a tool talks to the tree through
+//! `sdm-client`, and daemons are built with `sdm-server`.
+//!
 //! - [`node`]: the sans-IO state machine (routing down, merging up through the op's
 //!   [`filters`], timeouts, lost links).
 //! - [`driver`]: runs a [`node::Node`] over real links with tokio.

@@ -1,5 +1,24 @@
 //! sdm-proto: the wire format of the sdm overlay, without any I/O.
 //!
+//! # Quick start
+//!
+//! ```
+//! use sdm_proto::{IdSet, Message, SyncMode};
+//!
+//! // Id-sets in the range form tools print and read.
+//! let dest: IdSet = "[0-3,7]".parse().unwrap();
+//! assert_eq!(dest.len(), 5);
+//! assert_eq!((&dest | &IdSet::single(4)).to_string(), "[0-4,7]");
+//!
+//! // A command to those servers, for a tool's own service, with raw bytes.
+//! let cmd = Message::command(1, dest.clone(), SyncMode::WaitAll, &b"\0\xffraw"[..])
+//!     .for_service("checksum");
+//! let frame = cmd.encode(); // what goes on the wire (after a length prefix)
+//! let back = Message::decode(frame).unwrap();
+//! assert_eq!(back, cmd);
+//! assert_eq!(&back.payload[..], b"\0\xffraw");
+//! ```
+//!
 //! [`IdSet`] (the seed's `sdm_idset`), the protobuf [`pb::Envelope`] compiled from
 //! `proto/sdm.proto`, its validated form [`Message`], the typed link-level messages
 //! [`Control`] (handshake, keepalive, goodbye, credit), and [`FrameCodec`], the 4-byte

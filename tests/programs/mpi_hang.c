@@ -7,11 +7,11 @@
 
 volatile unsigned long work;
 
-__attribute__((noinline)) void compute(void) {
+__attribute__((noipa)) void compute(void) {
     for (;;) work++;
 }
 
-__attribute__((noinline)) void step(int rank, int size) {
+__attribute__((noipa)) void step(int rank, int size) {
     if (rank == size - 1)
         compute();
     MPI_Barrier(MPI_COMM_WORLD);

@@ -422,7 +422,7 @@ fn state(pid: u32) -> Option<char> {
 async fn mpi_ranks_frames_match_gdb_through_libmpi() {
     let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("sdm-stacks-mpi-{}", std::process::id()));
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/stacks_mpi.c");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/mpi_hang.c");
     let ok = Command::new("mpicc")
         .args(["-O2", "-g", "-o"])
         .arg(&exe)

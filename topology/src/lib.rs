@@ -1,6 +1,28 @@
 //! sdm-topology: the shape of the tree over the master and servers `0..N`, and routing of
 //! destination id-sets to children (the seed's `sdm_route_*`). No I/O.
 //!
+//! # Quick start
+//!
+//! ```
+//! use sdm_proto::IdSet;
+//! use sdm_topology::{NodeId, Shape};
+//!
+//! // The default tree of 16 servers under the master.
+//! let tree = "binomial".parse::<Shape>().unwrap().build(16);
+//! assert_eq!(tree.size(), 16);
+//! let below_master = tree.children(NodeId::Master);
+//! assert!(!below_master.is_empty());
+//!
+//! // Routing a command: which child subtrees get which share of the destination.
+//! let route = tree.route(NodeId::Master, &"[0-15]".parse::<IdSet>().unwrap());
+//! let mut covered = IdSet::new();
+//! for (_child, share) in &route.shares {
+//!     assert!(covered.is_disjoint(share)); // every id goes down exactly one link
+//!     covered.union_with(share);
+//! }
+//! assert_eq!(covered, IdSet::all(16));
+//! ```
+//!
 //! Every shape numbers its nodes by *position*: position 0 is the master (the root) and
 //! position `s + 1` is server `s`. Shapes are defined on positions; the [`Topology`] trait's
 //! provided methods translate to [`NodeId`]s and server [`IdSet`]s.
