@@ -58,6 +58,12 @@ pub struct SessionOptions {
     /// plugin that does not load fails the launch); daemons get the absolute paths in the
     /// init command, so each path must hold the same library on every host.
     pub filter_plugins: Vec<PathBuf>,
+    /// Arguments for the launcher itself, placed before the program: ssh options, or
+    /// mpirun/srun arguments (a hostfile, a partition, an account, `--overlap`).
+    pub launcher_args: Vec<String>,
+    /// The `sdm` binary as the servers' hosts see it (default: [`SessionOptions::program`]'s
+    /// path); a host where it is not an executable is named in the launch report.
+    pub remote_program: Option<PathBuf>,
     /// Service plugins (shared libraries implementing `sdm_service.h`) every server loads
     /// when the init command arrives, so commands tagged with their services reach them.
     /// Paths are made absolute and must hold the same library on every host; a plugin that
@@ -82,6 +88,8 @@ impl Default for SessionOptions {
             program: None,
             stdio_window: Duration::from_millis(20),
             filter_plugins: Vec::new(),
+            launcher_args: Vec::new(),
+            remote_program: None,
             service_plugins: Vec::new(),
         }
     }
@@ -232,7 +240,10 @@ impl Session {
         let base = opts.base_port.unwrap_or_else(random_port);
         let spec = LaunchSpec {
             n: opts.n,
-            program: program.clone(),
+            program: opts
+                .remote_program
+                .clone()
+                .unwrap_or_else(|| program.clone()),
             args: vec![
                 "server".into(),
                 "--port".into(),
@@ -244,7 +255,10 @@ impl Session {
             ],
             env: env.clone(),
         };
-        let mut servers = opts.launcher.build(opts.hosts.clone()).launch(&spec)?;
+        let mut servers = opts
+            .launcher
+            .build_with(opts.hosts.clone(), opts.launcher_args.clone())
+            .launch(&spec)?;
         progress(&Progress::Launched);
 
         // Collect addresses until all reported or the deadline (a third of start-up).
@@ -252,11 +266,23 @@ impl Session {
         let mut table: Vec<Option<String>> = vec![None; opts.n as usize];
         let mut count = 0u32;
         let mut session_procs = Vec::new();
+        let mut launch_errors: Vec<(IdSet, String)> = Vec::new();
         while count < opts.n {
             let line = match tokio::time::timeout_at(listen_deadline, servers.next_line()).await {
                 Ok(Some(l)) => l,
                 Ok(None) | Err(_) => break,
             };
+            // A launcher's report that a server cannot start on its host (ssh).
+            if let Some(why) = line.strip_prefix("SDM-ERROR ") {
+                let (id, what) = why.split_once(' ').unwrap_or((why, ""));
+                match id.parse::<u32>() {
+                    Ok(id) if id < opts.n => {
+                        launch_errors.push((IdSet::single(id), what.to_owned()))
+                    }
+                    _ => tracing::warn!("launcher: {why}"),
+                }
+                continue;
+            }
             let mut parts = line.split_whitespace();
             if parts.next() != Some("SDM-LISTEN") {
                 tracing::debug!("server output: {line}");
@@ -371,6 +397,17 @@ impl Session {
                     g.sources,
                     "did not acknowledge the init command in time".into(),
                 )),
+            }
+        }
+        // Servers the launcher could not start on their host say why themselves.
+        for (ids, why) in launch_errors {
+            for (f, _) in &mut session.report.failed {
+                *f = &*f - &ids;
+            }
+            session.report.failed.retain(|(f, _)| !f.is_empty());
+            match session.report.failed.iter_mut().find(|(_, w)| *w == why) {
+                Some((f, _)) => f.union_with(&ids),
+                None => session.report.failed.push((ids, why)),
             }
         }
         session.report.seconds = started.elapsed().as_secs_f64();

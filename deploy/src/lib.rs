@@ -35,6 +35,8 @@
 //! stdin), never on a command line. Every line the copies print on stdout comes back
 //! through [`Launched::next_line`].
 
+pub mod hostlist;
+
 use std::io;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -241,7 +243,18 @@ impl Launcher for Ssh {
                 .chain(spec.args.iter().cloned())
                 .map(|a| shell_quote(&a))
                 .collect();
-            script.push_str(&format!("SDM_ID={id} exec {}", argv.join(" ")));
+            // A program missing on that host is named with the host, on the line stream
+            // the front-end reads (`SDM-ERROR ID HOST: what`), instead of a bare 127.
+            let prog = shell_quote(&spec.program.display().to_string());
+            script.push_str(&format!(
+                "[ -x {prog} ] || {{ echo \"SDM-ERROR {id} $(hostname): {} is not an \
+                 executable there\"; exit 127; }}; SDM_ID={id} exec {}",
+                spec.program
+                    .display()
+                    .to_string()
+                    .replace(['"', '$', '`', '\\'], "?"),
+                argv.join(" ")
+            ));
             let mut cmd = Command::new("ssh");
             cmd.args(["-o", "BatchMode=yes"])
                 .args(&self.options)
@@ -258,6 +271,24 @@ impl Launcher for Ssh {
 pub struct Mpirun {
     /// Extra arguments before the program (e.g. a hostfile).
     pub extra: Vec<String>,
+    /// Hosts to spread the copies over (`--host`); empty: mpirun's default placement.
+    pub hosts: Vec<String>,
+}
+
+/// `--host` for mpirun: every distinct host with an equal share of `n` slots (rounded up).
+fn mpirun_hosts(hosts: &[String], n: u32) -> String {
+    let mut distinct: Vec<&str> = Vec::new();
+    for h in hosts {
+        if !distinct.contains(&h.as_str()) {
+            distinct.push(h);
+        }
+    }
+    let slots = n.div_ceil(distinct.len().max(1) as u32).max(1);
+    distinct
+        .iter()
+        .map(|h| format!("{h}:{slots}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl Launcher for Mpirun {
@@ -293,10 +324,16 @@ impl Launcher for Mpirun {
             for n in &names {
                 cmd.args(["-x", n]);
             }
+            if !self.hosts.is_empty() {
+                cmd.args(["--host", &mpirun_hosts(&self.hosts, spec.n)]);
+            }
         } else {
             cmd.args(["-n", &spec.n.to_string()]);
             if !names.is_empty() {
                 cmd.args(["-genvlist", &names.join(",")]);
+            }
+            if !self.hosts.is_empty() {
+                cmd.args(["-hosts", &mpirun_hosts(&self.hosts, spec.n)]);
             }
         }
         cmd.args(&self.extra).arg(&spec.program).args(&spec.args);
@@ -311,6 +348,8 @@ impl Launcher for Mpirun {
 pub struct Srun {
     /// Extra arguments (partition, nodes…).
     pub extra: Vec<String>,
+    /// Nodes for the step (`--nodelist`, in hostlist form); empty: Slurm's choice.
+    pub hosts: Vec<String>,
 }
 
 impl Launcher for Srun {
@@ -319,16 +358,16 @@ impl Launcher for Srun {
     }
     fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
         let mut cmd = Command::new("srun");
-        cmd.envs(spec.env.iter().cloned())
-            .args([
-                "-n",
-                &spec.n.to_string(),
-                "--export=ALL",
-                "--kill-on-bad-exit=0",
-            ])
-            .args(&self.extra)
-            .arg(&spec.program)
-            .args(&spec.args);
+        cmd.envs(spec.env.iter().cloned()).args([
+            "-n",
+            &spec.n.to_string(),
+            "--export=ALL",
+            "--kill-on-bad-exit=0",
+        ]);
+        if !self.hosts.is_empty() {
+            cmd.arg(format!("--nodelist={}", hostlist::compress(&self.hosts)));
+        }
+        cmd.args(&self.extra).arg(&spec.program).args(&spec.args);
         let (mut l, tx) = Launched::new("srun launcher".into());
         l.spawn(cmd, None, &tx)?;
         Ok(l)
@@ -378,14 +417,22 @@ impl std::fmt::Display for LauncherKind {
 impl LauncherKind {
     /// The launcher; `hosts` is used by ssh.
     pub fn build(self, hosts: Vec<String>) -> Box<dyn Launcher> {
+        self.build_with(hosts, Vec::new())
+    }
+
+    /// The launcher over `hosts` (ssh: one copy per host in turn; mpirun: `--host` with the
+    /// copies spread evenly; srun: `--nodelist` in hostlist form; local: must be empty),
+    /// with a site's `extra` arguments (ssh options; mpirun or srun arguments such as a
+    /// hostfile, a partition, an account, `--overlap`) placed before the program.
+    pub fn build_with(self, hosts: Vec<String>, extra: Vec<String>) -> Box<dyn Launcher> {
         match self {
             Self::Local => Box::new(Local),
             Self::Ssh => Box::new(Ssh {
                 hosts,
-                options: Vec::new(),
+                options: extra,
             }),
-            Self::Mpirun => Box::new(Mpirun::default()),
-            Self::Srun => Box::new(Srun::default()),
+            Self::Mpirun => Box::new(Mpirun { extra, hosts }),
+            Self::Srun => Box::new(Srun { extra, hosts }),
         }
     }
 }
