@@ -33,18 +33,18 @@ pub struct Sample {
 }
 
 /// Samples the programs of `dest` once (waiting at most `timeout` for the slowest).
-pub async fn sample(s: &mut Session, dest: &IdSet, timeout: Duration) -> anyhow::Result<Sample> {
+pub async fn sample(s: &Session, dest: &IdSet, timeout: Duration) -> crate::Result<Sample> {
     sample_of(s, dest, timeout, "procstat").await
 }
 
 /// Merges the key/value maps `request` returns on `dest` (`procstat`, or `counters`: the
 /// programs' own counters) with the `stats` filter.
 pub async fn sample_of(
-    s: &mut Session,
+    s: &Session,
     dest: &IdSet,
     timeout: Duration,
     request: &str,
-) -> anyhow::Result<Sample> {
+) -> crate::Result<Sample> {
     let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
     let groups = s
         .request_filtered(dest, SyncMode::Timeout(ms), "stats", request.to_owned())
