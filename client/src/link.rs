@@ -255,6 +255,27 @@ impl Handle {
         self.request(ids, SyncMode::Timeout(30_000), req).await
     }
 
+    /// Starts `program` with `args` on every server of `dest` (the OMIS `sdm_start`
+    /// request; `iof`: `pipes` keeps stdout and stderr apart, `pty` gives a terminal).
+    /// Replied groups carry the pids; the other groups say why a rank has no program.
+    pub async fn start_program(
+        &self,
+        dest: &IdSet,
+        program: &str,
+        args: &[String],
+        iof: &str,
+    ) -> Result<Vec<ReplyGroup>> {
+        use sdm_omis::Value;
+        let args: Vec<String> = args.iter().map(|a| Value::Str(a.clone()).to_string()).collect();
+        let req = format!(
+            "0 [] sdm_start({}, [{}], {})",
+            Value::Str(program.to_owned()),
+            args.join(","),
+            Value::Str(iof.to_owned())
+        );
+        self.request(dest, SyncMode::WaitAll, req).await
+    }
+
     /// The next unsolicited event or stdio message, waiting for one; `None` once the link
     /// is closed and every event was taken. Cancel-safe (use it in `select!`); one taker at
     /// a time, the others wait their turn.
