@@ -135,8 +135,9 @@ pub struct sdm_event {
 /// Called with the ranks that printed a line, the line (no newline, not NUL-terminated)
 /// and the `user` pointer given with the handler. Runs on the thread in `sdm_iof_progress`;
 /// the pointers are valid during the call only.
-pub type sdm_line_handler =
-    Option<unsafe extern "C" fn(ranks: *const sdm_idset, line: *const u8, len: usize, user: *mut c_void)>;
+pub type sdm_line_handler = Option<
+    unsafe extern "C" fn(ranks: *const sdm_idset, line: *const u8, len: usize, user: *mut c_void),
+>;
 
 /// Called with the ranks an event came from, its text (NUL-terminated) and `user`.
 pub type sdm_event_handler =
@@ -380,7 +381,9 @@ pub unsafe extern "C" fn sdm_options_set_launcher(
     guard(|| {
         // SAFETY: the caller's promise.
         let (o, l) = unsafe { (arg_mut(o, "options")?, text(launcher, "launcher")?) };
-        o.opts.launcher = l.parse().map_err(|e: String| invalid(format!("launcher {l:?}: {e}")))?;
+        o.opts.launcher = l
+            .parse()
+            .map_err(|e: String| invalid(format!("launcher {l:?}: {e}")))?;
         Ok(())
     })
 }
@@ -564,9 +567,8 @@ pub unsafe extern "C" fn sdm_init(o: *const sdm_options, out: *mut *mut sdm_sess
         };
         if let Some((program, args)) = &o.program {
             let ready = s.session.report().ready.clone();
-            let groups = s
-                .rt
-                .block_on(s.session.start_program(&ready, program, args, "pipes"))?;
+            let groups =
+                s.rt.block_on(s.session.start_program(&ready, program, args, "pipes"))?;
             if !groups.iter().any(|g| g.status == Status::Replied) {
                 let why: Vec<String> = groups
                     .iter()
@@ -678,7 +680,9 @@ pub unsafe extern "C" fn sdm_idset_parse(src: *const c_char, out: *mut *mut sdm_
     guard(|| {
         // SAFETY: the caller's promise.
         let (t, out) = unsafe { (text(src, "text")?, arg_mut(out, "out")?) };
-        let set: IdSet = t.parse().map_err(|e| invalid(format!("id-set {t:?}: {e}")))?;
+        let set: IdSet = t
+            .parse()
+            .map_err(|e| invalid(format!("id-set {t:?}: {e}")))?;
         *out = boxed(sdm_idset(set));
         Ok(())
     })
@@ -1307,7 +1311,13 @@ pub unsafe extern "C" fn sdm_iof_write_stdin(
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller's promise.
-        let (s, ids, data) = unsafe { (arg(s, "session")?, arg(ids, "ids")?, bytes(data, len, "data")?) };
+        let (s, ids, data) = unsafe {
+            (
+                arg(s, "session")?,
+                arg(ids, "ids")?,
+                bytes(data, len, "data")?,
+            )
+        };
         let groups = s.rt.block_on(s.session.write_stdin(&ids.0, data, eof))?;
         match groups.iter().find(|g| g.status != Status::Replied) {
             Some(g) => Err(Failure(

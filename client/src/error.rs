@@ -48,7 +48,9 @@ enum ErrorKind {
 
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("sdm_client::Error").field(&self.inner).finish()
+        f.debug_tuple("sdm_client::Error")
+            .field(&self.inner)
+            .finish()
     }
 }
 

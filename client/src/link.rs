@@ -164,11 +164,7 @@ impl Handle {
     /// filter comes back finished (see [`finish`]). If the master link ends first, the ids
     /// not yet accounted come back as one lost group naming the reason.
     pub async fn collect(&self, op: u64, dest: &IdSet) -> Result<Vec<ReplyGroup>> {
-        let filter = self
-            .shared
-            .pending
-            .get(&op)
-            .and_then(|p| p.filter.clone());
+        let filter = self.shared.pending.get(&op).and_then(|p| p.filter.clone());
         let mut seen = IdSet::new();
         let mut out = Vec::new();
         while let Some(g) = self.next_group(op, dest, &mut seen).await? {
@@ -266,7 +262,10 @@ impl Handle {
         iof: &str,
     ) -> Result<Vec<ReplyGroup>> {
         use sdm_omis::Value;
-        let args: Vec<String> = args.iter().map(|a| Value::Str(a.clone()).to_string()).collect();
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| Value::Str(a.clone()).to_string())
+            .collect();
         let req = format!(
             "0 [] sdm_start({}, [{}], {})",
             Value::Str(program.to_owned()),

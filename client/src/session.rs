@@ -158,8 +158,7 @@ pub fn find_sdm_binary() -> Result<PathBuf> {
     if let Ok(p) = std::env::var("SDM_BIN") {
         return Ok(PathBuf::from(p));
     }
-    let exe =
-        std::env::current_exe().map_err(|e| Error::io("locating the running program", e))?;
+    let exe = std::env::current_exe().map_err(|e| Error::io("locating the running program", e))?;
     if exe.file_name().is_some_and(|n| n == "sdm") {
         return Ok(exe);
     }
@@ -310,9 +309,9 @@ impl Session {
             args: vec!["master".into(), "--frontend".into(), fe_addr.to_string()],
             env,
         };
-        let master = sdm_deploy::Local
-            .launch_one(&master_spec)
-            .map_err(|e| Error::launch(format!("the master {}", master_spec.program.display()), e))?;
+        let master = sdm_deploy::Local.launch_one(&master_spec).map_err(|e| {
+            Error::launch(format!("the master {}", master_spec.program.display()), e)
+        })?;
         let policy = ConnectPolicy::new(key.clone());
         let fe =
             tokio::time::timeout_at(deadline, Frontend::accept_master(&mut *listener, &policy))

@@ -52,7 +52,10 @@ fn jobsnap_in_c_accounts_every_rank() {
         "jobsnap failed: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains(&format!("{N} of {N} servers ready")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{N} of {N} servers ready")),
+        "{stdout}"
+    );
     for rank in 0..N {
         let row = stdout
             .lines()
@@ -63,7 +66,9 @@ fn jobsnap_in_c_accounts_every_rank() {
         assert!(cols[2].parse::<u32>().is_ok(), "pid of rank {rank}: {row}");
     }
     assert!(
-        stdout.lines().any(|l| l == format!("accounted: [0-{}]", N - 1)),
+        stdout
+            .lines()
+            .any(|l| l == format!("accounted: [0-{}]", N - 1)),
         "{stdout}"
     );
 }

@@ -39,7 +39,9 @@ fn covers_exactly(groups: &[ReplyGroup], dest: &IdSet) {
 
 /// A non-empty subset of `0..N` picked by `seed`.
 fn subset(seed: u64) -> IdSet {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     x ^= x >> 29;
     let bits = (x % ((1 << N) - 1)) + 1;
     (0..N).filter(|i| bits & (1 << i) != 0).collect()
@@ -84,7 +86,10 @@ async fn eight_tasks_share_one_session_and_each_gets_its_own_replies() {
                     }
                     // Streamed one group at a time, with a short sleep on the servers.
                     _ => {
-                        let op = h.send(&dest, sync, format!("sleep {}", k % 7)).await.unwrap();
+                        let op = h
+                            .send(&dest, sync, format!("sleep {}", k % 7))
+                            .await
+                            .unwrap();
                         let mut seen = IdSet::new();
                         let mut groups = Vec::new();
                         while let Some(g) = h.next_group(op, &dest, &mut seen).await.unwrap() {
@@ -111,8 +116,17 @@ async fn a_master_killed_mid_flight_answers_every_pending_op_lost() {
     // Ops that cannot finish before the kill: every server sleeps a minute.
     let mut ops = Vec::new();
     for k in 0..20u64 {
-        let dest = if k % 2 == 0 { all.clone() } else { IdSet::single((k % 4) as u32) };
-        ops.push((s.send(&dest, SyncMode::WaitAll, "sleep 60000").await.unwrap(), dest));
+        let dest = if k % 2 == 0 {
+            all.clone()
+        } else {
+            IdSet::single((k % 4) as u32)
+        };
+        ops.push((
+            s.send(&dest, SyncMode::WaitAll, "sleep 60000")
+                .await
+                .unwrap(),
+            dest,
+        ));
     }
     // One op finishes before the kill, so the table holds only the sleeping ones.
     let done = s.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
@@ -150,7 +164,10 @@ async fn a_master_killed_mid_flight_answers_every_pending_op_lost() {
         // The write may still reach a dying socket: then the op is answered lost.
         Ok(groups) => {
             covers_exactly(&groups, &all);
-            assert!(groups.iter().all(|g| g.status == Status::Lost), "{groups:?}");
+            assert!(
+                groups.iter().all(|g| g.status == Status::Lost),
+                "{groups:?}"
+            );
         }
     }
     s.shutdown(Duration::from_secs(10)).await;
