@@ -3,9 +3,8 @@
  * capi/src/lib.rs; do not edit (cargo build -p sdm-capi regenerates it).
  *
  * Ownership: every handle a function returns as non-const (sdm_options, sdm_session,
- * sdm_idset, sdm_reply, sdm_event, char *) belongs to the caller and has one free
- * function (sdm_options_free, sdm_finalize, sdm_idset_free, sdm_reply_free,
- * sdm_event_free, sdm_string_free); const pointers are borrowed from the handle they
+ * sdm_idset, sdm_reply, char *) belongs to the caller and has one free function
+ * (sdm_options_free, sdm_finalize, sdm_idset_free, sdm_reply_free, sdm_string_free); const pointers are borrowed from the handle they
  * came from and live as long as it. Functions returning int give SDM_OK (0) or a
  * negative SDM_ERR_* code, described by sdm_last_error() on the same thread.
  * A session may be used from several threads at once.
@@ -94,14 +93,10 @@
 #define SDM_EVENT_STDIO 1
 
 /**
- * One reply group: status, the ids it covers, payload bytes (borrowed from its reply).
+ * One reply group (or event): status, the ids it covers, payload bytes (borrowed from
+ * its reply).
  */
 typedef struct sdm_aggregate sdm_aggregate;
-
-/**
- * An event or stdio message (freed by `sdm_event_free`).
- */
-typedef struct sdm_event sdm_event;
 
 /**
  * A set of server ids (`sdm_idset_new` and friends, freed by `sdm_idset_free`).
@@ -114,8 +109,8 @@ typedef struct sdm_idset sdm_idset;
 typedef struct sdm_options sdm_options;
 
 /**
- * Every reply group of one op, accounting for each destination id once (freed by
- * `sdm_reply_free`).
+ * Every reply group of one op, accounting for each destination id once, or one event
+ * (freed by `sdm_reply_free`).
  */
 typedef struct sdm_reply sdm_reply;
 
@@ -471,46 +466,16 @@ const uint8_t *sdm_aggregate_payload(const sdm_aggregate *g, size_t *len);
 
 /**
  * Waits up to `timeout_ms` (negative: without limit, 0: only what already arrived) for
- * the next event or stdio message and stores it at `*out` (free with `sdm_event_free`).
- * `SDM_ERR_TIMEOUT`: none came; `SDM_ERR_CLOSED`: the link is closed and every event was
- * taken. Use either this or the `sdm_iof_*` handlers on a session, not both.
+ * the next event or stdio message. It comes as a reply of one group at `*out` (free with
+ * `sdm_reply_free`; status `SDM_STATUS_REPLIED`, the ranks it came from, its payload),
+ * and `*kind` receives `SDM_EVENT_EVENT` or `SDM_EVENT_STDIO`. `SDM_ERR_TIMEOUT`: none
+ * came; `SDM_ERR_CLOSED`: the link is closed and every event was taken. Use either this
+ * or the `sdm_iof_*` handlers on a session, not both.
  *
  * # Safety
- * `s` NULL or live; `out` NULL or writable.
+ * `s` NULL or live; `kind` and `out` NULL or writable.
  */
-int sdm_event_next(const sdm_session *s, int32_t timeout_ms, sdm_event **out);
-
-/**
- * The event's kind: `SDM_EVENT_EVENT` or `SDM_EVENT_STDIO` (`SDM_ERR_INVALID` for NULL).
- *
- * # Safety
- * `e` is NULL or a live event.
- */
-int sdm_event_kind(const sdm_event *e);
-
-/**
- * The ranks the event came from, borrowed from it (do not free).
- *
- * # Safety
- * `e` is NULL or a live event.
- */
-const sdm_idset *sdm_event_idset(const sdm_event *e);
-
-/**
- * The event's payload, borrowed from it; `*len` receives its length.
- *
- * # Safety
- * `e` is NULL or a live event; `len` is NULL or writable.
- */
-const uint8_t *sdm_event_payload(const sdm_event *e, size_t *len);
-
-/**
- * Frees an event (NULL is ignored).
- *
- * # Safety
- * `e` is NULL or an event from `sdm_event_next`, not freed before.
- */
-void sdm_event_free(sdm_event *e);
+int sdm_event_next(const sdm_session *s, int32_t timeout_ms, int *kind, sdm_reply **out);
 
 /**
  * Calls `handler(ranks, line, len, user)` for every merged line the programs print on

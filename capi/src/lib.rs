@@ -112,24 +112,18 @@ pub struct sdm_options {
 /// A set of server ids (`sdm_idset_new` and friends, freed by `sdm_idset_free`).
 pub struct sdm_idset(IdSet);
 
-/// One reply group: status, the ids it covers, payload bytes (borrowed from its reply).
+/// One reply group (or event): status, the ids it covers, payload bytes (borrowed from
+/// its reply).
 pub struct sdm_aggregate {
     status: c_int,
     ids: sdm_idset,
     payload: Bytes,
 }
 
-/// Every reply group of one op, accounting for each destination id once (freed by
-/// `sdm_reply_free`).
+/// Every reply group of one op, accounting for each destination id once, or one event
+/// (freed by `sdm_reply_free`).
 pub struct sdm_reply {
     groups: Vec<sdm_aggregate>,
-}
-
-/// An event or stdio message (freed by `sdm_event_free`).
-pub struct sdm_event {
-    kind: c_int,
-    ids: sdm_idset,
-    payload: Bytes,
 }
 
 /// Called with the ranks that printed a line, the line (no newline, not NUL-terminated)
@@ -1068,21 +1062,30 @@ pub unsafe extern "C" fn sdm_aggregate_payload(
 // ---- events -----------------------------------------------------------------------------
 
 /// Waits up to `timeout_ms` (negative: without limit, 0: only what already arrived) for
-/// the next event or stdio message and stores it at `*out` (free with `sdm_event_free`).
-/// `SDM_ERR_TIMEOUT`: none came; `SDM_ERR_CLOSED`: the link is closed and every event was
-/// taken. Use either this or the `sdm_iof_*` handlers on a session, not both.
+/// the next event or stdio message. It comes as a reply of one group at `*out` (free with
+/// `sdm_reply_free`; status `SDM_STATUS_REPLIED`, the ranks it came from, its payload),
+/// and `*kind` receives `SDM_EVENT_EVENT` or `SDM_EVENT_STDIO`. `SDM_ERR_TIMEOUT`: none
+/// came; `SDM_ERR_CLOSED`: the link is closed and every event was taken. Use either this
+/// or the `sdm_iof_*` handlers on a session, not both.
 ///
 /// # Safety
-/// `s` NULL or live; `out` NULL or writable.
+/// `s` NULL or live; `kind` and `out` NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sdm_event_next(
     s: *const sdm_session,
     timeout_ms: i32,
-    out: *mut *mut sdm_event,
+    kind: *mut c_int,
+    out: *mut *mut sdm_reply,
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller's promise.
-        let (s, out) = unsafe { (arg(s, "session")?, arg_mut(out, "out")?) };
+        let (s, kind, out) = unsafe {
+            (
+                arg(s, "session")?,
+                arg_mut(kind, "kind")?,
+                arg_mut(out, "out")?,
+            )
+        };
         *out = std::ptr::null_mut();
         let next = s.rt.block_on(async {
             match u64::try_from(timeout_ms) {
@@ -1107,64 +1110,18 @@ pub unsafe extern "C" fn sdm_event_next(
                 ));
             }
         };
-        *out = boxed(sdm_event {
-            kind: if m.kind == Kind::Stdio {
-                SDM_EVENT_STDIO
-            } else {
-                SDM_EVENT_EVENT
-            },
-            ids: sdm_idset(m.source),
+        *kind = if m.kind == Kind::Stdio {
+            SDM_EVENT_STDIO
+        } else {
+            SDM_EVENT_EVENT
+        };
+        *out = reply(vec![ReplyGroup {
+            status: Status::Replied,
+            sources: m.source,
             payload: m.payload,
-        });
+        }]);
         Ok(())
     })
-}
-
-/// The event's kind: `SDM_EVENT_EVENT` or `SDM_EVENT_STDIO` (`SDM_ERR_INVALID` for NULL).
-///
-/// # Safety
-/// `e` is NULL or a live event.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sdm_event_kind(e: *const sdm_event) -> c_int {
-    // SAFETY: the caller's promise.
-    unsafe { e.as_ref() }.map_or(SDM_ERR_INVALID, |e| e.kind)
-}
-
-/// The ranks the event came from, borrowed from it (do not free).
-///
-/// # Safety
-/// `e` is NULL or a live event.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sdm_event_idset(e: *const sdm_event) -> *const sdm_idset {
-    // SAFETY: the caller's promise.
-    unsafe { e.as_ref() }.map_or(std::ptr::null(), |e| &e.ids as *const sdm_idset)
-}
-
-/// The event's payload, borrowed from it; `*len` receives its length.
-///
-/// # Safety
-/// `e` is NULL or a live event; `len` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sdm_event_payload(e: *const sdm_event, len: *mut usize) -> *const u8 {
-    // SAFETY: the caller's promise.
-    let (p, n) = unsafe { e.as_ref() }.map_or((std::ptr::null(), 0), |e| {
-        (e.payload.as_ptr(), e.payload.len())
-    });
-    // SAFETY: the caller's promise.
-    if let Some(len) = unsafe { len.as_mut() } {
-        *len = n;
-    }
-    p
-}
-
-/// Frees an event (NULL is ignored).
-///
-/// # Safety
-/// `e` is NULL or an event from `sdm_event_next`, not freed before.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sdm_event_free(e: *mut sdm_event) {
-    // SAFETY: the caller's promise.
-    unsafe { free(e) }
 }
 
 // ---- stdio ------------------------------------------------------------------------------
@@ -1175,6 +1132,18 @@ fn with_iof<T>(s: &sdm_session, f: impl FnOnce(&mut Iof) -> T) -> T {
     let mut iof = lock(&s.iof);
     let iof = iof.get_or_insert_with(|| Iof::new(s.session.all(), Duration::from_secs(5)));
     f(iof)
+}
+
+/// Runs `f` on the stdio handlers of session `s` (for the exported setters).
+///
+/// # Safety
+/// `s` is NULL or a live session.
+unsafe fn on_iof(s: *const sdm_session, f: impl FnOnce(&mut Iof)) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise.
+        with_iof(unsafe { arg(s, "session") }?, f);
+        Ok(())
+    })
 }
 
 /// A line handler for [`Iof`] calling the C handler `h` (NULL: lines are dropped).
@@ -1203,14 +1172,12 @@ pub unsafe extern "C" fn sdm_iof_set_stdout_handler(
     handler: sdm_line_handler,
     user: *mut c_void,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's promise.
-        let s = unsafe { arg(s, "session") }?;
-        with_iof(s, |iof| {
+    // SAFETY: the caller's promise.
+    unsafe {
+        on_iof(s, |iof| {
             iof.set_stdout_handler(line_handler(handler, user));
-        });
-        Ok(())
-    })
+        })
+    }
 }
 
 /// As `sdm_iof_set_stdout_handler`, for standard error.
@@ -1223,14 +1190,12 @@ pub unsafe extern "C" fn sdm_iof_set_stderr_handler(
     handler: sdm_line_handler,
     user: *mut c_void,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's promise.
-        let s = unsafe { arg(s, "session") }?;
-        with_iof(s, |iof| {
+    // SAFETY: the caller's promise.
+    unsafe {
+        on_iof(s, |iof| {
             iof.set_stderr_handler(line_handler(handler, user));
-        });
-        Ok(())
-    })
+        })
+    }
 }
 
 /// Calls `handler(ranks, text, user)` for every event (a program's end:
@@ -1244,22 +1209,21 @@ pub unsafe extern "C" fn sdm_iof_set_event_handler(
     handler: sdm_event_handler,
     user: *mut c_void,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's promise.
-        let s = unsafe { arg(s, "session") }?;
-        let cb = Callback { f: handler, user };
-        with_iof(s, |iof| {
-            iof.set_event_handler(move |ids, text| {
-                let cb = &cb;
-                if let (Some(f), Ok(t)) = (cb.f, CString::new(text)) {
-                    let ranks = sdm_idset(ids.clone());
-                    // SAFETY: as in `line_handler`.
-                    unsafe { f(&ranks, t.as_ptr(), cb.user) }
-                }
-            });
-        });
-        Ok(())
-    })
+    let cb = Callback { f: handler, user };
+    let forward = move |ids: &IdSet, text: &str| {
+        let cb = &cb;
+        if let (Some(f), Ok(t)) = (cb.f, CString::new(text)) {
+            let ranks = sdm_idset(ids.clone());
+            // SAFETY: as in `line_handler`.
+            unsafe { f(&ranks, t.as_ptr(), cb.user) }
+        }
+    };
+    // SAFETY: the caller's promise.
+    unsafe {
+        on_iof(s, |iof| {
+            iof.set_event_handler(forward);
+        })
+    }
 }
 
 /// Hands the programs' output and events to the handlers as they arrive, for `ms`
@@ -1272,11 +1236,11 @@ pub unsafe extern "C" fn sdm_iof_progress(s: *const sdm_session, ms: u32) -> c_i
     guard(|| {
         // SAFETY: the caller's promise.
         let s = unsafe { arg(s, "session") }?;
-        let mut iof = lock(&s.iof);
-        let iof = iof.get_or_insert_with(|| Iof::new(s.session.all(), Duration::from_secs(5)));
-        s.rt.block_on(async {
-            let until = tokio::time::Instant::now() + Duration::from_millis(u64::from(ms));
-            s.session.pump_stdio(iof, until).await
+        with_iof(s, |iof| {
+            s.rt.block_on(async {
+                let until = tokio::time::Instant::now() + Duration::from_millis(u64::from(ms));
+                s.session.pump_stdio(iof, until).await
+            })
         })?;
         Ok(())
     })
@@ -1288,12 +1252,8 @@ pub unsafe extern "C" fn sdm_iof_progress(s: *const sdm_session, ms: u32) -> c_i
 /// `s` NULL or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sdm_iof_flush(s: *const sdm_session) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's promise.
-        let s = unsafe { arg(s, "session") }?;
-        with_iof(s, Iof::flush);
-        Ok(())
-    })
+    // SAFETY: the caller's promise.
+    unsafe { on_iof(s, Iof::flush) }
 }
 
 /// Writes `len` bytes to the standard input of the programs on `ids`; with `eof`, then
@@ -1437,7 +1397,6 @@ mod tests {
             assert!(sdm_reply_group(std::ptr::null(), 0).is_null());
             assert_eq!(sdm_aggregate_status(std::ptr::null()), SDM_ERR_INVALID);
             sdm_reply_free(std::ptr::null_mut());
-            sdm_event_free(std::ptr::null_mut());
             assert_eq!(sdm_finalize(std::ptr::null_mut(), 0), SDM_OK);
         }
     }

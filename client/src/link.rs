@@ -7,7 +7,27 @@
 //! requests can be in flight at once. Every destination id is accounted: the tree answers
 //! each (replied, lost, timed out), and if the master link dies every pending op's missing
 //! ids come back as one lost group naming the reason. Events and stdio go to their own
-//! queue; the output credit ([`flow::Grant`]) goes back to the master as the tool takes them.
+//! queue; the output credit ([`flow::Grant`]) for what the tool took goes back to the master
+//! when it next waits or sends.
+//!
+//! ```no_run
+//! # async fn demo(session: sdm_client::Session) -> Result<(), sdm_client::Error> {
+//! use sdm_proto::{IdSet, SyncMode};
+//! let mut tasks = Vec::new();
+//! for rank in 0..session.size() {
+//!     let link = session.handle();
+//!     tasks.push(tokio::spawn(async move {
+//!         // Each task's request is in flight with the others' and gets only its replies.
+//!         link.request(&IdSet::single(rank), SyncMode::WaitAll, "info").await
+//!     }));
+//! }
+//! for t in tasks {
+//!     for group in t.await.expect("task")? {
+//!         println!("{} {:?}", group.sources, group.payload);
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex};
@@ -127,6 +147,7 @@ impl Handle {
     /// built, e.g. with [`Message::for_service`]) under a fresh op id, which it returns.
     /// The op is registered before the command leaves, so no reply can miss it.
     pub async fn send_command(&self, mut m: Message) -> Result<u64> {
+        self.hand_back_credit();
         let op = self.shared.next_op.fetch_add(1, Ordering::Relaxed);
         m.op = op;
         m.kind = Kind::Command;
@@ -190,6 +211,7 @@ impl Handle {
             self.shared.pending.remove(&op);
             return Ok(None);
         }
+        self.hand_back_credit();
         // Clone the queue out: the table's shard lock is never held across an await.
         let rx = match self.shared.pending.get(&op) {
             Some(p) => p.rx.clone(),
@@ -279,6 +301,7 @@ impl Handle {
     /// is closed and every event was taken. Cancel-safe (use it in `select!`); one taker at
     /// a time, the others wait their turn.
     pub async fn next_event(&self) -> Option<Message> {
+        self.hand_back_credit();
         let m = self.shared.events.lock().await.recv().await?;
         self.taken(&m);
         Some(m)
@@ -291,15 +314,25 @@ impl Handle {
         Some(m)
     }
 
-    /// Counts an event or stdio frame handed to the tool; once enough was taken, its credit
-    /// goes back to the master, so output flows only as fast as the tool takes it.
+    /// Counts an event or stdio frame handed to the tool; its credit goes back to the
+    /// master when the tool next waits or sends ([`Handle::hand_back_credit`]).
     fn taken(&self, m: &Message) {
-        if !flow::is_bulk(m.kind) {
-            return;
+        if flow::is_bulk(m.kind) {
+            self.grant().count(m);
         }
+    }
+
+    fn grant(&self) -> std::sync::MutexGuard<'_, flow::Grant> {
+        self.shared.grant.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands the credit for the output the tool took back to the master, once enough was
+    /// taken to be worth a frame; called as the tool next waits for an event or a reply, or
+    /// sends: output flows only as fast as the tool takes it, and what the front-end holds
+    /// unread between two such calls stays within one window.
+    fn hand_back_credit(&self) {
         let credit = {
-            let mut g = self.shared.grant.lock().unwrap_or_else(|p| p.into_inner());
-            g.count(m);
+            let mut g = self.grant();
             (g.pending() >= flow::GRANT_STEP).then(|| g.flush())
         };
         if let Some(frame) = credit {
