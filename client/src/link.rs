@@ -420,3 +420,147 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handle on one end of an in-memory link, and the master's end as a bare link.
+    fn pair() -> (Handle, Link) {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let link = |s: tokio::io::DuplexStream, peer: &str| {
+            let (r, w) = tokio::io::split(s);
+            Link::new(Box::new(r), Box::new(w), peer, sdm_proto::DEFAULT_MAX_FRAME)
+        };
+        let handle = Handle::spawn(link(a, "master"), Arc::new(Registry::new()));
+        (handle, link(b, "front-end"))
+    }
+
+    async fn command(master: &mut Link) -> Message {
+        loop {
+            let m = master
+                .reader
+                .next()
+                .await
+                .expect("a frame")
+                .expect("decodes");
+            if m.kind == Kind::Command {
+                return m;
+            }
+        }
+    }
+
+    fn reply(op: u64, ids: &str, payload: &'static str) -> Message {
+        Message::reply(
+            op,
+            ids.parse().unwrap(),
+            Status::Replied,
+            Bytes::from_static(payload.as_bytes()),
+        )
+    }
+
+    #[tokio::test]
+    async fn replies_reach_their_own_op_whatever_the_order_and_events_their_queue() {
+        let (h, mut master) = pair();
+        let (d1, d2): (IdSet, IdSet) = ("[0-3]".parse().unwrap(), "[2,5]".parse().unwrap());
+        let op1 = h.send(&d1, SyncMode::WaitAll, "one").await.unwrap();
+        let op2 = h.send(&d2, SyncMode::WaitAll, "two").await.unwrap();
+        assert_ne!(op1, op2);
+        let (c1, c2) = (command(&mut master).await, command(&mut master).await);
+        assert_eq!((c1.op, c2.op), (op1, op2));
+        let mut event = reply(0, "[1]", "process_terminated(\"exited\",0)");
+        event.kind = Kind::Event;
+        for m in [
+            reply(op2, "[5]", "b"),
+            reply(op1, "[0-1]", "a"),
+            event,
+            reply(op2, "[2]", "b"),
+            reply(op1, "[2-3]", "a"),
+        ] {
+            master.writer.send(&m).await.unwrap();
+        }
+        let (g1, g2) = tokio::join!(h.collect(op1, &d1), h.collect(op2, &d2));
+        let ids = |gs: &[ReplyGroup], want: &[u8]| {
+            assert!(gs.iter().all(|g| &g.payload[..] == want), "{gs:?}");
+            gs.iter().fold(IdSet::new(), |acc, g| &acc | &g.sources)
+        };
+        assert_eq!(ids(&g1.unwrap(), b"a"), d1);
+        assert_eq!(ids(&g2.unwrap(), b"b"), d2);
+        let e = h.next_event().await.unwrap();
+        assert_eq!((e.kind, e.source), (Kind::Event, IdSet::single(1)));
+        assert_eq!(h.pending_ops(), 0);
+        // An op that is not in flight is refused, not waited for.
+        let err = h.collect(op1, &d1).await.unwrap_err();
+        assert!(err.is_invalid(), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_dead_link_answers_the_missing_ids_lost_and_refuses_new_sends() {
+        let (h, mut master) = pair();
+        let dest: IdSet = "[0-7]".parse().unwrap();
+        let op = h.send(&dest, SyncMode::WaitAll, "x").await.unwrap();
+        command(&mut master).await;
+        master.writer.send(&reply(op, "[0-2]", "ok")).await.unwrap();
+        drop(master);
+        let groups = h.collect(op, &dest).await.unwrap();
+        assert_eq!(groups.len(), 2, "{groups:?}");
+        assert_eq!(groups[0].sources, "[0-2]".parse().unwrap());
+        assert_eq!(groups[1].status, Status::Lost);
+        assert_eq!(groups[1].sources, "[3-7]".parse().unwrap());
+        assert_eq!(
+            &groups[1].payload[..],
+            b"master link lost: master closed the connection"
+        );
+        assert!(h.next_event().await.is_none());
+        // The writer finds the link gone (at once, or after the first frame it buffers).
+        let mut refused = None;
+        for _ in 0..64 {
+            if let Err(e) = h.send(&dest, SyncMode::WaitAll, "again").await {
+                refused = Some(e);
+                break;
+            }
+        }
+        assert!(refused.expect("a send fails").is_closed());
+    }
+
+    #[tokio::test]
+    async fn output_credit_goes_back_as_the_tool_takes_output() {
+        let (h, mut master) = pair();
+        let line = |i: u64| {
+            let mut m = Message::reply(
+                i,
+                IdSet::single(0),
+                Status::Replied,
+                Bytes::from(vec![b'x'; 1000]),
+            );
+            m.kind = Kind::Stdio;
+            m
+        };
+        // A window's worth of output.
+        let n = (flow::WINDOW / flow::cost(&line(0))) as u64;
+        for i in 0..n {
+            master.writer.feed(&line(i)).await.unwrap();
+        }
+        master.writer.flush().await.unwrap();
+        // The tool takes a grant step's worth, then sends: the first frame the master
+        // gets is the credit for exactly what was taken, then the command.
+        let mut taken = 0;
+        while taken < flow::GRANT_STEP {
+            taken += flow::cost(&h.next_event().await.unwrap());
+        }
+        let op = h
+            .send(&IdSet::single(0), SyncMode::WaitAll, "ping")
+            .await
+            .unwrap();
+        let credit = master.reader.next().await.unwrap().unwrap();
+        assert_eq!(flow::parse_credit(&credit), Some(taken));
+        assert_eq!(command(&mut master).await.op, op);
+        // Nothing more is owed until more is taken.
+        let op = h
+            .send(&IdSet::single(0), SyncMode::WaitAll, "ping")
+            .await
+            .unwrap();
+        let next = master.reader.next().await.unwrap().unwrap();
+        assert_eq!((next.kind, next.op), (Kind::Command, op));
+    }
+}
