@@ -233,7 +233,8 @@ int sdm_options_add_filter_plugin(sdm_options *o, const char *path);
 /**
  * Sets a program (`argv[0]` and its arguments, `argc` strings) that every ready server
  * starts under its control once the tree is up, its stdout and stderr kept apart (take
- * them with the `sdm_iof_*` handlers). `sdm_init` fails if no server could start it.
+ * them with the `sdm_iof_*` handlers). `sdm_init` fails (`SDM_ERR_LAUNCH`, naming the
+ * ranks and why) if a server could not start it.
  *
  * # Safety
  * `o` is NULL or live options; `argv` points to `argc` C strings.

@@ -508,7 +508,8 @@ pub unsafe extern "C" fn sdm_options_add_filter_plugin(
 
 /// Sets a program (`argv[0]` and its arguments, `argc` strings) that every ready server
 /// starts under its control once the tree is up, its stdout and stderr kept apart (take
-/// them with the `sdm_iof_*` handlers). `sdm_init` fails if no server could start it.
+/// them with the `sdm_iof_*` handlers). `sdm_init` fails (`SDM_ERR_LAUNCH`, naming the
+/// ranks and why) if a server could not start it.
 ///
 /// # Safety
 /// `o` is NULL or live options; `argv` points to `argc` C strings.
@@ -561,17 +562,18 @@ pub unsafe extern "C" fn sdm_init(o: *const sdm_options, out: *mut *mut sdm_sess
         };
         if let Some((program, args)) = &o.program {
             let ready = s.session.report().ready.clone();
-            let groups =
+            let start =
                 s.rt.block_on(s.session.start_program(&ready, program, args, "pipes"))?;
-            if !groups.iter().any(|g| g.status == Status::Replied) {
-                let why: Vec<String> = groups
+            if !start.failed.is_empty() {
+                let why: Vec<String> = start
+                    .failed
                     .iter()
-                    .map(|g| format!("{}: {}", g.sources, String::from_utf8_lossy(&g.payload)))
+                    .map(|(ids, why)| format!("{ids}: {why}"))
                     .collect();
                 finish(s, Duration::from_secs(10));
                 return Err(Failure(
                     SDM_ERR_LAUNCH,
-                    format!("no server could start {program}: {}", why.join("; ")),
+                    format!("{program} did not start on {}", why.join("; ")),
                 ));
             }
         }

@@ -30,6 +30,6 @@ pub mod session;
 pub mod top;
 
 pub use error::{Error, Result};
-pub use link::Handle;
+pub use link::{Handle, ProgramStart};
 pub use sdm_omis as omis;
 pub use session::{LaunchReport, Progress, Session, SessionOptions};

@@ -48,6 +48,15 @@ use crate::error::{Error, Result};
 /// Why a link closed when the reader did not say (its task was stopped).
 const SHUT_DOWN: &str = "the session was shut down";
 
+/// What [`Handle::start_program`] achieved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProgramStart {
+    /// Ranks that run the program.
+    pub started: IdSet,
+    /// Ranks that do not, with why (the server's error, lost, timed out).
+    pub failed: Vec<(IdSet, String)>,
+}
+
 /// One op in flight: where the reader files its groups and how it is finished.
 struct PendingOp {
     /// The reader's end: each reply group of this op, in arrival order.
@@ -274,15 +283,15 @@ impl Handle {
     }
 
     /// Starts `program` with `args` on every server of `dest` (the OMIS `sdm_start`
-    /// request; `iof`: `pipes` keeps stdout and stderr apart, `pty` gives a terminal).
-    /// Replied groups carry the pids; the other groups say why a rank has no program.
+    /// request; `iof`: `pipes` keeps stdout and stderr apart, `pty` gives a terminal) and
+    /// says which ranks run it and why the others do not.
     pub async fn start_program(
         &self,
         dest: &IdSet,
         program: &str,
         args: &[String],
         iof: &str,
-    ) -> Result<Vec<ReplyGroup>> {
+    ) -> Result<ProgramStart> {
         use sdm_omis::Value;
         let args: Vec<String> = args
             .iter()
@@ -294,7 +303,22 @@ impl Handle {
             args.join(","),
             Value::Str(iof.to_owned())
         );
-        self.request(dest, SyncMode::WaitAll, req).await
+        let mut out = ProgramStart::default();
+        for g in self.request(dest, SyncMode::WaitAll, req).await? {
+            let text = String::from_utf8_lossy(&g.payload).into_owned();
+            // A started program's reply carries its pid; anything else says why not.
+            let pid = (g.status == Status::Replied)
+                .then(|| sdm_omis::parse_reply(&text).ok())
+                .flatten()
+                .and_then(|r| r.0.into_iter().next())
+                .is_some_and(|r| matches!(r.results.first(), Some(Value::Int(_))));
+            if pid {
+                out.started.union_with(&g.sources);
+            } else {
+                out.failed.push((g.sources, text));
+            }
+        }
+        Ok(out)
     }
 
     /// The next unsolicited event or stdio message, waiting for one; `None` once the link

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// libsdm.so as cargo built it for this test run (sdm-capi is a dev-dependency): in
 /// target/<profile>/deps/ next to the test binary, or one directory up.
@@ -22,13 +23,13 @@ fn capi_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi")
 }
 
-/// Compiles capi/examples/`name`.c (with extra `flags`) against sdm.h and libsdm.so, runs
-/// it with `args` over real daemons, and returns its standard output once it succeeded.
-fn build_and_run(name: &str, flags: &[&str], args: &[String]) -> String {
-    let lib = libsdm_dir();
+/// Compiles capi/examples/`name`.c (with extra `flags`) against sdm.h and libsdm.so into an
+/// executable of its own (tests run in parallel: none may rewrite another's program).
+fn build(name: &str, flags: &[&str]) -> PathBuf {
+    static BUILT: AtomicUsize = AtomicUsize::new(0);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(name);
+    let exe = dir.join(format!("{name}-{}", BUILT.fetch_add(1, Ordering::Relaxed)));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     sdm_e2e::run_ok(
         Command::new(cc)
@@ -39,15 +40,25 @@ fn build_and_run(name: &str, flags: &[&str], args: &[String]) -> String {
             .arg("-o")
             .arg(&exe)
             .arg("-L")
-            .arg(&lib)
+            .arg(libsdm_dir())
             .arg("-lsdm"),
     );
-    let out = Command::new(&exe)
+    exe
+}
+
+/// Runs the C program `exe` with `args` over real daemons.
+fn run(exe: &Path, args: &[String]) -> std::process::Output {
+    Command::new(exe)
         .args(args)
-        .env("LD_LIBRARY_PATH", &lib)
+        .env("LD_LIBRARY_PATH", libsdm_dir())
         .env("SDM_BIN", sdm_e2e::sdm())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// [`build`] and [`run`]; its standard output once it succeeded.
+fn build_and_run(name: &str, flags: &[&str], args: &[String]) -> String {
+    let out = run(&build(name, flags), args);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -91,5 +102,36 @@ fn c_threads_share_one_session_and_each_gets_its_own_replies() {
             .lines()
             .any(|l| l == "threads ok: 4 threads x 30 requests"),
         "{stdout}"
+    );
+}
+
+#[test]
+fn c_program_output_comes_through_the_iof_handlers() {
+    let args = ["4", "sh", "-c", "echo hello; echo oops >&2"].map(String::from);
+    let stdout = build_and_run("prun", &[], &args);
+    for want in ["[0-3] out: hello", "[0-3] err: oops"] {
+        assert!(
+            stdout.lines().any(|l| l == want),
+            "{want:?} not in:\n{stdout}"
+        );
+    }
+    let ended = stdout
+        .lines()
+        .filter_map(|l| l.strip_suffix(" event: process_terminated(\"exited\",0)"))
+        .fold(sdm_proto::IdSet::new(), |acc, ids| {
+            &acc | &ids.parse::<sdm_proto::IdSet>().unwrap()
+        });
+    assert_eq!(ended, sdm_proto::IdSet::all(4), "{stdout}");
+}
+
+#[test]
+fn a_c_program_that_cannot_start_fails_sdm_init_naming_it() {
+    let exe = build("prun", &[]);
+    let out = run(&exe, &["3", "/nonexistent/prog"].map(String::from));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("prun: launch: /nonexistent/prog did not start on [0-2]"),
+        "{stderr}"
     );
 }
