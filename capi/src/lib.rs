@@ -52,7 +52,13 @@
 //! ```
 //!
 //! Build: `cc tool.c -Icapi/include -Ltarget/debug -lsdm`; the daemons are the `sdm`
-//! binary (`sdm_options_set_sdm_binary`, `$SDM_BIN`, or next to the tool).
+//! binary (`sdm_options_set_sdm_binary`, `$SDM_BIN`, or next to the tool). More in
+//! `capi/examples/`: `jobsnap.c` (LaunchMON's Jobsnap), `prun.c` (a program under every
+//! server, its output through the `sdm_iof_*` handlers), `threads.c` (one session, several
+//! threads). The end-to-end tests build and run each of them and this quick-start.
+//!
+//! Not in the C API yet: attaching to a tree started by other means (the Rust
+//! `Session::attach` takes an accepted master link).
 #![allow(non_camel_case_types)]
 
 use std::cell::RefCell;

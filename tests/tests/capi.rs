@@ -26,6 +26,11 @@ fn capi_dir() -> PathBuf {
 /// Compiles capi/examples/`name`.c (with extra `flags`) against sdm.h and libsdm.so into an
 /// executable of its own (tests run in parallel: none may rewrite another's program).
 fn build(name: &str, flags: &[&str]) -> PathBuf {
+    build_source(name, &capi_dir().join(format!("examples/{name}.c")), flags)
+}
+
+/// [`build`] for the C source `src`.
+fn build_source(name: &str, src: &Path, flags: &[&str]) -> PathBuf {
     static BUILT: AtomicUsize = AtomicUsize::new(0);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -36,7 +41,7 @@ fn build(name: &str, flags: &[&str]) -> PathBuf {
             .args(["-Wall", "-Werror", "-std=c11", "-I"])
             .arg(capi_dir().join("include"))
             .args(flags)
-            .arg(capi_dir().join(format!("examples/{name}.c")))
+            .arg(src)
             .arg("-o")
             .arg(&exe)
             .arg("-L")
@@ -134,4 +139,40 @@ fn a_c_program_that_cannot_start_fails_sdm_init_naming_it() {
         stderr.starts_with("prun: launch: /nonexistent/prog did not start on [0-2]"),
         "{stderr}"
     );
+}
+
+/// The C quick-start of capi/src/lib.rs's crate docs, as a tool author would copy it.
+#[test]
+fn the_c_quick_start_in_the_crate_docs_builds_and_runs() {
+    let docs = std::fs::read_to_string(capi_dir().join("src/lib.rs")).unwrap();
+    let code: Vec<&str> = docs
+        .lines()
+        .skip_while(|l| *l != "//! ```c")
+        .skip(1)
+        .take_while(|l| *l != "//! ```")
+        .map(|l| {
+            l.strip_prefix("//! ")
+                .unwrap_or(l.trim_start_matches("//!"))
+        })
+        .collect();
+    assert!(code.len() > 10, "no C quick-start in the crate docs");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("quickstart.c");
+    std::fs::write(&src, code.join("\n")).unwrap();
+    let out = run(&build_source("quickstart", &src, &[]), &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One group per server (their pids differ), each replied (status 0) with its info line.
+    for rank in 0..8 {
+        let want = format!("[{rank}] 0 host=");
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&want)),
+            "{want:?} not in:\n{stdout}"
+        );
+    }
 }
