@@ -20,12 +20,12 @@ use sdm_overlay::transport::{Address, TransportConfig, transport_for};
 #[cfg(feature = "quic")]
 use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
 use sdm_proto::{IdSet, Message, Status, SyncMode};
-
-use crate::error::{Error, Result};
-use crate::link::Handle;
 use sdm_topology::Shape;
 
 use sdm_overlay::init::{INIT_SERVICE, InitSpec};
+
+use crate::error::{Error, Result};
+use crate::link::Handle;
 
 /// How to launch a tree.
 #[derive(Debug, Clone)]
