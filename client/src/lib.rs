@@ -5,12 +5,16 @@
 //!
 //! - [`session`]: [`Session`] and [`SessionOptions`]: launch/attach, send, collect,
 //!   requests, events, stdin, shutdown.
+//! - [`link`]: [`Handle`], the master link shared by concurrent senders (a table of
+//!   pending operations filled by one reader task).
 //! - [`service`]: commands tagged with their service (the stock services' names, helpers).
 //! - [`iof`]: stdio handlers (the programs' output and events, merged line by line).
 //! - [`health`]: the tree's health per subtree (full, degraded, partial, lost).
 //! - [`top`]: job-wide process metrics, merged by the `stats` filter.
 //! - [`counters`]: the Rust client a program uses to feed its own counters to its server.
 //! - [`omis`]: the OMIS request/reply language (the `sdm-omis` crate, re-exported).
+//!
+//! Errors are one opaque [`Error`]: ask `is_timeout()`, `is_closed()`, `is_launch()`.
 //!
 //! # Features
 //!
@@ -19,11 +23,15 @@
 //!   rustls and rcgen are not compiled.
 
 pub mod counters;
+mod error;
 pub mod health;
 pub mod iof;
+pub mod link;
 pub mod service;
 pub mod session;
 pub mod top;
 
+pub use error::{Error, Result};
+pub use link::{Handle, ProgramStart};
 pub use sdm_omis as omis;
 pub use session::{LaunchReport, Progress, Session, SessionOptions};

@@ -442,7 +442,7 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
     };
     let quiet = a.json;
     let n = a.n;
-    let mut session = Session::launch(&opts, |p| match (&bar, p) {
+    let session = Session::launch(&opts, |p| match (&bar, p) {
         (Some(b), Progress::Listening { count, .. }) => {
             b.set_message("servers listening");
             b.set_position(u64::from(*count));
