@@ -33,9 +33,9 @@ for n in $SIZES; do
   for rep in $(seq "$REPS"); do
     setsid srun --overcommit -n "$n" sleep 3600 </dev/null >/dev/null 2>&1 &
     job=$!
-    # The table is complete once srun has every task.
+    # The table is complete once srun has every task, each with its pid.
     for _ in $(seq 600); do
-      have=$("$SDM" attach "$job" --table 2>/dev/null | wc -l || true)
+      have=$("$SDM" attach "$job" --table 2>/dev/null | awk '$3 > 0' | wc -l || true)
       [ "$have" -eq "$n" ] && break
       sleep 0.1
     done

@@ -854,7 +854,8 @@ async fn run_console(
 async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
     let tasks: Vec<(String, u32)> = match a.launcher_pid {
         Some(pid) => {
-            let t = sdm_server::mpir::read_proctable(pid)?;
+            // A job still starting gets a few seconds to fill its table.
+            let t = sdm_server::mpir::read_proctable_waiting(pid, Duration::from_secs(10))?;
             if a.table {
                 print_proctable(&t, a.console.json);
                 return Ok(());
