@@ -383,7 +383,7 @@ pub unsafe extern "C" fn sdm_options_set_launcher(
         let (o, l) = unsafe { (arg_mut(o, "options")?, text(launcher, "launcher")?) };
         o.opts.launcher = l
             .parse()
-            .map_err(|e: String| invalid(format!("launcher {l:?}: {e}")))?;
+            .map_err(|e: sdm_deploy::LaunchError| invalid(e.to_string()))?;
         Ok(())
     })
 }

@@ -26,7 +26,7 @@ enum ErrorKind {
     Launch {
         what: String,
         #[source]
-        source: std::io::Error,
+        source: sdm_deploy::LaunchError,
     },
     /// The `sdm` binary is nowhere to be found.
     #[error("cannot find the sdm binary near {}; set SDM_BIN", near.display())]
@@ -65,7 +65,7 @@ impl Error {
         Self::new(ErrorKind::Invalid(what.into()))
     }
 
-    pub(crate) fn launch(what: impl Into<String>, source: std::io::Error) -> Self {
+    pub(crate) fn launch(what: impl Into<String>, source: sdm_deploy::LaunchError) -> Self {
         Self::new(ErrorKind::Launch {
             what: what.into(),
             source,
@@ -137,7 +137,10 @@ mod tests {
         let io = || std::io::Error::other("boom");
         let all = [
             Error::invalid("no servers"),
-            Error::launch("sdm server on 4 ranks", io()),
+            Error::launch(
+                "sdm server on 4 ranks",
+                sdm_deploy::LaunchError::NoRank("none".into()),
+            ),
             Error::no_binary(PathBuf::from("/x")),
             Error::timeout("the master did not connect", Duration::from_secs(1)),
             Error::closed("master closed the connection"),
