@@ -99,10 +99,13 @@ impl StackTree {
         }
         // A count is the last space-separated word, after the last frame separator.
         let (frames, count) = match line.rsplit_once(' ') {
-            Some((f, n)) if !n.contains(';') && n.bytes().all(|b| b.is_ascii_digit()) => (
-                f,
-                n.parse::<u64>().map_err(|e| format!("count {n:?}: {e}"))?,
-            ),
+            Some((f, n)) if !n.contains(';') && n.bytes().all(|b| b.is_ascii_digit()) => {
+                match n.parse::<u64>() {
+                    Ok(0) => return Err("count 0: a trace is seen at least once".into()),
+                    Ok(c) => (f, c),
+                    Err(e) => return Err(format!("count {n:?}: {e}")),
+                }
+            }
             _ => (line, 1),
         };
         let frames = frames.split(';').map(str::trim).filter(|f| !f.is_empty());
@@ -479,6 +482,8 @@ mod tests {
             f.fold(b"main;x 99999999999999999999999", &IdSet::single(0))
                 .is_err()
         );
+        // A count of 0 is refused (it would read back as an older record's "one per id").
+        assert!(f.fold(b"main;x 0", &IdSet::single(0)).is_err());
     }
 
     #[test]
