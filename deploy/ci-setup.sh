@@ -4,6 +4,7 @@
 #   * Open MPI (mpirun)                      -> fatal if it does not work
 #   * a one-machine Slurm on localhost       -> WARNING + no marker if it does not work
 #   * sshd on 127.0.0.1:2222 for root        -> WARNING + no marker if it does not work
+#     (and ~/.ssh/config includes /run/sdmci/ssh/*.conf: the multi-host test's hosts)
 #
 # Markers, written only on success, so tests can tell what is available:
 #   /run/sdmci/mpirun.ok  /run/sdmci/slurm.ok  /run/sdmci/ssh.ok
@@ -32,6 +33,7 @@ SSHD_PID=/run/sshd_sdmci.pid
 SSHD_PORT=2222
 SSH_KEY=/root/.ssh/sdmci_ed25519
 SSH_HOST_ALIAS=sdmci-localhost
+SSH_INCLUDE_DIR=$MARKER_DIR/ssh
 
 T0=$(date +%s)
 log() { printf '[ci-setup %3ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
@@ -476,7 +478,11 @@ Subsystem sftp internal-sftp" 0644; then
   install_if_changed /root/.ssh/authorized_keys "${others:+$others
 }$pub" 0600 && log "ssh: authorized $SSH_KEY.pub for root"
   # Our stanza goes first in ~/.ssh/config: ssh takes the first value it finds for each option.
+  # The multi-host test (tests/tests/multihost.rs) writes its hosts (network namespaces, each
+  # with an sshd) into ${SSH_INCLUDE_DIR}/<its tag>.conf while it runs.
+  install -d -m 0755 "$SSH_INCLUDE_DIR"
   block="# BEGIN sdmci (deploy/ci-setup.sh)
+Include ${SSH_INCLUDE_DIR}/*.conf
 Host ${SSH_HOST_ALIAS}
     HostName 127.0.0.1
     Port ${SSHD_PORT}

@@ -18,6 +18,7 @@
 //!   per-session certificate handed to the daemons. Without it only tcp is offered and quinn,
 //!   rustls and rcgen are not compiled.
 
+pub mod address;
 pub mod counters;
 pub mod health;
 pub mod iof;

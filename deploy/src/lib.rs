@@ -157,6 +157,12 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &str;
     /// Starts `spec.n` copies.
     fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched>;
+    /// The name or address under which the network knows `host`, a host given to this
+    /// launcher: `host` itself, or for ssh the `HostName` its configuration gives an alias
+    /// (`ssh -G`), so the front-end can find the route there.
+    fn network_name(&self, host: &str) -> io::Result<String> {
+        Ok(host.to_owned())
+    }
 }
 
 /// Fork/exec on this machine; rank in `SDM_ID`.
@@ -251,6 +257,36 @@ impl Launcher for Ssh {
         }
         Ok(l)
     }
+
+    fn network_name(&self, host: &str) -> io::Result<String> {
+        let out = std::process::Command::new("ssh")
+            .arg("-G")
+            .args(&self.options)
+            .arg(host)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| {
+                io::Error::new(e.kind(), format!("ssh launcher: cannot run ssh -G: {e}"))
+            })?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "ssh launcher: ssh -G {host}: {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(ssh_config_hostname(&String::from_utf8_lossy(&out.stdout))
+            .unwrap_or_else(|| host.to_owned()))
+    }
+}
+
+/// The `hostname` line of `ssh -G` output.
+fn ssh_config_hostname(config: &str) -> Option<String> {
+    config.lines().find_map(|l| {
+        let (key, value) = l.split_once(' ')?;
+        (key.eq_ignore_ascii_case("hostname") && !value.trim().is_empty())
+            .then(|| value.trim().to_owned())
+    })
 }
 
 /// `mpirun` of Open MPI or MPICH (detected from `mpirun --version`).
@@ -455,6 +491,13 @@ mod tests {
             assert_eq!(n.parse::<LauncherKind>().unwrap().to_string(), n);
         }
         assert!("pbs".parse::<LauncherKind>().unwrap_err().contains("pbs"));
+    }
+
+    #[test]
+    fn ssh_config_names_the_host_an_alias_stands_for() {
+        let g = "user root\nhostname 10.200.7.11\nport 22\n";
+        assert_eq!(ssh_config_hostname(g).as_deref(), Some("10.200.7.11"));
+        assert_eq!(ssh_config_hostname("port 22\n"), None);
     }
 
     #[test]

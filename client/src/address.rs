@@ -1,0 +1,67 @@
+//! Where the front-end listens: an address the hosts of the tree reach, by default this
+//! host's address on the route to the first remote host (see [`sdm_overlay::route`]).
+
+use anyhow::anyhow;
+use sdm_deploy::{Launcher, LauncherKind};
+use sdm_overlay::route;
+
+/// The host the front-end listens on when `--listen` is not given: loopback for the local
+/// launcher or no hosts; otherwise this host's address on the route to the first of `hosts`
+/// as `launcher` reaches it (for ssh, the `HostName` of an alias). IPv6 comes back in
+/// brackets. The error names the host and says to pass `--listen`.
+pub fn default_listen(
+    kind: LauncherKind,
+    launcher: &dyn Launcher,
+    hosts: &[String],
+) -> anyhow::Result<String> {
+    let Some(first) = hosts.first().filter(|_| kind != LauncherKind::Local) else {
+        return Ok("127.0.0.1".to_owned());
+    };
+    let why = |e: &dyn std::fmt::Display| {
+        anyhow!(
+            "choosing the front-end's address: {e} (host {first}, the first of --hosts); \
+             pass --listen ADDR"
+        )
+    };
+    let name = launcher.network_name(first).map_err(|e| why(&e))?;
+    let ip = route::source_for(&name).map_err(|e| why(&e))?;
+    Ok(route::host_text(ip))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_trees_listen_on_loopback() {
+        let l = LauncherKind::Local.build(vec!["far".into()]);
+        assert_eq!(
+            default_listen(LauncherKind::Local, &*l, &["far".into()]).unwrap(),
+            "127.0.0.1"
+        );
+        let l = LauncherKind::Srun.build(Vec::new());
+        assert_eq!(
+            default_listen(LauncherKind::Srun, &*l, &[]).unwrap(),
+            "127.0.0.1"
+        );
+    }
+
+    #[test]
+    fn remote_trees_listen_on_the_route_to_the_first_host() {
+        let l = LauncherKind::Mpirun.build(Vec::new());
+        let hosts = ["::1".to_owned(), "192.0.2.1".to_owned()];
+        if std::net::UdpSocket::bind("[::1]:0").is_ok() {
+            assert_eq!(
+                default_listen(LauncherKind::Mpirun, &*l, &hosts).unwrap(),
+                "[::1]"
+            );
+        }
+        let e = default_listen(LauncherKind::Mpirun, &*l, &["no-such-host.invalid".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no-such-host.invalid") && e.contains("--listen"),
+            "{e}"
+        );
+    }
+}
