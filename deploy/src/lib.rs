@@ -259,25 +259,29 @@ impl Launcher for Ssh {
     }
 
     fn network_name(&self, host: &str) -> io::Result<String> {
-        let out = std::process::Command::new("ssh")
-            .arg("-G")
-            .args(&self.options)
-            .arg(host)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| {
-                io::Error::new(e.kind(), format!("ssh launcher: cannot run ssh -G: {e}"))
-            })?;
-        if !out.status.success() {
-            return Err(io::Error::other(format!(
-                "ssh launcher: ssh -G {host}: {}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(ssh_config_hostname(&String::from_utf8_lossy(&out.stdout))
-            .unwrap_or_else(|| host.to_owned()))
+        ssh_network_name(&self.options, host)
     }
+}
+
+/// The `HostName` ssh's configuration gives `host` (`ssh -G OPTIONS HOST`; `host` itself
+/// when it names no alias).
+fn ssh_network_name(options: &[String], host: &str) -> io::Result<String> {
+    let out = std::process::Command::new("ssh")
+        .arg("-G")
+        .args(options)
+        .arg(host)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot run ssh -G {host}: {e}")))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "ssh -G {host}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(ssh_config_hostname(&String::from_utf8_lossy(&out.stdout))
+        .unwrap_or_else(|| host.to_owned()))
 }
 
 /// The `hostname` line of `ssh -G` output.
@@ -339,6 +343,12 @@ impl Launcher for Mpirun {
         let (mut l, tx) = Launched::new("mpirun launcher".into());
         l.spawn(cmd, None, &tx)?;
         Ok(l)
+    }
+
+    /// mpirun starts its daemons on other hosts through ssh (Open MPI's rsh launcher,
+    /// MPICH's hydra): a host is what ssh's configuration makes of it.
+    fn network_name(&self, host: &str) -> io::Result<String> {
+        ssh_network_name(&[], host).or_else(|_| Ok(host.to_owned()))
     }
 }
 
@@ -412,13 +422,17 @@ impl std::fmt::Display for LauncherKind {
 }
 
 impl LauncherKind {
-    /// The launcher; `hosts` is used by ssh.
+    /// The launcher; `hosts` is used by ssh, and by mpirun as its `--host` list.
     pub fn build(self, hosts: Vec<String>) -> Box<dyn Launcher> {
         match self {
             Self::Local => Box::new(Local),
             Self::Ssh => Box::new(Ssh {
                 hosts,
                 options: Vec::new(),
+            }),
+            // Hosts become mpirun's own `--host` list (Open MPI and MPICH both take it).
+            Self::Mpirun if !hosts.is_empty() => Box::new(Mpirun {
+                extra: vec!["--host".into(), hosts.join(",")],
             }),
             Self::Mpirun => Box::new(Mpirun::default()),
             Self::Srun => Box::new(Srun::default()),

@@ -433,3 +433,44 @@ async fn a_host_cut_off_mid_command_is_lost_and_comes_back() {
         );
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
+)]
+fn advertising_loopback_to_another_host_is_an_error_naming_it() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let h = SshHosts::create();
+    let out = Command::new(support::sdm())
+        .args([
+            "launch",
+            "--launcher",
+            "ssh",
+            "--hosts",
+            &h.names().join(","),
+        ])
+        .args(["-n", "4", "--timeout", "30", "--advertise", "127.0.0.1"])
+        .args(["--send", "ping"])
+        .output()
+        .expect("running sdm launch");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains("ready  [0-3]"), "{stdout}{stderr}");
+    // Each server says who it is, where, and which addresses.
+    let host = sdm_server::monitor::hostname();
+    let fe = h.hosts.gateway();
+    for id in 0..4 {
+        let said = stderr
+            .lines()
+            .find(|l| l.contains(&format!("server {id} on host {host}")))
+            .unwrap_or_else(|| panic!("server {id} said nothing: {stdout}{stderr}"));
+        assert!(
+            said.contains("loopback address 127.0.0.1") && said.contains(&fe),
+            "{said}"
+        );
+    }
+}
