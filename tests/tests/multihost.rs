@@ -231,22 +231,13 @@ impl Drop for Running {
     }
 }
 
-/// `sdm launch --launcher ssh --hosts … -n 16 --send ping --hold`: all ready, one merged
-/// pong, every host's servers on that host's address (none on loopback), and after ^C no
-/// daemon left on any host.
-fn launch_through_ssh(transport: &str) {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let h = SshHosts::create();
-    let n = HOSTS * PER_HOST;
-    let mut child = Command::new(support::sdm())
-        .args([
-            "launch",
-            "--launcher",
-            "ssh",
-            "--hosts",
-            &h.names().join(","),
-        ])
-        .args(["-n", &n.to_string(), "--transport", transport])
+/// `sdm launch … --send ping --hold` with the arguments `args` adds, until the merged reply
+/// to the ping came back: the running command and what it printed so far.
+fn launch_held(args: impl FnOnce(&mut Command)) -> (Running, Vec<String>) {
+    let mut cmd = Command::new(support::sdm());
+    cmd.arg("launch");
+    args(&mut cmd);
+    let mut child = cmd
         .args(["--timeout", "150", "--send", "ping", "--hold"])
         .stdout(Stdio::piped())
         .spawn()
@@ -262,12 +253,39 @@ fn launch_through_ssh(transport: &str) {
         }
     });
     let mut lines = Vec::new();
-    while !lines.iter().any(|l: &String| l.starts_with("[0-15] ")) {
+    while !lines.iter().any(|l: &String| l.ends_with(" pong")) {
         match rx.recv_timeout(PATIENCE) {
             Ok(l) => lines.push(l),
             Err(e) => panic!("sdm launch ({e}) printed only: {lines:#?}"),
         }
     }
+    (running, lines)
+}
+
+/// ^C to a held `sdm launch`: it shuts the tree down and exits with success.
+fn interrupt(mut running: Running) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(running.0.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let ended = wait_for(|| matches!(running.0.try_wait(), Ok(Some(_))));
+    assert!(ended, "sdm launch did not end after ^C");
+    let status = running.0.wait().unwrap();
+    assert!(status.success(), "sdm launch: {status}");
+}
+
+/// `sdm launch --launcher ssh --hosts … -n 16 --send ping --hold`: all ready, one merged
+/// pong, every host's servers on that host's address (none on loopback), and after ^C no
+/// daemon left on any host.
+fn launch_through_ssh(transport: &str) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let h = SshHosts::create();
+    let n = HOSTS * PER_HOST;
+    let (running, lines) = launch_held(|c| {
+        c.args(["--launcher", "ssh", "--hosts", &h.names().join(",")])
+            .args(["-n", &n.to_string(), "--transport", transport]);
+    });
     assert!(
         lines
             .iter()
@@ -297,16 +315,7 @@ fn launch_through_ssh(transport: &str) {
     }
 
     // ^C: the tree shuts down on every host.
-    let mut running = running;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(running.0.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = wait_for(|| matches!(running.0.try_wait(), Ok(Some(_))));
-    assert!(status, "sdm launch did not end after ^C");
-    let status = running.0.wait().unwrap();
-    assert!(status.success(), "sdm launch: {status}");
+    interrupt(running);
     for k in 1..=HOSTS {
         assert!(
             wait_for(|| h.daemon_sockets(k, transport).is_empty()),
@@ -473,4 +482,43 @@ fn advertising_loopback_to_another_host_is_an_error_naming_it() {
             "{said}"
         );
     }
+}
+
+/// IPv6 end to end on this machine: `--listen ::1` puts the front-end on `[::1]`, and the
+/// servers, following the route there, bind and advertise `[::1]` too (seen with `ss`).
+#[test]
+fn a_tree_over_ipv6_loopback() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "IPv6 loopback is missing under CI"
+        );
+        eprintln!("skipped: this machine has no IPv6 loopback");
+        return;
+    }
+    let (running, lines) = launch_held(|c| {
+        c.args(["-n", "4", "--listen", "::1"]);
+    });
+    assert!(
+        lines.iter().any(|l| l.starts_with("ready  [0-3] (4 of 4)")),
+        "{lines:#?}"
+    );
+    assert!(lines.contains(&"[0-3] pong".to_owned()), "{lines:#?}");
+    // The daemons are the launch's children (local launcher): their TCP listeners.
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", running.0.id())).unwrap();
+    let pids: Vec<String> = children
+        .split_whitespace()
+        .map(|p| format!("pid={p},"))
+        .collect();
+    assert_eq!(pids.len(), 5, "master and 4 servers: {children}");
+    let ss = run_ok(Command::new("ss").arg("-Hltnp"));
+    let socks: Vec<&str> = ss
+        .lines()
+        .filter(|l| pids.iter().any(|p| l.contains(p.as_str())))
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .collect();
+    assert!(socks.len() >= 4, "{socks:?}");
+    assert!(socks.iter().all(|s| s.starts_with("[::1]:")), "{socks:?}");
+    interrupt(running);
 }
