@@ -9,6 +9,10 @@
 //!   inside each namespace); the same over `--transport quic`.
 //! - One host's link cut in the middle of a command (`ip link set … down`): its servers come
 //!   back lost with the reason, the others answer; after `up` they re-attach and answer.
+//! - `sdm run --launcher mpirun --hosts A,B,C,D -n 8 -- mpi_allreduce`: Open MPI's daemons
+//!   reach the hosts over the same ssh, and the MPI job's collectives cross them.
+//! - A server told to advertise loopback to a front-end on another host stops, naming itself,
+//!   its host and both addresses; and (no namespaces needed) a tree over IPv6 loopback.
 //!
 //! The hosts are named `<tag>h1..<tag>h4` in an ssh configuration this test writes into
 //! /run/sdmci/ssh/ (deploy/ci-setup.sh makes root's ~/.ssh/config include that directory),
@@ -531,4 +535,54 @@ fn a_tree_over_ipv6_loopback() {
     assert!(socks.len() >= 4, "{socks:?}");
     assert!(socks.iter().all(|s| s.starts_with("[::1]:")), "{socks:?}");
     interrupt(running);
+}
+
+/// `sdm run --launcher mpirun --hosts … -n 8 -- mpi_allreduce`: Open MPI starts its daemons
+/// over ssh into the four hosts, they start the sdm servers, the servers start the ranks,
+/// and the ranks' MPI_Allreduce and token ring cross the bridge. The hosts share one kernel,
+/// one host name and one /dev/shm, which Open MPI's shared-memory transport (vader) takes for
+/// one machine's and crashes on, so the ranks talk over TCP only (`OMPI_MCA_btl=self,tcp`,
+/// which mpirun passes on to every host), as ranks on separate machines do.
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh, sdm_have_mpirun)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI (deploy/ci-setup.sh)"
+)]
+fn an_mpi_job_across_four_hosts_under_mpirun() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let h = SshHosts::create();
+    let prog = h.dir.join("mpi_allreduce");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/mpi_allreduce.c");
+    run_ok(
+        Command::new("mpicc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&prog)
+            .arg(&src),
+    );
+    let out = Command::new(support::sdm())
+        .args([
+            "run",
+            "--launcher",
+            "mpirun",
+            "--hosts",
+            &h.names().join(","),
+        ])
+        .args(["-n", "8", "--"])
+        .arg(&prog)
+        .env("OMPI_MCA_btl", "self,tcp")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("running sdm run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "[0-7] size=8 allreduce=28 ring=8 ok",
+            "[0-7] exited with status 0"
+        ],
+        "stderr: {stderr}"
+    );
+    assert!(out.status.success(), "{:?}; stderr: {stderr}", out.status);
 }
