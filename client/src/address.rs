@@ -28,6 +28,28 @@ pub fn default_listen(
     Ok(route::host_text(ip))
 }
 
+/// Where the front-end listens (`listen`, `--listen`, or [`default_listen`]) and the host
+/// the servers find their route to (passed as `sdm server --frontend-host`): the same,
+/// except that a front-end listening on every interface (`0.0.0.0`, `::`) sends the servers
+/// its address on the route to the first host.
+pub fn frontend_addresses(
+    kind: LauncherKind,
+    launcher: &dyn Launcher,
+    hosts: &[String],
+    listen: Option<&str>,
+) -> anyhow::Result<(String, String)> {
+    let Some(listen) = listen else {
+        let here = default_listen(kind, launcher, hosts)?;
+        return Ok((here.clone(), here));
+    };
+    let listen = route::bracketed(listen);
+    if route::resolve(&listen).is_ok_and(|ip| ip.is_unspecified()) {
+        let here = default_listen(kind, launcher, hosts)?;
+        return Ok((listen, here));
+    }
+    Ok((listen.clone(), listen))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,6 +66,17 @@ mod tests {
             default_listen(LauncherKind::Srun, &*l, &[]).unwrap(),
             "127.0.0.1"
         );
+    }
+
+    #[test]
+    fn listening_everywhere_sends_servers_the_route() {
+        let l = LauncherKind::Local.build(Vec::new());
+        let got = frontend_addresses(LauncherKind::Local, &*l, &[], Some("0.0.0.0")).unwrap();
+        assert_eq!(got, ("0.0.0.0".to_owned(), "127.0.0.1".to_owned()));
+        let got = frontend_addresses(LauncherKind::Local, &*l, &[], Some("::1")).unwrap();
+        assert_eq!(got, ("[::1]".to_owned(), "[::1]".to_owned()));
+        let got = frontend_addresses(LauncherKind::Local, &*l, &[], None).unwrap();
+        assert_eq!(got, ("127.0.0.1".to_owned(), "127.0.0.1".to_owned()));
     }
 
     #[test]

@@ -234,10 +234,12 @@ impl Session {
             );
         }
         let launcher = opts.launcher.build(opts.hosts.clone());
-        let listen = match &opts.listen {
-            Some(h) => sdm_overlay::route::bracketed(h),
-            None => crate::address::default_listen(opts.launcher, &*launcher, &opts.hosts)?,
-        };
+        let (listen, fe_host) = crate::address::frontend_addresses(
+            opts.launcher,
+            &*launcher,
+            &opts.hosts,
+            opts.listen.as_deref(),
+        )?;
         let fe_addr: Address = format!("{}://{listen}:0", opts.transport).parse()?;
         let transport = transport_for(&fe_addr, &cfg)?;
         let mut listener = transport.bind(&fe_addr).await?;
@@ -251,7 +253,7 @@ impl Session {
             "--transport".into(),
             opts.transport.clone(),
             "--frontend-host".into(),
-            listen,
+            fe_host,
         ];
         for (flag, value) in [("--host", &opts.bind), ("--advertise", &opts.advertise)] {
             if let Some(v) = value {

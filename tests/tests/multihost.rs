@@ -298,6 +298,7 @@ fn launch_through_ssh(transport: &str) {
     );
     assert!(lines.contains(&"[0-15] pong".to_owned()), "{lines:#?}");
     assert!(!lines.iter().any(|l| l.starts_with("failed")), "{lines:#?}");
+    eprintln!("sdm launch printed:\n{}", lines.join("\n"));
 
     for k in 1..=HOSTS {
         let socks = h.daemon_sockets(k, transport);
