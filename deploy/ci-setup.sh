@@ -4,7 +4,7 @@
 #   * Open MPI (mpirun)                      -> fatal if it does not work
 #   * a one-machine Slurm on localhost       -> WARNING + no marker if it does not work
 #   * sshd on 127.0.0.1:2222 for root        -> WARNING + no marker if it does not work
-#     (and ~/.ssh/config includes /run/sdmci/ssh/*.conf: the multi-host test's hosts)
+#     (and ssh reads /etc/ssh/ssh_config.d/*.conf, where the multi-host test puts its hosts)
 #
 # Markers, written only on success, so tests can tell what is available:
 #   /run/sdmci/mpirun.ok  /run/sdmci/slurm.ok  /run/sdmci/ssh.ok
@@ -33,7 +33,6 @@ SSHD_PID=/run/sshd_sdmci.pid
 SSHD_PORT=2222
 SSH_KEY=/root/.ssh/sdmci_ed25519
 SSH_HOST_ALIAS=sdmci-localhost
-SSH_INCLUDE_DIR=$MARKER_DIR/ssh
 
 T0=$(date +%s)
 log() { printf '[ci-setup %3ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
@@ -477,12 +476,17 @@ Subsystem sftp internal-sftp" 0644; then
   others=$(grep -vxF "$pub" /root/.ssh/authorized_keys | grep -v ' sdmci$')
   install_if_changed /root/.ssh/authorized_keys "${others:+$others
 }$pub" 0600 && log "ssh: authorized $SSH_KEY.pub for root"
+  # The multi-host test (tests/tests/multihost.rs) names its hosts (network namespaces, each
+  # with an sshd) in /etc/ssh/ssh_config.d/<its tag>.conf while it runs: Debian's
+  # /etc/ssh/ssh_config includes that directory; make sure it does.
+  install -d -m 0755 /etc/ssh/ssh_config.d
+  if ! grep -qx 'Include /etc/ssh/ssh_config.d/\*.conf' /etc/ssh/ssh_config 2>/dev/null; then
+    log "ssh: making /etc/ssh/ssh_config include /etc/ssh/ssh_config.d/*.conf"
+    { echo 'Include /etc/ssh/ssh_config.d/*.conf'; cat /etc/ssh/ssh_config 2>/dev/null; } >/etc/ssh/ssh_config.sdmci &&
+      mv /etc/ssh/ssh_config.sdmci /etc/ssh/ssh_config
+  fi
   # Our stanza goes first in ~/.ssh/config: ssh takes the first value it finds for each option.
-  # The multi-host test (tests/tests/multihost.rs) writes its hosts (network namespaces, each
-  # with an sshd) into ${SSH_INCLUDE_DIR}/<its tag>.conf while it runs.
-  install -d -m 0755 "$SSH_INCLUDE_DIR"
   block="# BEGIN sdmci (deploy/ci-setup.sh)
-Include ${SSH_INCLUDE_DIR}/*.conf
 Host ${SSH_HOST_ALIAS}
     HostName 127.0.0.1
     Port ${SSHD_PORT}

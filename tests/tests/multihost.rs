@@ -15,8 +15,8 @@
 //!   its host and both addresses; and (no namespaces needed) a tree over IPv6 loopback.
 //!
 //! The hosts are named `<tag>h1..<tag>h4` in an ssh configuration this test writes into
-//! /run/sdmci/ssh/ (deploy/ci-setup.sh makes root's ~/.ssh/config include that directory),
-//! with `SetEnv` passing the daemons short keepalive timings. Needs root, network namespaces
+//! /etc/ssh/ssh_config.d/ (included by ssh's system-wide configuration; deploy/ci-setup.sh
+//! makes sure), with `SetEnv` passing the daemons short keepalive timings. Needs root, network namespaces
 //! and sshd: ignored where build.rs finds them missing, always run under CI (`CI` set), where
 //! their absence fails it. Everything made here is removed at the end, panic included.
 
@@ -42,8 +42,9 @@ use support::{assert_partition, ids_with};
 const HOSTS: u32 = 4;
 const PER_HOST: u32 = 4;
 
-/// The directory root's ssh configuration includes (`Include /run/sdmci/ssh/*.conf`).
-const SSH_INCLUDE_DIR: &str = "/run/sdmci/ssh";
+/// The directory ssh's system-wide configuration includes (Debian's /etc/ssh/ssh_config
+/// has `Include /etc/ssh/ssh_config.d/*.conf`; deploy/ci-setup.sh makes sure).
+const SSH_INCLUDE_DIR: &str = "/etc/ssh/ssh_config.d";
 
 /// One test at a time: each makes four hosts with an sshd and 16 daemons.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -161,7 +162,7 @@ impl SshHosts {
         assert!(
             g.lines()
                 .any(|l| l == format!("hostname {}", me.hosts.addr(1))),
-            "ssh does not read {}: run deploy/ci-setup.sh, which makes root's ~/.ssh/config \
+            "ssh does not read {}: run deploy/ci-setup.sh, which makes /etc/ssh/ssh_config \
              include {SSH_INCLUDE_DIR}/*.conf",
             me.config.display()
         );
