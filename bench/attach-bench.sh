@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Attach and `bt` at scale against gdb (issue 14, item 5): for each size N a job of N tasks
-# waiting in nanosleep is started by Slurm (`srun --overcommit -n N sleep`), then
+# waiting in nanosleep is started by Slurm (`srun --overcommit -n N sleep`; LAUNCHER=mpirun:
+# Open MPI's `mpirun -n N sleep`, whose table sdm reads from its process tree), then
 #   attach : `sdm attach SRUN_PID -c detach`            (table via MPIR, N servers, attach, detach)
 #   bt     : `sdm attach SRUN_PID -c bt -c detach` minus attach (one merged bt of all N ranks)
 #   gdb    : `gdb -p PID -batch -ex bt` on each task in turn (on GDB_MAX tasks at most; beyond,
@@ -8,16 +9,18 @@
 # REPS runs of each, medians printed as one Markdown table row per size.
 #
 # Usage: bench/attach-bench.sh
-# Environment: SIZES ("64 256 1024"), REPS (3), GDB_MAX (256).
+# Environment: SIZES ("64 256 1024"), REPS (3), GDB_MAX (256), LAUNCHER (srun; Slurm's
+# default MaxTasksPerNode, 512, caps srun on one node: use mpirun for 1024).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SIZES=${SIZES:-"64 256 1024"}
 REPS=${REPS:-3}
 GDB_MAX=${GDB_MAX:-256}
+LAUNCHER=${LAUNCHER:-srun}
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-command -v srun >/dev/null || { echo "needs Slurm's srun (deploy/ci-setup.sh)" >&2; exit 1; }
+command -v "$LAUNCHER" >/dev/null || { echo "needs $LAUNCHER (deploy/ci-setup.sh)" >&2; exit 1; }
 command -v gdb >/dev/null || { echo "needs gdb (deploy/ci-setup.sh)" >&2; exit 1; }
 cargo build --release -p sdm >&2
 SDM=${CARGO_TARGET_DIR:-target}/release/sdm
@@ -26,16 +29,20 @@ now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "# sdm $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, $(date -u +%Y-%m-%d), REPS=$REPS" >&2
-echo "| ranks | sdm attach+detach (s) | sdm bt, all ranks merged (s) | gdb bt on each rank in turn (s) | gdb / sdm bt |"
+echo "| ranks ($LAUNCHER) | sdm attach+detach (s) | sdm bt, all ranks merged (s) | gdb bt on each rank in turn (s) | gdb / sdm bt |"
 echo "| --- | --- | --- | --- | --- |"
 for n in $SIZES; do
   attach=() bt=() gdbt=() scaled=""
   for rep in $(seq "$REPS"); do
-    setsid srun --overcommit -n "$n" sleep 3600 </dev/null >/dev/null 2>&1 &
+    case "$LAUNCHER" in
+      srun) setsid srun --overcommit -n "$n" sleep 3600 </dev/null >/dev/null 2>&1 & ;;
+      mpirun) setsid env -u SLURM_JOB_ID mpirun --allow-run-as-root --oversubscribe -n "$n" \
+        sleep 3600 </dev/null >/dev/null 2>&1 & ;;
+    esac
     job=$!
-    # The table is complete once srun has every task.
+    # The table is complete once srun has every task, each with its pid.
     for _ in $(seq 600); do
-      have=$("$SDM" attach "$job" --table 2>/dev/null | wc -l || true)
+      have=$("$SDM" attach "$job" --table 2>/dev/null | awk '$3 > 0' | wc -l || true)
       [ "$have" -eq "$n" ] && break
       sleep 0.1
     done

@@ -24,7 +24,7 @@ async fn main() -> anyhow::Result<()> {
         launcher,
         ..SessionOptions::default()
     };
-    let mut session = Session::launch(&opts, |_| {}).await?;
+    let session = Session::launch(&opts, |_| {}).await?;
     let report = session.report().clone();
     println!(
         "{} of {n} servers ready in {:.2} s",

@@ -1,9 +1,10 @@
 //! Where the front-end listens: an address the hosts of the tree reach, by default this
 //! host's address on the route to the first remote host (see [`sdm_overlay::route`]).
 
-use anyhow::anyhow;
 use sdm_deploy::{Launcher, LauncherKind};
 use sdm_overlay::route;
+
+use crate::Error;
 
 /// The host the front-end listens on when `--listen` is not given: loopback for the local
 /// launcher or no hosts; otherwise this host's address on the route to the first of `hosts`
@@ -13,15 +14,15 @@ pub fn default_listen(
     kind: LauncherKind,
     launcher: &dyn Launcher,
     hosts: &[String],
-) -> anyhow::Result<String> {
+) -> Result<String, Error> {
     let Some(first) = hosts.first().filter(|_| kind != LauncherKind::Local) else {
         return Ok("127.0.0.1".to_owned());
     };
     let why = |e: &dyn std::fmt::Display| {
-        anyhow!(
+        Error::invalid(format!(
             "choosing the front-end's address: {e} (host {first}, the first of --hosts); \
              pass --listen ADDR"
-        )
+        ))
     };
     let name = launcher.network_name(first).map_err(|e| why(&e))?;
     let ip = route::source_for(&name).map_err(|e| why(&e))?;
@@ -37,7 +38,7 @@ pub fn frontend_addresses(
     launcher: &dyn Launcher,
     hosts: &[String],
     listen: Option<&str>,
-) -> anyhow::Result<(String, String)> {
+) -> Result<(String, String), Error> {
     let Some(listen) = listen else {
         let here = default_listen(kind, launcher, hosts)?;
         return Ok((here.clone(), here));

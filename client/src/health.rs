@@ -74,7 +74,7 @@ pub struct Line {
 }
 
 /// Pings every server (waiting at most `timeout`) and reports each subtree's health.
-pub async fn report(s: &mut Session, timeout: Duration) -> anyhow::Result<Vec<Line>> {
+pub async fn report(s: &Session, timeout: Duration) -> crate::Result<Vec<Line>> {
     let all = s.all();
     let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
     let groups = s.request(&all, SyncMode::Timeout(ms), "ping").await?;

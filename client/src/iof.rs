@@ -1,7 +1,7 @@
-//! I/O forwarding for tools built on [`Session`]: handlers for the programs' standard output,
+//! I/O forwarding for tools built on [`Session`](crate::Session): handlers for the programs' standard output,
 //! standard error and events, in the spirit of the SDM's `sdm_iof_set_stdout_handler` /
 //! `sdm_iof_set_stderr_handler`, and standard input to an id-set
-//! ([`Session::write_stdin`]).
+//! ([`Handle::write_stdin`]).
 //!
 //! Output arrives as lines tagged with the ranks that printed them and their index in each
 //! rank's stream; the identical k-th lines of all ranks are merged into one (an [`Aligner`],
@@ -10,7 +10,7 @@
 //! stream.
 //!
 //! ```no_run
-//! # async fn demo(mut session: sdm_client::session::Session) -> anyhow::Result<()> {
+//! # async fn demo(session: sdm_client::session::Session) -> anyhow::Result<()> {
 //! use std::time::Duration;
 //! let mut iof = sdm_client::iof::Iof::new(session.all(), Duration::from_secs(5));
 //! iof.set_stdout_handler(|ranks, line| println!("{ranks}: {}", String::from_utf8_lossy(line)));
@@ -28,7 +28,8 @@ use sdm_overlay::align::Aligner;
 use sdm_overlay::coalesce::{STDERR, STDOUT, StdioLine};
 use sdm_proto::{IdSet, Kind, Message};
 
-use crate::session::Session;
+use crate::error::{Error, Result};
+use crate::link::Handle;
 
 /// Called with the ranks that printed a line and the line (without its newline).
 pub type LineHandler = Box<dyn FnMut(&IdSet, &[u8]) + Send>;
@@ -139,15 +140,12 @@ impl Iof {
     }
 }
 
-// Here rather than in `session`, so that `session` does not import this module: stdio
+// Here rather than in `link`, so that `link` does not import this module: stdio
 // handling is built on the session, not the other way round.
-impl Session {
-    /// Hands stdio and events to `iof`'s handlers as they arrive, until `until`.
-    pub async fn pump_stdio(
-        &mut self,
-        iof: &mut Iof,
-        until: tokio::time::Instant,
-    ) -> anyhow::Result<()> {
+impl Handle {
+    /// Hands stdio and events to `iof`'s handlers as they arrive, until `until`; an error
+    /// ([`crate::Error::is_closed`]) if the tree goes away first.
+    pub async fn pump_stdio(&self, iof: &mut Iof, until: tokio::time::Instant) -> Result<()> {
         loop {
             let next = iof
                 .deadline()
@@ -161,7 +159,10 @@ impl Session {
                 }
                 m = self.next_event() => match m {
                     Some(m) => drop(iof.handle(m)),
-                    None => anyhow::bail!("the tree went away: {}", self.closed_reason()),
+                    None => return Err(Error::closed(format!(
+                        "the tree went away: {}",
+                        self.closed_reason().unwrap_or_default()
+                    ))),
                 },
             }
         }

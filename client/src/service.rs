@@ -6,7 +6,7 @@
 //! requests to the monitor), [`COUNTERS`], [`PROCSTAT`], and whatever services a tool adds
 //! (a `sdm_server::Server` of its own, or a service plugin named in
 //! `SessionOptions::service_plugins`). Send what these build with
-//! [`crate::Session::send_command`] or [`crate::Session::request_command`].
+//! [`crate::Handle::send_command`] or [`crate::Handle::request_command`] (a [`crate::Session`] derefs to its handle).
 
 use bytes::Bytes;
 use sdm_proto::{IdSet, Message, SyncMode};

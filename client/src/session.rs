@@ -11,12 +11,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow};
-use bytes::Bytes;
 use sdm_deploy::{LaunchSpec, Launched, LauncherKind};
 use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::filters::Registry;
-use sdm_overlay::frontend::{Frontend, ReplyGroup};
+use sdm_overlay::frontend::Frontend;
 use sdm_overlay::setup::ConnectPolicy;
 use sdm_overlay::transport::{Address, TransportConfig, transport_for};
 #[cfg(feature = "quic")]
@@ -25,6 +23,9 @@ use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::Shape;
 
 use sdm_overlay::init::{INIT_SERVICE, InitSpec};
+
+use crate::error::{Error, Result};
+use crate::link::Handle;
 
 /// How to launch a tree.
 #[derive(Debug, Clone)]
@@ -65,6 +66,12 @@ pub struct SessionOptions {
     /// plugin that does not load fails the launch); daemons get the absolute paths in the
     /// init command, so each path must hold the same library on every host.
     pub filter_plugins: Vec<PathBuf>,
+    /// Arguments for the launcher itself, placed before the program: ssh options, or
+    /// mpirun/srun arguments (a hostfile, a partition, an account, `--overlap`).
+    pub launcher_args: Vec<String>,
+    /// The `sdm` binary as the servers' hosts see it (default: [`SessionOptions::program`]'s
+    /// path); a host where it is not an executable is named in the launch report.
+    pub remote_program: Option<PathBuf>,
     /// Service plugins (shared libraries implementing `sdm_service.h`) every server loads
     /// when the init command arrives, so commands tagged with their services reach them.
     /// Paths are made absolute and must hold the same library on every host; a plugin that
@@ -91,6 +98,8 @@ impl Default for SessionOptions {
             program: None,
             stdio_window: Duration::from_millis(20),
             filter_plugins: Vec::new(),
+            launcher_args: Vec::new(),
+            remote_program: None,
             service_plugins: Vec::new(),
         }
     }
@@ -132,8 +141,12 @@ pub struct LaunchReport {
 }
 
 /// A running tree, driven from the front-end.
+///
+/// Sending, collecting and events are the methods of its [`Handle`] (through `Deref`): they
+/// take `&self`, so many tasks can have requests in flight on one session at once (share
+/// the session by reference, or move a [`Session::handle`] clone into each task).
 pub struct Session {
-    fe: Frontend,
+    link: Handle,
     servers: Option<Launched>,
     master: Option<Launched>,
     n: u32,
@@ -143,35 +156,38 @@ pub struct Session {
 
 /// Loads `paths` into a registry of the built-in filters, as the front-end's check that
 /// each plugin loads; returns the registry and the plugins' absolute paths for the daemons.
-fn load_filter_plugins(paths: &[PathBuf]) -> anyhow::Result<(Registry, Vec<String>)> {
+fn load_filter_plugins(paths: &[PathBuf]) -> Result<(Registry, Vec<String>)> {
     let mut registry = Registry::new();
     let absolute = absolute_paths("filter plugin", paths)?;
     for abs in &absolute {
-        registry.load_plugin(abs)?;
+        registry
+            .load_plugin(abs)
+            .map_err(|e| Error::invalid(format!("filter plugin {abs}: {e}")))?;
     }
     Ok((registry, absolute))
 }
 
 /// `paths` made absolute, as UTF-8 text for the init command (`what` names them in errors).
-fn absolute_paths(what: &str, paths: &[PathBuf]) -> anyhow::Result<Vec<String>> {
+fn absolute_paths(what: &str, paths: &[PathBuf]) -> Result<Vec<String>> {
     paths
         .iter()
         .map(|p| {
-            let abs = std::path::absolute(p).with_context(|| format!("{what} {}", p.display()))?;
-            abs.to_str()
-                .map(str::to_owned)
-                .ok_or_else(|| anyhow!("{what} path {} is not UTF-8", abs.display()))
+            let abs = std::path::absolute(p)
+                .map_err(|e| Error::io(format!("{what} {}", p.display()), e))?;
+            abs.to_str().map(str::to_owned).ok_or_else(|| {
+                Error::invalid(format!("{what} path {} is not UTF-8", abs.display()))
+            })
         })
         .collect()
 }
 
 /// Finds the `sdm` binary: `$SDM_BIN`, the running program if it is `sdm`, or an `sdm`
 /// next to it or one directory up (tests and examples live in subdirectories of target/).
-pub fn find_sdm_binary() -> anyhow::Result<PathBuf> {
+pub fn find_sdm_binary() -> Result<PathBuf> {
     if let Ok(p) = std::env::var("SDM_BIN") {
         return Ok(PathBuf::from(p));
     }
-    let exe = std::env::current_exe().context("locating the running program")?;
+    let exe = std::env::current_exe().map_err(|e| Error::io("locating the running program", e))?;
     if exe.file_name().is_some_and(|n| n == "sdm") {
         return Ok(exe);
     }
@@ -184,10 +200,7 @@ pub fn find_sdm_binary() -> anyhow::Result<PathBuf> {
         }
         dir = d.parent();
     }
-    Err(anyhow!(
-        "cannot find the sdm binary near {}; set SDM_BIN",
-        exe.display()
-    ))
+    Err(Error::no_binary(exe))
 }
 
 fn random_port() -> u16 {
@@ -201,12 +214,14 @@ impl Session {
     pub async fn launch(
         opts: &SessionOptions,
         mut progress: impl FnMut(&Progress),
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self> {
         let started = Instant::now();
         // One stdout pipe per server: lift the soft descriptor limit to the hard one.
         sdm_deploy::raise_fd_limit();
         let deadline = tokio::time::Instant::now() + opts.startup_timeout;
-        anyhow::ensure!(opts.n > 0, "a tree needs at least one server (-n)");
+        if opts.n == 0 {
+            return Err(Error::invalid("a tree needs at least one server (-n)"));
+        }
         let (registry, filter_plugins) = load_filter_plugins(&opts.filter_plugins)?;
         let service_plugins = absolute_paths("service plugin", &opts.service_plugins)?;
         let program = match &opts.program {
@@ -226,23 +241,33 @@ impl Session {
                 cfg.tls = Some(tls);
             }
             #[cfg(not(feature = "quic"))]
-            anyhow::bail!("transport quic: sdm-client was built without the quic feature");
+            return Err(Error::invalid(
+                "transport quic: sdm-client was built without the quic feature",
+            ));
         } else if opts.transport != "tcp" {
-            anyhow::bail!(
+            return Err(Error::invalid(format!(
                 "unknown transport {:?}: expected tcp or quic",
                 opts.transport
-            );
+            )));
         }
-        let launcher = opts.launcher.build(opts.hosts.clone());
+        let launcher = opts
+            .launcher
+            .build_with(opts.hosts.clone(), opts.launcher_args.clone());
         let (listen, fe_host) = crate::address::frontend_addresses(
             opts.launcher,
             &*launcher,
             &opts.hosts,
             opts.listen.as_deref(),
         )?;
-        let fe_addr: Address = format!("{}://{listen}:0", opts.transport).parse()?;
-        let transport = transport_for(&fe_addr, &cfg)?;
-        let mut listener = transport.bind(&fe_addr).await?;
+        let fe_addr: Address = format!("{}://{listen}:0", opts.transport)
+            .parse()
+            .map_err(|e| Error::invalid(format!("front-end address on {listen}: {e}")))?;
+        let transport = transport_for(&fe_addr, &cfg)
+            .map_err(|e| Error::io(format!("transport for {fe_addr}"), e))?;
+        let mut listener = transport
+            .bind(&fe_addr)
+            .await
+            .map_err(|e| Error::io(format!("listening on {fe_addr}"), e))?;
         let fe_addr = listener.local_addr();
 
         let base = opts.base_port.unwrap_or_else(random_port);
@@ -262,11 +287,19 @@ impl Session {
         }
         let spec = LaunchSpec {
             n: opts.n,
-            program: program.clone(),
+            program: opts
+                .remote_program
+                .clone()
+                .unwrap_or_else(|| program.clone()),
             args,
             env: env.clone(),
         };
-        let mut servers = launcher.launch(&spec)?;
+        let mut servers = launcher.launch(&spec).map_err(|e| {
+            Error::launch(
+                format!("{} servers of {}", opts.n, spec.program.display()),
+                e,
+            )
+        })?;
         progress(&Progress::Launched);
 
         // Collect addresses until all reported or the deadline (a third of start-up).
@@ -274,11 +307,23 @@ impl Session {
         let mut table: Vec<Option<String>> = vec![None; opts.n as usize];
         let mut count = 0u32;
         let mut session_procs = Vec::new();
+        let mut launch_errors: Vec<(IdSet, String)> = Vec::new();
         while count < opts.n {
             let line = match tokio::time::timeout_at(listen_deadline, servers.next_line()).await {
                 Ok(Some(l)) => l,
                 Ok(None) | Err(_) => break,
             };
+            // A launcher's report that a server cannot start on its host (ssh).
+            if let Some(why) = line.strip_prefix("SDM-ERROR ") {
+                let (id, what) = why.split_once(' ').unwrap_or((why, ""));
+                match id.parse::<u32>() {
+                    Ok(id) if id < opts.n => {
+                        launch_errors.push((IdSet::single(id), what.to_owned()))
+                    }
+                    _ => tracing::warn!("launcher: {why}"),
+                }
+                continue;
+            }
             let mut parts = line.split_whitespace();
             if parts.next() != Some("SDM-LISTEN") {
                 tracing::debug!("server output: {line}");
@@ -320,21 +365,26 @@ impl Session {
             args: vec!["master".into(), "--frontend".into(), fe_addr.to_string()],
             env,
         };
-        let master = sdm_deploy::Local.launch_one(&master_spec)?;
+        let master = sdm_deploy::Local.launch_one(&master_spec).map_err(|e| {
+            Error::launch(format!("the master {}", master_spec.program.display()), e)
+        })?;
         let policy = ConnectPolicy::new(key.clone());
-        let mut fe =
+        let fe =
             tokio::time::timeout_at(deadline, Frontend::accept_master(&mut *listener, &policy))
                 .await
                 .map_err(|_| {
-                    anyhow!(
-                        "the master did not connect within {:?}",
-                        opts.startup_timeout
+                    Error::timeout(
+                        format!(
+                            "the master (pid {}) did not connect to {fe_addr}",
+                            master.pids().first().copied().unwrap_or(0)
+                        ),
+                        opts.startup_timeout,
                     )
-                })??;
+                })?
+                .map_err(|e| Error::io(format!("accepting the master on {fe_addr}"), e.into()))?;
         progress(&Progress::MasterConnected);
-        fe.set_registry(Arc::new(registry));
         let mut session = Session {
-            fe,
+            link: Handle::spawn(fe.into_link(), Arc::new(registry)),
             servers: Some(servers),
             master: Some(master),
             n: opts.n,
@@ -363,7 +413,7 @@ impl Session {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let all = IdSet::all(opts.n);
         let op = session
-            .fe
+            .link
             .send_command(
                 Message::command(
                     0,
@@ -375,7 +425,7 @@ impl Session {
             )
             .await?;
         progress(&Progress::InitSent);
-        let groups = session.fe.collect(op, &all).await?;
+        let groups = session.link.collect(op, &all).await?;
         for g in groups {
             match g.status {
                 Status::Replied if &g.payload[..] == b"ready" => {
@@ -395,15 +445,27 @@ impl Session {
                 )),
             }
         }
+        // Servers the launcher could not start on their host say why themselves.
+        for (ids, why) in launch_errors {
+            for (f, _) in &mut session.report.failed {
+                *f = &*f - &ids;
+            }
+            session.report.failed.retain(|(f, _)| !f.is_empty());
+            match session.report.failed.iter_mut().find(|(_, w)| *w == why) {
+                Some((f, _)) => f.union_with(&ids),
+                None => session.report.failed.push((ids, why)),
+            }
+        }
         session.report.seconds = started.elapsed().as_secs_f64();
         Ok(session)
     }
 
-    /// Attaches to a master that connects to `listener`-side address; used by tools that
-    /// start the daemons themselves.
+    /// Attaches to a master that connected to the front-end (`fe`, from
+    /// [`Frontend::accept_master`]); used by tools that start the daemons themselves. Must
+    /// run inside a tokio runtime: the link's reader and writer tasks start on it.
     pub fn attach(fe: Frontend, n: u32) -> Self {
         Session {
-            fe,
+            link: Handle::spawn(fe.into_link(), Arc::new(Registry::new())),
             servers: None,
             master: None,
             n,
@@ -442,121 +504,17 @@ impl Session {
         IdSet::all(self.n)
     }
 
-    /// Sends `payload` to `dest`; returns the op id.
-    pub async fn send(
-        &mut self,
-        dest: &IdSet,
-        sync: SyncMode,
-        payload: impl Into<Bytes>,
-    ) -> anyhow::Result<u64> {
-        Ok(self.fe.send(dest, sync, payload).await?)
-    }
-
-    /// Sends `payload` to `dest` merged by the filter `filter`.
-    pub async fn send_filtered(
-        &mut self,
-        dest: &IdSet,
-        sync: SyncMode,
-        filter: &str,
-        payload: impl Into<Bytes>,
-    ) -> anyhow::Result<u64> {
-        Ok(self.fe.send_filtered(dest, sync, filter, payload).await?)
-    }
-
-    /// Sends the command `m` under a fresh op id, which it returns: the general form of
-    /// [`Session::send`], for a command with a service tag
-    /// ([`sdm_proto::Message::for_service`]), a filter and a sync mode.
-    pub async fn send_command(&mut self, m: sdm_proto::Message) -> anyhow::Result<u64> {
-        Ok(self.fe.send_command(m).await?)
-    }
-
-    /// Sends the command `m` and collects every reply group of it (see
-    /// [`crate::service`] for commands tagged with their service).
-    pub async fn request_command(
-        &mut self,
-        m: sdm_proto::Message,
-    ) -> anyhow::Result<Vec<ReplyGroup>> {
-        let dest = m.dest.clone();
-        let op = self.send_command(m).await?;
-        self.collect(op, &dest).await
-    }
-
-    /// Every reply group of `op`, once they account for all of `dest`; an op sent with a
-    /// filter comes back finished (see [`Session::request_filtered`]).
-    pub async fn collect(&mut self, op: u64, dest: &IdSet) -> anyhow::Result<Vec<ReplyGroup>> {
-        Ok(self.fe.collect(op, dest).await?)
-    }
-
-    /// The next reply group of `op` as it arrives (a stream, one call at a time); `None`
-    /// once `seen` covers `dest`.
-    pub async fn next_group(
-        &mut self,
-        op: u64,
-        dest: &IdSet,
-        seen: &mut IdSet,
-    ) -> anyhow::Result<Option<ReplyGroup>> {
-        Ok(self.fe.next_group(op, dest, seen).await?)
-    }
-
-    /// Sends with filter `filter` (`name` or `name:params`) and collects the finished
-    /// result: the filter's `finish` over every replied group (`mean`: the mean), then the
-    /// lost and timed-out groups. Ids whose replies the filter refused come back lost, with
-    /// the filter's error as the payload.
-    pub async fn request_filtered(
-        &mut self,
-        dest: &IdSet,
-        sync: SyncMode,
-        filter: &str,
-        payload: impl Into<Bytes>,
-    ) -> anyhow::Result<Vec<ReplyGroup>> {
-        Ok(self
-            .fe
-            .request_filtered(dest, sync, filter, payload)
-            .await?)
-    }
-
-    /// Sends and collects.
-    pub async fn request(
-        &mut self,
-        dest: &IdSet,
-        sync: SyncMode,
-        payload: impl Into<Bytes>,
-    ) -> anyhow::Result<Vec<ReplyGroup>> {
-        let op = self.send(dest, sync, payload).await?;
-        self.collect(op, dest).await
-    }
-
-    /// Writes `data` to the standard input of the programs on `ids` (`eof`: then ends
-    /// their input: ^D on a pty, close on a pipe). Returns the merged replies (errors
-    /// name the ranks whose input is already closed).
-    pub async fn write_stdin(
-        &mut self,
-        ids: &IdSet,
-        data: &[u8],
-        eof: bool,
-    ) -> anyhow::Result<Vec<ReplyGroup>> {
-        let text = sdm_omis::Value::Str(String::from_utf8_lossy(data).into_owned());
-        let req = format!("0 [] sdm_stdin({text}, {})", i32::from(eof));
-        self.request_command(crate::service::omis(ids, SyncMode::Timeout(30_000), req))
-            .await
-    }
-
-    /// The next unsolicited event or stdio message.
-    pub async fn next_event(&mut self) -> Option<Message> {
-        self.fe.next_event().await
+    /// A cloneable handle on the master link, to move into tasks or threads that send and
+    /// collect at the same time as this one.
+    pub fn handle(&self) -> Handle {
+        self.link.clone()
     }
 
     /// Why the master link ended, if it did.
     pub fn closed_reason(&self) -> String {
-        self.fe
+        self.link
             .closed_reason()
-            .unwrap_or("it is still open")
-            .to_owned()
-    }
-
-    /// An event already received, without waiting.
-    pub fn queued_event(&mut self) -> Option<Message> {
-        self.fe.queued_event()
+            .unwrap_or_else(|| "it is still open".to_owned())
     }
 
     /// Process ids of the launched processes (master first), for orphan checks.
@@ -573,14 +531,25 @@ impl Session {
     /// kills what is left.
     pub async fn shutdown(self, grace: Duration) {
         let Session {
-            fe,
+            link,
             servers,
             master,
             ..
         } = self;
-        drop(fe);
+        // Clones of the handle elsewhere see the link closed from now on.
+        link.close();
+        drop(link);
         for mut l in [master, servers].into_iter().flatten() {
             l.shutdown(grace).await;
         }
+    }
+}
+
+impl std::ops::Deref for Session {
+    type Target = Handle;
+
+    /// The master link: send, collect, events (all `&self`).
+    fn deref(&self) -> &Handle {
+        &self.link
     }
 }

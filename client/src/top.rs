@@ -33,7 +33,7 @@ pub struct Sample {
 }
 
 /// Samples the programs of `dest` once (waiting at most `timeout` for the slowest).
-pub async fn sample(s: &mut Session, dest: &IdSet, timeout: Duration) -> anyhow::Result<Sample> {
+pub async fn sample(s: &Session, dest: &IdSet, timeout: Duration) -> crate::Result<Sample> {
     sample_of(s, dest, timeout, crate::service::PROCSTAT).await
 }
 
@@ -41,11 +41,11 @@ pub async fn sample(s: &mut Session, dest: &IdSet, timeout: Duration) -> anyhow:
 /// ([`crate::service::PROCSTAT`], or [`crate::service::COUNTERS`]: the programs' own
 /// counters) with the `stats` filter.
 pub async fn sample_of(
-    s: &mut Session,
+    s: &Session,
     dest: &IdSet,
     timeout: Duration,
     service: &str,
-) -> anyhow::Result<Sample> {
+) -> crate::Result<Sample> {
     let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
     let m = crate::service::filtered(service, dest, SyncMode::Timeout(ms), "stats", "");
     let groups = s.request_command(m).await?;

@@ -35,6 +35,8 @@
 //! stdin), never on a command line. Every line the copies print on stdout comes back
 //! through [`Launched::next_line`].
 
+pub mod hostlist;
+
 use std::io;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -50,6 +52,54 @@ use tokio::sync::mpsc;
 /// `sdm_client::counters::Client` or `sdm_counters.h`). Kept here, below both, as the one
 /// name they agree on, like `SDM_ID` for the daemons this crate launches.
 pub const COUNTERS_ENV: &str = "SDM_COUNTERS";
+
+/// Why a launcher could not start its copies, or a rank could not be read; the message
+/// names the launcher, the program, the host or variable involved.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The launcher's own command (or the program, for `local`) could not be started.
+    #[error("{launcher} launcher: cannot start {program}: {source}")]
+    Spawn {
+        /// `local`, `ssh`, `mpirun`, `srun`.
+        launcher: &'static str,
+        /// What was being started.
+        program: String,
+        /// The system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// The launch was asked for with something the launcher cannot use.
+    #[error("{launcher} launcher: {what}")]
+    Invalid {
+        /// `ssh`, …
+        launcher: &'static str,
+        /// What was wrong.
+        what: String,
+    },
+    /// A launcher name that is not one of ours.
+    #[error("unknown launcher {0:?}: expected local, ssh, mpirun or srun")]
+    UnknownLauncher(String),
+    /// No rank variable in this process's environment, or one that is not a number.
+    #[error("{0}")]
+    NoRank(String),
+}
+
+impl LaunchError {
+    /// Whether the command to start was not found (not installed, not on `PATH`).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Spawn { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
+impl From<LaunchError> for io::Error {
+    fn from(e: LaunchError) -> Self {
+        let kind = match &e {
+            LaunchError::Spawn { source, .. } => source.kind(),
+            _ => io::ErrorKind::InvalidInput,
+        };
+        io::Error::new(kind, e)
+    }
+}
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -68,17 +118,17 @@ pub struct LaunchSpec {
 pub struct Launched {
     children: Vec<Child>,
     lines: mpsc::Receiver<String>,
-    what: String,
+    launcher: &'static str,
 }
 
 impl Launched {
-    fn new(what: String) -> (Self, mpsc::Sender<String>) {
+    fn new(launcher: &'static str) -> (Self, mpsc::Sender<String>) {
         let (tx, rx) = mpsc::channel(4096);
         (
             Self {
                 children: Vec::new(),
                 lines: rx,
-                what,
+                launcher,
             },
             tx,
         )
@@ -90,7 +140,7 @@ impl Launched {
         mut cmd: Command,
         stdin: Option<String>,
         tx: &mpsc::Sender<String>,
-    ) -> io::Result<()> {
+    ) -> Result<(), LaunchError> {
         cmd.stdout(Stdio::piped())
             .stdin(if stdin.is_some() {
                 Stdio::piped()
@@ -98,9 +148,11 @@ impl Launched {
                 Stdio::null()
             })
             .kill_on_drop(true);
-        let prog = format!("{:?}", cmd.as_std().get_program());
-        let mut child = cmd.spawn().map_err(|e| {
-            io::Error::new(e.kind(), format!("{}: cannot start {prog}: {e}", self.what))
+        let program = cmd.as_std().get_program().to_string_lossy().into_owned();
+        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+            launcher: self.launcher,
+            program,
+            source,
         })?;
         if let (Some(text), Some(mut w)) = (stdin, child.stdin.take()) {
             tokio::spawn(async move {
@@ -156,7 +208,7 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
     /// Short name (`local`, `ssh`, `mpirun`, `srun`).
     fn name(&self) -> &str;
     /// Starts `spec.n` copies.
-    fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched>;
+    fn launch(&self, spec: &LaunchSpec) -> Result<Launched, LaunchError>;
     /// The name or address under which the network knows `host`, a host given to this
     /// launcher: `host` itself, or for ssh the `HostName` its configuration gives an alias
     /// (`ssh -G`), so the front-end can find the route there.
@@ -171,8 +223,8 @@ pub struct Local;
 
 impl Local {
     /// Starts one copy with no rank variable (the master).
-    pub fn launch_one(&self, spec: &LaunchSpec) -> io::Result<Launched> {
-        let (mut l, tx) = Launched::new("local launcher".into());
+    pub fn launch_one(&self, spec: &LaunchSpec) -> Result<Launched, LaunchError> {
+        let (mut l, tx) = Launched::new("local");
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args).envs(spec.env.iter().cloned());
         l.spawn(cmd, None, &tx)?;
@@ -184,8 +236,8 @@ impl Launcher for Local {
     fn name(&self) -> &str {
         "local"
     }
-    fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
-        let (mut l, tx) = Launched::new("local launcher".into());
+    fn launch(&self, spec: &LaunchSpec) -> Result<Launched, LaunchError> {
+        let (mut l, tx) = Launched::new("local");
         for id in 0..spec.n {
             let mut cmd = Command::new(&spec.program);
             cmd.args(&spec.args)
@@ -216,22 +268,20 @@ impl Launcher for Ssh {
     fn name(&self) -> &str {
         "ssh"
     }
-    fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
+    fn launch(&self, spec: &LaunchSpec) -> Result<Launched, LaunchError> {
         if self.hosts.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "ssh launcher: no hosts given (--hosts)",
-            ));
+            return Err(LaunchError::Invalid {
+                launcher: "ssh",
+                what: "no hosts given (--hosts)".into(),
+            });
         }
-        let (mut l, tx) = Launched::new("ssh launcher".into());
+        let (mut l, tx) = Launched::new("ssh");
         for (name, v) in &spec.env {
             if v.contains('\n') {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "ssh launcher: environment value of {name} spans lines; encode it on one line"
-                    ),
-                ));
+                return Err(LaunchError::Invalid {
+                    launcher: "ssh",
+                    what: format!("environment value of {name} spans lines; encode it on one line"),
+                });
             }
         }
         for id in 0..spec.n {
@@ -247,7 +297,18 @@ impl Launcher for Ssh {
                 .chain(spec.args.iter().cloned())
                 .map(|a| shell_quote(&a))
                 .collect();
-            script.push_str(&format!("SDM_ID={id} exec {}", argv.join(" ")));
+            // A program missing on that host is named with the host, on the line stream
+            // the front-end reads (`SDM-ERROR ID HOST: what`), instead of a bare 127.
+            let prog = shell_quote(&spec.program.display().to_string());
+            script.push_str(&format!(
+                "[ -x {prog} ] || {{ echo \"SDM-ERROR {id} $(hostname): {} is not an \
+                 executable there\"; exit 127; }}; SDM_ID={id} exec {}",
+                spec.program
+                    .display()
+                    .to_string()
+                    .replace(['"', '$', '`', '\\'], "?"),
+                argv.join(" ")
+            ));
             let mut cmd = Command::new("ssh");
             cmd.args(["-o", "BatchMode=yes"])
                 .args(&self.options)
@@ -298,21 +359,38 @@ fn ssh_config_hostname(config: &str) -> Option<String> {
 pub struct Mpirun {
     /// Extra arguments before the program (e.g. a hostfile).
     pub extra: Vec<String>,
+    /// Hosts to spread the copies over (`--host`); empty: mpirun's default placement.
+    pub hosts: Vec<String>,
+}
+
+/// `--host` for mpirun: every distinct host with an equal share of `n` slots (rounded up).
+fn mpirun_hosts(hosts: &[String], n: u32) -> String {
+    let mut distinct: Vec<&str> = Vec::new();
+    for h in hosts {
+        if !distinct.contains(&h.as_str()) {
+            distinct.push(h);
+        }
+    }
+    let slots = n.div_ceil(distinct.len().max(1) as u32).max(1);
+    distinct
+        .iter()
+        .map(|h| format!("{h}:{slots}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl Launcher for Mpirun {
     fn name(&self) -> &str {
         "mpirun"
     }
-    fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
+    fn launch(&self, spec: &LaunchSpec) -> Result<Launched, LaunchError> {
         let version = std::process::Command::new("mpirun")
             .arg("--version")
             .output()
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("mpirun launcher: cannot run mpirun: {e} (install openmpi-bin)"),
-                )
+            .map_err(|source| LaunchError::Spawn {
+                launcher: "mpirun",
+                program: "mpirun --version (install openmpi-bin)".into(),
+                source,
             })?;
         let text = String::from_utf8_lossy(&version.stdout).to_string()
             + &String::from_utf8_lossy(&version.stderr);
@@ -333,14 +411,20 @@ impl Launcher for Mpirun {
             for n in &names {
                 cmd.args(["-x", n]);
             }
+            if !self.hosts.is_empty() {
+                cmd.args(["--host", &mpirun_hosts(&self.hosts, spec.n)]);
+            }
         } else {
             cmd.args(["-n", &spec.n.to_string()]);
             if !names.is_empty() {
                 cmd.args(["-genvlist", &names.join(",")]);
             }
+            if !self.hosts.is_empty() {
+                cmd.args(["-hosts", &mpirun_hosts(&self.hosts, spec.n)]);
+            }
         }
         cmd.args(&self.extra).arg(&spec.program).args(&spec.args);
-        let (mut l, tx) = Launched::new("mpirun launcher".into());
+        let (mut l, tx) = Launched::new("mpirun");
         l.spawn(cmd, None, &tx)?;
         Ok(l)
     }
@@ -357,25 +441,27 @@ impl Launcher for Mpirun {
 pub struct Srun {
     /// Extra arguments (partition, nodes…).
     pub extra: Vec<String>,
+    /// Nodes for the step (`--nodelist`, in hostlist form); empty: Slurm's choice.
+    pub hosts: Vec<String>,
 }
 
 impl Launcher for Srun {
     fn name(&self) -> &str {
         "srun"
     }
-    fn launch(&self, spec: &LaunchSpec) -> io::Result<Launched> {
+    fn launch(&self, spec: &LaunchSpec) -> Result<Launched, LaunchError> {
         let mut cmd = Command::new("srun");
-        cmd.envs(spec.env.iter().cloned())
-            .args([
-                "-n",
-                &spec.n.to_string(),
-                "--export=ALL",
-                "--kill-on-bad-exit=0",
-            ])
-            .args(&self.extra)
-            .arg(&spec.program)
-            .args(&spec.args);
-        let (mut l, tx) = Launched::new("srun launcher".into());
+        cmd.envs(spec.env.iter().cloned()).args([
+            "-n",
+            &spec.n.to_string(),
+            "--export=ALL",
+            "--kill-on-bad-exit=0",
+        ]);
+        if !self.hosts.is_empty() {
+            cmd.arg(format!("--nodelist={}", hostlist::compress(&self.hosts)));
+        }
+        cmd.args(&self.extra).arg(&spec.program).args(&spec.args);
+        let (mut l, tx) = Launched::new("srun");
         l.spawn(cmd, None, &tx)?;
         Ok(l)
     }
@@ -396,16 +482,14 @@ pub enum LauncherKind {
 }
 
 impl FromStr for LauncherKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = LaunchError;
+    fn from_str(s: &str) -> Result<Self, LaunchError> {
         match s {
             "local" => Ok(Self::Local),
             "ssh" => Ok(Self::Ssh),
             "mpirun" | "mpiexec" => Ok(Self::Mpirun),
             "srun" => Ok(Self::Srun),
-            _ => Err(format!(
-                "unknown launcher {s:?}: expected local, ssh, mpirun or srun"
-            )),
+            _ => Err(LaunchError::UnknownLauncher(s.to_owned())),
         }
     }
 }
@@ -424,18 +508,22 @@ impl std::fmt::Display for LauncherKind {
 impl LauncherKind {
     /// The launcher; `hosts` is used by ssh, and by mpirun as its `--host` list.
     pub fn build(self, hosts: Vec<String>) -> Box<dyn Launcher> {
+        self.build_with(hosts, Vec::new())
+    }
+
+    /// The launcher over `hosts` (ssh: one copy per host in turn; mpirun: `--host` with the
+    /// copies spread evenly; srun: `--nodelist` in hostlist form; local: must be empty),
+    /// with a site's `extra` arguments (ssh options; mpirun or srun arguments such as a
+    /// hostfile, a partition, an account, `--overlap`) placed before the program.
+    pub fn build_with(self, hosts: Vec<String>, extra: Vec<String>) -> Box<dyn Launcher> {
         match self {
             Self::Local => Box::new(Local),
             Self::Ssh => Box::new(Ssh {
                 hosts,
-                options: Vec::new(),
+                options: extra,
             }),
-            // Hosts become mpirun's own `--host` list (Open MPI and MPICH both take it).
-            Self::Mpirun if !hosts.is_empty() => Box::new(Mpirun {
-                extra: vec!["--host".into(), hosts.join(",")],
-            }),
-            Self::Mpirun => Box::new(Mpirun::default()),
-            Self::Srun => Box::new(Srun::default()),
+            Self::Mpirun => Box::new(Mpirun { extra, hosts }),
+            Self::Srun => Box::new(Srun { extra, hosts }),
         }
     }
 }
@@ -461,7 +549,7 @@ pub fn raise_fd_limit() {
 
 /// The rank a launcher gave this process: `SDM_ID`, else `SLURM_PROCID`,
 /// `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `FLUX_TASK_RANK`.
-pub fn rank_from_env() -> Result<u32, String> {
+pub fn rank_from_env() -> Result<u32, LaunchError> {
     const VARS: [&str; 5] = [
         "SDM_ID",
         "SLURM_PROCID",
@@ -474,13 +562,13 @@ pub fn rank_from_env() -> Result<u32, String> {
             return s
                 .trim()
                 .parse()
-                .map_err(|_| format!("{v}={s:?} is not a server id"));
+                .map_err(|_| LaunchError::NoRank(format!("{v}={s:?} is not a server id")));
         }
     }
-    Err(format!(
+    Err(LaunchError::NoRank(format!(
         "no server id in the environment: set one of {}",
         VARS.join(", ")
-    ))
+    )))
 }
 
 /// The rank among the copies on this host, if the launcher says (used as a port hint).
@@ -504,7 +592,47 @@ mod tests {
         for n in ["local", "ssh", "mpirun", "srun"] {
             assert_eq!(n.parse::<LauncherKind>().unwrap().to_string(), n);
         }
-        assert!("pbs".parse::<LauncherKind>().unwrap_err().contains("pbs"));
+        assert!(matches!(
+            "pbs".parse::<LauncherKind>(),
+            Err(LaunchError::UnknownLauncher(n)) if n == "pbs"
+        ));
+    }
+
+    #[test]
+    fn launch_errors_have_kinds() {
+        let spec = LaunchSpec {
+            n: 1,
+            program: "/nonexistent/program".into(),
+            args: vec![],
+            env: vec![],
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let e = rt.block_on(async { Local.launch(&spec).err().unwrap() });
+        assert!(e.is_not_found(), "{e}");
+        assert!(
+            matches!(&e, LaunchError::Spawn { launcher: "local", program, .. } if program == "/nonexistent/program")
+        );
+        let e = Ssh {
+            hosts: vec![],
+            options: vec![],
+        }
+        .launch(&spec)
+        .err()
+        .unwrap();
+        assert!(
+            matches!(
+                e,
+                LaunchError::Invalid {
+                    launcher: "ssh",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(io::Error::from(e).kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]

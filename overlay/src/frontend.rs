@@ -133,6 +133,12 @@ impl Frontend {
         self.registry = registry;
     }
 
+    /// The link to the master, for a front-end that drives it itself (sdm-client's
+    /// concurrent session). Frames already read and not yet taken are dropped.
+    pub fn into_link(self) -> Link {
+        self.link
+    }
+
     /// Waits on `listener` for the master to connect and say hello.
     pub async fn accept_master(
         listener: &mut dyn Listener,

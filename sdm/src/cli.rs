@@ -120,9 +120,20 @@ struct TreeArgs {
     /// local, ssh, mpirun or srun.
     #[arg(long, default_value = "local")]
     launcher: LauncherKind,
-    /// Hosts for --launcher ssh (comma-separated).
-    #[arg(long, value_delimiter = ',')]
+    /// Hosts, in Slurm's hostlist form (`node[01-04,07],login1`; repeatable): ssh starts
+    /// one server per host in turn, mpirun spreads them evenly (`--host`), srun runs the
+    /// step on those nodes (`--nodelist`).
+    #[arg(long, value_name = "HOSTLIST")]
     hosts: Vec<String>,
+    /// Arguments for the launcher itself, before the program, split at spaces: ssh options
+    /// (`-p 2222 -i KEY`), or mpirun/srun arguments (`--hostfile FILE`, `-p PARTITION
+    /// -A ACCOUNT`, `--overlap`).
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    launcher_args: Option<String>,
+    /// The `sdm` binary on the servers' hosts (default: this one's path); a host where it
+    /// is missing is named.
+    #[arg(long, value_name = "PATH")]
+    remote_sdm: Option<PathBuf>,
     /// Address the front-end listens on (default: this host's address on the route to the
     /// first of --hosts with a remote launcher, else 127.0.0.1); IPv6 in brackets or bare.
     #[arg(long, value_name = "ADDR")]
@@ -155,11 +166,24 @@ struct TreeArgs {
 }
 
 impl TreeArgs {
-    fn options(&self, n: u32) -> SessionOptions {
-        SessionOptions {
+    fn options(&self, n: u32) -> anyhow::Result<SessionOptions> {
+        let hosts = sdm_deploy::hostlist::expand_all(&self.hosts).context("--hosts")?;
+        if self.launcher == LauncherKind::Local && !hosts.is_empty() {
+            anyhow::bail!(
+                "--hosts {} needs a launcher that reaches them: --launcher ssh, mpirun or srun",
+                sdm_deploy::hostlist::compress(&hosts)
+            );
+        }
+        Ok(SessionOptions {
             n,
             launcher: self.launcher,
-            hosts: self.hosts.clone(),
+            hosts,
+            launcher_args: self
+                .launcher_args
+                .as_deref()
+                .map(|a| a.split_whitespace().map(str::to_owned).collect())
+                .unwrap_or_default(),
+            remote_program: self.remote_sdm.clone(),
             listen: self.listen.clone(),
             bind: self.bind.clone(),
             advertise: self.advertise.clone(),
@@ -168,7 +192,7 @@ impl TreeArgs {
             filter_plugins: self.filter_plugins.clone(),
             service_plugins: self.service_plugins.clone(),
             ..SessionOptions::default()
-        }
+        })
     }
 }
 
@@ -424,7 +448,7 @@ fn print_tree(t: &dyn Topology) {
 async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
     let opts = SessionOptions {
         startup_timeout: Duration::from_secs(a.timeout),
-        ..a.tree.options(a.n)
+        ..a.tree.options(a.n)?
     };
     let tty = std::io::stderr().is_terminal() && !a.json;
     let bar = if tty {
@@ -441,7 +465,7 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
     };
     let quiet = a.json;
     let n = a.n;
-    let mut session = Session::launch(&opts, |p| match (&bar, p) {
+    let session = Session::launch(&opts, |p| match (&bar, p) {
         (Some(b), Progress::Listening { count, .. }) => {
             b.set_message("servers listening");
             b.set_position(u64::from(*count));
@@ -485,6 +509,9 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
             r.ready.len(),
             r.seconds
         );
+        for line in hosts_summary(&r.processes) {
+            println!("hosts  {line}");
+        }
         for (ids, why) in &r.failed {
             println!("failed {ids}: {why}");
         }
@@ -535,7 +562,7 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
 
 async fn run_top(a: TopArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.period > 0.0, "--period must be positive");
-    let session = Session::launch(&a.tree.options(a.n), |_| {})
+    let session = Session::launch(&a.tree.options(a.n)?, |_| {})
         .await
         .context("launching the tree")?;
     for (ids, why) in &session.report().failed {
@@ -708,7 +735,10 @@ async fn run_console(
     attach: Vec<u32>,
     program: Vec<String>,
 ) -> anyhow::Result<()> {
-    let mut opts = opts.unwrap_or_else(|| c.tree.options(n));
+    let mut opts = match opts {
+        Some(o) => o,
+        None => c.tree.options(n)?,
+    };
     let window = if c.no_coalesce {
         Duration::ZERO
     } else {
@@ -847,7 +877,8 @@ async fn run_console(
 async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
     let tasks: Vec<(String, u32)> = match a.launcher_pid {
         Some(pid) => {
-            let t = sdm_server::mpir::read_proctable(pid)?;
+            // A job still starting gets a few seconds to fill its table.
+            let t = sdm_server::mpir::read_proctable_waiting(pid, Duration::from_secs(10))?;
             if a.table {
                 print_proctable(&t, a.console.json);
                 return Ok(());
@@ -866,7 +897,7 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
             || h.starts_with("127.")
             || h.split('.').next() == here.split('.').next()
     };
-    let mut opts = a.console.tree.options(n);
+    let mut opts = a.console.tree.options(n)?;
     // Servers go where the tasks are: on this host by fork, on others through ssh, one per
     // rank in rank order (the ssh launcher places rank i on hosts[i]).
     if opts.launcher == LauncherKind::Local && !tasks.iter().all(|(h, _)| is_here(h)) {
@@ -903,5 +934,58 @@ fn print_proctable(t: &sdm_server::mpir::ProcTable, json: bool) {
         } else {
             println!("{} {} {} {}", d.rank, d.host, d.pid, d.executable);
         }
+    }
+}
+
+/// Where the servers run, in hostlist form: one host as `vm: [0-15]`; several as one line
+/// per share, `h[1-4]: 4 servers each` (the ranks of each host are in `--json`).
+fn hosts_summary(processes: &[(u32, String, u32)]) -> Vec<String> {
+    let mut per_host: Vec<(String, IdSet)> = Vec::new();
+    for (id, host, _) in processes {
+        match per_host.iter_mut().find(|(h, _)| h == host) {
+            Some((_, ids)) => {
+                ids.insert(*id);
+            }
+            None => per_host.push((host.clone(), IdSet::single(*id))),
+        }
+    }
+    if let [(host, ids)] = per_host.as_slice() {
+        return vec![format!("{host}: {ids}")];
+    }
+    let mut by_count: Vec<(u64, Vec<String>)> = Vec::new();
+    for (host, ids) in per_host {
+        match by_count.iter_mut().find(|(c, _)| *c == ids.len()) {
+            Some((_, hosts)) => hosts.push(host),
+            None => by_count.push((ids.len(), vec![host])),
+        }
+    }
+    by_count
+        .into_iter()
+        .map(|(count, hosts)| {
+            let each = if hosts.len() > 1 { " each" } else { "" };
+            let s = if count == 1 { "" } else { "s" };
+            format!(
+                "{}: {count} server{s}{each}",
+                sdm_deploy::hostlist::compress(&hosts)
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_summarised_in_hostlist_form() {
+        let one: Vec<(u32, String, u32)> = (0..16).map(|i| (i, "vm".into(), 100 + i)).collect();
+        assert_eq!(hosts_summary(&one), ["vm: [0-15]"]);
+        let mut many: Vec<(u32, String, u32)> =
+            (0..16).map(|i| (i, format!("h{}", i % 4 + 1), i)).collect();
+        many.push((16, "login1".into(), 1));
+        assert_eq!(
+            hosts_summary(&many),
+            ["h[1-4]: 4 servers each", "login1: 1 server"]
+        );
     }
 }

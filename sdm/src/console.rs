@@ -148,7 +148,7 @@ impl Console {
 
     /// Prints the tree's health per subtree; returns whether every subtree is full.
     async fn health(&mut self, json: bool, out: &mut dyn Write) -> anyhow::Result<bool> {
-        let lines = sdm_client::health::report(&mut self.session, Duration::from_secs(5)).await?;
+        let lines = sdm_client::health::report(&self.session, Duration::from_secs(5)).await?;
         if json {
             for l in &lines {
                 writeln!(
@@ -619,7 +619,7 @@ impl Console {
                 };
                 let timeout = Duration::from_millis(u64::from(COMMAND_TIMEOUT_MS));
                 let sample =
-                    sdm_client::top::sample_of(&mut self.session, &dest, timeout, request).await?;
+                    sdm_client::top::sample_of(&self.session, &dest, timeout, request).await?;
                 if self.json {
                     writeln!(out, "{}", crate::top::json(&sample, 0.0))?;
                 } else {

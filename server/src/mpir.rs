@@ -150,6 +150,29 @@ const SIZE_VARS: [&str; 4] = [
 /// Reads the process table of the job launched by `launcher`: its MPIR table when it has a
 /// filled one, otherwise its ranked descendants on this host.
 pub fn read_proctable(launcher: u32) -> Result<ProcTable, MpirError> {
+    read_once(launcher)
+}
+
+/// [`read_proctable`], asked again while the launcher is still spawning its tasks
+/// ([`MpirError::NotSpawned`], [`MpirError::Incomplete`]), up to `patience`.
+pub fn read_proctable_waiting(
+    launcher: u32,
+    patience: std::time::Duration,
+) -> Result<ProcTable, MpirError> {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match read_once(launcher) {
+            Err(MpirError::NotSpawned { .. } | MpirError::Incomplete { .. })
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn read_once(launcher: u32) -> Result<ProcTable, MpirError> {
     let exe =
         std::fs::read_link(format!("/proc/{launcher}/exe")).map_err(|e| MpirError::NoProcess {
             pid: launcher,
@@ -228,6 +251,14 @@ fn read_mpir(pid: u32, table: u64, size: u64, state: Option<u64>) -> Result<Proc
         });
     }
     drop(stopped);
+    // A table whose tasks have no pid yet is still being filled (the step is launching).
+    if tasks.iter().any(|t| t.pid == 0) {
+        return Err(MpirError::NotSpawned {
+            pid,
+            state: debug_state,
+            size: n,
+        });
+    }
     Ok(ProcTable {
         launcher: pid,
         tasks,

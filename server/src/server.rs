@@ -80,7 +80,7 @@ impl Server {
                     crate::daemon::run_master(frontend, key, attempts).await
                 }
                 DaemonArgs::Server(opt) => {
-                    let id = sdm_deploy::rank_from_env().map_err(bad)?;
+                    let id = sdm_deploy::rank_from_env().map_err(|e| bad(e.to_string()))?;
                     let key = SessionKey::from_env().map_err(|e| bad(e.to_string()))?;
                     self.run(id, sdm_deploy::local_rank_from_env(), key, opt)
                         .await

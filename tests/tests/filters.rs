@@ -75,7 +75,7 @@ async fn shutdown(s: Session) {
 
 /// After failed ops: every daemon still answers, `filter` (a sum) still adds up `value`;
 /// then shuts the tree down.
-async fn still_serving(mut s: Session, filter: &str) {
+async fn still_serving(s: Session, filter: &str) {
     let all = s.all();
     let g = s
         .request_filtered(&all, SyncMode::WaitAll, filter, "value")
@@ -90,7 +90,7 @@ async fn still_serving(mut s: Session, filter: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builtin_reductions_over_16_servers_in_two_tree_shapes() {
     for shape in [Shape::Binomial, Shape::KAry(3)] {
-        let mut s = launch(&opts(shape)).await;
+        let s = launch(&opts(shape)).await;
         let all = s.all();
         // value: server i answers i, so 0..=15.
         for (filter, want) in [
@@ -125,7 +125,7 @@ async fn builtin_reductions_over_16_servers_in_two_tree_shapes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_payloads_and_unknown_filters_fail_the_op_not_the_daemons() {
-    let mut s = launch(&opts(Shape::Binomial)).await;
+    let s = launch(&opts(Shape::Binomial)).await;
     let all = s.all();
     // `ping` answers `pong`: not a number. Each id is lost, naming itself and the filter.
     let g = s
@@ -150,7 +150,7 @@ async fn bad_payloads_and_unknown_filters_fail_the_op_not_the_daemons() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_plugin_loads_in_every_daemon_and_folds_in_the_tree() {
     let plugin = build_c_plugin();
-    let mut s = launch(&SessionOptions {
+    let s = launch(&SessionOptions {
         filter_plugins: vec![plugin.clone()],
         ..opts(Shape::Binomial)
     })

@@ -161,7 +161,7 @@ async fn orphans_reattach_and_later_commands_reach_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_during_a_stdio_flood_and_a_stream() {
     use sdm_proto::{Status, SyncMode};
-    let mut s = sixteen().await;
+    let s = sixteen().await;
     let all = s.all();
     // Every rank floods its output; the front-end keeps reading it.
     let start = r#"0 [] sdm_start("/bin/sh", ["-c", "exec yes \"rank $SDM_RANK\""], "pty")"#;

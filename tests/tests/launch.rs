@@ -43,7 +43,7 @@ async fn wait_gone(pids: &[u32]) {
 /// Launch, check all ready, broadcast, sum, shut down, check no daemon is left.
 async fn full_cycle(o: SessionOptions) {
     let n = o.n;
-    let mut s = Session::launch(&o, |_| {}).await.unwrap();
+    let s = Session::launch(&o, |_| {}).await.unwrap();
     let r = s.report().clone();
     assert_eq!(r.ready, IdSet::all(n), "failed: {:?}", r.failed);
     assert!(r.failed.is_empty());

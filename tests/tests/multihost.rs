@@ -381,7 +381,7 @@ async fn cut_and_restore(h: &SshHosts) {
         startup_timeout: Duration::from_secs(150),
         ..SessionOptions::default()
     };
-    let mut s = Session::launch(&opts, |_| {}).await.unwrap();
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
     let all = IdSet::all(n);
     assert_eq!(s.report().ready, all, "{:?}", s.report().failed);
     let g = s.request(&all, SyncMode::WaitAll, "ping").await.unwrap();

@@ -446,7 +446,7 @@ async fn library_stdio() {
     use sdm_client::iof::Iof;
     use sdm_proto::{Status, SyncMode};
 
-    let mut s = session(4).await;
+    let s = session(4).await;
     let all = s.all();
     let script = r#"0 [] sdm_start("/bin/sh", ["-c", "read x; echo \"out $x\"; echo \"err $x\" >&2"], "pipes")"#;
     for g in s
@@ -519,7 +519,7 @@ async fn unread_output() {
     use sdm_overlay::flow;
     use sdm_proto::{Status, SyncMode};
 
-    let mut s = session(8).await;
+    let s = session(8).await;
     let all = s.all();
     let flood = r#"0 [] sdm_start("/bin/sh", ["-c", "i=0; while :; do i=$((i+1)); echo $i; done"], "pipes")"#;
     let replied = |groups: &[sdm_overlay::frontend::ReplyGroup]| {

@@ -242,7 +242,7 @@ async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
             iters,
             warmup,
         } => {
-            let (mut s, wall) = launch_all_ready(c).await?;
+            let (s, wall) = launch_all_ready(c).await?;
             let all = s.all();
             let mut samples = Vec::with_capacity(*iters as usize);
             let result: anyhow::Result<()> = async {
@@ -269,7 +269,7 @@ async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
             window,
             warmup,
         } => {
-            let (mut s, wall) = launch_all_ready(c).await?;
+            let (s, wall) = launch_all_ready(c).await?;
             let all = s.all();
             let n = u64::from(c.n);
             let want = (n * (n - 1) / 2).to_string();
