@@ -4,12 +4,12 @@
 //! the route to the first host (the bridge's), each server binds and advertises its own
 //! host's address on the route back.
 //!
-//! - `sdm launch --launcher ssh --hosts A,B,C,D -n 16 --send ping`: 16 ready, one `[0-15]`
+//! - `sdm launch --launcher ssh --hosts 'TAGh[1-4]' -n 16 --send ping`: 16 ready, one `[0-15]`
 //!   pong, each host's servers listening on that host's address and none on loopback (`ss`
 //!   inside each namespace); the same over `--transport quic`.
 //! - One host's link cut in the middle of a command (`ip link set … down`): its servers come
 //!   back lost with the reason, the others answer; after `up` they re-attach and answer.
-//! - `sdm run --launcher mpirun --hosts A,B,C,D -n 8 -- mpi_allreduce`: Open MPI's daemons
+//! - `sdm run --launcher mpirun --hosts 'TAGh[1-4]' -n 8 -- mpi_allreduce`: Open MPI's daemons
 //!   reach the hosts over the same ssh, and the MPI job's collectives cross them.
 //! - A server told to advertise loopback to a front-end on another host stops, naming itself,
 //!   its host and both addresses; and (no namespaces needed) a tree over IPv6 loopback.
@@ -191,6 +191,11 @@ impl SshHosts {
         (1..=HOSTS).map(|k| self.name(k)).collect()
     }
 
+    /// Every host in Slurm's hostlist form, `<tag>h[1-4]`.
+    fn hostlist(&self) -> String {
+        format!("{}h[1-{HOSTS}]", self.hosts.tag())
+    }
+
     /// The local addresses of the `sdm` daemons' sockets in host `k` (TCP listeners, or
     /// for quic the UDP sockets), from `ss` inside its namespace.
     fn daemon_sockets(&self, k: u32, transport: &str) -> Vec<String> {
@@ -288,7 +293,7 @@ fn launch_through_ssh(transport: &str) {
     let h = SshHosts::create();
     let n = HOSTS * PER_HOST;
     let (running, lines) = launch_held(|c| {
-        c.args(["--launcher", "ssh", "--hosts", &h.names().join(",")])
+        c.args(["--launcher", "ssh", "--hosts", &h.hostlist()])
             .args(["-n", &n.to_string(), "--transport", transport]);
     });
     assert!(
@@ -562,13 +567,7 @@ fn an_mpi_job_across_four_hosts_under_mpirun() {
             .arg(&src),
     );
     let out = Command::new(support::sdm())
-        .args([
-            "run",
-            "--launcher",
-            "mpirun",
-            "--hosts",
-            &h.names().join(","),
-        ])
+        .args(["run", "--launcher", "mpirun", "--hosts", &h.hostlist()])
         .args(["-n", "8", "--"])
         .arg(&prog)
         .env("OMPI_MCA_btl", "self,tcp")
