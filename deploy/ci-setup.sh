@@ -4,6 +4,7 @@
 #   * Open MPI (mpirun)                      -> fatal if it does not work
 #   * a one-machine Slurm on localhost       -> WARNING + no marker if it does not work
 #   * sshd on 127.0.0.1:2222 for root        -> WARNING + no marker if it does not work
+#     (and ssh reads /etc/ssh/ssh_config.d/*.conf, where the multi-host test puts its hosts)
 #
 # Markers, written only on success, so tests can tell what is available:
 #   /run/sdmci/mpirun.ok  /run/sdmci/slurm.ok  /run/sdmci/ssh.ok
@@ -475,6 +476,15 @@ Subsystem sftp internal-sftp" 0644; then
   others=$(grep -vxF "$pub" /root/.ssh/authorized_keys | grep -v ' sdmci$')
   install_if_changed /root/.ssh/authorized_keys "${others:+$others
 }$pub" 0600 && log "ssh: authorized $SSH_KEY.pub for root"
+  # The multi-host test (tests/tests/multihost.rs) names its hosts (network namespaces, each
+  # with an sshd) in /etc/ssh/ssh_config.d/<its tag>.conf while it runs: Debian's
+  # /etc/ssh/ssh_config includes that directory; make sure it does.
+  install -d -m 0755 /etc/ssh/ssh_config.d
+  if ! grep -qx 'Include /etc/ssh/ssh_config.d/\*.conf' /etc/ssh/ssh_config 2>/dev/null; then
+    log "ssh: making /etc/ssh/ssh_config include /etc/ssh/ssh_config.d/*.conf"
+    { echo 'Include /etc/ssh/ssh_config.d/*.conf'; cat /etc/ssh/ssh_config 2>/dev/null; } >/etc/ssh/ssh_config.sdmci &&
+      mv /etc/ssh/ssh_config.sdmci /etc/ssh/ssh_config
+  fi
   # Our stanza goes first in ~/.ssh/config: ssh takes the first value it finds for each option.
   block="# BEGIN sdmci (deploy/ci-setup.sh)
 Host ${SSH_HOST_ALIAS}

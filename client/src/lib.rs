@@ -53,6 +53,7 @@
 //!   per-session certificate handed to the daemons. Without it only tcp is offered and quinn,
 //!   rustls and rcgen are not compiled.
 
+pub mod address;
 pub mod counters;
 mod error;
 pub mod health;

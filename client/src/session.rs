@@ -42,8 +42,15 @@ pub struct SessionOptions {
     pub topology: Shape,
     /// First port servers try (default: random in 20000..50000 for this session).
     pub base_port: Option<u16>,
-    /// Host the front-end listens on and servers bind (loopback for one machine).
-    pub host: String,
+    /// Address the front-end listens on (default: see [`crate::address::default_listen`]:
+    /// loopback for one machine, else this host's address on the route to the first host).
+    pub listen: Option<String>,
+    /// Address every server binds (default: its host's address on the route to the
+    /// front-end; `0.0.0.0` or `::` for all interfaces).
+    pub bind: Option<String>,
+    /// Address every server advertises to its parent (default: the bound one, or for all
+    /// interfaces its host's address on the route to the front-end).
+    pub advertise: Option<String>,
     /// Limit for the whole start-up: launch, connect, init.
     pub startup_timeout: Duration,
     /// Connection rounds per child and the delay between them.
@@ -82,7 +89,9 @@ impl Default for SessionOptions {
             transport: "tcp".into(),
             topology: Shape::Binomial,
             base_port: None,
-            host: "127.0.0.1".into(),
+            listen: None,
+            bind: None,
+            advertise: None,
             startup_timeout: Duration::from_secs(60),
             connect_attempts: 20,
             connect_delay: Duration::from_millis(100),
@@ -241,9 +250,18 @@ impl Session {
                 opts.transport
             )));
         }
-        let fe_addr: Address = format!("{}://{}:0", opts.transport, opts.host)
+        let launcher = opts
+            .launcher
+            .build_with(opts.hosts.clone(), opts.launcher_args.clone());
+        let (listen, fe_host) = crate::address::frontend_addresses(
+            opts.launcher,
+            &*launcher,
+            &opts.hosts,
+            opts.listen.as_deref(),
+        )?;
+        let fe_addr: Address = format!("{}://{listen}:0", opts.transport)
             .parse()
-            .map_err(|e| Error::invalid(format!("front-end address on {}: {e}", opts.host)))?;
+            .map_err(|e| Error::invalid(format!("front-end address on {listen}: {e}")))?;
         let transport = transport_for(&fe_addr, &cfg)
             .map_err(|e| Error::io(format!("transport for {fe_addr}"), e))?;
         let mut listener = transport
@@ -253,33 +271,35 @@ impl Session {
         let fe_addr = listener.local_addr();
 
         let base = opts.base_port.unwrap_or_else(random_port);
+        let mut args = vec![
+            "server".into(),
+            "--port".into(),
+            base.to_string(),
+            "--transport".into(),
+            opts.transport.clone(),
+            "--frontend-host".into(),
+            fe_host,
+        ];
+        for (flag, value) in [("--host", &opts.bind), ("--advertise", &opts.advertise)] {
+            if let Some(v) = value {
+                args.extend([flag.to_owned(), v.clone()]);
+            }
+        }
         let spec = LaunchSpec {
             n: opts.n,
             program: opts
                 .remote_program
                 .clone()
                 .unwrap_or_else(|| program.clone()),
-            args: vec![
-                "server".into(),
-                "--port".into(),
-                base.to_string(),
-                "--transport".into(),
-                opts.transport.clone(),
-                "--host".into(),
-                opts.host.clone(),
-            ],
+            args,
             env: env.clone(),
         };
-        let mut servers = opts
-            .launcher
-            .build_with(opts.hosts.clone(), opts.launcher_args.clone())
-            .launch(&spec)
-            .map_err(|e| {
-                Error::launch(
-                    format!("{} servers of {}", opts.n, spec.program.display()),
-                    e,
-                )
-            })?;
+        let mut servers = launcher.launch(&spec).map_err(|e| {
+            Error::launch(
+                format!("{} servers of {}", opts.n, spec.program.display()),
+                e,
+            )
+        })?;
         progress(&Progress::Launched);
 
         // Collect addresses until all reported or the deadline (a third of start-up).

@@ -209,6 +209,12 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &str;
     /// Starts `spec.n` copies.
     fn launch(&self, spec: &LaunchSpec) -> Result<Launched, LaunchError>;
+    /// The name or address under which the network knows `host`, a host given to this
+    /// launcher: `host` itself, or for ssh the `HostName` its configuration gives an alias
+    /// (`ssh -G`), so the front-end can find the route there.
+    fn network_name(&self, host: &str) -> io::Result<String> {
+        Ok(host.to_owned())
+    }
 }
 
 /// Fork/exec on this machine; rank in `SDM_ID`.
@@ -312,6 +318,40 @@ impl Launcher for Ssh {
         }
         Ok(l)
     }
+
+    fn network_name(&self, host: &str) -> io::Result<String> {
+        ssh_network_name(&self.options, host)
+    }
+}
+
+/// The `HostName` ssh's configuration gives `host` (`ssh -G OPTIONS HOST`; `host` itself
+/// when it names no alias).
+fn ssh_network_name(options: &[String], host: &str) -> io::Result<String> {
+    let out = std::process::Command::new("ssh")
+        .arg("-G")
+        .args(options)
+        .arg(host)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot run ssh -G {host}: {e}")))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "ssh -G {host}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(ssh_config_hostname(&String::from_utf8_lossy(&out.stdout))
+        .unwrap_or_else(|| host.to_owned()))
+}
+
+/// The `hostname` line of `ssh -G` output.
+fn ssh_config_hostname(config: &str) -> Option<String> {
+    config.lines().find_map(|l| {
+        let (key, value) = l.split_once(' ')?;
+        (key.eq_ignore_ascii_case("hostname") && !value.trim().is_empty())
+            .then(|| value.trim().to_owned())
+    })
 }
 
 /// `mpirun` of Open MPI or MPICH (detected from `mpirun --version`).
@@ -388,6 +428,12 @@ impl Launcher for Mpirun {
         l.spawn(cmd, None, &tx)?;
         Ok(l)
     }
+
+    /// mpirun starts its daemons on other hosts through ssh (Open MPI's rsh launcher,
+    /// MPICH's hydra): a host is what ssh's configuration makes of it.
+    fn network_name(&self, host: &str) -> io::Result<String> {
+        ssh_network_name(&[], host).or_else(|_| Ok(host.to_owned()))
+    }
 }
 
 /// Slurm's `srun`: one job step of `n` tasks; the environment is inherited.
@@ -460,7 +506,7 @@ impl std::fmt::Display for LauncherKind {
 }
 
 impl LauncherKind {
-    /// The launcher; `hosts` is used by ssh.
+    /// The launcher; `hosts` is used by ssh, and by mpirun as its `--host` list.
     pub fn build(self, hosts: Vec<String>) -> Box<dyn Launcher> {
         self.build_with(hosts, Vec::new())
     }
@@ -587,6 +633,13 @@ mod tests {
             "{e}"
         );
         assert_eq!(io::Error::from(e).kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn ssh_config_names_the_host_an_alias_stands_for() {
+        let g = "user root\nhostname 10.200.7.11\nport 22\n";
+        assert_eq!(ssh_config_hostname(g).as_deref(), Some("10.200.7.11"));
+        assert_eq!(ssh_config_hostname("port 22\n"), None);
     }
 
     #[test]

@@ -66,6 +66,7 @@ pub mod liveness;
 pub mod logging;
 pub mod node;
 pub mod recover;
+pub mod route;
 pub mod setup;
 pub mod sim;
 pub mod transport;

@@ -82,12 +82,18 @@ enum Cmd {
         /// tcp or quic.
         #[arg(long, default_value = "tcp")]
         transport: String,
-        /// Host to bind.
-        #[arg(long, default_value = "127.0.0.1")]
-        host: String,
-        /// Host name to advertise to the parent (default: the bound host).
+        /// Address to bind (default: this host's address on the route to --frontend-host,
+        /// else 127.0.0.1); 0.0.0.0 or :: for all interfaces.
+        #[arg(long, visible_alias = "bind")]
+        host: Option<String>,
+        /// Address or host name to advertise to the parent (default: the bound address, or
+        /// for all interfaces this host's address on the route to --frontend-host).
         #[arg(long)]
         advertise: Option<String>,
+        /// The front-end's host: the defaults of --host and --advertise follow the route
+        /// there, and advertising a loopback address while it is on another host is an error.
+        #[arg(long)]
+        frontend_host: Option<String>,
         /// How many ports to try.
         #[arg(long, default_value_t = 2048)]
         port_span: u16,
@@ -128,6 +134,18 @@ struct TreeArgs {
     /// is missing is named.
     #[arg(long, value_name = "PATH")]
     remote_sdm: Option<PathBuf>,
+    /// Address the front-end listens on (default: this host's address on the route to the
+    /// first of --hosts with a remote launcher, else 127.0.0.1); IPv6 in brackets or bare.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Address every server binds (default: its host's address on the route to the
+    /// front-end); 0.0.0.0 or :: for all interfaces.
+    #[arg(long, value_name = "ADDR")]
+    bind: Option<String>,
+    /// Address or host name every server advertises to its parent (default: the bound
+    /// address, or for all interfaces its address on the route to the front-end).
+    #[arg(long, value_name = "ADDR")]
+    advertise: Option<String>,
     /// tcp or quic.
     #[arg(long, default_value = "tcp")]
     transport: String,
@@ -166,6 +184,9 @@ impl TreeArgs {
                 .map(|a| a.split_whitespace().map(str::to_owned).collect())
                 .unwrap_or_default(),
             remote_program: self.remote_sdm.clone(),
+            listen: self.listen.clone(),
+            bind: self.bind.clone(),
+            advertise: self.advertise.clone(),
             transport: self.transport.clone(),
             topology: self.topology,
             filter_plugins: self.filter_plugins.clone(),
@@ -376,6 +397,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             transport,
             host,
             advertise,
+            frontend_host,
             port_span,
             parent_timeout,
         } => {
@@ -385,6 +407,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 scheme: transport,
                 bind_host: host,
                 advertise,
+                frontend_host,
                 base_port: port,
                 port_span,
                 parent_timeout: Duration::from_secs(parent_timeout),

@@ -10,6 +10,7 @@ use sdm_overlay::Node;
 use sdm_overlay::auth::SessionKey;
 use sdm_overlay::driver::{self, Delivery, LocalHandler};
 use sdm_overlay::recover;
+use sdm_overlay::route;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, Link, Listener, Transport, TransportConfig, transport_for};
 use sdm_proto::Kind;
@@ -139,10 +140,15 @@ pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> Re
 pub struct ServerOptions {
     /// Scheme to listen with (`tcp` or `quic`).
     pub scheme: String,
-    /// Host to bind.
-    pub bind_host: String,
-    /// Host to advertise to the parent (default: the bound host).
+    /// Host to bind (default: this host's address on the route to `frontend_host`, else
+    /// loopback).
+    pub bind_host: Option<String>,
+    /// Host to advertise to the parent (default: the bound host, or for an unspecified one
+    /// such as `0.0.0.0`, this host's address on the route to `frontend_host`).
     pub advertise: Option<String>,
+    /// The front-end's host: the defaults above follow the route there, and a loopback
+    /// address advertised while it is on another host is an error at start-up.
+    pub frontend_host: Option<String>,
     /// First port to try.
     pub base_port: u16,
     /// Ports to try after it.
@@ -172,9 +178,19 @@ pub(crate) async fn run_server_with(
     key: SessionKey,
     opt: ServerOptions,
 ) -> Result<(), Error> {
-    let at = format!("server {id}");
+    let at = format!("server {id} on host {}", crate::monitor::hostname());
     let cfg = TransportConfig::from_env().map_err(|e| startup(&at, e))?;
-    let probe: Address = format!("{}://{}:0", opt.scheme, opt.bind_host)
+    // The address on the route to the front-end: other hosts of the tree reach it.
+    let route = match &opt.frontend_host {
+        Some(h) => Some(route::source_for(h).map_err(|e| startup(&at, e))?),
+        None => None,
+    };
+    let bind_host = match (&opt.bind_host, route) {
+        (Some(h), _) => route::bracketed(h),
+        (None, Some(ip)) => route::host_text(ip),
+        (None, None) => "127.0.0.1".to_owned(),
+    };
+    let probe: Address = format!("{}://{bind_host}:0", opt.scheme)
         .parse()
         .map_err(|e| startup(&at, e))?;
     let transport = transport_for(&probe, &cfg).map_err(|e| startup(&at, e))?;
@@ -187,7 +203,7 @@ pub(crate) async fn run_server_with(
         if port > u32::from(u16::MAX) {
             break;
         }
-        let a: Address = format!("{}://{}:{port}", opt.scheme, opt.bind_host)
+        let a: Address = format!("{}://{bind_host}:{port}", opt.scheme)
             .parse()
             .map_err(|e| startup(&at, e))?;
         match transport.bind(&a).await {
@@ -210,17 +226,17 @@ pub(crate) async fn run_server_with(
         )
     })?;
     let local = listener.local_addr();
-    let shown = match &opt.advertise {
-        Some(h) => {
-            let port = local
-                .target()
-                .rsplit_once(':')
-                .map(|(_, p)| p)
-                .unwrap_or("0");
-            format!("{}://{h}:{port}", opt.scheme)
-        }
-        None => local.to_string(),
+    let (bound_host, port) = local.target().rsplit_once(':').unwrap_or(("", "0"));
+    let unspecified = route::resolve(bound_host).is_ok_and(|ip| ip.is_unspecified());
+    let advertised = match (&opt.advertise, route) {
+        (Some(h), _) => route::bracketed(h),
+        (None, Some(ip)) if unspecified => route::host_text(ip),
+        (None, _) => bound_host.to_owned(),
     };
+    if let Some(fe) = &opt.frontend_host {
+        route::check_advertised(&advertised, fe).map_err(|e| startup(&at, e))?;
+    }
+    let shown = format!("{}://{advertised}:{port}", opt.scheme);
     // One write, so launchers that merge the copies' stdout keep the line whole.
     println!(
         "SDM-LISTEN {id} {shown} {} {}",

@@ -66,7 +66,8 @@ impl Server {
 
     /// The whole daemon binary from the process's arguments and environment, as the
     /// front-end launches it: `master --frontend ADDR [--attempts N]`, or `server --port P
-    /// [--transport T] [--host H] [--advertise H] [--port-span N] [--parent-timeout S]`
+    /// [--transport T] [--host H] [--advertise H] [--frontend-host H] [--port-span N]
+    /// [--parent-timeout S]`
     /// (the `sdm master` and `sdm server` options; the id and the session key come from
     /// the environment). Errors are printed; the exit code says whether it failed.
     pub fn main(self) -> ExitCode {
@@ -217,8 +218,9 @@ impl DaemonArgs {
                 Self::Server(ServerOptions {
                     base_port: num("--port", Some(port), 0)?,
                     scheme: take(&mut flags, "--transport").unwrap_or_else(|| "tcp".into()),
-                    bind_host: take(&mut flags, "--host").unwrap_or_else(|| "127.0.0.1".into()),
+                    bind_host: take(&mut flags, "--host").or_else(|| take(&mut flags, "--bind")),
                     advertise: take(&mut flags, "--advertise"),
+                    frontend_host: take(&mut flags, "--frontend-host"),
                     port_span: num("--port-span", take(&mut flags, "--port-span"), 2048)?,
                     parent_timeout: Duration::from_secs(num(
                         "--parent-timeout",
@@ -254,10 +256,16 @@ mod tests {
 
     #[test]
     fn daemon_arguments_are_those_the_front_end_passes() {
-        match DaemonArgs::parse(&args("server --port 3000 --transport quic --host 0.0.0.0")) {
+        match DaemonArgs::parse(&args(
+            "server --port 3000 --transport quic --host 0.0.0.0 --frontend-host [fd00::1]",
+        )) {
             Ok(DaemonArgs::Server(o)) => {
                 assert_eq!((o.base_port, o.scheme.as_str()), (3000, "quic"));
-                assert_eq!((o.bind_host.as_str(), o.port_span), ("0.0.0.0", 2048));
+                assert_eq!(
+                    (o.bind_host.as_deref(), o.port_span),
+                    (Some("0.0.0.0"), 2048)
+                );
+                assert_eq!(o.frontend_host.as_deref(), Some("[fd00::1]"));
             }
             other => panic!("{other:?}"),
         }

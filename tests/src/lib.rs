@@ -24,7 +24,9 @@
 //!   and kills them (SIGKILL) when dropped.
 //! - Filters without a network: [`through_tree`] folds leaf payloads through a tree shape.
 //! - Checks: [`ids_with`], [`assert_partition`].
+//! - Hosts on one machine: [`netns::Hosts`] makes network namespaces joined by a bridge.
 
 mod harness;
+pub mod netns;
 
 pub use harness::*;

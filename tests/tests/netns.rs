@@ -10,7 +10,7 @@
 //! answers again.
 //!
 //! Needs root and network namespaces: ignored where build.rs finds them missing, and
-//! always run under CI (`CI` set), where their absence fails it. Addresses: `10.200.N.0/24`, N from the test's pid, only on the
+//! always run under CI (`CI` set), where their absence fails it. Addresses: `10.S.N.0/24` ([`Hosts`]), only on the
 //! bridge and namespaces it creates, all of which are deleted at the end (panic included).
 //! Latency (the transport's delay layer) is `delay.rs`'s business, not this test's.
 
@@ -26,153 +26,12 @@ use sdm_overlay::setup::ConnectPolicy;
 use sdm_overlay::transport::Address;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Shape};
+use support::netns::Hosts;
 use support::{Procs, assert_partition, ids_with, master_for_processes_on};
 
 /// Hosts (namespaces) and servers per host.
 const HOSTS: u32 = 3;
 const PER_HOST: u32 = 4;
-
-/// Runs `ip ARGS`; the error is the command and what it printed.
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}: {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// `ip ARGS` that must work.
-fn must(args: &[&str]) {
-    if let Err(e) = ip(args) {
-        panic!("{e}");
-    }
-}
-
-/// The test's hosts: namespaces `sdmt<pid>h<k>` (k from 1), each with veth `sdmt<pid>p<k>`
-/// at `10.200.N.1<k>`, whose peer `sdmt<pid>v<k>` is a port of bridge `sdmt<pid>br` at
-/// `10.200.N.1`. Dropping it deletes everything it created.
-struct Hosts {
-    tag: String,
-    subnet: String,
-    namespaces: Vec<String>,
-    veths: Vec<String>,
-    bridge: Option<String>,
-}
-
-impl Hosts {
-    /// Builds `n` hosts; any failure panics (after cleaning up what was made).
-    fn create(n: u32) -> Hosts {
-        let pid = std::process::id();
-        let mut hosts = Hosts {
-            tag: format!("sdmt{pid}"),
-            subnet: format!("10.200.{}", pid % 256),
-            namespaces: Vec::new(),
-            veths: Vec::new(),
-            bridge: None,
-        };
-        let first = hosts.namespace(1);
-        must(&["netns", "add", &first]);
-        hosts.namespaces.push(first);
-        // The subnet must be ours alone (a leftover or a concurrent run would clash).
-        let taken = Command::new("ip")
-            .args([
-                "-o",
-                "addr",
-                "show",
-                "to",
-                &format!("{}.0/24", hosts.subnet),
-            ])
-            .output()
-            .expect("ip addr show");
-        assert!(
-            taken.stdout.is_empty(),
-            "{}.0/24 is already in use: {}",
-            hosts.subnet,
-            String::from_utf8_lossy(&taken.stdout)
-        );
-        let br = format!("{}br", hosts.tag);
-        must(&["link", "add", &br, "type", "bridge"]);
-        hosts.bridge = Some(br.clone());
-        must(&[
-            "addr",
-            "add",
-            &format!("{}/24", hosts.gateway()),
-            "dev",
-            &br,
-        ]);
-        must(&["link", "set", &br, "up"]);
-        for k in 1..=n {
-            let ns = hosts.namespace(k);
-            if k > 1 {
-                must(&["netns", "add", &ns]);
-                hosts.namespaces.push(ns.clone());
-            }
-            let (root_end, host_end) = (hosts.veth(k), format!("{}p{k}", hosts.tag));
-            must(&[
-                "link", "add", &root_end, "type", "veth", "peer", "name", &host_end, "netns", &ns,
-            ]);
-            hosts.veths.push(root_end.clone());
-            must(&["link", "set", &root_end, "master", &br]);
-            must(&["link", "set", &root_end, "up"]);
-            let addr = format!("{}/24", hosts.addr(k));
-            must(&["-n", &ns, "addr", "add", &addr, "dev", &host_end]);
-            must(&["-n", &ns, "link", "set", &host_end, "up"]);
-            must(&["-n", &ns, "link", "set", "lo", "up"]);
-        }
-        hosts
-    }
-
-    fn namespace(&self, k: u32) -> String {
-        format!("{}h{k}", self.tag)
-    }
-
-    /// The root-namespace end of host `k`'s veth pair.
-    fn veth(&self, k: u32) -> String {
-        format!("{}v{k}", self.tag)
-    }
-
-    /// The bridge's address, where the master and front-end live.
-    fn gateway(&self) -> String {
-        format!("{}.1", self.subnet)
-    }
-
-    /// Host `k`'s address.
-    fn addr(&self, k: u32) -> String {
-        format!("{}.{}", self.subnet, 10 + k)
-    }
-
-    /// Sets host `k`'s link (its veth's root end) up or down.
-    fn set_link(&self, k: u32, up: bool) {
-        must(&["link", "set", &self.veth(k), if up { "up" } else { "down" }]);
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        let mut failed = Vec::new();
-        for v in &self.veths {
-            failed.extend(ip(&["link", "del", v]).err());
-        }
-        for ns in &self.namespaces {
-            failed.extend(ip(&["netns", "del", ns]).err());
-        }
-        if let Some(br) = &self.bridge {
-            failed.extend(ip(&["link", "del", br]).err());
-        }
-        for e in failed {
-            eprintln!("netns test cleanup: {e}");
-        }
-    }
-}
 
 /// The host (from 1) of server `id`: round robin, so subtrees span hosts.
 fn host_of(id: u32) -> u32 {

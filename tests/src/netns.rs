@@ -1,0 +1,165 @@
+//! Hosts on one machine for the multi-host tests: network namespaces joined by veth pairs to
+//! a bridge in the root namespace (iproute2), deleted again when dropped (panic included).
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Runs `ip ARGS`; the error is the command and what it printed.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}: {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// `ip ARGS` that must work (panics with the command and its error).
+pub fn must(args: &[&str]) {
+    if let Err(e) = ip(args) {
+        panic!("{e}");
+    }
+}
+
+/// Sets of hosts made by this process so far (so two sets in one test binary differ).
+static MADE: AtomicU32 = AtomicU32::new(0);
+
+/// A set of hosts: namespaces `<tag>h<k>` (k from 1), each with veth `<tag>p<k>` at
+/// `10.S.N.1<k>`, whose peer `<tag>v<k>` is a port of bridge `<tag>br` at `10.S.N.1`. The
+/// tag is `sdmt<pid><set>`, N the pid modulo 256 and S 200 plus the set: runs and sets
+/// apart do not clash. Dropping it deletes everything it created.
+pub struct Hosts {
+    tag: String,
+    subnet: String,
+    namespaces: Vec<String>,
+    veths: Vec<String>,
+    bridge: Option<String>,
+}
+
+impl Hosts {
+    /// Builds `n` hosts; any failure panics (after cleaning up what was made).
+    pub fn create(n: u32) -> Hosts {
+        let pid = std::process::id();
+        let set = MADE.fetch_add(1, Ordering::Relaxed) % 50;
+        let mut hosts = Hosts {
+            tag: format!("sdmt{pid}{set}"),
+            subnet: format!("10.{}.{}", 200 + set, pid % 256),
+            namespaces: Vec::new(),
+            veths: Vec::new(),
+            bridge: None,
+        };
+        let first = hosts.namespace(1);
+        must(&["netns", "add", &first]);
+        hosts.namespaces.push(first);
+        // The subnet must be ours alone (a leftover or a concurrent run would clash).
+        let taken = Command::new("ip")
+            .args([
+                "-o",
+                "addr",
+                "show",
+                "to",
+                &format!("{}.0/24", hosts.subnet),
+            ])
+            .output()
+            .expect("ip addr show");
+        assert!(
+            taken.stdout.is_empty(),
+            "{}.0/24 is already in use: {}",
+            hosts.subnet,
+            String::from_utf8_lossy(&taken.stdout)
+        );
+        let br = format!("{}br", hosts.tag);
+        must(&["link", "add", &br, "type", "bridge"]);
+        hosts.bridge = Some(br.clone());
+        must(&[
+            "addr",
+            "add",
+            &format!("{}/24", hosts.gateway()),
+            "dev",
+            &br,
+        ]);
+        must(&["link", "set", &br, "up"]);
+        for k in 1..=n {
+            let ns = hosts.namespace(k);
+            if k > 1 {
+                must(&["netns", "add", &ns]);
+                hosts.namespaces.push(ns.clone());
+            }
+            let (root_end, host_end) = (hosts.veth(k), format!("{}p{k}", hosts.tag));
+            must(&[
+                "link", "add", &root_end, "type", "veth", "peer", "name", &host_end, "netns", &ns,
+            ]);
+            hosts.veths.push(root_end.clone());
+            must(&["link", "set", &root_end, "master", &br]);
+            must(&["link", "set", &root_end, "up"]);
+            let addr = format!("{}/24", hosts.addr(k));
+            must(&["-n", &ns, "addr", "add", &addr, "dev", &host_end]);
+            must(&["-n", &ns, "link", "set", &host_end, "up"]);
+            must(&["-n", &ns, "link", "set", "lo", "up"]);
+        }
+        hosts
+    }
+
+    /// What every name of this set starts with (`sdmt<pid><set>`).
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// Host `k`'s namespace (and host name), `<tag>h<k>`.
+    pub fn namespace(&self, k: u32) -> String {
+        format!("{}h{k}", self.tag)
+    }
+
+    /// The root-namespace end of host `k`'s veth pair.
+    pub fn veth(&self, k: u32) -> String {
+        format!("{}v{k}", self.tag)
+    }
+
+    /// The bridge's address: the root namespace, where front-ends and masters live.
+    pub fn gateway(&self) -> String {
+        format!("{}.1", self.subnet)
+    }
+
+    /// Host `k`'s address.
+    pub fn addr(&self, k: u32) -> String {
+        format!("{}.{}", self.subnet, 10 + k)
+    }
+
+    /// Sets host `k`'s link (its veth's root end) up or down.
+    pub fn set_link(&self, k: u32, up: bool) {
+        must(&["link", "set", &self.veth(k), if up { "up" } else { "down" }]);
+    }
+
+    /// A command run inside host `k`'s namespace (`ip netns exec`).
+    pub fn exec(&self, k: u32, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.namespace(k), program]);
+        c
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let mut failed = Vec::new();
+        for v in &self.veths {
+            failed.extend(ip(&["link", "del", v]).err());
+        }
+        for ns in &self.namespaces {
+            failed.extend(ip(&["netns", "del", ns]).err());
+        }
+        if let Some(br) = &self.bridge {
+            failed.extend(ip(&["link", "del", br]).err());
+        }
+        for e in failed {
+            eprintln!("netns hosts cleanup: {e}");
+        }
+    }
+}

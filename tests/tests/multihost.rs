@@ -1,0 +1,589 @@
+//! Four hosts for real: network namespaces joined by a bridge ([`Hosts`]), an sshd inside
+//! each (key-only, host and user keys made here), and the real `sdm` daemons started on them
+//! by the real ssh launcher, with no address flags: the front-end listens on its address on
+//! the route to the first host (the bridge's), each server binds and advertises its own
+//! host's address on the route back.
+//!
+//! - `sdm launch --launcher ssh --hosts 'TAGh[1-4]' -n 16 --send ping`: 16 ready, one `[0-15]`
+//!   pong, each host's servers listening on that host's address and none on loopback (`ss`
+//!   inside each namespace); the same over `--transport quic`.
+//! - One host's link cut in the middle of a command (`ip link set … down`): its servers come
+//!   back lost with the reason, the others answer; after `up` they re-attach and answer.
+//! - `sdm run --launcher mpirun --hosts 'TAGh[1-4]' -n 8 -- mpi_allreduce`: Open MPI's daemons
+//!   reach the hosts over the same ssh, and the MPI job's collectives cross them.
+//! - A server told to advertise loopback to a front-end on another host stops, naming itself,
+//!   its host and both addresses; and (no namespaces needed) a tree over IPv6 loopback.
+//!
+//! The hosts are named `<tag>h1..<tag>h4` in an ssh configuration this test writes into
+//! /etc/ssh/ssh_config.d/ (included by ssh's system-wide configuration; deploy/ci-setup.sh
+//! makes sure), with `SetEnv` passing the daemons short keepalive timings. Needs root, network namespaces
+//! and sshd: ignored where build.rs finds them missing, always run under CI (`CI` set), where
+//! their absence fails it. Everything made here is removed at the end, panic included.
+
+use sdm_e2e as support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use sdm_client::session::{Session, SessionOptions};
+use sdm_deploy::LauncherKind;
+use sdm_overlay::liveness::KEEPALIVE_ENV;
+use sdm_overlay::recover::PATIENCE_ENV;
+use sdm_proto::{IdSet, Status, SyncMode};
+use sdm_topology::{NodeId, Shape};
+use support::netns::Hosts;
+use support::{assert_partition, ids_with};
+
+/// Hosts, and servers per host.
+const HOSTS: u32 = 4;
+const PER_HOST: u32 = 4;
+
+/// The directory ssh's system-wide configuration includes (Debian's /etc/ssh/ssh_config
+/// has `Include /etc/ssh/ssh_config.d/*.conf`; deploy/ci-setup.sh makes sure).
+const SSH_INCLUDE_DIR: &str = "/etc/ssh/ssh_config.d";
+
+/// One test at a time: each makes four hosts with an sshd and 16 daemons.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Bounds for waiting on conditions (generous: the machine may be loaded).
+const PATIENCE: Duration = Duration::from_secs(180);
+
+/// Runs `cmd`; panics with what it printed unless it succeeded.
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls `done` every 200 ms until it holds or `PATIENCE` passed; whether it held.
+fn wait_for(mut done: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + PATIENCE;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Four hosts with an sshd each, reachable as `<tag>h<k>` through root's ssh configuration.
+/// Dropping it stops the sshds and removes the keys and the configuration, then the hosts.
+struct SshHosts {
+    sshds: Vec<Child>,
+    dir: PathBuf,
+    config: PathBuf,
+    hosts: Hosts,
+}
+
+impl SshHosts {
+    fn create() -> SshHosts {
+        let hosts = Hosts::create(HOSTS);
+        let dir = std::env::temp_dir().join(hosts.tag());
+        let config = Path::new(SSH_INCLUDE_DIR).join(format!("{}.conf", hosts.tag()));
+        let mut me = SshHosts {
+            sshds: Vec::new(),
+            dir,
+            config,
+            hosts,
+        };
+        std::fs::create_dir_all(&me.dir).unwrap();
+        // sshd's privilege separation directory.
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let key = |name: &str| {
+            run_ok(
+                Command::new("ssh-keygen")
+                    .args(["-q", "-t", "ed25519", "-N", "", "-C"])
+                    .args([name, "-f", me.dir.join(name).to_str().unwrap()]),
+            );
+            me.dir.join(name)
+        };
+        let host_key = key("host_key");
+        let user_key = key("user_key");
+        let authorized = me.dir.join("authorized_keys");
+        std::fs::copy(user_key.with_extension("pub"), &authorized).unwrap();
+        let mut client = String::new();
+        for k in 1..=HOSTS {
+            let addr = me.hosts.addr(k);
+            let conf = me.dir.join(format!("sshd_h{k}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "ListenAddress {addr}\nPort 22\nHostKey {}\nPidFile {}\n\
+                     AuthorizedKeysFile {}\nPermitRootLogin prohibit-password\n\
+                     PubkeyAuthentication yes\nPasswordAuthentication no\n\
+                     KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nUseDNS no\n\
+                     PrintMotd no\nAcceptEnv SDM_*\nMaxStartups 200:30:400\nMaxSessions 200\n",
+                    host_key.display(),
+                    me.dir.join(format!("sshd_h{k}.pid")).display(),
+                    authorized.display(),
+                ),
+            )
+            .unwrap();
+            let log = std::fs::File::create(me.dir.join(format!("sshd_h{k}.log"))).unwrap();
+            let sshd = me
+                .hosts
+                .exec(k, "/usr/sbin/sshd")
+                .args(["-D", "-e", "-f"])
+                .arg(&conf)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("starting sshd in a namespace");
+            me.sshds.push(sshd);
+            client.push_str(&format!(
+                "Host {}\n    HostName {addr}\n    User root\n    IdentityFile {}\n    \
+                 IdentitiesOnly yes\n    StrictHostKeyChecking no\n    \
+                 UserKnownHostsFile /dev/null\n    LogLevel ERROR\n    BatchMode yes\n    \
+                 ConnectTimeout 20\n    SetEnv {KEEPALIVE_ENV}=100,3000 {PATIENCE_ENV}=60000\n",
+                me.hosts.namespace(k),
+                user_key.display()
+            ));
+        }
+        std::fs::write(&me.config, client).unwrap();
+        // ssh must read it (deploy/ci-setup.sh puts the Include in root's ssh configuration).
+        let first = me.name(1);
+        let g = run_ok(Command::new("ssh").args(["-G", &first]));
+        assert!(
+            g.lines()
+                .any(|l| l == format!("hostname {}", me.hosts.addr(1))),
+            "ssh does not read {}: run deploy/ci-setup.sh, which makes /etc/ssh/ssh_config \
+             include {SSH_INCLUDE_DIR}/*.conf",
+            me.config.display()
+        );
+        for k in 1..=HOSTS {
+            let name = me.name(k);
+            let ok = wait_for(|| {
+                Command::new("ssh")
+                    .args(["-n", &name, "true"])
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            });
+            let log = std::fs::read_to_string(me.dir.join(format!("sshd_h{k}.log")));
+            assert!(ok, "ssh {name} true never worked; sshd said: {log:?}");
+        }
+        me
+    }
+
+    /// Host `k`'s ssh name.
+    fn name(&self, k: u32) -> String {
+        self.hosts.namespace(k)
+    }
+
+    /// Every host's ssh name.
+    fn names(&self) -> Vec<String> {
+        (1..=HOSTS).map(|k| self.name(k)).collect()
+    }
+
+    /// Every host in Slurm's hostlist form, `<tag>h[1-4]`.
+    fn hostlist(&self) -> String {
+        format!("{}h[1-{HOSTS}]", self.hosts.tag())
+    }
+
+    /// The local addresses of the `sdm` daemons' sockets in host `k` (TCP listeners, or
+    /// for quic the UDP sockets), from `ss` inside its namespace.
+    fn daemon_sockets(&self, k: u32, transport: &str) -> Vec<String> {
+        let flags = if transport == "quic" {
+            "-Hlunp"
+        } else {
+            "-Hltnp"
+        };
+        let out = run_ok(self.hosts.exec(k, "ss").arg(flags));
+        // ss names processes by their comm, the first 15 bytes of the file name.
+        let exe = Path::new(support::sdm())
+            .file_name()
+            .unwrap()
+            .to_string_lossy();
+        let comm: String = exe.chars().take(15).collect();
+        out.lines()
+            .filter(|l| l.contains(&format!("((\"{comm}\"")))
+            .filter_map(|l| l.split_whitespace().nth(3).map(str::to_owned))
+            .collect()
+    }
+}
+
+impl Drop for SshHosts {
+    fn drop(&mut self) {
+        for s in &mut self.sshds {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+        let _ = std::fs::remove_file(&self.config);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A running `sdm` command, interrupted and then killed if the test ends early.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// `sdm launch … --send ping --hold` with the arguments `args` adds, until the merged reply
+/// to the ping came back: the running command and what it printed so far.
+fn launch_held(args: impl FnOnce(&mut Command)) -> (Running, Vec<String>) {
+    let mut cmd = Command::new(support::sdm());
+    cmd.arg("launch");
+    args(&mut cmd);
+    let mut child = cmd
+        .args(["--timeout", "150", "--send", "ping", "--hold"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("running sdm launch");
+    let out = child.stdout.take().unwrap();
+    let running = Running(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.ends_with(" pong")) {
+        match rx.recv_timeout(PATIENCE) {
+            Ok(l) => lines.push(l),
+            Err(e) => panic!("sdm launch ({e}) printed only: {lines:#?}"),
+        }
+    }
+    (running, lines)
+}
+
+/// ^C to a held `sdm launch`: it shuts the tree down and exits with success.
+fn interrupt(mut running: Running) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(running.0.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let ended = wait_for(|| matches!(running.0.try_wait(), Ok(Some(_))));
+    assert!(ended, "sdm launch did not end after ^C");
+    let status = running.0.wait().unwrap();
+    assert!(status.success(), "sdm launch: {status}");
+}
+
+/// `sdm launch --launcher ssh --hosts … -n 16 --send ping --hold`: all ready, one merged
+/// pong, every host's servers on that host's address (none on loopback), and after ^C no
+/// daemon left on any host.
+fn launch_through_ssh(transport: &str) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let h = SshHosts::create();
+    let n = HOSTS * PER_HOST;
+    let (running, lines) = launch_held(|c| {
+        c.args(["--launcher", "ssh", "--hosts", &h.hostlist()])
+            .args(["-n", &n.to_string(), "--transport", transport]);
+    });
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("ready  [0-15] (16 of 16)")),
+        "{lines:#?}"
+    );
+    assert!(lines.contains(&"[0-15] pong".to_owned()), "{lines:#?}");
+    assert!(!lines.iter().any(|l| l.starts_with("failed")), "{lines:#?}");
+    eprintln!("sdm launch printed:\n{}", lines.join("\n"));
+
+    for k in 1..=HOSTS {
+        let socks = h.daemon_sockets(k, transport);
+        let here = format!("{}:", h.hosts.addr(k));
+        let on_host = socks.iter().filter(|s| s.starts_with(&here)).count();
+        assert!(
+            on_host >= PER_HOST as usize,
+            "host {k}: {on_host} daemon sockets on {here}, not {PER_HOST}: {socks:?}"
+        );
+        if transport == "tcp" {
+            assert_eq!(on_host, PER_HOST as usize, "host {k}: {socks:?}");
+        }
+        assert!(
+            !socks
+                .iter()
+                .any(|s| s.starts_with("127.") || s.starts_with("[::1]")),
+            "host {k}: a daemon listens on loopback: {socks:?}"
+        );
+    }
+
+    // ^C: the tree shuts down on every host.
+    interrupt(running);
+    for k in 1..=HOSTS {
+        assert!(
+            wait_for(|| h.daemon_sockets(k, transport).is_empty()),
+            "host {k}: daemons left after the front-end ended: {:?}",
+            h.daemon_sockets(k, transport)
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
+)]
+fn ssh_launch_across_four_hosts() {
+    launch_through_ssh("tcp");
+}
+
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
+)]
+fn ssh_launch_across_four_hosts_over_quic() {
+    launch_through_ssh("quic");
+}
+
+/// The host (from 1) of server `id`: the ssh launcher goes round robin over the hosts.
+fn host_of(id: u32) -> u32 {
+    id % HOSTS + 1
+}
+
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
+)]
+fn a_host_cut_off_mid_command_is_lost_and_comes_back() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let h = SshHosts::create();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(cut_and_restore(&h));
+}
+
+/// 16 servers through the Session API on `h`; one host's link cut mid-command and restored.
+async fn cut_and_restore(h: &SshHosts) {
+    let n = HOSTS * PER_HOST;
+    let opts = SessionOptions {
+        n,
+        launcher: LauncherKind::Ssh,
+        hosts: h.names(),
+        program: Some(support::sdm().into()),
+        startup_timeout: Duration::from_secs(150),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
+    let all = IdSet::all(n);
+    assert_eq!(s.report().ready, all, "{:?}", s.report().failed);
+    let g = s.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!((g[0].status, &g[0].sources), (Status::Replied, &all));
+
+    // Cut a host whose servers all have servers for parents: the daemons (short keepalives,
+    // from the ssh configuration) notice the silence, not the master (default timings).
+    let topo = Shape::Binomial.build(n);
+    let cut = (1..=HOSTS)
+        .find(|&k| {
+            (0..n)
+                .filter(|&id| host_of(id) == k)
+                .all(|id| matches!(topo.parent(NodeId::Server(id)), Some(NodeId::Server(_))))
+        })
+        .expect("a host whose servers all have server parents");
+    let on_cut: IdSet = (0..n).filter(|&id| host_of(id) == cut).collect();
+    let mut below = IdSet::new();
+    for id in on_cut.iter() {
+        below.union_with(&topo.subtree(NodeId::Server(id)));
+    }
+    let survivors = &all - &below;
+
+    let op = s.send(&all, SyncMode::WaitAll, "sleep 5000").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.hosts.set_link(cut, false);
+    let g = s.collect(op, &all).await.unwrap();
+    assert_partition(&g, &all);
+    let lost = ids_with(&g, Status::Lost);
+    assert!(
+        on_cut.is_subset(&lost),
+        "host {cut} ({on_cut}) not all lost: {g:?}"
+    );
+    assert!(
+        lost.is_subset(&below),
+        "lost beyond host {cut}'s subtrees: {g:?}"
+    );
+    assert!(survivors.is_subset(&ids_with(&g, Status::Replied)), "{g:?}");
+    for lost in g.iter().filter(|x| x.status == Status::Lost) {
+        let why = String::from_utf8_lossy(&lost.payload);
+        assert!(why.contains("keepalive"), "{} lost: {why}", lost.sources);
+    }
+    // The others still answer while the host is away.
+    let g = s.request(&all, SyncMode::WaitAll, "ping").await.unwrap();
+    assert_partition(&g, &all);
+    assert!(survivors.is_subset(&ids_with(&g, Status::Replied)), "{g:?}");
+    assert!(on_cut.is_subset(&ids_with(&g, Status::Lost)), "{g:?}");
+
+    // The link comes back: the cut-off servers re-attach and every server answers for itself.
+    h.hosts.set_link(cut, true);
+    let until = tokio::time::Instant::now() + PATIENCE;
+    let mut g;
+    loop {
+        g = s.request(&all, SyncMode::WaitAll, "value").await.unwrap();
+        assert_partition(&g, &all);
+        if ids_with(&g, Status::Replied) == all || tokio::time::Instant::now() > until {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let answered: IdSet = g
+        .iter()
+        .filter(|g| g.status == Status::Replied)
+        .map(|g| String::from_utf8_lossy(&g.payload).parse::<u32>().unwrap())
+        .collect();
+    assert_eq!(answered, all, "after the link came back: {g:?}");
+
+    s.shutdown(Duration::from_secs(30)).await;
+    for k in 1..=HOSTS {
+        assert!(
+            wait_for(|| h.daemon_sockets(k, "tcp").is_empty()),
+            "host {k}: daemons left after shutdown: {:?}",
+            h.daemon_sockets(k, "tcp")
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
+)]
+fn advertising_loopback_to_another_host_is_an_error_naming_it() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let h = SshHosts::create();
+    let out = Command::new(support::sdm())
+        .args([
+            "launch",
+            "--launcher",
+            "ssh",
+            "--hosts",
+            &h.names().join(","),
+        ])
+        .args(["-n", "4", "--timeout", "30", "--advertise", "127.0.0.1"])
+        .args(["--send", "ping"])
+        .output()
+        .expect("running sdm launch");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains("ready  [0-3]"), "{stdout}{stderr}");
+    // Each server says who it is, where, and which addresses.
+    let host = sdm_server::monitor::hostname();
+    let fe = h.hosts.gateway();
+    for id in 0..4 {
+        let said = stderr
+            .lines()
+            .find(|l| l.contains(&format!("server {id} on host {host}")))
+            .unwrap_or_else(|| panic!("server {id} said nothing: {stdout}{stderr}"));
+        assert!(
+            said.contains("loopback address 127.0.0.1") && said.contains(&fe),
+            "{said}"
+        );
+    }
+}
+
+/// IPv6 end to end on this machine: `--listen ::1` puts the front-end on `[::1]`, and the
+/// servers, following the route there, bind and advertise `[::1]` too (seen with `ss`).
+#[test]
+fn a_tree_over_ipv6_loopback() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "IPv6 loopback is missing under CI"
+        );
+        eprintln!("skipped: this machine has no IPv6 loopback");
+        return;
+    }
+    let (running, lines) = launch_held(|c| {
+        c.args(["-n", "4", "--listen", "::1"]);
+    });
+    assert!(
+        lines.iter().any(|l| l.starts_with("ready  [0-3] (4 of 4)")),
+        "{lines:#?}"
+    );
+    assert!(lines.contains(&"[0-3] pong".to_owned()), "{lines:#?}");
+    // The daemons are the launch's children (local launcher): their TCP listeners.
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", running.0.id())).unwrap();
+    let pids: Vec<String> = children
+        .split_whitespace()
+        .map(|p| format!("pid={p},"))
+        .collect();
+    assert_eq!(pids.len(), 5, "master and 4 servers: {children}");
+    let ss = run_ok(Command::new("ss").arg("-Hltnp"));
+    let socks: Vec<&str> = ss
+        .lines()
+        .filter(|l| pids.iter().any(|p| l.contains(p.as_str())))
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .collect();
+    assert!(socks.len() >= 4, "{socks:?}");
+    assert!(socks.iter().all(|s| s.starts_with("[::1]:")), "{socks:?}");
+    interrupt(running);
+}
+
+/// `sdm run --launcher mpirun --hosts … -n 8 -- mpi_allreduce`: Open MPI starts its daemons
+/// over ssh into the four hosts, they start the sdm servers, the servers start the ranks,
+/// and the ranks' MPI_Allreduce and token ring cross the bridge. The hosts share one kernel,
+/// one host name and one /dev/shm, which Open MPI's shared-memory transport (vader) takes for
+/// one machine's and crashes on, so the ranks talk over TCP only (`OMPI_MCA_btl=self,tcp`,
+/// which mpirun passes on to every host), as ranks on separate machines do.
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh, sdm_have_mpirun)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI (deploy/ci-setup.sh)"
+)]
+fn an_mpi_job_across_four_hosts_under_mpirun() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let h = SshHosts::create();
+    let prog = h.dir.join("mpi_allreduce");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/mpi_allreduce.c");
+    run_ok(
+        Command::new("mpicc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&prog)
+            .arg(&src),
+    );
+    let out = Command::new(support::sdm())
+        .args(["run", "--launcher", "mpirun", "--hosts", &h.hostlist()])
+        .args(["-n", "8", "--"])
+        .arg(&prog)
+        .env("OMPI_MCA_btl", "self,tcp")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("running sdm run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "[0-7] size=8 allreduce=28 ring=8 ok",
+            "[0-7] exited with status 0"
+        ],
+        "stderr: {stderr}"
+    );
+    assert!(out.status.success(), "{:?}; stderr: {stderr}", out.status);
+}
