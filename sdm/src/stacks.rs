@@ -299,13 +299,23 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sdm-stacks-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let svg = dir.join("t.svg");
+        // Where graphviz is installed (CI installs it) the SVG must be rendered; where it is
+        // not, the error must say so.
+        let have_dot = std::process::Command::new("dot")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
         match write_svg(&tree(), &svg) {
             Ok(()) => {
+                assert!(have_dot);
                 let text = std::fs::read_to_string(&svg).unwrap();
                 assert!(text.contains("<svg"), "{text}");
                 assert!(text.contains("compute"), "{text}");
             }
-            Err(e) => assert!(e.contains("not installed"), "{e}"),
+            Err(e) => {
+                assert!(!have_dot, "dot is installed, yet: {e}");
+                assert!(e.contains("not installed"), "{e}");
+            }
         }
         let bad = write_dot(&tree(), &dir.join("no/such/dir/t.dot")).unwrap_err();
         assert!(bad.contains("cannot write"), "{bad}");

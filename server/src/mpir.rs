@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use nix::sys::ptrace;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -147,12 +147,6 @@ const SIZE_VARS: [&str; 4] = [
     "SLURM_NTASKS",
 ];
 
-/// Reads the process table of the job launched by `launcher`: its MPIR table when it has a
-/// filled one, otherwise its ranked descendants on this host.
-pub fn read_proctable(launcher: u32) -> Result<ProcTable, MpirError> {
-    read_once(launcher)
-}
-
 /// [`read_proctable`], asked again while the launcher is still spawning its tasks
 /// ([`MpirError::NotSpawned`], [`MpirError::Incomplete`]), up to `patience`.
 pub fn read_proctable_waiting(
@@ -161,7 +155,7 @@ pub fn read_proctable_waiting(
 ) -> Result<ProcTable, MpirError> {
     let deadline = std::time::Instant::now() + patience;
     loop {
-        match read_once(launcher) {
+        match read_proctable(launcher) {
             Err(MpirError::NotSpawned { .. } | MpirError::Incomplete { .. })
                 if std::time::Instant::now() < deadline =>
             {
@@ -172,7 +166,9 @@ pub fn read_proctable_waiting(
     }
 }
 
-fn read_once(launcher: u32) -> Result<ProcTable, MpirError> {
+/// Reads the process table of the job launched by `launcher`: its MPIR table when it has a
+/// filled one, otherwise its ranked descendants on this host.
+pub fn read_proctable(launcher: u32) -> Result<ProcTable, MpirError> {
     let exe =
         std::fs::read_link(format!("/proc/{launcher}/exe")).map_err(|e| MpirError::NoProcess {
             pid: launcher,
@@ -350,6 +346,17 @@ fn parent_map() -> HashMap<u32, u32> {
     out
 }
 
+/// The processes whose parent is `pid` (from /proc), in pid order.
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut kids: Vec<u32> = parent_map()
+        .into_iter()
+        .filter(|&(_, parent)| parent == pid)
+        .map(|(p, _)| p)
+        .collect();
+    kids.sort_unstable();
+    kids
+}
+
 fn descends_from(mut pid: u32, ancestor: u32, parents: &HashMap<u32, u32>) -> bool {
     for _ in 0..64 {
         match parents.get(&pid) {
@@ -377,29 +384,13 @@ fn environ(pid: u32) -> Option<HashMap<String, String>> {
 /// Run-time addresses of data `names` in the ELF files `pid` has mapped (first found wins).
 fn find_symbols(pid: u32, names: &[&str]) -> HashMap<String, u64> {
     let mut out = HashMap::new();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     // The lowest mapping of each file: its start minus its file offset is where the file's
     // first page is, and the ELF's first loadable segment sits there.
     let mut bases: Vec<(PathBuf, u64)> = Vec::new();
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(_inode), Some(path)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            continue;
-        };
-        if !path.starts_with('/') || bases.iter().any(|(p, _)| p == Path::new(path)) {
-            continue;
+    for m in crate::unwind::read_maps(Pid::from_raw(pid as i32)) {
+        if m.path.starts_with("/") && !bases.iter().any(|(p, _)| *p == m.path) {
+            bases.push((m.path, m.start.saturating_sub(m.offset)));
         }
-        let (Some(start), Ok(offset)) = (
-            range
-                .split_once('-')
-                .and_then(|(a, _)| u64::from_str_radix(a, 16).ok()),
-            u64::from_str_radix(offset, 16),
-        ) else {
-            continue;
-        };
-        bases.push((PathBuf::from(path), start.saturating_sub(offset)));
     }
     for (path, base) in bases {
         if out.len() == names.len() {
@@ -630,14 +621,7 @@ int main(int argc, char **argv) {
         }
 
         fn children(&self) -> Vec<u32> {
-            let parents = parent_map();
-            let mut kids: Vec<u32> = parents
-                .iter()
-                .filter(|&(_, &pp)| pp == self.pid())
-                .map(|(&p, _)| p)
-                .collect();
-            kids.sort_unstable();
-            kids
+            children(self.pid())
         }
     }
 

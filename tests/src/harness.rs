@@ -441,20 +441,33 @@ pub fn sdm_ok<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
 
 /// The processes whose parent is `parent` (from /proc).
 pub fn children_of(parent: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // The parent pid is the second field after the parenthesised command name.
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<u32>().ok())
-                == Some(parent)
-        })
-        .collect()
+    sdm_server::mpir::children(parent)
+}
+
+/// tests/programs/NAME.c built with `mpicc -O2 -g` once per test process (the MPI tests'
+/// programs), in a directory of this process.
+pub fn mpi_program(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let dir = DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("sdm-mpi-tests-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("a directory for the MPI programs");
+        d
+    });
+    let out = dir.join(name);
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !out.exists() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("programs")
+            .join(format!("{name}.c"));
+        run_ok(
+            Command::new("mpicc")
+                .args(["-O2", "-g", "-Wall", "-o"])
+                .arg(&out)
+                .arg(&src),
+        );
+    }
+    out
 }
 
 /// Runs the console command `cmd` (asserting the console goes on) and returns what it printed.

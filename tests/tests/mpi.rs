@@ -2,36 +2,9 @@
 //! mpirun|srun`, where MPI_Init must succeed and the ranks must talk to each other (an
 //! MPI_Allreduce and a token ring), with every rank's output and exit accounted.
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 
-use sdm_e2e::{run_ok, sdm};
-
-/// Builds tests/programs/NAME.c with `mpicc -O2 -g` once per test process.
-fn mpi_program(name: &'static str) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("sdm-mpi-tests-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    });
-    let out = dir.join(name);
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !out.exists() {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("programs")
-            .join(format!("{name}.c"));
-        run_ok(
-            Command::new("mpicc")
-                .args(["-O2", "-g", "-Wall", "-o"])
-                .arg(&out)
-                .arg(&src),
-        );
-    }
-    out
-}
+use sdm_e2e::{mpi_program, sdm};
 
 /// `sdm run --launcher L -n 4 -- mpi_allreduce`: one merged line of results, one merged
 /// exit, status 0.

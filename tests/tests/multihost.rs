@@ -558,14 +558,7 @@ fn a_tree_over_ipv6_loopback() {
 fn an_mpi_job_across_four_hosts_under_mpirun() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let h = SshHosts::create();
-    let prog = h.dir.join("mpi_allreduce");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/mpi_allreduce.c");
-    run_ok(
-        Command::new("mpicc")
-            .args(["-O2", "-Wall", "-o"])
-            .arg(&prog)
-            .arg(&src),
-    );
+    let prog = support::mpi_program("mpi_allreduce");
     let out = Command::new(support::sdm())
         .args(["run", "--launcher", "mpirun", "--hosts", &h.hostlist()])
         .args(["-n", "8", "--"])

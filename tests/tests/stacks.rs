@@ -420,16 +420,7 @@ fn state(pid: u32) -> Option<char> {
     ignore = "needs gdb and mpirun (deploy/ci-setup.sh)"
 )]
 async fn mpi_ranks_frames_match_gdb_through_libmpi() {
-    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("sdm-stacks-mpi-{}", std::process::id()));
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/mpi_hang.c");
-    let ok = Command::new("mpicc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .status()
-        .expect("mpicc (deploy/ci-setup.sh installs libopenmpi-dev)");
-    assert!(ok.success(), "mpicc {src} failed");
+    let exe = sdm_e2e::mpi_program("mpi_hang");
     const N: usize = 3;
     let mpirun = Command::new("mpirun")
         .args([
