@@ -388,7 +388,7 @@ impl Session {
             servers: Some(servers),
             master: Some(master),
             n: opts.n,
-            shape: opts.topology,
+            shape: opts.topology.clone(),
             report: LaunchReport {
                 ready: IdSet::new(),
                 failed: Vec::new(),
@@ -490,8 +490,8 @@ impl Session {
     }
 
     /// The tree's shape (binomial for an attached session unless it says otherwise).
-    pub fn shape(&self) -> Shape {
-        self.shape
+    pub fn shape(&self) -> &Shape {
+        &self.shape
     }
 
     /// Number of servers.

@@ -141,7 +141,12 @@ impl InitSpec {
                 servers: spec.servers,
             });
         }
-        spec.shape()?;
+        if let Some(m) = spec.shape()?.servers().filter(|&m| m != spec.servers) {
+            return Err(InitError::Topology(ShapeError::Tree {
+                origin: "of the init command".into(),
+                message: format!("{m} servers in the tree, {} in the command", spec.servers),
+            }));
+        }
         spec.addresses()?;
         Ok(spec)
     }

@@ -55,10 +55,11 @@ enum Cmd {
     },
     /// Print a tree shape.
     Topology {
-        /// Number of servers.
+        /// Number of servers (a topology file fixes its own).
         #[arg(short, long)]
-        n: u32,
-        /// binomial, kary:K, knomial:K or flat.
+        n: Option<u32>,
+        /// binomial, kary:K, knomial:K, flat, or file:PATH (a topology file: `PARENT:
+        /// CHILD...` lines, or MRNet's `host:0 => host:1 ... ;`).
         #[arg(long, default_value = "binomial")]
         shape: Shape,
         /// Graphviz DOT instead of one line per node.
@@ -149,7 +150,9 @@ struct TreeArgs {
     /// tcp or quic.
     #[arg(long, default_value = "tcp")]
     transport: String,
-    /// binomial, kary:K, knomial:K or flat.
+    /// binomial, kary:K, knomial:K, flat, or file:PATH: an explicit tree, one `PARENT:
+    /// CHILD...` line per interior node (`master: 0 8`, `0: 1-7`), or MRNet's topology
+    /// file (`fe:0 => h1:0 h2:0 ;`), whose host names place the servers (with ssh).
     #[arg(long, default_value = "binomial")]
     topology: Shape,
     /// A filter plugin (a shared library implementing sdm_filter.h) the front-end and every
@@ -167,7 +170,19 @@ struct TreeArgs {
 
 impl TreeArgs {
     fn options(&self, n: u32) -> anyhow::Result<SessionOptions> {
-        let hosts = sdm_deploy::hostlist::expand_all(&self.hosts).context("--hosts")?;
+        let mut hosts = sdm_deploy::hostlist::expand_all(&self.hosts).context("--hosts")?;
+        tree_size(&self.topology, Some(n))?;
+        if let Some(placed) = self.topology_hosts()? {
+            if !hosts.is_empty() {
+                anyhow::bail!(
+                    "--hosts {} and a topology file that places servers on hosts ({}): give one",
+                    sdm_deploy::hostlist::compress(&hosts),
+                    sdm_deploy::hostlist::compress(placed)
+                );
+            }
+            // The ssh launcher starts server i on hosts[i].
+            hosts = placed.to_vec();
+        }
         if self.launcher == LauncherKind::Local && !hosts.is_empty() {
             anyhow::bail!(
                 "--hosts {} needs a launcher that reaches them: --launcher ssh, mpirun or srun",
@@ -188,11 +203,45 @@ impl TreeArgs {
             bind: self.bind.clone(),
             advertise: self.advertise.clone(),
             transport: self.transport.clone(),
-            topology: self.topology,
+            topology: self.topology.clone(),
             filter_plugins: self.filter_plugins.clone(),
             service_plugins: self.service_plugins.clone(),
             ..SessionOptions::default()
         })
+    }
+}
+
+impl TreeArgs {
+    /// The hosts a topology file in MRNet's form places the servers on: only the ssh
+    /// launcher can honour them (mpirun and srun place ranks themselves).
+    fn topology_hosts(&self) -> anyhow::Result<Option<&[String]>> {
+        let Shape::Explicit(tree) = &self.topology else {
+            return Ok(None);
+        };
+        let Some(placed) = tree.hosts() else {
+            return Ok(None);
+        };
+        if self.launcher != LauncherKind::Ssh {
+            anyhow::bail!(
+                "the topology file places servers on hosts ({}), which only --launcher ssh \
+                 can do; with {} give the tree in sdm's form (`PARENT: CHILD...` lines)",
+                sdm_deploy::hostlist::compress(placed),
+                self.launcher
+            );
+        }
+        Ok(Some(placed))
+    }
+}
+
+/// The number of servers: `-n`, which must match a topology file's tree if one is given.
+fn tree_size(shape: &Shape, n: Option<u32>) -> anyhow::Result<u32> {
+    match (shape.servers(), n) {
+        (Some(m), Some(n)) if m != n => {
+            anyhow::bail!("the topology file's tree has {m} servers, not {n} (-n)")
+        }
+        (Some(m), _) => Ok(m),
+        (None, Some(n)) => Ok(n),
+        (None, None) => anyhow::bail!("-n is required unless --shape is a topology file"),
     }
 }
 
@@ -380,7 +429,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Topology { n, shape, dot } => {
-            let t = shape.build(n);
+            let t = shape.build(tree_size(&shape, n)?);
             if dot {
                 print!("{}", sdm_topology::to_dot(&*t));
             } else {

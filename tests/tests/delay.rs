@@ -84,7 +84,7 @@ async fn round_trips_grow_with_tree_depth() {
             servers,
             master,
             topo,
-        } = delayed_tree(shape, n).await;
+        } = delayed_tree(shape.clone(), n).await;
         let depth = (0..n).map(|i| topo.depth(NodeId::Server(i))).max().unwrap();
         let mut best = Duration::MAX;
         for _ in 0..3 {

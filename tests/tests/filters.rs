@@ -90,7 +90,7 @@ async fn still_serving(s: Session, filter: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builtin_reductions_over_16_servers_in_two_tree_shapes() {
     for shape in [Shape::Binomial, Shape::KAry(3)] {
-        let s = launch(&opts(shape)).await;
+        let s = launch(&opts(shape.clone())).await;
         let all = s.all();
         // value: server i answers i, so 0..=15.
         for (filter, want) in [

@@ -218,3 +218,142 @@ fn topology_dot() {
     );
     assert_eq!(dot.matches("->").count(), 4);
 }
+
+/// A topology file in sdm's form: the master's children are 0 and 1, 0 holds the even
+/// servers and 1 the odd ones (no built-in shape has subtrees like these).
+const EVEN_ODD: &str =
+    "# evens under 0, odds under 1\nmaster: 0 1\n0: 2 4 6 8 10 12 14\n1: [3,5,7,9] 11,13 15\n";
+
+/// A scratch directory removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `text` in a fresh file (each caller its own directory: tests run in parallel).
+fn topology_file(text: &str) -> (Scratch, std::path::PathBuf) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("sdm-topology-{}-{k}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tree.txt");
+    std::fs::write(&path, text).unwrap();
+    (Scratch(dir), path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_tree_from_a_file_is_the_tree_the_daemons_build() {
+    let (_dir, path) = topology_file(EVEN_ODD);
+    let shape = Shape::from_file(&path).unwrap();
+    let n = shape.servers().unwrap();
+    assert_eq!(n, 16);
+    full_cycle(SessionOptions {
+        topology: shape.clone(),
+        ..opts(n, LauncherKind::Local)
+    })
+    .await;
+    // Server 1 killed before its parent (the master) connects: exactly the odd servers are
+    // lost, so the daemons connected along the file's tree, not a built-in one.
+    let victim = 1u32;
+    let o = SessionOptions {
+        topology: shape.clone(),
+        connect_attempts: 5,
+        connect_delay: Duration::from_millis(50),
+        ..opts(n, LauncherKind::Local)
+    };
+    let s = Session::launch(&o, |p| {
+        if let Progress::Listening { id, pid, .. } = p
+            && *id == victim
+        {
+            Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status()
+                .unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    let r = s.report().clone();
+    let odd: IdSet = (0..n).filter(|i| i % 2 == 1).collect();
+    assert_eq!(r.ready, &IdSet::all(n) - &odd, "{:?}", r.failed);
+    assert_eq!(r.failed.len(), 1, "{:?}", r.failed);
+    assert_eq!(r.failed[0].0, odd);
+    // The rest answer as one group.
+    let even = &IdSet::all(n) - &odd;
+    let g = s.request(&even, SyncMode::WaitAll, "ping").await.unwrap();
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!(g[0].sources, even);
+    s.shutdown(Duration::from_secs(20)).await;
+}
+
+#[test]
+fn topology_files_on_the_command_line() {
+    let (dir, path) = topology_file(EVEN_ODD);
+    let shape = format!("file:{}", path.display());
+    let out = Command::new(sdm_e2e::sdm())
+        .args(["topology", "--shape", &shape])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "master [0-15]");
+    assert_eq!(lines[1], "  0 [0,2,4,6,8,10,12,14]");
+    assert_eq!(lines[2], "    2 [2]");
+    assert_eq!(lines[9], "  1 [1,3,5,7,9,11,13,15]");
+    assert_eq!(lines.len(), 17);
+
+    // A launch over it, from the CLI.
+    let out = Command::new(sdm_e2e::sdm())
+        .args(["launch", "-n", "16", "--topology", &shape, "--send", "ping"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("[0-15] pong"), "{text}");
+
+    // Errors name the file and the line, or the mismatch, and exit non-zero.
+    let run = |args: &[&str]| {
+        let out = Command::new(sdm_e2e::sdm()).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&["launch", "-n", "8", "--topology", &shape]);
+    assert!(
+        err.contains("the topology file's tree has 16 servers, not 8"),
+        "{err}"
+    );
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "master: 0 1\n0: 2\n1: two\n").unwrap();
+    let err = run(&["topology", "--shape", &format!("file:{}", bad.display())]);
+    assert!(
+        err.contains(&format!(
+            "topology file {}, line 3: \"two\" is not a server id or range",
+            bad.display()
+        )),
+        "{err}"
+    );
+    // MRNet's form names hosts: only the ssh launcher places servers on hosts.
+    let mrnet = dir.path().join("mrnet.top");
+    std::fs::write(&mrnet, "fe:0 => a:0 b:0 ;\n").unwrap();
+    let err = run(&[
+        "launch",
+        "-n",
+        "2",
+        "--topology",
+        &format!("file:{}", mrnet.display()),
+    ]);
+    assert!(
+        err.contains("places servers on hosts (a,b), which only --launcher ssh can do"),
+        "{err}"
+    );
+}

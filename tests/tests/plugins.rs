@@ -72,7 +72,11 @@ fn c_plugin_folds_through_trees_like_the_builtin_sum() {
         Shape::KNomial(4),
         Shape::Flat,
     ] {
-        assert_eq!(through_tree(&reg, "csum", shape, &leaves), want, "{shape}");
+        assert_eq!(
+            through_tree(&reg, "csum", shape.clone(), &leaves),
+            want,
+            "{shape}"
+        );
     }
 }
 
@@ -116,7 +120,11 @@ fn rust_plugin_folds_and_contains_its_panics() {
         .collect();
     let want = through_tree(&reg, "max", Shape::Flat, &leaves);
     for shape in [Shape::Binomial, Shape::KAry(2), Shape::KNomial(4)] {
-        assert_eq!(through_tree(&reg, "rmax", shape, &leaves), want, "{shape}");
+        assert_eq!(
+            through_tree(&reg, "rmax", shape.clone(), &leaves),
+            want,
+            "{shape}"
+        );
     }
     let mut f = reg.create("rmax").unwrap();
     f.fold(b"3", &IdSet::single(0)).unwrap();

@@ -80,7 +80,7 @@ fn node_output(
 /// The front-end: folds what the master sends and finishes.
 fn through_tree(
     spec: &str,
-    shape: Shape,
+    shape: &Shape,
     leaves: &[Vec<u8>],
     seed: u64,
     partial: bool,
@@ -129,7 +129,7 @@ fn assert_shape_independent(spec: &str, leaves: &[Vec<u8>], seed: u64) {
     let want = direct(spec, leaves);
     for shape in shapes() {
         for partial in [false, true] {
-            let got = through_tree(spec, shape, leaves, seed, partial);
+            let got = through_tree(spec, &shape, leaves, seed, partial);
             assert_eq!(
                 got, want,
                 "{spec} through {shape} (partial waves: {partial})"

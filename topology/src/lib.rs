@@ -35,12 +35,15 @@
 //! | flat | the master's children are all servers | itself |
 
 mod dot;
+mod explicit;
 mod shapes;
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 pub use dot::{to_dot, to_graph};
+pub use explicit::Explicit;
 use sdm_proto::IdSet;
 pub use shapes::{Binomial, Flat, KAry, KNomial};
 
@@ -205,8 +208,10 @@ fn narrow<T: Topology + ?Sized>(t: &T, p: u64, dest: &IdSet) -> IdSet {
     out
 }
 
-/// A tree shape by name: `binomial`, `kary:K`, `knomial:K` or `flat`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// A tree shape by name: `binomial`, `kary:K`, `knomial:K`, `flat`, or an explicit tree
+/// (`file:PATH` read from a topology file, carried to the daemons as `tree:PARENTS`; see
+/// [`Explicit`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Shape {
     /// Binomial tree (the default).
     #[default]
@@ -217,22 +222,79 @@ pub enum Shape {
     KNomial(u32),
     /// Every server is a child of the master.
     Flat,
+    /// A tree given parent by parent (a topology file); its size is its own.
+    Explicit(Arc<Explicit>),
 }
 
-/// A shape name that could not be parsed.
+/// A shape name that could not be parsed, or a topology file that does not describe a tree.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown tree shape {0:?}: expected binomial, kary:K, knomial:K (K >= 2) or flat")]
-pub struct ShapeError(String);
+#[non_exhaustive]
+pub enum ShapeError {
+    /// Not a shape's name.
+    #[error(
+        "unknown tree shape {0:?}: expected binomial, kary:K, knomial:K (K >= 2), flat or \
+         file:PATH"
+    )]
+    Unknown(String),
+    /// The topology file could not be read.
+    #[error("topology file {path}: {error}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why it could not be read.
+        error: String,
+    },
+    /// A line of the topology file is not in either form.
+    #[error("topology file {path}, line {line}: {message}")]
+    Syntax {
+        /// The file.
+        path: String,
+        /// The line (1-based; 0 for the file as a whole).
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The nodes given do not form one tree under the master.
+    #[error("topology {origin}: {message}")]
+    Tree {
+        /// The file or name the tree came from.
+        origin: String,
+        /// What is wrong (which server).
+        message: String,
+    },
+}
 
 impl Shape {
-    /// The tree of this shape over `servers` servers.
-    pub fn build(self, servers: u32) -> Box<dyn Topology> {
+    /// The tree of this shape over `servers` servers (an explicit tree has the size it was
+    /// given: see [`Shape::servers`]).
+    pub fn build(&self, servers: u32) -> Box<dyn Topology> {
         match self {
             Shape::Binomial => Box::new(Binomial::new(servers)),
-            Shape::KAry(k) => Box::new(KAry::new(servers, k)),
-            Shape::KNomial(k) => Box::new(KNomial::new(servers, k)),
+            Shape::KAry(k) => Box::new(KAry::new(servers, *k)),
+            Shape::KNomial(k) => Box::new(KNomial::new(servers, *k)),
             Shape::Flat => Box::new(Flat::new(servers)),
+            Shape::Explicit(t) => Box::new(Arc::clone(t)),
         }
+    }
+
+    /// The number of servers the shape fixes (an explicit tree's), if any.
+    pub fn servers(&self) -> Option<u32> {
+        match self {
+            Shape::Explicit(t) => Some(t.servers()),
+            _ => None,
+        }
+    }
+
+    /// Reads a topology file (see [`Explicit`] for its two forms).
+    pub fn from_file(path: &std::path::Path) -> Result<Self, ShapeError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ShapeError::Read {
+            path: name.clone(),
+            error: e.to_string(),
+        })?;
+        Ok(Shape::Explicit(Arc::new(Explicit::parse_file(
+            &text, &name,
+        )?)))
     }
 }
 
@@ -243,6 +305,7 @@ impl fmt::Display for Shape {
             Shape::KAry(k) => write!(f, "kary:{k}"),
             Shape::KNomial(k) => write!(f, "knomial:{k}"),
             Shape::Flat => f.write_str("flat"),
+            Shape::Explicit(t) => t.fmt(f),
         }
     }
 }
@@ -251,13 +314,15 @@ impl FromStr for Shape {
     type Err = ShapeError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ShapeError(s.to_owned());
+        let err = || ShapeError::Unknown(s.to_owned());
         let k = |v: &str| v.parse::<u32>().ok().filter(|&k| k >= 2).ok_or_else(err);
         match s.split_once(':') {
             None if s == "binomial" => Ok(Shape::Binomial),
             None if s == "flat" => Ok(Shape::Flat),
             Some(("kary", v)) => Ok(Shape::KAry(k(v)?)),
             Some(("knomial", v)) => Ok(Shape::KNomial(k(v)?)),
+            Some(("file", path)) if !path.is_empty() => Shape::from_file(path.as_ref()),
+            Some(("tree", list)) => Ok(Shape::Explicit(Arc::new(Explicit::decode(list)?))),
             _ => Err(err()),
         }
     }

@@ -155,8 +155,157 @@ fn shape_names_round_trip() {
     for s in ["binomial", "kary:4", "knomial:3", "flat"] {
         assert_eq!(s.parse::<Shape>().unwrap().to_string(), s);
     }
-    for bad in ["", "kary", "kary:1", "knomial:x", "tree", "binomial:2"] {
+    for bad in [
+        "",
+        "kary",
+        "kary:1",
+        "knomial:x",
+        "tree",
+        "binomial:2",
+        "file:",
+        "tree:",
+    ] {
         assert!(bad.parse::<Shape>().is_err(), "{bad}");
     }
     assert!(to_dot(&*Shape::Binomial.build(3)).contains("master"));
+}
+
+/// A random tree over `n` servers with arbitrary numbering: servers join in a random order,
+/// each under the master or a server that joined before it.
+fn arb_explicit() -> impl Strategy<Value = Explicit> {
+    (1usize..200)
+        .prop_flat_map(|n| {
+            (
+                Just(n).prop_shuffle_indices(),
+                proptest::collection::vec(any::<u32>(), n),
+            )
+        })
+        .prop_map(|(order, picks)| {
+            let mut parents = vec![0u64; order.len()];
+            for (i, &s) in order.iter().enumerate() {
+                let pick = picks[i] as usize % (i + 1);
+                parents[s] = if pick == i { 0 } else { order[pick] as u64 + 1 };
+            }
+            Explicit::from_parents(parents, "test").unwrap()
+        })
+}
+
+trait ShuffleIndices {
+    fn prop_shuffle_indices(self) -> BoxedStrategy<Vec<usize>>;
+}
+impl ShuffleIndices for Just<usize> {
+    fn prop_shuffle_indices(self) -> BoxedStrategy<Vec<usize>> {
+        Just((0..self.0).collect::<Vec<_>>()).prop_shuffle().boxed()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn explicit_trees_span_route_and_round_trip(tree in arb_explicit(), pick in any::<u32>()) {
+        let shape = Shape::Explicit(Arc::new(tree));
+        let n = shape.servers().unwrap();
+        let t = shape.build(n);
+        let g = to_graph(&*t);
+        prop_assert_eq!(g.edge_count(), n as usize);
+        prop_assert!(!is_cyclic_directed(&g));
+        prop_assert_eq!(t.subtree(NodeId::Master), IdSet::all(n));
+        let s = NodeId::Server(pick % n);
+        let parent = t.parent(s).unwrap();
+        prop_assert!(t.children(parent).contains(&s));
+        let mut expect = IdSet::single(pick % n);
+        for c in t.children(s) {
+            prop_assert!(t.subtree(c).is_disjoint(&expect));
+            expect.union_with(&t.subtree(c));
+        }
+        prop_assert_eq!(t.subtree(s), expect);
+        for dest in [IdSet::all(n), IdSet::single(pick % n), IdSet::range(0..=(pick % n))] {
+            for node in [NodeId::Master, s, parent] {
+                check_route(&*t, node, &dest)?;
+            }
+        }
+        // The name the daemons receive rebuilds the same tree.
+        let back: Shape = shape.to_string().parse().unwrap();
+        prop_assert_eq!(&back, &shape);
+        prop_assert_eq!(back.build(n).name(), t.name());
+    }
+}
+
+#[test]
+fn topology_file_in_sdm_form() {
+    let text =
+        "# two interior nodes under the master\nmaster: 0 8\n0: 1-7\n8: [9-11,13] 12 14-15\n";
+    let t = Explicit::parse_file(text, "t.txt").unwrap();
+    assert_eq!(t.to_string(), "tree:m,0*7,m,8*7");
+    assert!(t.hosts().is_none());
+    let shape = Shape::Explicit(Arc::new(t));
+    let topo = shape.build(16);
+    assert_eq!(
+        topo.children(NodeId::Master),
+        [0, 8].map(NodeId::Server).to_vec()
+    );
+    assert_eq!(topo.subtree(NodeId::Server(8)).to_string(), "[8-15]");
+    assert_eq!(topo.depth(NodeId::Server(13)), 2);
+}
+
+#[test]
+fn topology_file_in_mrnet_form_places_servers_on_hosts() {
+    let text = "fe:0 => h1:0 h2:0 ;\nh1:0 => h1:1\n  h1:2 ;   # comment\nh2:0 => h2:1 h2:2;\n";
+    let t = Explicit::parse_file(text, "t.top").unwrap();
+    assert_eq!(t.to_string(), "tree:m*2,0*2,1*2");
+    assert_eq!(
+        t.hosts().unwrap(),
+        ["h1", "h2", "h1", "h1", "h2", "h2"].map(String::from)
+    );
+    // Hosts are placement, not shape: the name does not carry them.
+    let shape = Shape::Explicit(Arc::new(t));
+    assert_eq!(shape.to_string().parse::<Shape>().unwrap(), shape);
+}
+
+#[test]
+fn bad_topology_files_name_the_line_and_the_server() {
+    let err = |text: &str| Explicit::parse_file(text, "t").unwrap_err().to_string();
+    assert_eq!(
+        err("master: 0 1\n0: 2 x\n"),
+        "topology file t, line 2: \"x\" is not a server id or range (A-B)"
+    );
+    assert_eq!(
+        err("master: 0 1\n0: 1\n"),
+        "topology file t, line 2: server 1 already has a parent (line 1)"
+    );
+    assert_eq!(
+        err("master: 0 2\n"),
+        "topology t: server 1 has no parent: every server 0-2 must be listed as a child"
+    );
+    assert_eq!(
+        err("master: 0\n1: 2\n2: 1\n"),
+        "topology t: server(s) 1,2 not connected to the master (a cycle of parents)"
+    );
+    assert_eq!(
+        err("node7: 1\n"),
+        "topology file t, line 1: \"node7\" is not `master` or a server id (expected PARENT: CHILD...)"
+    );
+    assert_eq!(
+        err("fe:0 => a:0 ;\nb:0 => c:0 ;\n"),
+        "topology file t, line 2: b:0 has children but is not the root nor anyone's child"
+    );
+    assert_eq!(
+        err("fe:0 => a:0 a:0 ;\n"),
+        "topology file t, line 1: a:0 already has a parent"
+    );
+    assert_eq!(
+        err("fe:0 => a:0\n"),
+        "topology file t, line 1: the statement of fe:0 has no `;`"
+    );
+    assert_eq!(
+        err("fe => a:0 ;"),
+        "topology file t, line 1: \"fe\" is not HOST:INSTANCE"
+    );
+    assert!(matches!(
+        "file:/nonexistent/t".parse::<Shape>(),
+        Err(ShapeError::Read { .. })
+    ));
+    assert!("tree:m,5".parse::<Shape>().is_err());
+    assert!("tree:m,q".parse::<Shape>().is_err());
 }

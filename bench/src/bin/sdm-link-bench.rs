@@ -708,13 +708,13 @@ async fn broadcasts(tree: &mut Tree, n: u32, warm: u32, iters: u32) -> anyhow::R
 async fn bench_tree(cli: &Cli) -> anyhow::Result<()> {
     let delay = Duration::from_millis(cli.delay_ms);
     for &n in &cli.servers {
-        for &shape in &cli.shapes {
+        for shape in &cli.shapes {
             let load_before = loadavg();
-            let mut plain = build_tree(n, shape, Duration::ZERO).await?;
+            let mut plain = build_tree(n, shape.clone(), Duration::ZERO).await?;
             let p = summarize(&broadcasts(&mut plain, n, 20, cli.tree_iters_nodelay).await?);
             drop(plain.frontend);
             plain.tasks.iter().for_each(JoinHandle::abort);
-            let mut tree = build_tree(n, shape, delay).await?;
+            let mut tree = build_tree(n, shape.clone(), delay).await?;
             let d = summarize(&broadcasts(&mut tree, n, 3, cli.tree_iters).await?);
             let depth = tree.depth;
             drop(tree.frontend);

@@ -20,7 +20,7 @@ fn same_reply() -> crate::sim::Responder {
     Box::new(|_, _| Some((MS, Bytes::from_static(b"ok"))))
 }
 
-fn net(shape: Shape, n: u32, responder: crate::sim::Responder) -> SimNet {
+fn net(shape: &Shape, n: u32, responder: crate::sim::Responder) -> SimNet {
     SimNet::new(Arc::from(shape.build(n)), MS, responder)
 }
 
@@ -50,7 +50,7 @@ fn broadcast_merges_into_one_group() {
         Shape::KNomial(4),
         Shape::Flat,
     ] {
-        let mut net = net(shape, 64, same_reply());
+        let mut net = net(&shape, 64, same_reply());
         net.command(1, IdSet::all(64), SyncMode::WaitAll, "ping");
         net.run();
         let g = net.groups(1);
@@ -64,7 +64,7 @@ fn broadcast_merges_into_one_group() {
 #[test]
 fn distinct_replies_stay_apart() {
     let mut net = net(
-        Shape::Binomial,
+        &Shape::Binomial,
         100,
         Box::new(|id, _| {
             let s = id.server().unwrap();
@@ -119,7 +119,7 @@ fn killed_interior_node_loses_exactly_its_subtree() {
     let sub = topo.subtree(victim);
     assert_eq!(sub.to_string(), "[31-62]");
     let mut net = net(
-        Shape::Binomial,
+        &Shape::Binomial,
         64,
         Box::new(|_, _| Some((Duration::from_millis(50), Bytes::from_static(b"ok")))),
     );
@@ -148,7 +148,7 @@ fn killed_interior_node_loses_exactly_its_subtree() {
 #[test]
 fn silent_servers_time_out_and_late_replies_are_dropped() {
     let mut net = net(
-        Shape::Binomial,
+        &Shape::Binomial,
         32,
         Box::new(|id, _| {
             let s = id.server().unwrap();
@@ -177,7 +177,7 @@ fn silent_servers_time_out_and_late_replies_are_dropped() {
 #[test]
 fn dont_wait_forwards_early_and_still_partitions() {
     let mut net = net(
-        Shape::Binomial,
+        &Shape::Binomial,
         16,
         Box::new(|id, _| {
             let s = u64::from(id.server().unwrap());
@@ -196,7 +196,7 @@ fn dont_wait_forwards_early_and_still_partitions() {
 
 #[test]
 fn ids_beyond_the_tree_are_reported_lost() {
-    let mut net = net(Shape::Binomial, 8, same_reply());
+    let mut net = net(&Shape::Binomial, 8, same_reply());
     let dest: IdSet = "[2,6-12]".parse().unwrap();
     net.command(6, dest.clone(), SyncMode::WaitAll, "x");
     net.run();
@@ -276,7 +276,7 @@ fn a_servers_lines_are_numbered_per_stream_and_merge_only_at_equal_indices() {
 
 #[test]
 fn a_hung_server_is_found_by_keepalive_in_virtual_time() {
-    let mut net = net(Shape::Binomial, 16, same_reply());
+    let mut net = net(&Shape::Binomial, 16, same_reply());
     net.set_liveness(crate::liveness::Liveness {
         interval: Duration::from_millis(100),
         dead_after: Duration::from_secs(1),
@@ -328,7 +328,7 @@ proptest! {
         let silent: HashSet<u32> = if timeout { silent.into_iter().map(|s| s % n).collect() } else { HashSet::new() };
         let silent2 = silent.clone();
         let topo = shape.build(n);
-        let mut net = net(shape, n, Box::new(move |id, _| {
+        let mut net = net(&shape, n, Box::new(move |id, _| {
             let s = id.server().unwrap();
             (!silent2.contains(&s)).then(|| (MS * 3, Bytes::from(format!("{}", s % distinct))))
         }));
@@ -389,7 +389,7 @@ proptest! {
 fn sum_filter_adds_up_integer_replies_shape_independently() {
     for shape in [Shape::Binomial, Shape::KAry(3), Shape::Flat] {
         let mut net = net(
-            shape,
+            &shape,
             100,
             Box::new(|id, _| Some((MS, Bytes::from(id.server().unwrap().to_string())))),
         );
@@ -449,7 +449,7 @@ fn with_filter(dest: IdSet, sync: SyncMode, filter: &str, payload: &str) -> Mess
 fn a_payload_the_filter_refuses_is_lost_with_the_filter_error() {
     for shape in [Shape::Binomial, Shape::Flat] {
         let mut net = net(
-            shape,
+            &shape,
             16,
             Box::new(|id, _| {
                 let s = id.server().unwrap();
@@ -479,7 +479,7 @@ fn a_payload_the_filter_refuses_is_lost_with_the_filter_error() {
 
 #[test]
 fn an_unknown_filter_loses_every_reply_and_says_why() {
-    let mut net = net(Shape::Binomial, 8, same_reply());
+    let mut net = net(&Shape::Binomial, 8, same_reply());
     net.command_message(with_filter(IdSet::all(8), SyncMode::WaitAll, "nope:1", "v"));
     net.run();
     let g = net.groups(1);
@@ -496,7 +496,7 @@ fn an_unknown_filter_loses_every_reply_and_says_why() {
 #[test]
 fn a_failed_flush_loses_exactly_the_ids_it_held() {
     let mut net = net(
-        Shape::Binomial,
+        &Shape::Binomial,
         16,
         Box::new(|id, _| Some((MS, Bytes::from(id.server().unwrap().to_string())))),
     );
@@ -529,7 +529,7 @@ fn a_failed_flush_loses_exactly_the_ids_it_held() {
 #[test]
 fn dont_wait_flushes_partial_sums_that_add_up() {
     let mut net = net(
-        Shape::Binomial,
+        &Shape::Binomial,
         16,
         Box::new(|id, _| {
             let s = id.server().unwrap();
@@ -552,7 +552,7 @@ fn dont_wait_flushes_partial_sums_that_add_up() {
 fn mean_sends_records_up_and_finishes_at_the_front_end() {
     for shape in [Shape::Binomial, Shape::KAry(3), Shape::Flat] {
         let mut net = net(
-            shape,
+            &shape,
             16,
             Box::new(|id, _| Some((MS, Bytes::from(id.server().unwrap().to_string())))),
         );
@@ -668,7 +668,7 @@ fn a_front_end_that_stops_reading_stops_the_printer_at_the_window_and_loses_noth
     };
     let deep = (0..n).max_by_key(|&s| depth(s)).unwrap();
     assert!(depth(deep) >= 3, "the flood crosses interior servers");
-    let mut net = net(Shape::Binomial, n, same_reply());
+    let mut net = net(&Shape::Binomial, n, same_reply());
     net.set_frontend_reading(false);
     let count = 20_000;
     let lines = numbered_lines(deep, count);
@@ -725,7 +725,7 @@ fn a_stalled_reader_holds_back_only_its_subtree() {
     let below = topo.subtree(mid);
     assert!(below.len() >= 4, "{mid} has a subtree: {below}");
     let others = &IdSet::all(n) - &below;
-    let mut net = net(Shape::Binomial, n, same_reply());
+    let mut net = net(&Shape::Binomial, n, same_reply());
     net.stall(mid);
     let count = 4_000;
     for s in 0..n {
