@@ -84,16 +84,16 @@ async fn quic_tree_of_8() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_killed_before_it_connects_is_reported_by_id() {
-    let n = 16;
-    let victim = 3u32; // position 4: subtree [3-6]
+/// A local tree of `n` in `shape` whose server `victim` is killed as soon as it listens,
+/// before its parent connects.
+async fn launch_killing(shape: Shape, n: u32, victim: u32) -> Session {
     let o = SessionOptions {
+        topology: shape,
         connect_attempts: 5,
         connect_delay: Duration::from_millis(50),
         ..opts(n, LauncherKind::Local)
     };
-    let s = Session::launch(&o, |p| {
+    Session::launch(&o, |p| {
         if let Progress::Listening { id, pid, .. } = p
             && *id == victim
         {
@@ -104,7 +104,14 @@ async fn server_killed_before_it_connects_is_reported_by_id() {
         }
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_killed_before_it_connects_is_reported_by_id() {
+    let n = 16;
+    let victim = 3u32; // position 4: subtree [3-6]
+    let s = launch_killing(Shape::Binomial, n, victim).await;
     let r = s.report().clone();
     let sub = Shape::Binomial
         .build(n)
@@ -263,25 +270,7 @@ async fn explicit_tree_from_a_file_is_the_tree_the_daemons_build() {
     .await;
     // Server 1 killed before its parent (the master) connects: exactly the odd servers are
     // lost, so the daemons connected along the file's tree, not a built-in one.
-    let victim = 1u32;
-    let o = SessionOptions {
-        topology: shape.clone(),
-        connect_attempts: 5,
-        connect_delay: Duration::from_millis(50),
-        ..opts(n, LauncherKind::Local)
-    };
-    let s = Session::launch(&o, |p| {
-        if let Progress::Listening { id, pid, .. } = p
-            && *id == victim
-        {
-            Command::new("kill")
-                .args(["-9", &pid.to_string()])
-                .status()
-                .unwrap();
-        }
-    })
-    .await
-    .unwrap();
+    let s = launch_killing(shape, n, 1).await;
     let r = s.report().clone();
     let odd: IdSet = (0..n).filter(|i| i % 2 == 1).collect();
     assert_eq!(r.ready, &IdSet::all(n) - &odd, "{:?}", r.failed);
