@@ -120,11 +120,16 @@ impl Groups {
         Ok(acc)
     }
 
-    /// Whether `s` reads as an id-set expression here (so a trailing word of a command is
-    /// its ranks, not part of an expression or location).
+    /// Whether `s` reads as an id-set expression here (so the end of a command is its
+    /// ranks, not part of an expression): it starts with `[…]`, a group name or `all`,
+    /// and names ranks the tree has.
     fn is_ids(&self, all: &IdSet, s: &str) -> bool {
         let s = s.trim();
-        (s.starts_with('[') || self.named.contains_key(s) || s == "all")
+        let first = s
+            .split(|c: char| c.is_whitespace() || matches!(c, '|' | '&' | '-'))
+            .next()
+            .unwrap_or("");
+        (s.starts_with('[') || self.named.contains_key(first) || first == "all")
             && self.resolve(all, s).is_ok()
     }
 
@@ -134,20 +139,18 @@ impl Groups {
     }
 }
 
-/// Splits `rest` into its text and a trailing id-set (`[…]` or a group name), if any.
+/// Splits `rest` into its text and a trailing id-set expression (the longest that starts
+/// with `[…]`, a group name or `all` after whitespace), if any.
 fn split_ids<'a>(g: &Groups, all: &IdSet, rest: &'a str) -> (&'a str, &'a str) {
     let rest = rest.trim();
-    // A bracketed set at the end (after whitespace).
-    if rest.ends_with(']')
-        && let Some(open) = rest.rfind(" [")
-        && g.is_ids(all, &rest[open + 1..])
-    {
-        return (rest[..open].trim_end(), &rest[open + 1..]);
-    }
-    if let Some((head, last)) = rest.rsplit_once(char::is_whitespace)
-        && g.is_ids(all, last)
-    {
-        return (head.trim_end(), last);
+    let starts = rest
+        .char_indices()
+        .filter(|&(i, c)| i > 0 && !c.is_whitespace() && rest[..i].ends_with(char::is_whitespace))
+        .map(|(i, _)| i);
+    for i in starts {
+        if g.is_ids(all, &rest[i..]) {
+            return (rest[..i].trim_end(), &rest[i..]);
+        }
     }
     (rest, "")
 }
@@ -493,5 +496,10 @@ mod tests {
         assert_eq!(split_ids(&g, &all, "x + 1"), ("x + 1", ""));
         assert_eq!(split_ids(&g, &all, "rank odd"), ("rank", "odd"));
         assert_eq!(split_ids(&g, &all, "p->x [0-3]"), ("p->x", "[0-3]"));
+        assert_eq!(
+            split_ids(&g, &all, "rank * 2 odd | [6]"),
+            ("rank * 2", "odd | [6]")
+        );
+        assert_eq!(split_ids(&g, &all, "x - 1"), ("x - 1", ""));
     }
 }
