@@ -415,11 +415,9 @@ impl Monitor {
             readers,
             gdb: None,
         });
-        if at_main {
-            if let Err(e) = self.run_to_main() {
-                self.kill_quietly();
-                return Err(e);
-            }
+        if at_main && let Err(e) = self.run_to_main() {
+            self.kill_quietly();
+            return Err(e);
         }
         Ok(pid.as_raw() as u32)
     }

@@ -696,6 +696,8 @@ mod tests {
     use super::*;
     use crate::monitor::{IoMode, MonitorHandle};
 
+    type Job = Box<dyn FnOnce(&mut Monitor) -> MonResult<String> + Send>;
+
     /// A C program built with `-O0 -g`: a function called in a loop, then a wait.
     fn program() -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("sdm-symbolic-{}", std::process::id()));
@@ -730,7 +732,7 @@ mod tests {
         let exe = program();
         let (tx, _rx) = tokio::sync::mpsc::channel(64);
         let (m, mut events) = MonitorHandle::spawn(0, 1, tx);
-        let call = |f: Box<dyn FnOnce(&mut Monitor) -> MonResult<String> + Send>| {
+        let call = |f: Job| {
             m.submit(f).blocking_recv().unwrap()
         };
         let exe2 = exe.clone();
