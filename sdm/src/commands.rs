@@ -69,8 +69,8 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "print",
-        usage: "print EXPR [IDS]",
-        about: "evaluate EXPR in each rank's selected frame, merged by value: `[0-6] x = 42` (IDS after EXPR: `[0-3]` or a group name)",
+        usage: "print [-stats] EXPR [IDS]",
+        about: "evaluate EXPR in each rank's selected frame, merged by value: `[0-6] x = 42` (IDS after EXPR: `[0-3]` or a group name); -stats: min, mean, max of a number and the ranks holding them, reduced in the tree",
     },
     Command {
         name: "frame",

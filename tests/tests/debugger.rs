@@ -176,6 +176,11 @@ async fn script(flags: &[&str]) {
         .collect();
     assert_eq!(run(&mut c, "print a[rank]").await, expected);
     assert_eq!(gdb.values[1], "303");
+    // The same values reduced in the tree by the `stats` filter.
+    assert_eq!(
+        run(&mut c, "print -stats a[rank]").await,
+        "[0-7] a[rank]: min 0 [0], mean 353.5, max 707 [7]\n"
+    );
 
     assert_eq!(
         run(&mut c, "next [3]").await,
@@ -227,6 +232,21 @@ async fn script(flags: &[&str]) {
             .starts_with("[3] error: no frame 1")
     );
     assert_eq!(run(&mut c, "focus").await, "focus [0-7]\n");
+    // A watchpoint: rank 3's next call, work(1), adds 303 to `total`.
+    assert_eq!(
+        run(&mut c, "delete 1").await,
+        "[0-7] deleted breakpoint 1\n"
+    );
+    assert_eq!(
+        run(&mut c, "watch total [3]").await,
+        "[3] watchpoint on total\n"
+    );
+    assert_eq!(run(&mut c, "cont 3").await, "[3] running\n");
+    wait_for(
+        &mut c,
+        &["[3] watchpoint total: 0 -> 303 at ranks.c:".into()],
+    )
+    .await;
     c.shutdown().await;
 }
 

@@ -294,6 +294,14 @@ impl Console {
         let all = self.session.all();
         let q = |s: &str| Value::Str(s.to_owned()).to_string();
         let failed = match verb {
+            "print" | "p" if rest.starts_with("-stats") => {
+                let (expr, ids) = split_ids(&self.groups, &all, rest["-stats".len()..].trim());
+                if expr.is_empty() {
+                    anyhow::bail!("print -stats: give an expression (`help print`)");
+                }
+                let dest = self.ranks(ids)?;
+                self.print_stats(expr, &dest, out).await?
+            }
             "print" | "p" => {
                 let (expr, ids) = split_ids(&self.groups, &all, rest);
                 if expr.is_empty() {
@@ -389,6 +397,72 @@ impl Console {
             _ => return Ok(None),
         };
         Ok(Some(failed))
+    }
+
+    /// `print -stats EXPR`: the numeric value of EXPR on `dest` reduced in the tree by the
+    /// `stats` filter: minimum, mean and maximum, with the ranks holding the extremes.
+    async fn print_stats(
+        &mut self,
+        expr: &str,
+        dest: &IdSet,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<bool> {
+        use sdm_client::service;
+        use sdm_overlay::filters::builtin::Stats;
+        use sdm_proto::{Status, SyncMode};
+        let groups = self
+            .session
+            .request_command(service::filtered(
+                service::EVALUATE,
+                dest,
+                SyncMode::Timeout(super::COMMAND_TIMEOUT_MS),
+                "stats",
+                expr.to_owned(),
+            ))
+            .await?;
+        let mut failed = false;
+        let mut other = Vec::new();
+        for g in groups {
+            let decoded = (g.status == Status::Replied)
+                .then(|| Stats::decode(&g.payload).ok())
+                .flatten();
+            match decoded.as_ref().and_then(|keys| keys.get(expr)) {
+                Some(k) => {
+                    let mean = k.mean.map_or_else(|| "?".into(), |m| m.to_string());
+                    if self.json {
+                        writeln!(
+                            out,
+                            "{}",
+                            serde_json::json!({"command": "print -stats", "ids": g.sources.to_string(), "expression": expr,
+                                "min": k.min.to_string(), "min_ids": k.min_ids.to_string(), "mean": mean,
+                                "max": k.max.to_string(), "max_ids": k.max_ids.to_string(), "count": k.count})
+                        )?;
+                    } else {
+                        writeln!(
+                            out,
+                            "{} {expr}: min {} {}, mean {mean}, max {} {}",
+                            g.sources, k.min, k.min_ids, k.max, k.max_ids
+                        )?;
+                    }
+                }
+                None => {
+                    failed = true;
+                    other.push(g);
+                }
+            }
+        }
+        // Ranks without a number say why: the value is not a number, the process runs...
+        let lines: Vec<Line> = super::lines(other)
+            .into_iter()
+            .map(|mut l| {
+                if l.status == Status::Replied {
+                    l.text = l.text.trim_start_matches("error: ").to_owned();
+                    l.text = format!("error: {}", l.text);
+                }
+                l
+            })
+            .collect();
+        Ok(self.print_lines("print -stats", &lines, out, crate::words::reply)? | failed)
     }
 
     /// `break LOCATION [IDS] [if COND]` for a source location or a condition, and

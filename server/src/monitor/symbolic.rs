@@ -732,9 +732,7 @@ mod tests {
         let exe = program();
         let (tx, _rx) = tokio::sync::mpsc::channel(64);
         let (m, mut events) = MonitorHandle::spawn(0, 1, tx);
-        let call = |f: Job| {
-            m.submit(f).blocking_recv().unwrap()
-        };
+        let call = |f: Job| m.submit(f).blocking_recv().unwrap();
         let exe2 = exe.clone();
         call(Box::new(move |m| {
             m.start_at_main(exe2.to_str().unwrap(), &[], IoMode::Pipes)
