@@ -25,6 +25,10 @@ mod debug;
 /// How long one console command may take before its silent ids count as timed out.
 const COMMAND_TIMEOUT_MS: u32 = 30_000;
 
+/// The same for symbolic commands: the first one on a rank starts its gdb, and hundreds of
+/// gdbs attaching at once on a few cores take longer than a plain command.
+const SYMBOLIC_TIMEOUT_MS: u32 = 300_000;
+
 /// While waiting for the programs' end, how often the servers of the ranks still running
 /// are pinged, so a dead server cannot make the wait endless.
 const LIVENESS_CHECK: Duration = Duration::from_secs(2);
@@ -454,11 +458,18 @@ impl Console {
 
     /// Sends one OMIS basic request text to `dest` and returns the merged results.
     pub async fn request(&mut self, dest: &IdSet, text: &str) -> anyhow::Result<Vec<Line>> {
-        let groups = self
-            .session
-            .request_command(omis(dest, text.to_owned()))
-            .await?;
-        Ok(lines(groups))
+        self.request_within(dest, text, COMMAND_TIMEOUT_MS).await
+    }
+
+    /// [`Console::request`], waiting at most `ms` for the slowest server.
+    async fn request_within(
+        &mut self,
+        dest: &IdSet,
+        text: &str,
+        ms: u32,
+    ) -> anyhow::Result<Vec<Line>> {
+        let m = service::omis(dest, SyncMode::Timeout(ms), text.to_owned());
+        Ok(lines(self.session.request_command(m).await?))
     }
 
     fn id(&mut self) -> i64 {

@@ -263,7 +263,10 @@ impl Console {
         show: impl Fn(&str) -> String,
     ) -> anyhow::Result<bool> {
         let id = self.id();
-        let lines = self.request(dest, &format!("{id} [] {call}")).await?;
+        let text = format!("{id} [] {call}");
+        let lines = self
+            .request_within(dest, &text, super::SYMBOLIC_TIMEOUT_MS)
+            .await?;
         self.print_lines(cmd, &lines, out, |r| match r.results.first() {
             Some(Value::Str(s)) if !crate::words::is_error(r) => show(s),
             Some(Value::List(items)) => {
@@ -415,7 +418,7 @@ impl Console {
             .request_command(service::filtered(
                 service::EVALUATE,
                 dest,
-                SyncMode::Timeout(super::COMMAND_TIMEOUT_MS),
+                SyncMode::Timeout(super::SYMBOLIC_TIMEOUT_MS),
                 "stats",
                 expr.to_owned(),
             ))
@@ -491,7 +494,9 @@ impl Console {
             Value::Str(cond.to_owned()),
             i32::from(temporary)
         );
-        let lines = self.request(&dest, &text).await?;
+        let lines = self
+            .request_within(&dest, &text, super::SYMBOLIC_TIMEOUT_MS)
+            .await?;
         let set = ok_ids(&lines);
         if !set.is_empty() {
             let n = self.state.add_breakpoint(location, &set);
