@@ -135,7 +135,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "detach",
         usage: "detach [IDS]",
-        about: "let processes attached to (sdm attach, sdm run --attach) go: breakpoints removed, running, untraced",
+        about: "let processes attached to (sdm attach, sdm run --attach) go: breakpoints removed, running, untraced; a program started here and held by gdb (symbolic commands) goes back to the native monitor, stopped",
     },
     Command {
         name: "top",

@@ -1,5 +1,6 @@
 //! The parallel debugger console of `sdm run`: commands (`stop`, `cont`, `status`, `bt`,
-//! `break`, `info break`, `delete`, `kill`, `omis`, `sleep`, `help`, `quit`; the table is in
+//! `break`, `info break`, `delete`, `kill`, `omis`, `sleep`, `help`, `quit`, and the
+//! symbolic ones of `debug`: `print`, `step`, `next`, groups…; the table is in
 //! [`crate::commands`]) become OMIS requests to id-sets; merged replies print with their
 //! sender nodes in plain words ([`crate::words`]), stack traces as a STAT-like call-prefix
 //! tree.

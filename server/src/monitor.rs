@@ -586,8 +586,16 @@ impl Monitor {
 
     /// Lets the process this monitor attached to go, for good: breakpoints removed, detached,
     /// left running; the monitor then controls no process. Returns its pid. A process this
-    /// monitor started cannot be detached (it would be left without its server).
+    /// monitor started cannot be detached (it would be left without its server); if gdb
+    /// holds it (symbolic commands), gdb lets it go instead and the native monitor has it
+    /// back, stopped.
     pub fn detach_process(&mut self) -> MonResult<u32> {
+        let p = self.proc()?;
+        let pid = raw(p.pid);
+        // A process started here and held by gdb goes back to the native monitor.
+        if p.child.is_some() && self.release()? {
+            return Ok(pid);
+        }
         let p = self.proc()?;
         if p.child.is_some() {
             return Err(state(format!(

@@ -247,6 +247,16 @@ async fn script(flags: &[&str]) {
         &["[3] watchpoint total: 0 -> 303 at ranks.c:".into()],
     )
     .await;
+    // `detach` gives rank 3 back to the native monitor, stopped where it stands: its
+    // status comes from the monitor's own unwinder again, and it continues natively.
+    assert_eq!(run(&mut c, "detach 3").await, "[3] detached\n");
+    let status = run(&mut c, "status 3").await;
+    assert!(
+        status.starts_with("[3] stopped in work at ranks.c:"),
+        "{status}"
+    );
+    assert_eq!(run(&mut c, "cont 3").await, "[3] running\n");
+    assert_eq!(run(&mut c, "status 3").await, "[3] running\n");
     c.shutdown().await;
 }
 

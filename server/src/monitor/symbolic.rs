@@ -551,6 +551,33 @@ impl Monitor {
         })
     }
 
+    /// Gives a held process back to the native monitor, stopped where it stands (gdb
+    /// detaches with a SIGSTOP pending, so it goes into a group-stop, as `stop` leaves a
+    /// process). Returns whether gdb held it.
+    pub(super) fn release(&mut self) -> MonResult<bool> {
+        let Some(p) = self.proc.as_mut() else {
+            return Ok(false);
+        };
+        let pid = p.pid;
+        let Some(h) = p.gdb.as_mut() else {
+            return Ok(false);
+        };
+        if h.running {
+            interrupt(h)?;
+        }
+        kill(pid, Signal::SIGSTOP).map_err(|e| errno(pid, "SIGSTOP", e))?;
+        h.gdb.command("-target-detach", PATIENCE).map_err(gdb_err)?;
+        p.gdb = None;
+        for _ in 0..5000 {
+            if proc_state(pid) == Some('T') {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        p.state = ProcState::Stopped;
+        Ok(true)
+    }
+
     /// Lets gdb go (the process with it), before the process is killed or detached.
     pub(super) fn drop_symbolic(&mut self) {
         if let Some(p) = self.proc.as_mut() {
