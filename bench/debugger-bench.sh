@@ -7,8 +7,8 @@
 #   next           : each `next` on every rank (median of K)
 # against gdb run on each process in turn (on GDB_MAX processes at most; beyond, scaled to N):
 #   gdb print      : `gdb -batch -p PID -ex "print rank"` on each running rank
-#   gdb next       : `gdb -batch -ex "break main" -ex run -ex next` minus the same without
-#                    `next`, on each rank
+#   gdb next       : `gdb -batch -ex "break main" -ex run -ex next` on each rank (a gdb
+#                    session per rank, as without sdm: compare with handover+print + next)
 # REPS runs of each, medians, one Markdown table row per size.
 #
 # Usage: bench/debugger-bench.sh
@@ -71,17 +71,13 @@ for n in $SIZES; do
     kill -9 "${pids[@]}" 2>/dev/null || true
     wait 2>/dev/null || true
     gp+=("$(echo "($t1 - $t0) * $n / $m" | bc -l)")
-    # ... and next from main (the run to main timed apart and taken off).
+    # ... and a session per rank that runs to main and does one next.
     t0=$(now)
-    for r in $(seq 0 $((m - 1))); do
-      SDM_RANK=$r gdb -nx -batch -iex "set debuginfod enabled off" -ex "break main" -ex run "$prog" </dev/null >/dev/null 2>&1
-    done
-    t1=$(now)
     for r in $(seq 0 $((m - 1))); do
       SDM_RANK=$r gdb -nx -batch -iex "set debuginfod enabled off" -ex "break main" -ex run -ex next "$prog" </dev/null >/dev/null 2>&1
     done
-    t2=$(now)
-    gn+=("$(echo "(($t2 - $t1) - ($t1 - $t0)) * $n / $m" | bc -l)")
+    t1=$(now)
+    gn+=("$(echo "($t1 - $t0) * $n / $m" | bc -l)")
     echo "# n=$n rep=$rep handover+print=${hp[-1]} print=${pr[-1]} next=${nx[-1]} gdb_print=${gp[-1]} gdb_next=${gn[-1]}" >&2
   done
   scaled=""

@@ -6,6 +6,18 @@
 //! --interpreter=mi3` on pipes: [`Gdb::command`] sends one command and waits for its
 //! result record, keeping the async records that arrive meanwhile (a `*stopped` of the
 //! process) for [`Gdb::take_stops`] and [`Gdb::wait_stopped`].
+//!
+//! # Why gdb over MI, not native DWARF evaluation
+//!
+//! Expressions in C, C++, Fortran and Rust with gdb's own printing of structs and arrays,
+//! conditions on breakpoints, stepping over inlined and optimized code (`-O2` location lists,
+//! `<optimized out>`), `finish` with the returned value and hardware watchpoints are each a
+//! large piece of a debugger; gdb has them and MI is its stable machine interface (the seed's
+//! SDM drove it the same way). A gdb costs about 60 MB and a few hundred ms to attach, so it
+//! is only started on a process when a symbolic command first needs it: stop, cont, kill,
+//! memory, registers and stacks stay on the native ptrace monitor at any scale until then.
+//! Replies carry no addresses or pids, so ranks in the same state reply the same bytes and
+//! merge in the tree whichever backend answered.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};

@@ -297,16 +297,13 @@ impl Monitor {
         condition: Option<&str>,
         temporary: bool,
     ) -> MonResult<String> {
+        let resume_after = self.pause()?;
         let h = self.held()?;
-        let was_running = h.running;
-        if was_running {
-            interrupt(h)?;
-        }
         let res = insert(h, location, condition, temporary);
         if let Ok((n, _)) = &res {
             h.breaks.insert(*n, location.to_owned());
         }
-        if was_running {
+        if resume_after {
             resume(h)?;
         }
         res.map(|(_, at)| at)
@@ -341,27 +338,47 @@ impl Monitor {
 
     /// Removes the breakpoints set at `location` (as it was asked for).
     pub fn delete_break(&mut self, location: &str) -> MonResult<()> {
-        let h = self.held()?;
-        let numbers: Vec<u32> = h
+        let numbers: Vec<u32> = self
+            .held()?
             .breaks
             .iter()
             .filter(|(_, l)| *l == location)
             .map(|(n, _)| *n)
             .collect();
-        let was_running = h.running;
-        if was_running && !numbers.is_empty() {
-            interrupt(h)?;
+        if numbers.is_empty() {
+            return Ok(());
         }
+        let resume_after = self.pause()?;
+        let h = self.held()?;
         for n in numbers {
             h.gdb
                 .command(&format!("-break-delete {n}"), PATIENCE)
                 .map_err(gdb_err)?;
             h.breaks.remove(&n);
         }
-        if was_running {
+        if resume_after {
             resume(h)?;
         }
         Ok(())
+    }
+
+    /// Stops a running held process for a moment (to change its breakpoints); says whether
+    /// to resume it after: not if it stopped on its own meanwhile (a hit, reported as usual).
+    fn pause(&mut self) -> MonResult<bool> {
+        let h = self.held()?;
+        if !h.running {
+            return Ok(false);
+        }
+        let stop = interrupt(h)?;
+        let own = stop.str("reason") != Some("signal-received")
+            || stop.str("signal-name") != Some("SIGINT");
+        self.stopped(&stop, true);
+        if own {
+            return Ok(false);
+        }
+        // Back to running as far as the monitor's state says.
+        self.proc()?.state = ProcState::Running;
+        Ok(true)
     }
 
     /// Moves the stopped process on in source terms and waits for it to stop; says where
