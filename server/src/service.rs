@@ -557,7 +557,7 @@ mod tests {
         assert_eq!(
             s.names(),
             [
-                "checksum", "counters", "omis", "procstat", "sdm", "sdm.init"
+                "checksum", "counters", "evaluate", "omis", "procstat", "sdm", "sdm.init"
             ]
         );
         assert!(Services::empty().names().is_empty());
