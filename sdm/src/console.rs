@@ -681,7 +681,9 @@ impl Console {
     /// once for `,`) and prints the replies with their sender nodes; returns whether one
     /// failed.
     async fn raw(&mut self, text: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
-        let req = parse_request(text).map_err(|e| anyhow!("omis: {e}"))?;
+        // Node lists may name process groups: `omis 1 [odd] stop()`.
+        let text = self.groups.expand(&self.session.all(), text)?;
+        let req = parse_request(&text).map_err(|e| anyhow!("omis: {e}"))?;
         if let Some(ev) = &req.event {
             // Stored on the event's nodes; its actions run there at each occurrence and
             // their replies come back as events.

@@ -216,6 +216,11 @@ async fn script(flags: &[&str]) {
         run(&mut c, "print rank * 2 low | [6]").await,
         "[1] rank * 2 = 2\n[3] rank * 2 = 6\n[6] rank * 2 = 12\n"
     );
+    // Raw OMIS node lists may name groups too.
+    assert_eq!(
+        run(&mut c, "omis 9 [low] sdm_print(\"rank\")").await,
+        "[1] 9 [1] sdm_print(\"1\")\n[3] 9 [3] sdm_print(\"3\")\n"
+    );
     assert_eq!(
         run(&mut c, "status odd - low").await,
         format!("[5,7] stopped in main at ranks.c:{wait}\n")

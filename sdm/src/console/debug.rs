@@ -133,6 +133,52 @@ impl Groups {
             && self.resolve(all, s).is_ok()
     }
 
+    /// `text` (an OMIS request) with every node list that names groups, `[odd]` or
+    /// `[workers - 0]`, replaced by the ranks it stands for; strings are left alone.
+    pub(super) fn expand(&self, all: &IdSet, text: &str) -> anyhow::Result<String> {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        let mut quoted = false;
+        while let Some(i) = rest.find(['"', '[', '\\']) {
+            out.push_str(&rest[..i]);
+            let c = rest.as_bytes()[i];
+            rest = &rest[i..];
+            match c {
+                b'\\' => {
+                    let n = rest.chars().take(2).map(char::len_utf8).sum::<usize>();
+                    out.push_str(&rest[..n]);
+                    rest = &rest[n..];
+                }
+                b'"' => {
+                    quoted = !quoted;
+                    out.push('"');
+                    rest = &rest[1..];
+                }
+                _ => {
+                    let inner_end = rest.find(']');
+                    let named = !quoted
+                        && inner_end.is_some_and(|e| {
+                            rest[1..e]
+                                .trim_start()
+                                .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                        });
+                    match inner_end {
+                        Some(e) if named => {
+                            out.push_str(&self.resolve(all, &rest[1..e])?.to_string());
+                            rest = &rest[e + 1..];
+                        }
+                        _ => {
+                            out.push('[');
+                            rest = &rest[1..];
+                        }
+                    }
+                }
+            }
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
     /// The focus's name, for the prompt.
     pub(super) fn focus_name(&self) -> Option<&str> {
         self.focus.as_ref().map(|(n, _)| n.as_str())
@@ -564,6 +610,19 @@ mod tests {
         assert!(e("odd |").contains("needs a set on its right"));
         assert!(e("9").contains("no server 9"), "{}", e("9"));
         assert!(e("odd workers").contains("expected |, & or -"));
+    }
+
+    #[test]
+    fn omis_node_lists_may_name_groups() {
+        let g = groups();
+        let all = IdSet::all(8);
+        assert_eq!(
+            g.expand(&all, r#"1 [odd] stop(); 2 [workers - 0] print("[odd]")"#)
+                .unwrap(),
+            r#"1 [1,3,5,7] stop(); 2 [1-5] print("[odd]")"#
+        );
+        assert_eq!(g.expand(&all, "3 [0-2] cont()").unwrap(), "3 [0-2] cont()");
+        assert!(g.expand(&all, "4 [evens] stop()").is_err());
     }
 
     #[test]

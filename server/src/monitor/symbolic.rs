@@ -23,7 +23,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 
 /// How long `step`, `next`, `finish` and `until` wait for the process to stop again before
 /// replying `running` (the stop is then reported as an event when it comes).
-const STEP_PATIENCE: Duration = Duration::from_secs(15);
+const STEP_PATIENCE: Duration = Duration::from_secs(120);
 
 /// A process held by gdb.
 #[derive(Debug)]
