@@ -352,6 +352,10 @@ pub enum GdbError {
     },
 }
 
+/// How long a starting gdb may take to answer (hundreds start at once when a symbolic
+/// command first goes to every rank of a large job on a few cores).
+const START_PATIENCE: Duration = Duration::from_secs(240);
+
 /// One gdb in MI mode over pipes (killed when dropped).
 pub struct Gdb {
     child: Child,
@@ -410,7 +414,7 @@ impl Gdb {
             "-gdb-set width 0",
             "-gdb-set debuginfod enabled off",
         ] {
-            g.command(setting, Duration::from_secs(30))?;
+            g.command(setting, START_PATIENCE)?;
         }
         Ok(g)
     }

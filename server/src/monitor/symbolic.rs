@@ -18,8 +18,9 @@ use super::{Frame, MonResult, Monitor, ProcState, errno, poke_byte, raw, state, 
 use crate::error::{Error, ErrorKind};
 use crate::gdbmi::{Gdb, GdbError, MiValue, frame_place};
 
-/// How long an ordinary gdb command (an expression, a breakpoint, attaching) may take.
-const PATIENCE: Duration = Duration::from_secs(20);
+/// How long an ordinary gdb command (an expression, a breakpoint, attaching) may take:
+/// long, because hundreds of gdbs may attach at once on a few cores.
+const PATIENCE: Duration = Duration::from_secs(240);
 
 /// How long `step`, `next`, `finish` and `until` wait for the process to stop again before
 /// replying `running` (the stop is then reported as an event when it comes).
@@ -393,12 +394,24 @@ impl Monitor {
             Step::Until(None) => "-exec-until".to_owned(),
             Step::Until(Some(loc)) => format!("-exec-until {loc}"),
         };
+        // Stops not taken yet happened before this step: reported, not taken for its end.
+        let earlier = h.gdb.take_stops();
+        for s in &earlier {
+            self.stopped(s, false);
+        }
+        let h = self.held()?;
         h.gdb.command(&cmd, PATIENCE).map_err(gdb_err)?;
         h.running = true;
         self.proc()?.state = ProcState::Running;
         let h = self.held()?;
-        let Some(stop) = h.gdb.wait_stopped(STEP_PATIENCE).map_err(gdb_err)? else {
-            return Ok("running".into());
+        let stop = loop {
+            let Some(stop) = h.gdb.wait_stopped(STEP_PATIENCE).map_err(gdb_err)? else {
+                return Ok("running".into());
+            };
+            // Only a stop after which gdb says the thread is stopped ends the step.
+            if !thread_running(h)? {
+                break stop;
+            }
         };
         let place = self.stopped(&stop, true);
         Ok(match (how, stop.str("return-value")) {
@@ -714,6 +727,17 @@ fn interrupt(h: &mut Held) -> MonResult<MiValue> {
         .ok_or_else(|| Error::new(ErrorKind::Process, "gdb did not stop the process"))?;
     h.running = false;
     Ok(stop)
+}
+
+/// Whether gdb says the process's thread is running.
+fn thread_running(h: &mut Held) -> MonResult<bool> {
+    let d = h.gdb.command("-thread-info", PATIENCE).map_err(gdb_err)?;
+    Ok(d.results
+        .get("threads")
+        .map(|t| t.items())
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.str("state") == Some("running")))
 }
 
 /// Continues a stopped held process.
