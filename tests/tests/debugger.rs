@@ -182,6 +182,16 @@ async fn script(flags: &[&str]) {
         "[0-7] a[rank]: min 0 [0], mean 353.5, max 707 [7]\n"
     );
 
+    // Frames: rank 3's caller, and back.
+    let up = run(&mut c, "frame 1 [3]").await;
+    assert!(
+        up.starts_with("[3] #1 ranks.c:") && up.ends_with(" in main()\n"),
+        "{up}"
+    );
+    assert_eq!(
+        run(&mut c, "down [3]").await,
+        format!("[3] #0 ranks.c:{work} in work()\n")
+    );
     assert_eq!(
         run(&mut c, "next [3]").await,
         format!("[3] ranks.c:{} in work()\n", gdb.next_line)
