@@ -101,6 +101,8 @@ pub struct Console {
     groups: debug::Groups,
     /// Start programs stopped at `main` (`sdm run --stop-at-main`).
     stop_at_main: bool,
+    /// Numbers of the temporary breakpoints (`tbreak`): gone from a rank once it hits one.
+    temporary: std::collections::BTreeSet<u32>,
 }
 
 /// One merged result line: who, what happened, and the OMIS reply (if any).
@@ -136,6 +138,7 @@ impl Console {
             exit_status: 0,
             groups: debug::Groups::default(),
             stop_at_main: false,
+            temporary: Default::default(),
             session,
         }
     }
@@ -244,6 +247,7 @@ impl Console {
 
     fn print_line(&mut self, l: &StdioLine, out: &mut dyn Write) -> anyhow::Result<()> {
         if l.kind != sdm_proto::Kind::Stdio {
+            self.note_hit(&l.sources, &l.payload);
             return self.print_event(&l.sources, &l.payload, out);
         }
         let (stream, text) = match l.payload.split_first() {

@@ -514,6 +514,27 @@ impl Console {
         Ok(self.print_lines("print -stats", &lines, out, crate::words::reply)? | failed)
     }
 
+    /// A temporary breakpoint hit on `ranks` is gone there (gdb deleted it): `info break`
+    /// no longer lists them for it.
+    pub(super) fn note_hit(&mut self, ranks: &IdSet, payload: &[u8]) {
+        let text = String::from_utf8_lossy(payload);
+        if !text.starts_with("stopped_at(\"breakpoint\",") {
+            return;
+        }
+        let Some(r) = sdm_omis::parse_reply(&format!("0 [] {text}"))
+            .ok()
+            .and_then(|r| r.0.into_iter().next())
+        else {
+            return;
+        };
+        if let Some(Value::Str(location)) = r.results.get(1)
+            && let Some(n) = self.state.breakpoint_number(location)
+            && self.temporary.contains(&n)
+        {
+            self.state.remove_ranks(n, ranks);
+        }
+    }
+
     /// `break LOCATION [IDS] [if COND]` for a source location or a condition, and
     /// `tbreak` (deleted at its first hit): set through the symbolic backend, numbered by
     /// the console like the other breakpoints.
@@ -546,6 +567,9 @@ impl Console {
         let set = ok_ids(&lines);
         if !set.is_empty() {
             let n = self.state.add_breakpoint(location, &set);
+            if temporary {
+                self.temporary.insert(n);
+            }
             let at: Vec<String> = lines
                 .iter()
                 .filter(|l| !line_failed(l))
