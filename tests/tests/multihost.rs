@@ -580,3 +580,227 @@ fn an_mpi_job_across_four_hosts_under_mpirun() {
     );
     assert!(out.status.success(), "{:?}; stderr: {stderr}", out.status);
 }
+
+/// The `sdm` daemons' established TCP connections in host `k`: the peer addresses.
+fn daemon_peers(h: &SshHosts, k: u32) -> Vec<String> {
+    let out = run_ok(h.hosts.exec(k, "ss").arg("-Htnp"));
+    let exe = Path::new(support::sdm())
+        .file_name()
+        .unwrap()
+        .to_string_lossy();
+    let comm: String = exe.chars().take(15).collect();
+    out.lines()
+        .filter(|l| l.starts_with("ESTAB") && l.contains(&format!("((\"{comm}\"")))
+        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_owned))
+        .collect()
+}
+
+/// `--topology file:PATH` in MRNet's form places the interior nodes on chosen hosts: h1 and
+/// h2 hold the master's children, h3's servers hang below h1's interior node and h4's below
+/// h2's, so h3 and h4 talk only to h1 and h2 (`ss` inside each namespace).
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
+)]
+fn a_topology_file_places_interior_nodes_on_chosen_hosts() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let h = SshHosts::create();
+    let [h1, h2, h3, h4] = [1, 2, 3, 4].map(|k| h.name(k));
+    let file = h.dir.join("tree.top");
+    std::fs::write(
+        &file,
+        format!(
+            "# MRNet's form: the root is the front-end's host\nfe:0 => {h1}:0 {h2}:0 ;\n\
+             {h1}:0 => {h1}:1 {h3}:0 {h3}:1 ;\n{h2}:0 => {h2}:1 {h4}:0 {h4}:1 ;\n"
+        ),
+    )
+    .unwrap();
+    let (running, lines) = launch_held(|c| {
+        c.args(["--launcher", "ssh", "-n", "8"])
+            .arg("--topology")
+            .arg(format!("file:{}", file.display()));
+    });
+    assert!(
+        lines.iter().any(|l| l.starts_with("ready  [0-7] (8 of 8)")),
+        "{lines:#?}"
+    );
+    assert!(lines.contains(&"[0-7] pong".to_owned()), "{lines:#?}");
+    // Two servers on each host, on its own address.
+    for k in 1..=HOSTS {
+        let here = format!("{}:", h.hosts.addr(k));
+        let socks = h.daemon_sockets(k, "tcp");
+        assert_eq!(
+            socks.iter().filter(|s| s.starts_with(&here)).count(),
+            2,
+            "host {k}: {socks:?}"
+        );
+    }
+    // The leaves on h3 and h4 are connected to their interior node's host only.
+    for (leaf, interior) in [(3, 1), (4, 2)] {
+        let peers = daemon_peers(&h, leaf);
+        let want = format!("{}:", h.hosts.addr(interior));
+        assert!(
+            peers.len() >= 2 && peers.iter().all(|p| p.starts_with(&want)),
+            "host {leaf}'s daemons should talk only to host {interior}: {peers:?}"
+        );
+    }
+    interrupt(running);
+}
+
+/// A hung MPI job across the four hosts, started by `mpirun` outside sdm; terminated (and
+/// its ranks with it) at the end, whatever happens.
+struct HungJobAcross {
+    mpirun: Child,
+    prog: PathBuf,
+}
+
+impl HungJobAcross {
+    fn start(h: &SshHosts, n: u32) -> HungJobAcross {
+        let prog = support::mpi_program("mpi_hang");
+        let per_host = n / HOSTS;
+        let hosts: Vec<String> = h
+            .names()
+            .iter()
+            .map(|name| format!("{name}:{per_host}"))
+            .collect();
+        let mut mpirun = Command::new("mpirun")
+            .args(["--allow-run-as-root", "--oversubscribe", "--host"])
+            .arg(hosts.join(","))
+            .args(["-n", &n.to_string()])
+            .arg(&prog)
+            .env("OMPI_MCA_btl", "self,tcp")
+            .env_remove("SLURM_JOB_ID")
+            .env_remove("SLURM_JOBID")
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting mpirun");
+        let out = mpirun.stdout.take().unwrap();
+        let job = HungJobAcross { mpirun, prog };
+        let mut lines = BufReader::new(out).lines();
+        for _ in 0..n {
+            let l = lines.next().expect("a rank's ready line").unwrap();
+            assert_eq!(l, "ready");
+        }
+        std::thread::spawn(move || for _ in lines {});
+        job
+    }
+}
+
+impl Drop for HungJobAcross {
+    fn drop(&mut self) {
+        // SIGTERM first: mpirun then ends the ranks on every host through its daemons.
+        let pid = nix::unistd::Pid::from_raw(self.mpirun.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let ended = wait_for(|| matches!(self.mpirun.try_wait(), Ok(Some(_))));
+        if !ended {
+            let _ = self.mpirun.kill();
+        }
+        let _ = self.mpirun.wait();
+        // Never leave a spinning rank behind for the tests that follow.
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f"])
+            .arg(&self.prog)
+            .status();
+    }
+}
+
+/// `sdm attach MPIRUN` on a hung job whose ranks run on four hosts: the process table (from
+/// mpirun's MPIR table) names the hosts, one server starts on each rank's host through ssh
+/// and attaches to its rank; `stop`, `bt --classes`, `cont` and `detach` act on all ranks.
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh, sdm_have_mpirun)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI (deploy/ci-setup.sh)"
+)]
+fn attach_to_a_hung_mpi_job_across_four_hosts() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let h = SshHosts::create();
+    let n = 8u32;
+    let job = HungJobAcross::start(&h, n);
+    let mpirun = job.mpirun.id().to_string();
+    let table = support::sdm_ok(["attach", &mpirun, "--table", "--json"]);
+    let hosts: Vec<String> = table
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["host"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(hosts.len(), n as usize, "{table}");
+    let names = h.names();
+    for name in &names {
+        assert_eq!(
+            hosts.iter().filter(|x| *x == name).count(),
+            (n / HOSTS) as usize,
+            "{table}"
+        );
+    }
+    let out = Command::new(support::sdm())
+        .args(["attach", &mpirun])
+        .args([
+            "-c",
+            "stop",
+            "-c",
+            "bt --classes",
+            "-c",
+            "cont",
+            "-c",
+            "status",
+        ])
+        .args(["-c", "detach"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let last = n - 1;
+    assert_eq!(lines[0], format!("[0-{last}] stopped"), "{stdout}{stderr}");
+    let classes: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains("(representative"))
+        .collect();
+    assert_eq!(classes.len(), 2, "{stdout}{stderr}");
+    assert!(
+        classes[0].starts_with(&format!("[0-{}] (representative 0) ", last - 1))
+            && classes[0].contains(" > main > step > ")
+            && classes[0].contains("Barrier"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        classes[1].starts_with(&format!("[{last}] (representative {last}) "))
+            && classes[1].ends_with(" > main > step > compute"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        lines.contains(&format!("[0-{last}] running").as_str()),
+        "{stdout}{stderr}"
+    );
+    assert_eq!(
+        lines.last().copied(),
+        Some(format!("[0-{last}] detached").as_str()),
+        "{stdout}{stderr}"
+    );
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    // The servers ran on the ranks' hosts: none is left on any of them.
+    for k in 1..=HOSTS {
+        assert!(
+            wait_for(|| h.daemon_sockets(k, "tcp").is_empty()),
+            "host {k}: daemons left after detach: {:?}",
+            h.daemon_sockets(k, "tcp")
+        );
+    }
+    // The job is still running after the detach.
+    assert!(matches!(
+        Command::new("kill")
+            .args(["-0", &mpirun])
+            .status()
+            .map(|s| s.success()),
+        Ok(true)
+    ));
+    drop(job);
+}
