@@ -351,6 +351,16 @@ impl Session {
                 tracing::warn!("malformed start-up line {line:?}");
                 continue;
             };
+            // Checked here, once: the nodes parse only the addresses they connect to.
+            if let Err(e) = addr.parse::<Address>()
+                && id < opts.n
+            {
+                launch_errors.push((
+                    IdSet::single(id),
+                    format!("server {id} reported an address that does not parse ({addr}): {e}"),
+                ));
+                continue;
+            }
             match table.get_mut(id as usize) {
                 Some(slot @ None) => {
                     *slot = Some(addr.to_owned());

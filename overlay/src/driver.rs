@@ -293,6 +293,11 @@ pub async fn run_node_full(
     let mut children_open = true;
     // Whether the node asked to stop taking local output (flow control).
     let mut local_paused = false;
+    // One timer for the node's deadline, moved only when the deadline changes (a new
+    // registration per frame would cost more than the frame).
+    let timer = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(timer);
+    let mut armed: Option<Instant> = None;
     loop {
         let mut parent_gone = None;
         // Drain outputs first: they may arm a timer.
@@ -334,6 +339,12 @@ pub async fn run_node_full(
         }
         if parent_gone.is_none() {
             let deadline = node.poll_timeout().map(Instant::from_std);
+            if deadline != armed {
+                if let Some(d) = deadline {
+                    timer.as_mut().reset(d);
+                }
+                armed = deadline;
+            }
             tokio::select! {
                 biased;
                 ev = up_rx.recv() => {
@@ -350,9 +361,18 @@ pub async fn run_node_full(
                     }
                 }
                 Some((op, payload)) = reply_rx.recv() => {
-                    node.handle_local_reply(Instant::now().into_std(), op, payload);
+                    let now = Instant::now().into_std();
+                    node.handle_local_reply(now, op, payload);
+                    // Replies that are already waiting go in with this one.
+                    for _ in 0..DRAIN {
+                        let Ok((op, payload)) = reply_rx.try_recv() else { break };
+                        node.handle_local_reply(now, op, payload);
+                    }
                 }
-                () = sleep_until(deadline) => node.handle_timeout(Instant::now().into_std()),
+                () = &mut timer, if armed.is_some() => {
+                    armed = None;
+                    node.handle_timeout(Instant::now().into_std());
+                }
                 Some((id, link)) = async {
                     match recovery.adoptions.as_mut() {
                         Some(rx) => rx.recv().await,
@@ -369,26 +389,42 @@ pub async fn run_node_full(
                 }
                 ev = in_rx.recv(), if children_open => {
                     let now = Instant::now().into_std();
-                    let current = |c: &NodeId, g: u64| to_child.get(c).is_some_and(|tx| tx.generation == g);
-                    match ev {
-                        Some(Inbound::Frame(Peer::Child(c), m, g)) if current(&c, g) => {
-                            node.handle_from_child(now, c, m);
-                            // Turn about with this server's own output, which would
-                            // otherwise wait as long as any child has some.
-                            if !local_paused && let Ok((kind, payload)) = events.try_recv() {
-                                node.handle_local_event(kind, payload);
+                    // This frame, then those already queued behind it (a bounded number,
+                    // so the parent's queue is looked at again soon).
+                    let mut ev = ev;
+                    for k in 0..DRAIN {
+                        let current = |c: &NodeId, g: u64| to_child.get(c).is_some_and(|tx| tx.generation == g);
+                        match ev {
+                            Some(Inbound::Frame(Peer::Child(c), m, g)) if current(&c, g) => {
+                                node.handle_from_child(now, c, m);
+                                // Turn about with this server's own output, which would
+                                // otherwise wait as long as any child has some (once per
+                                // turn: a pause the node asks for is seen between turns).
+                                if k == 0 && !local_paused && let Ok((kind, payload)) = events.try_recv() {
+                                    node.handle_local_event(kind, payload);
+                                }
+                            }
+                            Some(Inbound::Frame(..)) => {}
+                            Some(Inbound::Closed(Peer::Parent, why, _)) => {
+                                parent_gone = Some(why);
+                                break;
+                            }
+                            Some(Inbound::Closed(Peer::Child(c), why, g)) => {
+                                if current(&c, g) {
+                                    to_child.remove(&c);
+                                    node.handle_link_down(now, c, &why);
+                                }
+                            }
+                            // No children (left): only the parent can end this node.
+                            None => {
+                                children_open = false;
+                                break;
                             }
                         }
-                        Some(Inbound::Frame(..)) => {}
-                        Some(Inbound::Closed(Peer::Parent, why, _)) => parent_gone = Some(why),
-                        Some(Inbound::Closed(Peer::Child(c), why, g)) => {
-                            if current(&c, g) {
-                                to_child.remove(&c);
-                                node.handle_link_down(now, c, &why);
-                            }
-                        }
-                        // No children (left): only the parent can end this node.
-                        None => children_open = false,
+                        ev = match in_rx.try_recv() {
+                            Ok(next) => Some(next),
+                            Err(_) => break,
+                        };
                     }
                 }
                 Some((kind, payload)) = events.recv(), if !local_paused => {
@@ -426,9 +462,7 @@ pub async fn run_node_full(
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
-}
+/// Frames (or local replies) taken from a queue in one turn of the node's loop: fewer
+/// wake-ups and timer checks per frame, and still a bounded time before the parent's queue
+/// and the timer are looked at again.
+const DRAIN: usize = 32;

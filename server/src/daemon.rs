@@ -57,7 +57,6 @@ async fn serve(
         first.payload = spec.to_payload();
     }
     let shape = spec.shape().map_err(|e| fail(e.to_string()))?;
-    let table = spec.addresses().map_err(|e| fail(e.to_string()))?;
     let master_addr: Option<Address> = spec.master.as_deref().and_then(|a| a.parse().ok());
     if let NodeId::Server(s) = me
         && s >= spec.servers
@@ -68,6 +67,18 @@ async fn serve(
         )));
     }
     let topo: Arc<dyn Topology> = Arc::from(shape.build(spec.servers));
+    // The addresses this node uses: its children's, and its ancestors' for re-attaching.
+    let mut needed: Vec<u32> = topo
+        .children(me)
+        .iter()
+        .filter_map(|c| c.server())
+        .collect();
+    let mut up = topo.parent(me);
+    while let Some(a) = up {
+        needed.extend(a.server());
+        up = topo.parent(a);
+    }
+    let table = spec.addresses_of(needed).map_err(|e| fail(e.to_string()))?;
     let policy = spec.policy(key);
     let children = setup::connect_children(&*transport, &*topo, me, &table, &policy).await;
     for (c, r) in &children {
