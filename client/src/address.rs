@@ -8,8 +8,8 @@ use crate::Error;
 
 /// The host the front-end listens on when `--listen` is not given: loopback for the local
 /// launcher or no hosts; otherwise this host's address on the route to the first of `hosts`
-/// as `launcher` reaches it (for ssh, the `HostName` of an alias). IPv6 comes back in
-/// brackets. The error names the host and says to pass `--listen`.
+/// as `launcher` reaches it (ssh: the `HostName` of an alias; srun: the node's `NodeAddr`).
+/// IPv6 comes back in brackets. The error names the host and says to pass `--listen`.
 pub fn default_listen(
     kind: LauncherKind,
     launcher: &dyn Launcher,

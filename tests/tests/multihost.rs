@@ -194,11 +194,11 @@ impl SshHosts {
     fn names(&self) -> Vec<String> {
         (1..=HOSTS).map(|k| self.name(k)).collect()
     }
+}
 
-    /// Every host in Slurm's hostlist form, `<tag>h[1-4]`.
-    fn hostlist(&self) -> String {
-        format!("{}h[1-{HOSTS}]", self.hosts.tag())
-    }
+/// Every host in Slurm's hostlist form, `<tag>h[1-4]`.
+fn hostlist(hosts: &Hosts) -> String {
+    format!("{}h[1-{HOSTS}]", hosts.tag())
 }
 
 /// How `ss` names the `sdm` daemons: by their comm, the first 15 bytes of the file name.
@@ -358,7 +358,7 @@ fn launch_through_ssh(transport: &str) {
     let h = SshHosts::create();
     let n = HOSTS * PER_HOST;
     let (running, lines) = launch_held(|c| {
-        c.args(["--launcher", "ssh", "--hosts", &h.hostlist()])
+        c.args(["--launcher", "ssh", "--hosts", &hostlist(&h.hosts)])
             .args(["-n", &n.to_string(), "--transport", transport]);
     });
     assert_all_ready_and_pong(&lines);
@@ -586,7 +586,13 @@ fn an_mpi_job_across_four_hosts_under_mpirun() {
     let h = SshHosts::create();
     let prog = support::mpi_program("mpi_allreduce");
     let out = Command::new(support::sdm())
-        .args(["run", "--launcher", "mpirun", "--hosts", &h.hostlist()])
+        .args([
+            "run",
+            "--launcher",
+            "mpirun",
+            "--hosts",
+            &hostlist(&h.hosts),
+        ])
         .args(["-n", "8", "--"])
         .arg(&prog)
         .env("OMPI_MCA_btl", "self,tcp")
@@ -1005,11 +1011,11 @@ impl Drop for SlurmHosts {
     }
 }
 
-/// `sdm launch --launcher srun -n 16 --launcher-args '-N 4'` on a Slurm cluster whose nodes
-/// are the four hosts: Slurm runs the step on all four nodes, each slurmd starts its host's
-/// four servers, which listen on that host's address; all ready, one merged pong; after ^C
-/// no daemon is left on any host and the job has ended. The front-end listens on the
-/// bridge's address (`--listen`): srun names no hosts to find a route to.
+/// `sdm launch --launcher srun -n 16` on a Slurm cluster whose nodes are the four hosts,
+/// twice: with `--launcher-args '-N 4'` (Slurm picks the nodes; srun names no host to find a
+/// route to, so `--listen` gives the front-end the bridge's address), and with `--hosts
+/// '<tag>h[1-4]'` and no address flag (`--nodelist`; the front-end finds its route to the
+/// first node through the node's `NodeAddr`, which only Slurm knows).
 #[test]
 #[cfg_attr(
     not(all(sdm_have_netns, sdm_have_slurm)),
@@ -1018,27 +1024,43 @@ impl Drop for SlurmHosts {
 fn srun_launch_across_four_slurm_nodes() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let h = SlurmHosts::create();
-    let n = HOSTS * PER_HOST;
+    let n = (HOSTS * PER_HOST).to_string();
+    let nodes = format!("-N {HOSTS}");
+    srun_across(
+        &h,
+        &[
+            "-n",
+            &n,
+            "--launcher-args",
+            &nodes,
+            "--listen",
+            &h.hosts.gateway(),
+        ],
+    );
+    srun_across(&h, &["-n", &n, "--hosts", &hostlist(&h.hosts)]);
+}
+
+/// `sdm launch --launcher srun ARGS --send ping --hold` on `h`: Slurm runs one step on the
+/// four nodes, each slurmd starts its host's four servers, which listen on that host's
+/// address; all ready, one merged pong; after ^C no daemon is left on any host and the job
+/// has ended.
+fn srun_across(h: &SlurmHosts, args: &[&str]) {
     let (running, lines) = launch_held(|c| {
-        h.slurm(c)
-            .args(["--launcher", "srun", "-n", &n.to_string()])
-            .args(["--launcher-args", &format!("-N {HOSTS}")])
-            .args(["--listen", &h.hosts.gateway()]);
+        h.slurm(c).args(["--launcher", "srun"]).args(args);
     });
     assert_all_ready_and_pong(&lines);
-    // One job, on the four nodes.
     let nodes = h.squery("squeue", &["-h", "-o", "%D %N"]);
     assert_eq!(
         nodes.trim(),
-        format!("{HOSTS} {}h[1-{HOSTS}]", h.hosts.tag()),
-        "{nodes}"
+        format!("{HOSTS} {}", hostlist(&h.hosts)),
+        "{args:?}: {nodes}"
     );
     assert_servers_on_their_hosts(&h.hosts, "tcp");
     interrupt(running);
     assert_daemons_gone(&h.hosts, "tcp", "the front-end ended");
     assert!(
         wait_for(|| h.jobs().is_empty()),
-        "the job is still there after the front-end ended: {}",
+        "{args:?}: the job is still there after the front-end ended: {}",
         h.squery("squeue", &[])
     );
 }
