@@ -215,6 +215,12 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
     fn network_name(&self, host: &str) -> io::Result<String> {
         Ok(host.to_owned())
     }
+    /// Where the copies will run when no host was given to the launcher, as far as it can
+    /// tell before starting them (srun inside an allocation: the job's nodes); empty when it
+    /// cannot.
+    fn implied_hosts(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Fork/exec on this machine; rank in `SDM_ID`.
@@ -464,6 +470,15 @@ impl Launcher for Srun {
         let (mut l, tx) = Launched::new("srun");
         l.spawn(cmd, None, &tx)?;
         Ok(l)
+    }
+
+    /// Inside an allocation (`salloc`, a batch script) the step runs on the job's nodes,
+    /// `SLURM_JOB_NODELIST`.
+    fn implied_hosts(&self) -> Vec<String> {
+        std::env::var("SLURM_JOB_NODELIST")
+            .ok()
+            .and_then(|list| hostlist::expand(&list).ok())
+            .unwrap_or_default()
     }
 
     /// A Slurm node is known to the network by its `NodeAddr` (`scontrol show node`), which

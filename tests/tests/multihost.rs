@@ -1012,10 +1012,11 @@ impl Drop for SlurmHosts {
 }
 
 /// `sdm launch --launcher srun -n 16` on a Slurm cluster whose nodes are the four hosts,
-/// twice: with `--launcher-args '-N 4'` (Slurm picks the nodes; srun names no host to find a
-/// route to, so `--listen` gives the front-end the bridge's address), and with `--hosts
+/// three times: with `--launcher-args '-N 4'` (Slurm picks the nodes; srun names no host to
+/// find a route to, so `--listen` gives the front-end the bridge's address); with `--hosts
 /// '<tag>h[1-4]'` and no address flag (`--nodelist`; the front-end finds its route to the
-/// first node through the node's `NodeAddr`, which only Slurm knows).
+/// first node through the node's `NodeAddr`, which only Slurm knows); and under `salloc -N 4`
+/// with neither (the route to the allocation's first node).
 #[test]
 #[cfg_attr(
     not(all(sdm_have_netns, sdm_have_slurm)),
@@ -1038,6 +1039,32 @@ fn srun_launch_across_four_slurm_nodes() {
         ],
     );
     srun_across(&h, &["-n", &n, "--hosts", &hostlist(&h.hosts)]);
+
+    // Inside an allocation, as on a login node: no host and no address given, the front-end
+    // finds its route to the job's first node (`SLURM_JOB_NODELIST`) by itself.
+    let out = h
+        .slurm(&mut Command::new("salloc"))
+        .args(["-N", &HOSTS.to_string(), "-n", &n])
+        .arg(support::sdm())
+        .args(["launch", "--launcher", "srun", "-n", &n])
+        .args(["--timeout", "150", "--send", "ping"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("running salloc");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<String> = stdout.lines().map(str::to_owned).collect();
+    assert!(
+        out.status.success(),
+        "salloc … sdm launch: {}: {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_all_ready_and_pong(&lines);
+    assert!(
+        wait_for(|| h.jobs().is_empty()),
+        "the allocation is still there after salloc ended: {}",
+        h.squery("squeue", &[])
+    );
 }
 
 /// `sdm launch --launcher srun ARGS --send ping --hold` on `h`: Slurm runs one step on the
