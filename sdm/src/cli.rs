@@ -140,7 +140,8 @@ struct TreeArgs {
     #[arg(long, value_name = "PATH")]
     remote_sdm: Option<PathBuf>,
     /// Address the front-end listens on (default: this host's address on the route to the
-    /// first of --hosts with a remote launcher, else 127.0.0.1); IPv6 in brackets or bare.
+    /// first of --hosts with a remote launcher, for srun without --hosts the first of the
+    /// allocation's nodes, else 127.0.0.1); IPv6 in brackets or bare.
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// Address every server binds (default: its host's address on the route to the
