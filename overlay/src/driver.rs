@@ -421,6 +421,9 @@ pub async fn run_node_full(
                                 break;
                             }
                         }
+                        if k + 1 == DRAIN {
+                            break;
+                        }
                         ev = match in_rx.try_recv() {
                             Ok(next) => Some(next),
                             Err(_) => break,
