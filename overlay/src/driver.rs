@@ -469,3 +469,62 @@ pub async fn run_node_full(
 /// wake-ups and timer checks per frame, and still a bounded time before the parent's queue
 /// and the timer are looked at again.
 const DRAIN: usize = 32;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use futures::{SinkExt, StreamExt};
+    use sdm_proto::{DEFAULT_MAX_FRAME, IdSet, Kind, Message, Status};
+    use sdm_topology::{NodeId, Shape, Topology};
+
+    use super::run_node;
+    use crate::node::Node;
+    use crate::transport::Link;
+
+    /// Two ends of an in-memory link.
+    fn pair() -> (Link, Link) {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let (ar, aw) = tokio::io::split(a);
+        let (br, bw) = tokio::io::split(b);
+        (
+            Link::new(Box::new(ar), Box::new(aw), "a", DEFAULT_MAX_FRAME),
+            Link::new(Box::new(br), Box::new(bw), "b", DEFAULT_MAX_FRAME),
+        )
+    }
+
+    /// Many frames from a child queued before the node runs are taken several per turn:
+    /// every one goes up, in order (a turn once dropped the frame it fetched last).
+    #[tokio::test]
+    async fn frames_queued_past_one_turn_all_go_up_in_order() {
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(1));
+        let node = Node::new(NodeId::Master, topo);
+        let (parent_here, mut parent_there) = pair();
+        let (child_here, mut child_there) = pair();
+        let n = 200u64;
+        for i in 0..n {
+            let mut m = Message::reply(
+                i,
+                IdSet::single(0),
+                Status::Replied,
+                format!("event {i}").into(),
+            );
+            m.kind = Kind::Event;
+            child_there.writer.feed(&m).await.unwrap();
+        }
+        child_there.writer.flush().await.unwrap();
+        let node = tokio::spawn(run_node(
+            node,
+            parent_here,
+            vec![(NodeId::Server(0), Ok(child_here))],
+            Box::new(|_| {}),
+        ));
+        for i in 0..n {
+            let m = parent_there.reader.next().await.unwrap().unwrap();
+            assert_eq!(m.kind, Kind::Event);
+            assert_eq!(&m.payload[..], format!("event {i}").as_bytes());
+            assert_eq!(m.source, IdSet::single(0));
+        }
+        node.abort();
+    }
+}
