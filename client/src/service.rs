@@ -11,7 +11,7 @@
 use bytes::Bytes;
 use sdm_proto::{IdSet, Message, SyncMode};
 
-pub use sdm_proto::service::{COUNTERS, OMIS, PROCSTAT, SDM};
+pub use sdm_proto::service::{COUNTERS, EVALUATE, OMIS, PROCSTAT, SDM};
 
 /// A command to `dest` for `service`, with `payload` as it is (any bytes).
 pub fn command(service: &str, dest: &IdSet, sync: SyncMode, payload: impl Into<Bytes>) -> Message {

@@ -9,3 +9,6 @@ pub const OMIS: &str = "omis";
 pub const COUNTERS: &str = "counters";
 /// The monitored program's metrics from /proc, as a JSON object (for `sdm top`).
 pub const PROCSTAT: &str = "procstat";
+/// An expression evaluated by the symbolic debugger, as a JSON object `{"EXPR": "42"}`
+/// (the `stats` filter's leaf input: `print -stats`).
+pub const EVALUATE: &str = "evaluate";

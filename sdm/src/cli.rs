@@ -290,6 +290,9 @@ struct ConsoleArgs {
     /// Which ranks get standard input (default: all).
     #[arg(long)]
     stdin: Option<String>,
+    /// Start every program stopped at `main` (`sdm run`; `cont` runs them).
+    #[arg(long)]
+    stop_at_main: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -716,7 +719,8 @@ impl<P: rustyline::ExternalPrinter> std::io::Write for PromptSafe<P> {
 async fn line_editor(console: &mut crate::console::Console) -> anyhow::Result<()> {
     use rustyline::error::ReadlineError;
     let (line_tx, mut line_rx) = tokio::sync::mpsc::channel::<String>(1);
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    // After each command: the prompt for the next (it shows the focus).
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<String>();
     let (printer_tx, printer_rx) = tokio::sync::oneshot::channel();
     let history = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".sdm_history"));
     let functions = console
@@ -740,19 +744,30 @@ async fn line_editor(console: &mut crate::console::Console) -> anyhow::Result<()
             let _ = rl.load_history(h);
         }
         let _ = printer_tx.send(rl.create_external_printer().ok());
+        let mut prompt = String::from("sdm> ");
         loop {
-            match rl.readline("sdm> ") {
+            match rl.readline(&prompt) {
                 Ok(line) => {
                     let _ = rl.add_history_entry(line.as_str());
                     // Wait for the command to finish before prompting again.
-                    if line_tx.blocking_send(line).is_err() || done_rx.recv().is_err() {
-                        break;
+                    match line_tx
+                        .blocking_send(line)
+                        .ok()
+                        .and_then(|()| done_rx.recv().ok())
+                    {
+                        Some(p) => prompt = p,
+                        None => break,
                     }
                 }
                 // As in gdb, Ctrl-C stops the programs.
                 Err(ReadlineError::Interrupted) => {
-                    if line_tx.blocking_send("stop".into()).is_err() || done_rx.recv().is_err() {
-                        break;
+                    match line_tx
+                        .blocking_send("stop".into())
+                        .ok()
+                        .and_then(|()| done_rx.recv().ok())
+                    {
+                        Some(p) => prompt = p,
+                        None => break,
                     }
                 }
                 Err(_) => break,
@@ -779,7 +794,7 @@ async fn line_editor(console: &mut crate::console::Console) -> anyhow::Result<()
                     Err(e) => eprintln!("sdm: {e:#}"),
                 }
                 stdout.flush()?;
-                let _ = done_tx.send(());
+                let _ = done_tx.send(console.prompt());
             }
             r = async {
                 match printer.as_mut() {
@@ -861,6 +876,7 @@ async fn run_console(
         let exe = std::fs::canonicalize(&program[0])
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| program[0].clone());
+        console.set_stop_at_main(c.stop_at_main);
         let started = console.start_program(&exe, &program[1..], &c.iof).await?;
         for l in started.iter().filter(|l| !l.started()) {
             eprintln!(

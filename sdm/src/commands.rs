@@ -49,13 +49,78 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "break",
-        usage: "break FUNCTION|0xADDRESS [IDS]",
-        about: "set a breakpoint; the programs stop when they reach it",
+        usage: "break FUNCTION|0xADDRESS|FILE:LINE [IDS] [if COND]",
+        about: "set a breakpoint; the programs stop when they reach it (FILE:LINE and conditions through gdb); hits print merged, `[1,3] breakpoint 2 at f.c:42 in relax()`",
+    },
+    Command {
+        name: "tbreak",
+        usage: "tbreak FUNCTION|FILE:LINE [IDS] [if COND]",
+        about: "a breakpoint deleted at its first hit",
+    },
+    Command {
+        name: "watch",
+        usage: "watch EXPR [IDS]",
+        about: "stop when the value of EXPR changes (a hardware watchpoint where the machine has one)",
     },
     Command {
         name: "info",
-        usage: "info break",
-        about: "list the breakpoints: number, location, ranks",
+        usage: "info break | info locals [IDS]",
+        about: "list the breakpoints (number, location, ranks), or the local variables of the selected frame, merged by value",
+    },
+    Command {
+        name: "print",
+        usage: "print [-stats] EXPR [IDS]",
+        about: "evaluate EXPR in each rank's selected frame, merged by value: `[0-6] x = 42` (IDS after EXPR: `[0-3]` or a group name); -stats: min, mean, max of a number and the ranks holding them, reduced in the tree",
+    },
+    Command {
+        name: "frame",
+        usage: "frame N [IDS]",
+        about: "select stack frame N (0 is the innermost) for print, info locals and list",
+    },
+    Command {
+        name: "up",
+        usage: "up [IDS]",
+        about: "select the frame of the caller",
+    },
+    Command {
+        name: "down",
+        usage: "down [IDS]",
+        about: "select the frame called by the selected one",
+    },
+    Command {
+        name: "list",
+        usage: "list [IDS]",
+        about: "the source around the selected frame's line, merged where ranks stand on the same line",
+    },
+    Command {
+        name: "step",
+        usage: "step [IDS]",
+        about: "run to the next source line, into calls; says where each rank now stands",
+    },
+    Command {
+        name: "next",
+        usage: "next [IDS]",
+        about: "run to the next source line, over calls; says where each rank now stands",
+    },
+    Command {
+        name: "finish",
+        usage: "finish [IDS]",
+        about: "run until the selected function returns; says where and the value returned",
+    },
+    Command {
+        name: "until",
+        usage: "until [LOCATION] [IDS]",
+        about: "run until a line after the current one (or LOCATION) is reached",
+    },
+    Command {
+        name: "group",
+        usage: "group [NAME IDS | NAME = class K | -d NAME]",
+        about: "name a set of ranks (IDS may combine ranks and groups with | & -; class K of the last `bt --classes`); without arguments, list the groups",
+    },
+    Command {
+        name: "focus",
+        usage: "focus [IDS|NAME]",
+        about: "commands without IDS act on these ranks (shown in the prompt); `focus` alone: all ranks",
     },
     Command {
         name: "delete",
@@ -70,7 +135,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "detach",
         usage: "detach [IDS]",
-        about: "let processes attached to (sdm attach, sdm run --attach) go: breakpoints removed, running, untraced",
+        about: "let processes attached to (sdm attach, sdm run --attach) go: breakpoints removed, running, untraced; a program started here and held by gdb (symbolic commands) goes back to the native monitor, stopped",
     },
     Command {
         name: "top",
@@ -119,8 +184,9 @@ pub fn help(topic: &str) -> Result<String, String> {
     let topic = topic.trim();
     if topic.is_empty() {
         let width = COMMANDS.iter().map(|c| c.name.len()).max().unwrap_or(0);
-        let mut s =
-            String::from("Commands (IDS: ranks such as 2, 0-3,7 or [0-3,7]; default all):\n");
+        let mut s = String::from(
+            "Commands (IDS: ranks such as 2, 0-3,7 or [0-3,7], group names, a | b, a & b, a - b; default the focus, all ranks without one):\n",
+        );
         for c in COMMANDS {
             s += &format!("  {:<width$}  {}\n", c.name, c.about);
         }

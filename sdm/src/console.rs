@@ -1,5 +1,6 @@
 //! The parallel debugger console of `sdm run`: commands (`stop`, `cont`, `status`, `bt`,
-//! `break`, `info break`, `delete`, `kill`, `omis`, `sleep`, `help`, `quit`; the table is in
+//! `break`, `info break`, `delete`, `kill`, `omis`, `sleep`, `help`, `quit`, and the
+//! symbolic ones of `debug`: `print`, `step`, `next`, groups…; the table is in
 //! [`crate::commands`]) become OMIS requests to id-sets; merged replies print with their
 //! sender nodes in plain words ([`crate::words`]), stack traces as a STAT-like call-prefix
 //! tree.
@@ -20,8 +21,14 @@ use sdm_client::session::Session;
 use sdm_omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
 use sdm_overlay::coalesce::{STDERR, STDOUT};
 
+mod debug;
+
 /// How long one console command may take before its silent ids count as timed out.
 const COMMAND_TIMEOUT_MS: u32 = 30_000;
+
+/// The same for symbolic commands: the first one on a rank starts its gdb, and hundreds of
+/// gdbs attaching at once on a few cores take longer than a plain command.
+const SYMBOLIC_TIMEOUT_MS: u32 = 300_000;
 
 /// While waiting for the programs' end, how often the servers of the ranks still running
 /// are pinged, so a dead server cannot make the wait endless.
@@ -90,6 +97,10 @@ pub struct Console {
     exit_status: i32,
     /// Questions from `sdm status` in other terminals, answered while the console waits.
     queries: Option<tokio::sync::mpsc::Receiver<crate::status::Query>>,
+    /// Named process groups and the focus.
+    groups: debug::Groups,
+    /// Start programs stopped at `main` (`sdm run --stop-at-main`).
+    stop_at_main: bool,
 }
 
 /// One merged result line: who, what happened, and the OMIS reply (if any).
@@ -123,6 +134,8 @@ impl Console {
             not_started: IdSet::new(),
             killed: IdSet::new(),
             exit_status: 0,
+            groups: debug::Groups::default(),
+            stop_at_main: false,
             session,
         }
     }
@@ -446,11 +459,18 @@ impl Console {
 
     /// Sends one OMIS basic request text to `dest` and returns the merged results.
     pub async fn request(&mut self, dest: &IdSet, text: &str) -> anyhow::Result<Vec<Line>> {
-        let groups = self
-            .session
-            .request_command(omis(dest, text.to_owned()))
-            .await?;
-        Ok(lines(groups))
+        self.request_within(dest, text, COMMAND_TIMEOUT_MS).await
+    }
+
+    /// [`Console::request`], waiting at most `ms` for the slowest server.
+    async fn request_within(
+        &mut self,
+        dest: &IdSet,
+        text: &str,
+        ms: u32,
+    ) -> anyhow::Result<Vec<Line>> {
+        let m = service::omis(dest, SyncMode::Timeout(ms), text.to_owned());
+        Ok(lines(self.session.request_command(m).await?))
     }
 
     fn id(&mut self) -> i64 {
@@ -473,16 +493,22 @@ impl Console {
             .collect();
         let id = self.id();
         let text = format!(
-            "{id} [] sdm_start({}, [{}], {})",
+            "{id} [] sdm_start({}, [{}], {}{})",
             Value::Str(program.to_owned()),
             quoted.join(","),
-            Value::Str(iof.to_owned())
+            Value::Str(iof.to_owned()),
+            if self.stop_at_main { ", 1" } else { "" }
         );
         self.state.program = Some(program.to_owned());
         let all = self.session.all();
         let lines = self.request(&all, &text).await?;
         self.note_started(&lines, false)?;
         Ok(lines)
+    }
+
+    /// Programs started from now on stop at `main` (`sdm run --stop-at-main`).
+    pub fn set_stop_at_main(&mut self, on: bool) {
+        self.stop_at_main = on;
     }
 
     /// Notes which ranks now run a program (replied with a pid) and which could not
@@ -537,8 +563,6 @@ impl Console {
         self.history.push(line.to_owned());
         let (verb, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
         let rest = rest.trim();
-        let all = self.session.all();
-        let ids = |s: &str| parse_ids(&all, s);
         let mut failed = false;
         match verb {
             "quit" | "exit" => return Ok(Flow::Quit),
@@ -568,7 +592,7 @@ impl Console {
                     v => v,
                 };
                 let id = self.id();
-                let dest = ids(rest)?;
+                let dest = self.ranks(rest)?;
                 if verb == "kill" {
                     // Programs the user kills do not count in the exit status.
                     self.killed.union_with(&(&dest - &self.terminated));
@@ -584,7 +608,7 @@ impl Console {
                     })?;
             }
             "detach" => {
-                let dest = ids(rest)?;
+                let dest = self.ranks(rest)?;
                 let id = self.id();
                 // Ranks attached to are never killed nor awaited at the end: nothing to note.
                 let lines = self
@@ -596,22 +620,37 @@ impl Console {
                     _ => crate::words::reply(r),
                 })?;
             }
-            "break" => failed = self.set_breakpoint(rest, out).await?,
-            "info" => match rest {
-                "break" | "breakpoints" | "b" => self.info_break(out)?,
-                _ => anyhow::bail!("info: expected `info break`"),
+            "break" | "b" => {
+                let location = rest.split_whitespace().next().unwrap_or("");
+                failed = if location.contains(':') || rest.contains(" if ") {
+                    self.source_breakpoint(rest, false, out).await?
+                } else {
+                    self.set_breakpoint(rest, out).await?
+                }
+            }
+            "info" => match rest.split_once(char::is_whitespace).unwrap_or((rest, "")) {
+                ("break" | "breakpoints" | "b", _) => self.info_break(out)?,
+                ("locals", ids) => {
+                    failed = self
+                        .debug_command("locals", ids, out)
+                        .await?
+                        .unwrap_or(false)
+                }
+                _ => anyhow::bail!("info: expected `info break` or `info locals`"),
             },
+            "group" => self.group(rest, out)?,
+            "focus" => self.focus(rest, out)?,
             "delete" => failed = self.delete_breakpoints(rest, out).await?,
             "bt" => failed = self.sampled_backtrace(rest, out).await?,
             "health" => {
                 failed = !self.health(self.json, out).await?;
             }
             "counters" if rest.starts_with("--groups") => {
-                let dest = ids(rest["--groups".len()..].trim())?;
+                let dest = self.ranks(rest["--groups".len()..].trim())?;
                 failed = self.counter_groups(&dest, out).await?;
             }
             "top" | "counters" => {
-                let dest = ids(rest)?;
+                let dest = self.ranks(rest)?;
                 let request = if verb == "top" {
                     service::PROCSTAT
                 } else {
@@ -628,7 +667,10 @@ impl Console {
                 failed = !sample.missing.is_empty();
             }
             "omis" => failed = self.raw(rest, out).await?,
-            _ => anyhow::bail!("unknown command {verb:?} (`help` lists the commands)"),
+            v => match self.debug_command(v, rest, out).await? {
+                Some(f) => failed = f,
+                None => anyhow::bail!("unknown command {verb:?} (`help` lists the commands)"),
+            },
         }
         // Output and events that arrived meanwhile.
         self.print_received(false, out)?;
@@ -726,6 +768,12 @@ impl Console {
                     "{}",
                     serde_json::json!({"command": cmd, "ids": ids.to_string(), "status": status, "result": text})
                 )?;
+            } else if text.contains('\n') {
+                // Source lines, locals: one per line under the ranks they hold for.
+                writeln!(out, "{ids}")?;
+                for l in text.lines() {
+                    writeln!(out, "    {l}")?;
+                }
             } else {
                 writeln!(out, "{ids} {text}")?;
             }
@@ -922,7 +970,7 @@ impl Console {
         if target.is_empty() {
             anyhow::bail!("break: give a function name or a 0x address (`help break`)");
         }
-        let dest = parse_ids(&self.session.all(), idtext.trim())?;
+        let dest = self.ranks(idtext.trim())?;
         let id = self.id();
         let lines = self
             .request(&dest, &format!("{id} [] breakpoint({})", location(target)))
@@ -1016,7 +1064,7 @@ impl Console {
     /// tree (STAT's 3D view); `--classes`, `--dot`, `--svg` and `--json` choose the view.
     async fn sampled_backtrace(&mut self, rest: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
         let a = crate::stacks::BtArgs::parse(rest).map_err(|e| anyhow!(e))?;
-        let dest = parse_ids(&self.session.all(), &a.ids)?;
+        let dest = self.ranks(&a.ids)?;
         let mut tree = StackTree::default();
         let mut failed = false;
         let mut no_stack: Vec<Line> = Vec::new();
@@ -1056,6 +1104,7 @@ impl Console {
             // A rank without a stack is reported once, from the last sample.
             no_stack = Self::add_stacks(&stacks, &mut tree, a.collapsed());
         }
+        self.groups.classes = tree.classes().into_iter().map(|c| c.ids).collect();
         self.print_stacks(&tree, &a, out)?;
         Ok(self.print_lines("bt", &no_stack, out, crate::words::reply)? | failed)
     }
@@ -1116,21 +1165,6 @@ fn ok_ids(lines: &[Line]) -> IdSet {
         .iter()
         .filter(|l| !line_failed(l))
         .fold(IdSet::new(), |acc, l| &acc | &l.ids)
-}
-
-/// The ranks a command names (`2`, `0-3,7`, `[0-3,7]`; empty: all of them); ids the tree
-/// does not have are an error naming its size.
-fn parse_ids(all: &IdSet, s: &str) -> anyhow::Result<IdSet> {
-    if s.is_empty() {
-        return Ok(all.clone());
-    }
-    let s = if s.starts_with('[') {
-        s.to_owned()
-    } else {
-        format!("[{s}]")
-    };
-    let ids = s.parse::<IdSet>().map_err(|e| anyhow!("{e}"))?;
-    known_ids(all, &ids)
 }
 
 /// `ids`, if the tree has every one of them; otherwise an error naming those it lacks.

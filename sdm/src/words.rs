@@ -36,6 +36,21 @@ pub fn event(text: &str, breakpoint_number: impl Fn(&str) -> Option<u32>) -> Str
                 None => format!("breakpoint hit at {at}{addr}"),
             }
         }
+        ("stopped_at", Some(Value::Str(why)), Some(Value::Str(what))) => {
+            let place = match p.get(2) {
+                Some(Value::Str(place)) if !place.is_empty() => format!(" at {place}"),
+                _ => String::new(),
+            };
+            match why.as_str() {
+                "breakpoint" => match breakpoint_number(what) {
+                    Some(n) => format!("breakpoint {n}{place}"),
+                    None => format!("breakpoint {what}{place}"),
+                },
+                "watchpoint" => format!("watchpoint {what}{place}"),
+                "signal" => format!("stopped by {what}{place}"),
+                other => format!("stopped ({other}){place}"),
+            }
+        }
         ("error", Some(Value::Str(why)), _) => format!("error: {why}"),
         _ => format!("event {text}"),
     }
@@ -88,6 +103,20 @@ mod tests {
         assert_eq!(
             event("breakpoint(\"other\",4096)", numbered),
             "breakpoint hit at other (0x1000)"
+        );
+        assert_eq!(
+            event(
+                "stopped_at(\"breakpoint\",\"tick\",\"prog.c:42 in tick()\")",
+                numbered
+            ),
+            "breakpoint 1 at prog.c:42 in tick()"
+        );
+        assert_eq!(
+            event(
+                "stopped_at(\"signal\",\"SIGSEGV\",\"prog.c:7 in f()\")",
+                numbered
+            ),
+            "stopped by SIGSEGV at prog.c:7 in f()"
         );
         assert_eq!(
             event("error(\"event x not handled\")", numbered),

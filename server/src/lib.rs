@@ -7,6 +7,8 @@
 //! - [`counters`]: the socket where a monitored program feeds its own counters.
 //! - `unwind` (private): stack walks of a stopped process from DWARF call-frame
 //!   information (framehop), frames named with addr2line, inline frames included.
+//! - [`gdbmi`]: the symbolic backend: a gdb per process driven over GDB/MI, and the MI
+//!   output parser.
 //! - [`monitor`]: the node-local monitor over real processes (signals, /proc, ptrace,
 //!   addr2line), its stored OMIS event requests and their actions.
 //! - [`mpir`]: the process table of a running job, read from its launcher (MPIR, or the
@@ -57,6 +59,7 @@
 pub mod counters;
 pub mod daemon;
 pub mod error;
+pub mod gdbmi;
 pub mod monitor;
 pub mod mpir;
 pub mod plugin;

@@ -32,6 +32,9 @@ use sdm_proto::IdSet;
 pub use crate::unwind::{Frame, SIGNAL_FRAME};
 use crate::unwind::{Stacks, read_maps};
 
+mod symbolic;
+pub use symbolic::{FrameMove, Step};
+
 /// What the monitored process is doing, as the monitor knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcState {
@@ -64,6 +67,8 @@ struct Proc {
     stdin_is_pty: bool,
     /// The threads reading the process's output; joined before its exit is reported.
     readers: Vec<std::thread::JoinHandle<()>>,
+    /// The gdb holding the process once a symbolic request asked for one.
+    gdb: Option<symbolic::Held>,
 }
 
 /// How a started process's stdio is handled.
@@ -196,6 +201,9 @@ impl MonitorHandle {
                 loop {
                     // Poll often only while breakpoints may fire; an idle server sleeps.
                     let wait = match &m.proc {
+                        Some(p) if p.gdb.is_some() && p.state == ProcState::Running => {
+                            Duration::from_millis(10)
+                        }
                         Some(p) if p.traced && p.state == ProcState::Running => {
                             Duration::from_millis(2)
                         }
@@ -276,6 +284,27 @@ impl Monitor {
 
     /// Starts `program` with `args`, its stdio handled as `mode` says.
     pub fn start(&mut self, program: &str, args: &[String], mode: IoMode) -> MonResult<u32> {
+        self.launch(program, args, mode, false)
+    }
+
+    /// Starts `program` like [`Monitor::start`], and leaves it stopped at the start of
+    /// `main` (in a SIGSTOP stop, as `stop` leaves a process).
+    pub fn start_at_main(
+        &mut self,
+        program: &str,
+        args: &[String],
+        mode: IoMode,
+    ) -> MonResult<u32> {
+        self.launch(program, args, mode, true)
+    }
+
+    fn launch(
+        &mut self,
+        program: &str,
+        args: &[String],
+        mode: IoMode,
+        at_main: bool,
+    ) -> MonResult<u32> {
         if let Some(p) = &self.proc
             && matches!(
                 p.state,
@@ -324,9 +353,14 @@ impl Monitor {
         // server killed with SIGKILL leaves no application process behind.
         unsafe {
             use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 let _ = nix::unistd::setsid();
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+                if at_main {
+                    // Traced by this (monitor) thread from the exec on: see `run_to_main`.
+                    ptrace::traceme().map_err(std::io::Error::from)?;
+                }
+                Ok(())
             });
         }
         let mut child = cmd
@@ -379,7 +413,12 @@ impl Monitor {
             stdin,
             stdin_is_pty,
             readers,
+            gdb: None,
         });
+        if at_main && let Err(e) = self.run_to_main() {
+            self.kill_quietly();
+            return Err(e);
+        }
         Ok(pid.as_raw() as u32)
     }
 
@@ -426,6 +465,9 @@ impl Monitor {
 
     /// Stops the process (SIGSTOP, or a ptrace interrupt while breakpoints are set).
     pub fn stop(&mut self) -> MonResult<()> {
+        if self.symbolic() {
+            return self.stop_symbolic();
+        }
         let p = self.proc()?;
         match p.state {
             ProcState::Running => {}
@@ -447,6 +489,9 @@ impl Monitor {
 
     /// Continues the process (stepping over a breakpoint it stopped at).
     pub fn cont(&mut self) -> MonResult<()> {
+        if self.symbolic() {
+            return self.cont_symbolic();
+        }
         let p = self.proc()?;
         match p.state.clone() {
             ProcState::Running => Ok(()),
@@ -476,6 +521,7 @@ impl Monitor {
 
     /// Kills the process and reaps it.
     pub fn kill(&mut self) -> MonResult<()> {
+        self.drop_symbolic();
         let p = self.proc()?;
         if matches!(p.state, ProcState::Exited(_) | ProcState::Signaled(_)) {
             return Ok(());
@@ -533,14 +579,23 @@ impl Monitor {
             stdin: None,
             stdin_is_pty: false,
             readers: Vec::new(),
+            gdb: None,
         });
         Ok(pid.as_raw() as u32)
     }
 
     /// Lets the process this monitor attached to go, for good: breakpoints removed, detached,
     /// left running; the monitor then controls no process. Returns its pid. A process this
-    /// monitor started cannot be detached (it would be left without its server).
+    /// monitor started cannot be detached (it would be left without its server); if gdb
+    /// holds it (symbolic commands), gdb lets it go instead and the native monitor has it
+    /// back, stopped.
     pub fn detach_process(&mut self) -> MonResult<u32> {
+        let p = self.proc()?;
+        let pid = raw(p.pid);
+        // A process started here and held by gdb goes back to the native monitor.
+        if p.child.is_some() && self.release()? {
+            return Ok(pid);
+        }
         let p = self.proc()?;
         if p.child.is_some() {
             return Err(state(format!(
@@ -557,6 +612,8 @@ impl Monitor {
 
     /// Lets an attached process go: removes breakpoints and detaches, leaving it running.
     fn detach(&mut self) {
+        // gdb ending detaches it from the process.
+        self.drop_symbolic();
         let Some(p) = self.proc.as_mut() else { return };
         if !p.traced {
             return;
@@ -582,6 +639,9 @@ impl Monitor {
 
     /// One-line status: `running`, `stopped at 0x… in func`, `exited 0`, …
     pub fn status(&mut self) -> MonResult<String> {
+        if self.symbolic() {
+            return self.status_symbolic();
+        }
         let state = self.proc()?.state.clone();
         Ok(match state {
             ProcState::Running => "running".into(),
@@ -685,6 +745,13 @@ impl Monitor {
     /// Runs `f` with the process ptrace-stopped, seizing it (for good) if it is not traced yet.
     fn with_traced<R>(&mut self, f: impl FnOnce(Pid) -> MonResult<R>) -> MonResult<R> {
         let p = self.proc()?;
+        if p.gdb.is_some() {
+            return Err(state(
+                "the process is held by gdb (since a symbolic command): use the symbolic commands"
+                    .into(),
+            )
+            .with_pid(raw(p.pid)));
+        }
         if !matches!(p.state, ProcState::Stopped | ProcState::AtBreakpoint(_)) {
             return Err(state("the process must be stopped first".into()).with_pid(raw(p.pid)));
         }
@@ -781,6 +848,9 @@ impl Monitor {
     /// The stack, innermost first, each frame symbolized where symbols or debug info exist;
     /// functions inlined at a frame's pc are frames of their own, innermost first.
     pub fn backtrace(&mut self) -> MonResult<Vec<Frame>> {
+        if self.symbolic() {
+            return self.backtrace_symbolic();
+        }
         let pid = self.with_traced(Ok)?;
         self.stacks
             .backtrace(pid)
@@ -791,6 +861,10 @@ impl Monitor {
     /// process stays ptrace-attached from now on.
     pub fn set_breakpoint(&mut self, target: &str) -> MonResult<u64> {
         let addr = self.resolve(target)?;
+        if self.symbolic() {
+            self.break_native(addr, target)?;
+            return Ok(addr);
+        }
         let p = self.proc()?;
         if p.breakpoints.contains_key(&addr) {
             return Ok(addr);
@@ -896,6 +970,9 @@ impl Monitor {
     /// Removes the breakpoint at `target` (restoring the original byte); a process stopped
     /// at it stays stopped there, and continues from it with `cont`.
     pub fn clear_breakpoint(&mut self, target: &str) -> MonResult<()> {
+        if self.symbolic() {
+            return self.delete_break(target);
+        }
         let addr = self.resolve(target)?;
         let p = self.proc()?;
         let Some(&(orig, _)) = p.breakpoints.get(&addr) else {
@@ -931,6 +1008,9 @@ impl Monitor {
 
     /// Notices breakpoint hits and exits; reports them as events.
     fn poll(&mut self) {
+        if self.symbolic() {
+            return self.poll_symbolic();
+        }
         let Some(p) = self.proc.as_mut() else { return };
         if !matches!(p.state, ProcState::Running) {
             return;

@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind};
 use crate::monitor::{Monitor, MonitorHandle, hostname};
 use crate::plugin::ServicePlugin;
 
-pub use sdm_proto::service::{COUNTERS, OMIS, PROCSTAT, SDM};
+pub use sdm_proto::service::{COUNTERS, EVALUATE, OMIS, PROCSTAT, SDM};
 
 /// The init command (the tag the front-end gives it).
 pub const INIT: &str = sdm_overlay::init::INIT_SERVICE;
@@ -254,15 +254,16 @@ impl Services {
     }
 
     /// The stock services every `sdm server` has: [`SDM`], [`OMIS`], [`COUNTERS`],
-    /// [`PROCSTAT`] and [`INIT`].
+    /// [`PROCSTAT`], [`EVALUATE`] and [`INIT`].
     pub fn stock() -> Self {
         let mut s = Self::empty();
         let plugins = Arc::clone(&s.plugins);
-        let stock: [(&str, Arc<dyn Handler>); 5] = [
+        let stock: [(&str, Arc<dyn Handler>); 6] = [
             (SDM, Arc::new(sdm_service)),
             (OMIS, Arc::new(omis_service)),
             (COUNTERS, Arc::new(counters_service)),
             (PROCSTAT, Arc::new(procstat_service)),
+            (EVALUATE, Arc::new(evaluate_service)),
             (
                 INIT,
                 Arc::new(move |req: Request, reply: Reply| init(&plugins, req, reply)),
@@ -444,6 +445,25 @@ fn procstat_service(req: Request, reply: Reply) {
     });
 }
 
+/// [`EVALUATE`]: the payload is an expression, evaluated by the symbolic debugger in the
+/// process's selected frame; the reply is `{"EXPR": "VALUE"}` when the value is a number
+/// (the `stats` filter's leaf input), an error naming the expression otherwise.
+fn evaluate_service(req: Request, reply: Reply) {
+    let expr = String::from_utf8_lossy(req.payload()).into_owned();
+    let asked = expr.clone();
+    let rx = req.monitor().submit(move |m| m.evaluate(&asked));
+    tokio::spawn(async move {
+        match rx.await {
+            Ok(Ok(v)) if v.parse::<sdm_overlay::filters::Decimal>().is_ok() => {
+                reply.send(serde_json::json!({ expr: v }).to_string())
+            }
+            Ok(Ok(v)) => reply.send(format!("error: {expr} = {v} is not a number")),
+            Ok(Err(e)) => reply.send(format!("error: {e}")),
+            Err(_) => reply.send("error: evaluate: monitor gone"),
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,7 +528,7 @@ mod tests {
         let s = Services::stock();
         let text = String::from_utf8(ask(&s, "nope", b"ping").await.to_vec()).unwrap();
         assert!(text.starts_with("error: service \"nope\": no such service"));
-        for name in [SDM, OMIS, COUNTERS, PROCSTAT, INIT] {
+        for name in [SDM, OMIS, COUNTERS, PROCSTAT, EVALUATE, INIT] {
             assert!(text.contains(name), "{text}");
         }
     }

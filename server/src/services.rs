@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use sdm_overlay::auth::{hex_decode, hex_encode};
 
-use crate::monitor::{AsyncRequest, Monitor};
+use crate::monitor::{AsyncRequest, FrameMove, Monitor, Step};
 use sdm_proto::IdSet;
 
 use sdm_omis::{
@@ -313,9 +313,13 @@ pub fn registry() -> Arc<Registry<Monitor>> {
                     Some(Value::Str(s)) => s.parse().map_err(err)?,
                     Some(other) => return Err(err(format!("sdm_start: parameter 3 must be \"pty\", \"pipes\" or \"runtime\", got {other:?}"))),
                 };
-                m.start(&program, &args, mode)
-                    .map(|pid| vec![Value::Int(i64::from(pid))])
-                    .map_err(err)
+                // Parameter 4, 1: stopped at `main` (`sdm run --stop-at-main`).
+                let started = match req.params.get(3) {
+                    None | Some(Value::Int(0)) => m.start(&program, &args, mode),
+                    Some(Value::Int(1)) => m.start_at_main(&program, &args, mode),
+                    Some(other) => return Err(err(format!("sdm_start: parameter 4 (stop at main) must be 0 or 1, got {other:?}"))),
+                };
+                started.map(|pid| vec![Value::Int(i64::from(pid))]).map_err(err)
             }),
         );
         x.register(
@@ -346,6 +350,7 @@ pub fn registry() -> Arc<Registry<Monitor>> {
                 m.clear_breakpoint(&code_location(req)?).map(|()| vec![Value::Int(0)]).map_err(err)
             }),
         );
+        symbolic_services(x);
         x.register(
             "status",
             Box::new(|m: &mut Monitor, _: &BasicRequest| {
@@ -355,6 +360,95 @@ pub fn registry() -> Arc<Registry<Monitor>> {
     })
     .expect("the sdm prefix is registered once");
     Arc::new(r)
+}
+
+/// The symbolic services (run by gdb on the process, see `monitor::symbolic`): values,
+/// frames, source, source breakpoints, stepping. Results are texts without addresses or
+/// pids, so the replies of processes in the same state merge.
+fn symbolic_services(x: &mut sdm_omis::ExtensionRegistrar<'_, Monitor>) {
+    x.register(
+        "print",
+        Box::new(|m: &mut Monitor, req: &BasicRequest| {
+            let expr = str_param(req, 0, "expression")?;
+            m.evaluate(expr).map(|v| vec![Value::Str(v)]).map_err(err)
+        }),
+    );
+    x.register(
+        "locals",
+        Box::new(|m: &mut Monitor, _: &BasicRequest| {
+            m.locals()
+                .map(|l| vec![Value::List(l.into_iter().map(Value::Str).collect())])
+                .map_err(err)
+        }),
+    );
+    x.register(
+        "frame",
+        Box::new(|m: &mut Monitor, req: &BasicRequest| {
+            let to = match req.params.first() {
+                Some(Value::Int(n)) if *n >= 0 => FrameMove::To(*n as u32),
+                Some(Value::Str(s)) if s == "up" => FrameMove::Up,
+                Some(Value::Str(s)) if s == "down" => FrameMove::Down,
+                other => {
+                    return Err(err(format!(
+                        "sdm_frame: expected a frame number, \"up\" or \"down\", got {other:?}"
+                    )));
+                }
+            };
+            m.select_frame(to).map(|f| vec![Value::Str(f)]).map_err(err)
+        }),
+    );
+    x.register(
+        "list",
+        Box::new(|m: &mut Monitor, _: &BasicRequest| {
+            m.list_source().map(|t| vec![Value::Str(t)]).map_err(err)
+        }),
+    );
+    x.register(
+        "break",
+        Box::new(|m: &mut Monitor, req: &BasicRequest| {
+            let location = str_param(req, 0, "location")?;
+            let cond = match req.params.get(1) {
+                None => None,
+                Some(Value::Str(c)) if c.is_empty() => None,
+                Some(Value::Str(c)) => Some(c.as_str()),
+                other => {
+                    return Err(err(format!(
+                        "sdm_break: parameter 2 (condition) must be a string, got {other:?}"
+                    )));
+                }
+            };
+            let temporary = matches!(req.params.get(2), Some(Value::Int(1)));
+            m.break_at(location, cond, temporary)
+                .map(|at| vec![Value::Str(at)])
+                .map_err(err)
+        }),
+    );
+    x.register(
+        "watch",
+        Box::new(|m: &mut Monitor, req: &BasicRequest| {
+            let expr = str_param(req, 0, "expression")?;
+            m.watch(expr).map(|w| vec![Value::Str(w)]).map_err(err)
+        }),
+    );
+    x.register(
+        "step",
+        Box::new(|m: &mut Monitor, req: &BasicRequest| {
+            let how = match (str_param(req, 0, "how")?, req.params.get(1)) {
+                ("step", None) => Step::Step,
+                ("next", None) => Step::Next,
+                ("finish", None) => Step::Finish,
+                ("until", None) => Step::Until(None),
+                ("until", Some(Value::Str(loc))) => Step::Until(Some(loc.clone())),
+                ("until", Some(Value::Int(line))) => Step::Until(Some(line.to_string())),
+                (other, _) => {
+                    return Err(err(format!(
+                        "sdm_step: expected \"step\", \"next\", \"finish\" or \"until\" [LOCATION], got {other:?}"
+                    )));
+                }
+            };
+            m.step(&how).map(|at| vec![Value::Str(at)]).map_err(err)
+        }),
+    );
 }
 
 /// Services the spec spells otherwise than the name they are registered under here, as

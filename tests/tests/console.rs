@@ -495,7 +495,7 @@ fn help_lists_every_command_and_explains_one() {
         assert!(out.contains(&format!("  {} ", c.name)), "{}: {out}", c.name);
     }
     assert!(
-        out.contains("usage: break FUNCTION|0xADDRESS [IDS]\n"),
+        out.contains("usage: break FUNCTION|0xADDRESS|FILE:LINE [IDS] [if COND]\n"),
         "{out}"
     );
 }

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# `print x` and `next` at scale against gdb (issue 16, item 6). For each size N,
+# tests/programs/ranks.c (-O0 -g) runs as N ranks started stopped at `main`, and
+# sdm-debug-bench times, to the merged reply of all N ranks:
+#   handover+print : the first `print rank` (a gdb started and attached on every rank)
+#   print          : each further `print rank` (median of K)
+#   next           : each `next` on every rank (median of K)
+# against gdb run on each process in turn (on GDB_MAX processes at most; beyond, scaled to N):
+#   gdb print      : `gdb -batch -p PID -ex "print rank"` on each running rank
+#   gdb next       : `gdb -batch -ex "break main" -ex run -ex next` on each rank (a gdb
+#                    session per rank, as without sdm: compare with handover+print + next)
+# REPS runs of each, medians, one Markdown table row per size.
+#
+# Usage: bench/debugger-bench.sh
+# Environment: SIZES ("64 256"), REPS (3), K (10), GDB_MAX (64), PROFILE (release; `dev` for
+# the debug build). A size whose gdbs would not fit in the free memory (70 MB each) is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SIZES=${SIZES:-"64 256"}
+REPS=${REPS:-3}
+K=${K:-10}
+GDB_MAX=${GDB_MAX:-64}
+
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+command -v gdb >/dev/null || { echo "needs gdb (deploy/ci-setup.sh)" >&2; exit 1; }
+PROFILE=${PROFILE:-release}
+cargo build --profile "$PROFILE" -p sdm --bin sdm -p sdm-bench --bin sdm-debug-bench >&2
+dir=${CARGO_TARGET_DIR:-target}/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
+BENCH=$dir/sdm-debug-bench
+export SDM_BIN=$dir/sdm
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prog=$work/ranks
+cc -O0 -g -o "$prog" tests/programs/ranks.c
+
+now() { date +%s.%N; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]] / 1000)" "$1" "$2"; }
+
+echo "# sdm $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, $(date -u +%Y-%m-%d), REPS=$REPS K=$K" >&2
+echo "| ranks | handover + first print (s) | print, all ranks merged (s) | gdb print on each rank in turn (s) | next, all ranks merged (s) | gdb next on each rank in turn (s) |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for n in $SIZES; do
+  free_mb=$(awk '/MemAvailable/ {print int($2 / 1024)}' /proc/meminfo)
+  if [ $((n * 70)) -gt "$free_mb" ]; then
+    echo "# n=$n skipped: $n gdbs need about $((n * 70)) MB, $free_mb MB available" >&2
+    continue
+  fi
+  hp=() pr=() nx=() gp=() gn=()
+  m=$(( n < GDB_MAX ? n : GDB_MAX ))
+  for rep in $(seq "$REPS"); do
+    out=$("$BENCH" -n "$n" --program "$prog" --iters "$K")
+    [ "$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['print_groups'])" "$out")" = 1 ] \
+      || { echo "print did not merge into one line: $out" >&2; exit 1; }
+    hp+=("$(field "$out" handover_print_ms)")
+    pr+=("$(field "$out" print_p50_ms)")
+    nx+=("$(field "$out" next_p50_ms)")
+    # gdb on each process in turn: print on running ranks...
+    pids=()
+    for r in $(seq 0 $((m - 1))); do
+      SDM_RANK=$r setsid "$prog" </dev/null >/dev/null 2>&1 &
+      pids+=($!)
+    done
+    sleep 0.5
+    t0=$(now)
+    for pid in "${pids[@]}"; do
+      gdb -nx -batch -iex "set debuginfod enabled off" -p "$pid" -ex "print rank" </dev/null >/dev/null 2>&1
+    done
+    t1=$(now)
+    kill -9 "${pids[@]}" 2>/dev/null || true
+    wait 2>/dev/null || true
+    gp+=("$(echo "($t1 - $t0) * $n / $m" | bc -l)")
+    # ... and a session per rank that runs to main and does one next.
+    t0=$(now)
+    for r in $(seq 0 $((m - 1))); do
+      SDM_RANK=$r gdb -nx -batch -iex "set debuginfod enabled off" -ex "break main" -ex run -ex next "$prog" </dev/null >/dev/null 2>&1
+    done
+    t1=$(now)
+    gn+=("$(echo "($t1 - $t0) * $n / $m" | bc -l)")
+    echo "# n=$n rep=$rep handover+print=${hp[-1]} print=${pr[-1]} next=${nx[-1]} gdb_print=${gp[-1]} gdb_next=${gn[-1]}" >&2
+  done
+  scaled=""
+  [ "$m" -lt "$n" ] && scaled=" (scaled from $m)"
+  HP=$(printf '%s\n' "${hp[@]}" | median); PR=$(printf '%s\n' "${pr[@]}" | median)
+  NX=$(printf '%s\n' "${nx[@]}" | median); GP=$(printf '%s\n' "${gp[@]}" | median)
+  GN=$(printf '%s\n' "${gn[@]}" | median)
+  printf '| %s | %.2f | %.3f | %.1f%s | %.3f | %.1f%s |\n' "$n" "$HP" "$PR" "$GP" "$scaled" "$NX" "$GN" "$scaled"
+done
