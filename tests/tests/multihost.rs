@@ -1091,3 +1091,56 @@ fn srun_across(h: &SlurmHosts, args: &[&str]) {
         h.squery("squeue", &[])
     );
 }
+
+/// `sdm run --launcher mpirun --hosts … -- mpi_hang` with `stop`, `bt`, `cont`, `kill`: the
+/// console acts on the MPI job's ranks on all four hosts. Where each rank stands when it is
+/// stopped depends on timing, so the check is that every command reached all eight: one
+/// `[0-7] stopped`, the stack trees' roots covering [0-7] once, `[0-7] running`, `[0-7]
+/// killed`.
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh, sdm_have_mpirun)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI (deploy/ci-setup.sh)"
+)]
+fn stop_bt_cont_on_an_mpi_job_across_four_hosts_under_sdm_run() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let h = SshHosts::create();
+    let prog = support::mpi_program("mpi_hang");
+    let out = Command::new(support::sdm())
+        .args([
+            "run",
+            "--launcher",
+            "mpirun",
+            "--hosts",
+            &hostlist(&h.hosts),
+        ])
+        .args(["-n", "8", "-c", "sleep 3", "-c", "stop", "-c", "bt"])
+        .args(["-c", "cont", "-c", "kill", "--"])
+        .arg(&prog)
+        .env("OMPI_MCA_btl", "self,tcp")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("running sdm run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = |want: &str| {
+        lines
+            .iter()
+            .position(|l| *l == want)
+            .unwrap_or_else(|| panic!("no line {want:?}: {stdout}{stderr}"))
+    };
+    let (stopped, running) = (at("[0-7] stopped"), at("[0-7] running"));
+    assert!(stopped < running, "{stdout}");
+    // The trees printed by bt: their outermost frames account for every rank once.
+    let mut roots = IdSet::new();
+    for l in &lines[stopped + 1..running] {
+        if let Some((ids, _)) = l.strip_prefix('[').and_then(|r| r.split_once(']')) {
+            let ids: IdSet = format!("[{ids}]").parse().unwrap();
+            assert!(roots.is_disjoint(&ids), "{l}: {stdout}");
+            roots.union_with(&ids);
+        }
+    }
+    assert_eq!(roots, IdSet::all(8), "{stdout}{stderr}");
+    assert!(at("[0-7] killed") > running, "{stdout}");
+}
