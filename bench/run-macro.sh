@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
-# Reproduces the "Macro benchmarks (issue 3)" table of BENCHMARKS.md: sdm against the
-# minimal-relay baseline, start-up / rtt / throughput, for each size, REPS times, sdm and
-# baseline interleaved so drift on the machine hits both alike. Prints the table (medians).
+# Reproduces the macro benchmark tables of BENCHMARKS.md: sdm against the minimal-relay
+# baseline, start-up / rtt / throughput / CPU per daemon per wave, for each size, REPS
+# times, the systems interleaved so drift on the machine hits all alike. Prints the table
+# (medians, min-max in brackets).
 #
-# Usage: bench/run-macro.sh [OUT.jsonl]
+# Usage: bench/run-macro.sh [--old-bin DIR] [OUT.jsonl]
+#   --old-bin DIR  also runs an older build (DIR holds its release `sdm`, `sdm-bench` and
+#                  `sdm-relay`, e.g. from `git worktree add /tmp/old OLD && cargo build
+#                  --release -p sdm -p sdm-bench` there), as system `sdm-old`: before and
+#                  after in one sitting.
 # Environment: SIZES ("64 256 1024"), REPS (3), ITERS (200), WAVES (500), WINDOW (16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+OLD=
+if [ "${1:-}" = --old-bin ]; then
+  OLD=${2:?--old-bin needs a directory}
+  shift 2
+  for b in sdm sdm-bench; do
+    [ -x "$OLD/$b" ] || { echo "run-macro.sh: no $b in $OLD" >&2; exit 1; }
+  done
+fi
 SIZES=${SIZES:-"64 256 1024"}
 REPS=${REPS:-3}
 ITERS=${ITERS:-200}
@@ -21,16 +34,28 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 cargo build --release -p sdm -p sdm-bench
 B=${CARGO_TARGET_DIR:-target}/release/sdm-bench
 : > "$OUT"
-echo "# sdm $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, ulimit -n $(ulimit -n), results in $OUT" >&2
+echo "# sdm $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, ulimit -n $(ulimit -n), old build: ${OLD:-none}, results in $OUT" >&2
+
+# One system's three benchmarks at size $1; $2: sdm-bench binary; $3: extra flag; $4: label.
+run() {
+  local n=$1 bin=$2 flag=$3 label=$4
+  echo "# n=$n rep=$rep $label" >&2
+  for args in "startup -n $n" "rtt -n $n --iters $ITERS" \
+              "throughput -n $n --waves $WAVES --window $WINDOW"; do
+    # shellcheck disable=SC2086
+    if [ "$label" = sdm-old ]; then
+      SDM_BIN="$OLD/sdm" "$bin" $args $flag | sed 's/"system":"sdm"/"system":"sdm-old"/' | tee -a "$OUT"
+    else
+      "$bin" $args $flag | tee -a "$OUT"
+    fi
+  done
+}
 
 for n in $SIZES; do
   for rep in $(seq "$REPS"); do
-    for flag in "" --baseline; do
-      echo "# n=$n rep=$rep ${flag:-sdm}" >&2
-      "$B" startup -n "$n" $flag | tee -a "$OUT"
-      "$B" rtt -n "$n" --iters "$ITERS" $flag | tee -a "$OUT"
-      "$B" throughput -n "$n" --waves "$WAVES" --window "$WINDOW" $flag | tee -a "$OUT"
-    done
+    [ -n "$OLD" ] && run "$n" "$OLD/sdm-bench" "" sdm-old
+    run "$n" "$B" "" sdm
+    run "$n" "$B" --baseline baseline
   done
 done
 

@@ -8,19 +8,28 @@ use crate::Error;
 
 /// The host the front-end listens on when `--listen` is not given: loopback for the local
 /// launcher or no hosts; otherwise this host's address on the route to the first of `hosts`
-/// as `launcher` reaches it (for ssh, the `HostName` of an alias). IPv6 comes back in
-/// brackets. The error names the host and says to pass `--listen`.
+/// (none given: of the launcher's [`Launcher::implied_hosts`], for srun the allocation's
+/// nodes) as `launcher` reaches it (ssh: the `HostName` of an alias; srun: the node's
+/// `NodeAddr`). IPv6 comes back in brackets. The error names the host and says to pass
+/// `--listen`.
 pub fn default_listen(
     kind: LauncherKind,
     launcher: &dyn Launcher,
     hosts: &[String],
 ) -> Result<String, Error> {
+    let implied;
+    let (hosts, which) = if hosts.is_empty() && kind != LauncherKind::Local {
+        implied = launcher.implied_hosts();
+        (&implied[..], "of the job's nodes")
+    } else {
+        (hosts, "of --hosts")
+    };
     let Some(first) = hosts.first().filter(|_| kind != LauncherKind::Local) else {
         return Ok("127.0.0.1".to_owned());
     };
     let why = |e: &dyn std::fmt::Display| {
         Error::invalid(format!(
-            "choosing the front-end's address: {e} (host {first}, the first of --hosts); \
+            "choosing the front-end's address: {e} (host {first}, the first {which}); \
              pass --listen ADDR"
         ))
     };

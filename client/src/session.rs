@@ -16,7 +16,7 @@ use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::filters::Registry;
 use sdm_overlay::frontend::Frontend;
 use sdm_overlay::setup::ConnectPolicy;
-use sdm_overlay::transport::{Address, TransportConfig, transport_for};
+use sdm_overlay::transport::{Address, PortRange, TransportConfig, bind_in_range, transport_for};
 #[cfg(feature = "quic")]
 use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
 use sdm_proto::{IdSet, Message, Status, SyncMode};
@@ -40,8 +40,13 @@ pub struct SessionOptions {
     pub transport: String,
     /// Tree shape.
     pub topology: Shape,
-    /// First port servers try (default: random in 20000..50000 for this session).
+    /// First port servers try (default: random in 20000..50000 for this session; ignored
+    /// with [`SessionOptions::port_range`]).
     pub base_port: Option<u16>,
+    /// Ports every listener of the tree uses (the front-end's, the master's, each
+    /// server's), for a site whose firewall opens only these; default: the front-end and
+    /// the master take ephemeral ports, servers `base_port` and the 2047 after it.
+    pub port_range: Option<PortRange>,
     /// Address the front-end listens on (default: see [`crate::address::default_listen`]:
     /// loopback for one machine, else this host's address on the route to the first host).
     pub listen: Option<String>,
@@ -89,6 +94,7 @@ impl Default for SessionOptions {
             transport: "tcp".into(),
             topology: Shape::Binomial,
             base_port: None,
+            port_range: None,
             listen: None,
             bind: None,
             advertise: None,
@@ -264,17 +270,21 @@ impl Session {
             .map_err(|e| Error::invalid(format!("front-end address on {listen}: {e}")))?;
         let transport = transport_for(&fe_addr, &cfg)
             .map_err(|e| Error::io(format!("transport for {fe_addr}"), e))?;
-        let mut listener = transport
-            .bind(&fe_addr)
+        let mut listener = bind_in_range(&*transport, &opts.transport, &listen, opts.port_range, 0)
             .await
             .map_err(|e| Error::io(format!("listening on {fe_addr}"), e))?;
         let fe_addr = listener.local_addr();
 
-        let base = opts.base_port.unwrap_or_else(random_port);
+        let (base, span) = match opts.port_range {
+            Some(r) => (r.first(), r.len().min(u32::from(u16::MAX)) as u16),
+            None => (opts.base_port.unwrap_or_else(random_port), 2048),
+        };
         let mut args = vec![
             "server".into(),
             "--port".into(),
             base.to_string(),
+            "--port-span".into(),
+            span.to_string(),
             "--transport".into(),
             opts.transport.clone(),
             "--frontend-host".into(),
@@ -341,6 +351,16 @@ impl Session {
                 tracing::warn!("malformed start-up line {line:?}");
                 continue;
             };
+            // Checked here, once: the nodes parse only the addresses they connect to.
+            if let Err(e) = addr.parse::<Address>()
+                && id < opts.n
+            {
+                launch_errors.push((
+                    IdSet::single(id),
+                    format!("server {id} reported an address that does not parse ({addr}): {e}"),
+                ));
+                continue;
+            }
             match table.get_mut(id as usize) {
                 Some(slot @ None) => {
                     *slot = Some(addr.to_owned());
@@ -362,7 +382,13 @@ impl Session {
         let master_spec = LaunchSpec {
             n: 1,
             program,
-            args: vec!["master".into(), "--frontend".into(), fe_addr.to_string()],
+            args: [
+                vec!["master".into(), "--frontend".into(), fe_addr.to_string()],
+                opts.port_range
+                    .map(|r| vec!["--port-range".into(), r.to_string()])
+                    .unwrap_or_default(),
+            ]
+            .concat(),
             env,
         };
         let master = sdm_deploy::Local.launch_one(&master_spec).map_err(|e| {

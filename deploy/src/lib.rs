@@ -210,10 +210,16 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
     /// Starts `spec.n` copies.
     fn launch(&self, spec: &LaunchSpec) -> Result<Launched, LaunchError>;
     /// The name or address under which the network knows `host`, a host given to this
-    /// launcher: `host` itself, or for ssh the `HostName` its configuration gives an alias
-    /// (`ssh -G`), so the front-end can find the route there.
+    /// launcher: `host` itself, for ssh the `HostName` its configuration gives an alias
+    /// (`ssh -G`), for srun the node's `NodeAddr`, so the front-end can find the route there.
     fn network_name(&self, host: &str) -> io::Result<String> {
         Ok(host.to_owned())
+    }
+    /// Where the copies will run when no host was given to the launcher, as far as it can
+    /// tell before starting them (srun inside an allocation: the job's nodes); empty when it
+    /// cannot.
+    fn implied_hosts(&self) -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -465,6 +471,37 @@ impl Launcher for Srun {
         l.spawn(cmd, None, &tx)?;
         Ok(l)
     }
+
+    /// Inside an allocation (`salloc`, a batch script) the step runs on the job's nodes,
+    /// `SLURM_JOB_NODELIST`.
+    fn implied_hosts(&self) -> Vec<String> {
+        std::env::var("SLURM_JOB_NODELIST")
+            .ok()
+            .and_then(|list| hostlist::expand(&list).ok())
+            .unwrap_or_default()
+    }
+
+    /// A Slurm node is known to the network by its `NodeAddr` (`scontrol show node`), which
+    /// DNS may not know; `host` itself when Slurm does not know it either.
+    fn network_name(&self, host: &str) -> io::Result<String> {
+        let out = std::process::Command::new("scontrol")
+            .args(["--oneliner", "show", "node", host])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output();
+        let addr = out
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| slurm_node_addr(&String::from_utf8_lossy(&o.stdout)).map(str::to_owned));
+        Ok(addr.unwrap_or_else(|| host.to_owned()))
+    }
+}
+
+/// The `NodeAddr` in `scontrol --oneliner show node`'s line for one node.
+fn slurm_node_addr(line: &str) -> Option<&str> {
+    line.split_whitespace()
+        .find_map(|field| field.strip_prefix("NodeAddr="))
+        .filter(|addr| !addr.is_empty() && *addr != "(null)")
 }
 
 /// A launcher by name.
@@ -586,6 +623,16 @@ pub fn local_rank_from_env() -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slurm_node_addresses() {
+        let line = "NodeName=n01 Arch=x86_64 CoresPerSocket=4 NodeAddr=10.1.2.3 \
+                    NodeHostName=n01 Version=22.05.8";
+        assert_eq!(slurm_node_addr(line), Some("10.1.2.3"));
+        assert_eq!(slurm_node_addr("NodeName=n01 NodeHostName=n01"), None);
+        assert_eq!(slurm_node_addr("NodeName=n01 NodeAddr=(null)"), None);
+        assert_eq!(slurm_node_addr("Node n01 not found"), None);
+    }
 
     #[test]
     fn names_parse() {

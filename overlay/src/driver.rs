@@ -293,6 +293,11 @@ pub async fn run_node_full(
     let mut children_open = true;
     // Whether the node asked to stop taking local output (flow control).
     let mut local_paused = false;
+    // One timer for the node's deadline, moved only when the deadline changes (a new
+    // registration per frame would cost more than the frame).
+    let timer = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(timer);
+    let mut armed: Option<Instant> = None;
     loop {
         let mut parent_gone = None;
         // Drain outputs first: they may arm a timer.
@@ -334,6 +339,12 @@ pub async fn run_node_full(
         }
         if parent_gone.is_none() {
             let deadline = node.poll_timeout().map(Instant::from_std);
+            if deadline != armed {
+                if let Some(d) = deadline {
+                    timer.as_mut().reset(d);
+                }
+                armed = deadline;
+            }
             tokio::select! {
                 biased;
                 ev = up_rx.recv() => {
@@ -350,9 +361,18 @@ pub async fn run_node_full(
                     }
                 }
                 Some((op, payload)) = reply_rx.recv() => {
-                    node.handle_local_reply(Instant::now().into_std(), op, payload);
+                    let now = Instant::now().into_std();
+                    node.handle_local_reply(now, op, payload);
+                    // Replies that are already waiting go in with this one.
+                    for _ in 0..DRAIN {
+                        let Ok((op, payload)) = reply_rx.try_recv() else { break };
+                        node.handle_local_reply(now, op, payload);
+                    }
                 }
-                () = sleep_until(deadline) => node.handle_timeout(Instant::now().into_std()),
+                () = &mut timer, if armed.is_some() => {
+                    armed = None;
+                    node.handle_timeout(Instant::now().into_std());
+                }
                 Some((id, link)) = async {
                     match recovery.adoptions.as_mut() {
                         Some(rx) => rx.recv().await,
@@ -369,26 +389,45 @@ pub async fn run_node_full(
                 }
                 ev = in_rx.recv(), if children_open => {
                     let now = Instant::now().into_std();
-                    let current = |c: &NodeId, g: u64| to_child.get(c).is_some_and(|tx| tx.generation == g);
-                    match ev {
-                        Some(Inbound::Frame(Peer::Child(c), m, g)) if current(&c, g) => {
-                            node.handle_from_child(now, c, m);
-                            // Turn about with this server's own output, which would
-                            // otherwise wait as long as any child has some.
-                            if !local_paused && let Ok((kind, payload)) = events.try_recv() {
-                                node.handle_local_event(kind, payload);
+                    // This frame, then those already queued behind it (a bounded number,
+                    // so the parent's queue is looked at again soon).
+                    let mut ev = ev;
+                    for k in 0..DRAIN {
+                        let current = |c: &NodeId, g: u64| to_child.get(c).is_some_and(|tx| tx.generation == g);
+                        match ev {
+                            Some(Inbound::Frame(Peer::Child(c), m, g)) if current(&c, g) => {
+                                node.handle_from_child(now, c, m);
+                                // Turn about with this server's own output, which would
+                                // otherwise wait as long as any child has some (once per
+                                // turn: a pause the node asks for is seen between turns).
+                                if k == 0 && !local_paused && let Ok((kind, payload)) = events.try_recv() {
+                                    node.handle_local_event(kind, payload);
+                                }
+                            }
+                            Some(Inbound::Frame(..)) => {}
+                            Some(Inbound::Closed(Peer::Parent, why, _)) => {
+                                parent_gone = Some(why);
+                                break;
+                            }
+                            Some(Inbound::Closed(Peer::Child(c), why, g)) => {
+                                if current(&c, g) {
+                                    to_child.remove(&c);
+                                    node.handle_link_down(now, c, &why);
+                                }
+                            }
+                            // No children (left): only the parent can end this node.
+                            None => {
+                                children_open = false;
+                                break;
                             }
                         }
-                        Some(Inbound::Frame(..)) => {}
-                        Some(Inbound::Closed(Peer::Parent, why, _)) => parent_gone = Some(why),
-                        Some(Inbound::Closed(Peer::Child(c), why, g)) => {
-                            if current(&c, g) {
-                                to_child.remove(&c);
-                                node.handle_link_down(now, c, &why);
-                            }
+                        if k + 1 == DRAIN {
+                            break;
                         }
-                        // No children (left): only the parent can end this node.
-                        None => children_open = false,
+                        ev = match in_rx.try_recv() {
+                            Ok(next) => Some(next),
+                            Err(_) => break,
+                        };
                     }
                 }
                 Some((kind, payload)) = events.recv(), if !local_paused => {
@@ -426,9 +465,66 @@ pub async fn run_node_full(
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
+/// Frames (or local replies) taken from a queue in one turn of the node's loop: fewer
+/// wake-ups and timer checks per frame, and still a bounded time before the parent's queue
+/// and the timer are looked at again.
+const DRAIN: usize = 32;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use futures::{SinkExt, StreamExt};
+    use sdm_proto::{DEFAULT_MAX_FRAME, IdSet, Kind, Message, Status};
+    use sdm_topology::{NodeId, Shape, Topology};
+
+    use super::run_node;
+    use crate::node::Node;
+    use crate::transport::Link;
+
+    /// Two ends of an in-memory link.
+    fn pair() -> (Link, Link) {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let (ar, aw) = tokio::io::split(a);
+        let (br, bw) = tokio::io::split(b);
+        (
+            Link::new(Box::new(ar), Box::new(aw), "a", DEFAULT_MAX_FRAME),
+            Link::new(Box::new(br), Box::new(bw), "b", DEFAULT_MAX_FRAME),
+        )
+    }
+
+    /// Many frames from a child queued before the node runs are taken several per turn:
+    /// every one goes up, in order (a turn once dropped the frame it fetched last).
+    #[tokio::test]
+    async fn frames_queued_past_one_turn_all_go_up_in_order() {
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(1));
+        let node = Node::new(NodeId::Master, topo);
+        let (parent_here, mut parent_there) = pair();
+        let (child_here, mut child_there) = pair();
+        let n = 200u64;
+        for i in 0..n {
+            let mut m = Message::reply(
+                i,
+                IdSet::single(0),
+                Status::Replied,
+                format!("event {i}").into(),
+            );
+            m.kind = Kind::Event;
+            child_there.writer.feed(&m).await.unwrap();
+        }
+        child_there.writer.flush().await.unwrap();
+        let node = tokio::spawn(run_node(
+            node,
+            parent_here,
+            vec![(NodeId::Server(0), Ok(child_here))],
+            Box::new(|_| {}),
+        ));
+        for i in 0..n {
+            let m = parent_there.reader.next().await.unwrap().unwrap();
+            assert_eq!(m.kind, Kind::Event);
+            assert_eq!(&m.payload[..], format!("event {i}").as_bytes());
+            assert_eq!(m.source, IdSet::single(0));
+        }
+        node.abort();
     }
 }

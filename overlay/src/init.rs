@@ -113,8 +113,9 @@ impl InitSpec {
         bytes::Bytes::from(self.to_pb().encode_to_vec())
     }
 
-    /// Parses and checks a payload (table size, shape, addresses); the error names what
-    /// was wrong.
+    /// Parses and checks a payload (table size, shape); the error names what was wrong.
+    /// Addresses are parsed where they are used ([`InitSpec::addresses_of`]); the
+    /// front-end checks them all before sending ([`InitSpec::addresses`]).
     pub fn from_payload(p: &[u8]) -> Result<Self, InitError> {
         let m = pb::Init::decode(p).map_err(|e| InitError::Decode(e.to_string()))?;
         if m.topology.is_empty() {
@@ -147,13 +148,31 @@ impl InitSpec {
                 message: format!("{m} servers in the tree, {} in the command", spec.servers),
             }));
         }
-        spec.addresses()?;
         Ok(spec)
     }
 
     /// The tree shape.
     pub fn shape(&self) -> Result<Shape, InitError> {
         Ok(self.topology.parse()?)
+    }
+
+    /// The routing table as one node needs it: the addresses of `ids` parsed (a node's
+    /// children and ancestors), every other entry `None`. Parsing only these keeps a tree's
+    /// start-up linear in its size (each node would otherwise parse every address).
+    pub fn addresses_of(
+        &self,
+        ids: impl IntoIterator<Item = u32>,
+    ) -> Result<Vec<Option<Address>>, InitError> {
+        let mut out = vec![None; self.table.len()];
+        for id in ids {
+            if let Some(Some(a)) = self.table.get(id as usize) {
+                out[id as usize] = Some(
+                    a.parse()
+                        .map_err(|error| InitError::Address { server: id, error })?,
+                );
+            }
+        }
+        Ok(out)
     }
 
     /// The routing table, parsed.
@@ -243,12 +262,22 @@ mod tests {
             InitSpec::from_payload(&bad.to_payload()),
             Err(InitError::Topology(_))
         ));
+        // A bad address is named where it is parsed: by the front-end checking the whole
+        // table, and by the nodes that connect to it; the others never read it.
         let mut bad = spec.clone();
         bad.table[1] = Some("nowhere".into());
+        let got = InitSpec::from_payload(&bad.to_payload()).unwrap();
         assert!(matches!(
-            InitSpec::from_payload(&bad.to_payload()),
+            got.addresses(),
             Err(InitError::Address { server: 1, .. })
         ));
+        assert!(matches!(
+            got.addresses_of([0, 1]),
+            Err(InitError::Address { server: 1, .. })
+        ));
+        let only0 = got.addresses_of([0]).unwrap();
+        assert_eq!(only0.len(), 2);
+        assert!(only0[0].is_some() && only0[1].is_none());
         let mut wide = spec.to_pb();
         wide.probe_span = 70_000;
         assert_eq!(

@@ -1,7 +1,7 @@
 //! [`FrameCodec`]: 4-byte big-endian length prefix, a configurable maximum frame size, and
 //! envelope validation, over tokio-util's length-delimited codec.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
 use crate::message::{Message, WireError};
@@ -84,15 +84,20 @@ impl Decoder for FrameCodec {
 impl Encoder<&Message> for FrameCodec {
     type Error = WireError;
 
+    /// The length prefix and the envelope go straight into `dst`: no frame-sized buffer
+    /// of its own per message, no copy.
     fn encode(&mut self, msg: &Message, dst: &mut BytesMut) -> Result<(), WireError> {
-        let body = msg.encode();
-        if body.len() > self.max {
+        let env = msg.to_pb();
+        let len = prost::Message::encoded_len(&env);
+        if len > self.max {
             return Err(WireError::FrameTooLarge {
-                len: body.len() as u64,
+                len: len as u64,
                 max: self.max,
             });
         }
-        self.inner.encode(body, dst)?;
+        dst.reserve(4 + len);
+        dst.put_u32(len as u32);
+        prost::Message::encode(&env, dst).expect("reserved the encoded length");
         Ok(())
     }
 }

@@ -13,7 +13,7 @@ use sdm_client::session::{Progress, Session, SessionOptions};
 use sdm_deploy::LauncherKind;
 use sdm_overlay::auth::SessionKey;
 use sdm_overlay::frontend::ReplyGroup;
-use sdm_overlay::transport::Address;
+use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{Shape, Topology};
 
@@ -74,10 +74,14 @@ enum Cmd {
         /// Connection attempts before giving up.
         #[arg(long, default_value_t = 50)]
         attempts: u32,
+        /// Ports to listen on for re-attaching orphans (default: an ephemeral port).
+        #[arg(long, value_name = "FIRST-LAST")]
+        port_range: Option<PortRange>,
     },
     /// Daemon: one server; its id comes from SDM_ID, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or FLUX_TASK_RANK.
     Server {
-        /// First port to bind (then the next while taken).
+        /// First port of the server's range: it tries the --port-span ports from here,
+        /// starting at PORT + its local rank and wrapping around (0: an ephemeral port).
         #[arg(long)]
         port: u16,
         /// tcp or quic.
@@ -136,7 +140,8 @@ struct TreeArgs {
     #[arg(long, value_name = "PATH")]
     remote_sdm: Option<PathBuf>,
     /// Address the front-end listens on (default: this host's address on the route to the
-    /// first of --hosts with a remote launcher, else 127.0.0.1); IPv6 in brackets or bare.
+    /// first of --hosts with a remote launcher, for srun without --hosts the first of the
+    /// allocation's nodes, else 127.0.0.1); IPv6 in brackets or bare.
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// Address every server binds (default: its host's address on the route to the
@@ -150,6 +155,12 @@ struct TreeArgs {
     /// tcp or quic.
     #[arg(long, default_value = "tcp")]
     transport: String,
+    /// Ports every listener of the tree takes (the front-end's, the master's, each
+    /// server's), for a firewall that opens only these: FIRST-LAST, e.g. 40000-40999
+    /// (default: servers the 2048 ports from a random start in 20000-49999, the front-end
+    /// and the master ephemeral ports).
+    #[arg(long, value_name = "FIRST-LAST")]
+    port_range: Option<PortRange>,
     /// binomial, kary:K, knomial:K, flat, or file:PATH: an explicit tree, one `PARENT:
     /// CHILD...` line per interior node (`master: 0 8`, `0: 1-7`), or MRNet's topology
     /// file (`fe:0 => h1:0 h2:0 ;`), whose host names place the servers (with ssh).
@@ -204,6 +215,7 @@ impl TreeArgs {
             advertise: self.advertise.clone(),
             transport: self.transport.clone(),
             topology: self.topology.clone(),
+            port_range: self.port_range,
             filter_plugins: self.filter_plugins.clone(),
             service_plugins: self.service_plugins.clone(),
             ..SessionOptions::default()
@@ -440,9 +452,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Cmd::Master { frontend, attempts } => {
+        Cmd::Master {
+            frontend,
+            attempts,
+            port_range,
+        } => {
             let key = SessionKey::from_env()?;
-            Ok(sdm_server::daemon::run_master(frontend, key, attempts).await?)
+            Ok(sdm_server::daemon::run_master(frontend, key, attempts, port_range).await?)
         }
         Cmd::Server {
             port,

@@ -12,7 +12,9 @@ use sdm_overlay::driver::{self, Delivery, LocalHandler};
 use sdm_overlay::recover;
 use sdm_overlay::route;
 use sdm_overlay::setup::{self, ConnectPolicy};
-use sdm_overlay::transport::{Address, Link, Listener, Transport, TransportConfig, transport_for};
+use sdm_overlay::transport::{
+    Address, Link, Listener, PortRange, Transport, TransportConfig, bind_in_range, transport_for,
+};
 use sdm_proto::Kind;
 use sdm_topology::{NodeId, Topology};
 
@@ -55,7 +57,6 @@ async fn serve(
         first.payload = spec.to_payload();
     }
     let shape = spec.shape().map_err(|e| fail(e.to_string()))?;
-    let table = spec.addresses().map_err(|e| fail(e.to_string()))?;
     let master_addr: Option<Address> = spec.master.as_deref().and_then(|a| a.parse().ok());
     if let NodeId::Server(s) = me
         && s >= spec.servers
@@ -66,6 +67,18 @@ async fn serve(
         )));
     }
     let topo: Arc<dyn Topology> = Arc::from(shape.build(spec.servers));
+    // The addresses this node uses: its children's, and its ancestors' for re-attaching.
+    let mut needed: Vec<u32> = topo
+        .children(me)
+        .iter()
+        .filter_map(|c| c.server())
+        .collect();
+    let mut up = topo.parent(me);
+    while let Some(a) = up {
+        needed.extend(a.server());
+        up = topo.parent(a);
+    }
+    let table = spec.addresses_of(needed).map_err(|e| fail(e.to_string()))?;
     let policy = spec.policy(key);
     let children = setup::connect_children(&*transport, &*topo, me, &table, &policy).await;
     for (c, r) in &children {
@@ -92,7 +105,12 @@ async fn serve(
 
 /// `sdm master --frontend ADDR`: connects to the front-end (a bounded number of tries),
 /// then serves the tree below.
-pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> Result<(), Error> {
+pub async fn run_master(
+    frontend: Address,
+    key: SessionKey,
+    attempts: u32,
+    ports: Option<PortRange>,
+) -> Result<(), Error> {
     let cfg = TransportConfig::from_env().map_err(|e| startup("master", e))?;
     let transport = transport_for(&frontend, &cfg).map_err(|e| startup("master", e))?;
     let policy = ConnectPolicy {
@@ -111,17 +129,25 @@ pub async fn run_master(frontend: Address, key: SessionKey, attempts: u32) -> Re
         Box::new(|d: Delivery| d.reply.send("error: the master runs no requests"));
     let (_tx, events) = tokio::sync::mpsc::channel(1);
     // Orphans of the master's children re-attach to it: it listens on the front-end's host.
-    let here = frontend.to_string();
-    let listen = here.rsplit_once(':').map(|(h, _)| format!("{h}:0"));
-    let listener = match listen.as_deref().map(str::parse::<Address>) {
-        Some(Ok(a)) => match transport.bind(&a).await {
+    let here = frontend.target().to_owned();
+    let host = here.rsplit_once(':').map_or("", |(h, _)| h);
+    let listener = match frontend {
+        Address::Mem(_) => None,
+        _ => match bind_in_range(
+            &*transport,
+            frontend.scheme(),
+            host,
+            ports,
+            std::process::id(),
+        )
+        .await
+        {
             Ok(l) => Some(l),
             Err(e) => {
-                tracing::warn!("master: cannot listen for re-attaching orphans on {a}: {e}");
+                tracing::warn!("master: cannot listen for re-attaching orphans on {host}: {e}");
                 None
             }
         },
-        _ => None,
     };
     serve(
         NodeId::Master,
@@ -194,37 +220,19 @@ pub(crate) async fn run_server_with(
         .parse()
         .map_err(|e| startup(&at, e))?;
     let transport = transport_for(&probe, &cfg).map_err(|e| startup(&at, e))?;
-    let first =
-        u32::from(opt.base_port) + local_rank.unwrap_or(0) % u32::from(opt.port_span.max(1));
-    let mut bound = None;
-    let mut last_err = None;
-    for k in 0..u32::from(opt.port_span.max(1)) {
-        let port = first + k;
-        if port > u32::from(u16::MAX) {
-            break;
-        }
-        let a: Address = format!("{}://{bind_host}:{port}", opt.scheme)
-            .parse()
-            .map_err(|e| startup(&at, e))?;
-        match transport.bind(&a).await {
-            Ok(l) => {
-                bound = Some(l);
-                break;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last_err = Some(e),
-            Err(e) => return Err(startup(format_args!("{at}: binding {a}"), e)),
-        }
-    }
-    let mut listener = bound.ok_or_else(|| {
-        Error::new(
-            ErrorKind::Startup,
-            format!(
-                "{at}: no free port in {first}..{}: {}",
-                first + u32::from(opt.port_span),
-                last_err.map(|e| e.to_string()).unwrap_or_default()
-            ),
-        )
-    })?;
+    // `--port BASE --port-span SPAN`: the ports BASE.. (a range of SPAN), each server of a
+    // host starting at its local rank; BASE 0: an ephemeral port.
+    let last = (u32::from(opt.base_port) + u32::from(opt.port_span.max(1)) - 1).min(65535);
+    let range = PortRange::new(opt.base_port, last as u16);
+    let mut listener = bind_in_range(
+        &*transport,
+        &opt.scheme,
+        &bind_host,
+        range,
+        local_rank.unwrap_or(0),
+    )
+    .await
+    .map_err(|e| startup(format_args!("{at}: binding {bind_host}"), e))?;
     let local = listener.local_addr();
     let (bound_host, port) = local.target().rsplit_once(':').unwrap_or(("", "0"));
     let unspecified = route::resolve(bound_host).is_ok_and(|ip| ip.is_unspecified());

@@ -1,6 +1,6 @@
 //! The process table of a running parallel job, read from its launcher: the MPIR interface
 //! (`MPIR_proctable`, as LaunchMON and STAT read it from `srun` or `mpiexec`), or, where the
-//! launcher keeps no table, its process tree (Open MPI 4.x's `mpirun`).
+//! launcher keeps no table, its process tree.
 //!
 //! MPIR: the launcher is stopped with ptrace, `MPIR_proctable_size`, `MPIR_debug_state` and
 //! the `MPIR_PROCDESC` array (`{ char *host_name; char *executable_name; int pid; }`) are
@@ -8,11 +8,12 @@
 //! mapped (the executable for `srun`, `libopen-rte.so` for Open MPI), so no debug
 //! information is needed.
 //!
-//! Open MPI 4.1's `mpirun` fills its table only when a debugger started it: one that
-//! attaches later finds `MPIR_proctable_size` 0, even after the `MPIR_attach_fifo` request.
-//! Its ranks are then found as the launcher's descendants carrying `OMPI_COMM_WORLD_RANK`
-//! (or `PMIX_RANK`, `PMI_RANK`) in their environment; ranks running on other hosts are not
-//! visible from here and are reported missing by rank.
+//! Open MPI 4.1.4's `mpirun` keeps a filled table once its job is up (seen here, with ranks
+//! on one host and across four), srun always. A launcher whose table stays empty (one that
+//! fills it only when a debugger started it) is read through its process tree instead: the
+//! launcher's descendants carrying `OMPI_COMM_WORLD_RANK` (or `PMIX_RANK`, `PMI_RANK`) in
+//! their environment; ranks running on other hosts are not visible that way and are
+//! reported missing by rank.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;

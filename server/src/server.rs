@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use sdm_overlay::auth::SessionKey;
-use sdm_overlay::transport::Address;
+use sdm_overlay::transport::{Address, PortRange};
 
 use crate::daemon::ServerOptions;
 use crate::error::{Error, ErrorKind};
@@ -75,9 +75,13 @@ impl Server {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let run = async {
             match DaemonArgs::parse(&args)? {
-                DaemonArgs::Master { frontend, attempts } => {
+                DaemonArgs::Master {
+                    frontend,
+                    attempts,
+                    ports,
+                } => {
                     let key = SessionKey::from_env().map_err(|e| bad(e.to_string()))?;
-                    crate::daemon::run_master(frontend, key, attempts).await
+                    crate::daemon::run_master(frontend, key, attempts, ports).await
                 }
                 DaemonArgs::Server(opt) => {
                     let id = sdm_deploy::rank_from_env().map_err(|e| bad(e.to_string()))?;
@@ -162,7 +166,11 @@ fn bad(what: impl Into<String>) -> Error {
 /// What the front-end asks a daemon binary to be.
 #[derive(Debug, Clone)]
 enum DaemonArgs {
-    Master { frontend: Address, attempts: u32 },
+    Master {
+        frontend: Address,
+        attempts: u32,
+        ports: Option<PortRange>,
+    },
     Server(ServerOptions),
 }
 
@@ -210,7 +218,15 @@ impl DaemonArgs {
                     .parse()
                     .map_err(|e| Error::new(ErrorKind::BadInput, format!("--frontend: {e}")))?;
                 let attempts = num("--attempts", take(&mut flags, "--attempts"), 50)?;
-                Self::Master { frontend, attempts }
+                let ports = take(&mut flags, "--port-range")
+                    .map(|r| r.parse::<PortRange>())
+                    .transpose()
+                    .map_err(|e| Error::new(ErrorKind::BadInput, format!("--port-range: {e}")))?;
+                Self::Master {
+                    frontend,
+                    attempts,
+                    ports,
+                }
             }
             "server" => {
                 let port = take(&mut flags, "--port")

@@ -1,5 +1,5 @@
 //! Hosts on one machine for the multi-host tests: network namespaces joined by veth pairs to
-//! a bridge in the root namespace (iproute2), deleted again when dropped (panic included).
+//! a bridge in the root namespace (iproute2), deleted, with what runs in them, when dropped.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -144,10 +144,33 @@ impl Hosts {
         c.args(["netns", "exec", &self.namespace(k), program]);
         c
     }
+
+    /// A command run in host `k`'s network namespace only (`nsenter --net`), seeing the
+    /// machine's mounts: `ip netns exec` mounts a sysfs of its own on /sys, which hides the
+    /// cgroup hierarchy under /sys/fs/cgroup (slurmd will not start without it).
+    pub fn enter(&self, k: u32, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.namespace(k)))
+            .arg(program);
+        c
+    }
 }
 
 impl Drop for Hosts {
     fn drop(&mut self) {
+        // Whatever still runs on a host (a daemon a failed test left) ends with it.
+        for ns in &self.namespaces {
+            let pids = Command::new("ip").args(["netns", "pids", ns]).output();
+            let pids = pids.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            let pids: Vec<String> = pids
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            if !pids.is_empty() {
+                let _ = Command::new("kill").arg("-KILL").args(&pids).status();
+            }
+        }
         let mut failed = Vec::new();
         for v in &self.veths {
             failed.extend(ip(&["link", "del", v]).err());

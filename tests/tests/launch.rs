@@ -346,3 +346,134 @@ fn topology_files_on_the_command_line() {
         "{err}"
     );
 }
+
+/// The pids of `root` and all its descendants.
+fn process_tree(root: u32) -> Vec<u32> {
+    let mut parents = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some((_, rest)) = stat.rsplit_once(") ")
+            && let Some(ppid) = rest.split_whitespace().nth(1)
+        {
+            parents.push((pid, ppid.parse::<u32>().unwrap_or(0)));
+        }
+    }
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        tree.extend(parents.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+        i += 1;
+    }
+    tree
+}
+
+/// A child process killed if the test ends early.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// The listening TCP ports of the processes `pids` (from `ss`).
+fn listening_ports(pids: &[u32]) -> Vec<u16> {
+    let out = Command::new("ss").arg("-Hltnp").output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| pids.iter().any(|p| l.contains(&format!("pid={p},"))))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(3)?
+                .rsplit_once(':')?
+                .1
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+#[test]
+fn every_listener_stays_in_the_port_range() {
+    use std::io::{BufRead, BufReader};
+    // A range of 40 ports at a place this process picks (other tests' daemons may hold some
+    // of them: a taken port is skipped).
+    let first = 40000 + (std::process::id() % 200) as u16 * 100;
+    let range = format!("{first}-{}", first + 39);
+    let child = Command::new(sdm_e2e::sdm())
+        .args([
+            "launch",
+            "-n",
+            "8",
+            "--port-range",
+            &range,
+            "--send",
+            "ping",
+            "--hold",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.ends_with(" pong")) {
+        seen.push(lines.next().expect("sdm launch ended early").unwrap());
+    }
+    assert!(seen.contains(&"[0-7] pong".to_owned()), "{seen:#?}");
+    let tree = process_tree(child.0.id());
+    let in_range = |p: &u16| (first..=first + 39).contains(p);
+    // The master and eight servers listen, every one inside the range.
+    let ports = listening_ports(&tree);
+    assert_eq!(ports.len(), 9, "{ports:?} of {tree:?}");
+    assert!(ports.iter().all(in_range), "{ports:?} not all in {range}");
+    // The front-end listened there too, until the master connected (it listens for nothing
+    // else): the master's --frontend names its port.
+    let frontend_ports: Vec<u16> = tree
+        .iter()
+        .filter_map(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter_map(|c| {
+            let fe = c
+                .split_once(" master --frontend ")?
+                .1
+                .split_whitespace()
+                .next()?;
+            fe.rsplit_once(':')?.1.parse().ok()
+        })
+        .collect();
+    assert_eq!(frontend_ports.len(), 1, "{tree:?}");
+    assert!(
+        in_range(&frontend_ports[0]),
+        "{frontend_ports:?} not in {range}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    assert!(child.0.wait().unwrap().success());
+
+    // Too small a range: the servers that find no port are named, with the reason.
+    let out = Command::new(sdm_e2e::sdm())
+        .args(["launch", "-n", "4", "--timeout", "20", "--port-range"])
+        .arg(format!("{first}-{}", first + 1))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("no free port in {first}-{}", first + 1)),
+        "{text}"
+    );
+}

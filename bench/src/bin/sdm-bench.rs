@@ -279,6 +279,9 @@ async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
             let mut inflight = VecDeque::new();
             let (mut sent, mut done) = (0u32, 0u32);
             let mut t0 = Instant::now();
+            // Every daemon (the master and the servers are this process's descendants).
+            let daemons = sdm_bench::descendants(std::process::id());
+            let mut cpu0 = 0;
             let result: anyhow::Result<()> = async {
                 while done < total {
                     while sent < total && inflight.len() < *window as usize {
@@ -297,19 +300,21 @@ async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
                     done += 1;
                     if done == *warmup {
                         t0 = Instant::now();
+                        cpu0 = sdm_bench::cpu_ns(&daemons);
                     }
                 }
                 Ok(())
             }
             .await;
             let elapsed = t0.elapsed().as_secs_f64();
+            let cpu = per_daemon_wave_us(sdm_bench::cpu_ns(&daemons) - cpu0, &daemons, *waves);
             s.shutdown(Duration::from_secs(20)).await;
             result?;
             if let Some(e) = first_bad {
                 bail!("{bad} waves had a wrong sum; first: {e}");
             }
             Ok(throughput_json(
-                c, "sdm", wall, *waves, *window, *warmup, elapsed,
+                c, "sdm", wall, *waves, *window, *warmup, elapsed, cpu,
             ))
         }
     }
@@ -339,6 +344,12 @@ fn rtt_json(
     )
 }
 
+/// CPU microseconds per daemon per wave, from `ns` spent by `daemons` over `waves`.
+fn per_daemon_wave_us(ns: u64, daemons: &[u32], waves: u32) -> f64 {
+    ns as f64 / 1e3 / daemons.len().max(1) as f64 / f64::from(waves.max(1))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn throughput_json(
     c: &Common,
     system: &str,
@@ -347,6 +358,7 @@ fn throughput_json(
     window: u32,
     warmup: u32,
     elapsed: f64,
+    cpu_us_per_daemon_wave: f64,
 ) -> Value {
     extend(
         header("throughput", system, c),
@@ -356,6 +368,7 @@ fn throughput_json(
             "warmup": warmup,
             "elapsed_seconds": elapsed,
             "waves_per_second": f64::from(waves) / elapsed,
+            "cpu_us_per_daemon_wave": cpu_us_per_daemon_wave,
             "sums_ok": true,
             "startup_seconds": startup,
         }),
@@ -425,6 +438,8 @@ fn baseline(cmd: &Bench) -> anyhow::Result<Value> {
             let mut inflight = VecDeque::new();
             let (mut sent, mut done, mut bad) = (0u32, 0u32, 0u32);
             let mut t0 = Instant::now();
+            let daemons = sdm_bench::descendants(std::process::id());
+            let mut cpu0 = 0;
             while done < total {
                 while sent < total && inflight.len() < *window as usize {
                     inflight.push_back(t.send()?);
@@ -439,14 +454,16 @@ fn baseline(cmd: &Bench) -> anyhow::Result<Value> {
                 done += 1;
                 if done == *warmup {
                     t0 = Instant::now();
+                    cpu0 = sdm_bench::cpu_ns(&daemons);
                 }
             }
             let elapsed = t0.elapsed().as_secs_f64();
+            let cpu = per_daemon_wave_us(sdm_bench::cpu_ns(&daemons) - cpu0, &daemons, *waves);
             let startup = t.startup().as_secs_f64();
             t.shutdown(Duration::from_secs(20));
             ensure!(bad == 0, "{bad} waves had a sum other than {want}");
             Ok(throughput_json(
-                c, "baseline", startup, *waves, *window, *warmup, elapsed,
+                c, "baseline", startup, *waves, *window, *warmup, elapsed, cpu,
             ))
         }
     }
@@ -455,7 +472,7 @@ fn baseline(cmd: &Bench) -> anyhow::Result<Value> {
 // ---- table --------------------------------------------------------------------------------
 
 /// The figures of the table: bench, JSON field, row label, scale to the shown unit.
-const FIGURES: [(&str, &str, &str, f64); 4] = [
+const FIGURES: [(&str, &str, &str, f64); 5] = [
     ("startup", "wall_seconds", "start-up (s)", 1.0),
     ("rtt", "p50_us", "rtt p50 (ms)", 1e-3),
     ("rtt", "p99_us", "rtt p99 (ms)", 1e-3),
@@ -463,6 +480,12 @@ const FIGURES: [(&str, &str, &str, f64); 4] = [
         "throughput",
         "waves_per_second",
         "throughput (waves/s)",
+        1.0,
+    ),
+    (
+        "throughput",
+        "cpu_us_per_daemon_wave",
+        "CPU per daemon per wave (us)",
         1.0,
     ),
 ];
@@ -534,25 +557,48 @@ fn table(text: &str) -> String {
             }
         }
     }
-    let mut out = String::from(
-        "| figure | n | sdm | baseline | sdm / baseline |\n| --- | --- | --- | --- | --- |\n",
-    );
+    // With runs of an older build (`run-macro.sh --old-bin`, system `sdm-old`), it gets
+    // its own columns, so before and after come from one sitting.
+    let with_old = data.keys().any(|(_, _, sys)| sys == "sdm-old");
+    let mut out = if with_old {
+        String::from(
+            "| figure | n | sdm before | sdm | baseline | before / baseline | sdm / baseline |\n\
+             | --- | --- | --- | --- | --- | --- | --- |\n",
+        )
+    } else {
+        String::from(
+            "| figure | n | sdm | baseline | sdm / baseline |\n| --- | --- | --- | --- | --- |\n",
+        )
+    };
     let mut keys: Vec<(usize, u64)> = data.keys().map(|(i, n, _)| (*i, *n)).collect();
     keys.dedup();
     for (i, n) in keys {
         let get = |sys: &str| data.get(&(i, n, sys.to_owned())).map(|v| cell(v));
-        let (sdm, base) = (get("sdm"), get("baseline"));
-        let ratio = match (&sdm, &base) {
+        let (old, sdm, base) = (get("sdm-old"), get("sdm"), get("baseline"));
+        let ratio = |x: &Option<(f64, String)>| match (x, &base) {
             (Some((a, _)), Some((b, _))) if *b != 0.0 => format!("{:.2}", a / b),
             _ => "–".into(),
         };
         let show = |c: &Option<(f64, String)>| c.as_ref().map_or("–".into(), |c| c.1.clone());
-        out.push_str(&format!(
-            "| {} | {n} | {} | {} | {ratio} |\n",
-            FIGURES[i].2,
-            show(&sdm),
-            show(&base)
-        ));
+        if with_old {
+            out.push_str(&format!(
+                "| {} | {n} | {} | {} | {} | {} | {} |\n",
+                FIGURES[i].2,
+                show(&old),
+                show(&sdm),
+                show(&base),
+                ratio(&old),
+                ratio(&sdm)
+            ));
+        } else {
+            out.push_str(&format!(
+                "| {} | {n} | {} | {} | {} |\n",
+                FIGURES[i].2,
+                show(&sdm),
+                show(&base),
+                ratio(&sdm)
+            ));
+        }
     }
     out
 }

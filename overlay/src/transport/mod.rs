@@ -12,6 +12,7 @@
 
 mod delay;
 mod mem;
+mod ports;
 #[cfg(feature = "quic")]
 mod quic;
 mod tcp;
@@ -28,6 +29,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 
 pub use delay::DelayTransport;
 pub use mem::MemTransport;
+pub use ports::{PortRange, PortRangeError, bind_in_range};
 #[cfg(feature = "quic")]
 pub use quic::{QUIC_IDLE_TIMEOUT, QUIC_KEEP_ALIVE, QuicTransport, SessionTls, TlsError};
 pub use tcp::TcpTransport;
