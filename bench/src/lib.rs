@@ -19,37 +19,7 @@ pub fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// Processes descending from `root` (not `root` itself), from /proc.
-pub fn descendants(root: u32) -> Vec<u32> {
-    let mut parent_of = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // The parent is the second field after the command name, which may hold spaces.
-            if let Some(ppid) = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<u32>().ok())
-            {
-                parent_of.push((pid, ppid));
-            }
-        }
-    }
-    let mut out: Vec<u32> = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for &(c, _) in parent_of.iter().filter(|&&(_, pp)| pp == p) {
-            out.push(c);
-            frontier.push(c);
-        }
-    }
-    out
-}
+pub use sdm_server::mpir::descendants;
 
 /// CPU time consumed so far by the processes `pids`, all their threads, in nanoseconds
 /// (the first field of /proc/PID/task/TID/schedstat: time spent running). Processes that

@@ -379,16 +379,14 @@ impl Session {
         }
 
         // The master runs here, next to the front-end.
+        let mut master_args = vec!["master".into(), "--frontend".into(), fe_addr.to_string()];
+        if let Some(r) = opts.port_range {
+            master_args.extend(["--port-range".into(), r.to_string()]);
+        }
         let master_spec = LaunchSpec {
             n: 1,
             program,
-            args: [
-                vec!["master".into(), "--frontend".into(), fe_addr.to_string()],
-                opts.port_range
-                    .map(|r| vec!["--port-range".into(), r.to_string()])
-                    .unwrap_or_default(),
-            ]
-            .concat(),
+            args: master_args,
             env,
         };
         let master = sdm_deploy::Local.launch_one(&master_spec).map_err(|e| {

@@ -358,6 +358,22 @@ pub fn children(pid: u32) -> Vec<u32> {
     kids
 }
 
+/// Every process below `root` (children, their children, ...; not `root` itself), from one
+/// read of /proc.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let parents = parent_map();
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (&c, _) in parents.iter().filter(|&(_, &pp)| pp == p) {
+            out.push(c);
+            frontier.push(c);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 fn descends_from(mut pid: u32, ancestor: u32, parents: &HashMap<u32, u32>) -> bool {
     for _ in 0..64 {
         match parents.get(&pid) {

@@ -439,6 +439,31 @@ pub fn sdm_ok<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
     text
 }
 
+/// STAT's answer for tests/programs/mpi_hang.c stopped with `n` ranks, checked in the
+/// lines `bt --classes` printed: two classes, the waiting ranks `[0-(n-2)]` through the
+/// barrier called from `step`, and the last rank computing in `step`. `context` is shown on
+/// failure.
+pub fn assert_hung_job_classes(lines: &[&str], n: u32, context: &str) {
+    let last = n - 1;
+    let classes: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains("(representative"))
+        .collect();
+    assert_eq!(classes.len(), 2, "{context}");
+    assert!(
+        classes[0].starts_with(&format!("[0-{}] (representative 0) ", last - 1))
+            && classes[0].contains(" > main > step > ")
+            && classes[0].contains("Barrier"),
+        "{context}"
+    );
+    assert!(
+        classes[1].starts_with(&format!("[{last}] (representative {last}) "))
+            && classes[1].ends_with(" > main > step > compute"),
+        "{context}"
+    );
+}
+
 /// The processes whose parent is `parent` (from /proc).
 pub fn children_of(parent: u32) -> Vec<u32> {
     sdm_server::mpir::children(parent)

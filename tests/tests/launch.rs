@@ -347,32 +347,6 @@ fn topology_files_on_the_command_line() {
     );
 }
 
-/// The pids of `root` and all its descendants.
-fn process_tree(root: u32) -> Vec<u32> {
-    let mut parents = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        if let Some((_, rest)) = stat.rsplit_once(") ")
-            && let Some(ppid) = rest.split_whitespace().nth(1)
-        {
-            parents.push((pid, ppid.parse::<u32>().unwrap_or(0)));
-        }
-    }
-    let mut tree = vec![root];
-    let mut i = 0;
-    while i < tree.len() {
-        let p = tree[i];
-        tree.extend(parents.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
-        i += 1;
-    }
-    tree
-}
-
 /// A child process killed if the test ends early.
 struct KillOnDrop(std::process::Child);
 
@@ -430,7 +404,8 @@ fn every_listener_stays_in_the_port_range() {
         seen.push(lines.next().expect("sdm launch ended early").unwrap());
     }
     assert!(seen.contains(&"[0-7] pong".to_owned()), "{seen:#?}");
-    let tree = process_tree(child.0.id());
+    let mut tree = sdm_server::mpir::descendants(child.0.id());
+    tree.push(child.0.id());
     let in_range = |p: &u16| (first..=first + 39).contains(p);
     // The master and eight servers listen, every one inside the range.
     let ports = listening_ports(&tree);

@@ -155,24 +155,7 @@ fn attach_stop_detach(launcher: &str, n: u32) {
     );
     // STAT's answer for the hung job: two classes, the waiting ranks through the barrier
     // called from step, and the late rank computing in step.
-    let classes: Vec<&str> = lines
-        .iter()
-        .copied()
-        .filter(|l| l.contains("(representative"))
-        .collect();
-    assert_eq!(classes.len(), 2, "{stdout}{stderr}");
-    let waiting = format!("[0-{}] (representative 0) ", last - 1);
-    assert!(
-        classes[0].starts_with(&waiting)
-            && classes[0].contains(" > main > step > ")
-            && classes[0].contains("Barrier"),
-        "{stdout}{stderr}"
-    );
-    assert!(
-        classes[1].starts_with(&format!("[{last}] (representative {last}) "))
-            && classes[1].ends_with(" > main > step > compute"),
-        "{stdout}{stderr}"
-    );
+    sdm_e2e::assert_hung_job_classes(&lines, n, &format!("{stdout}{stderr}"));
     assert_eq!(
         lines.last().copied(),
         Some(format!("[0-{last}] detached").as_str()),

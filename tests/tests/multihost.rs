@@ -570,6 +570,28 @@ fn a_tree_over_ipv6_loopback() {
     interrupt(running);
 }
 
+/// `sdm run --launcher mpirun --hosts TAGh[1-4] -n 8 CONSOLE_ARGS -- PROGRAM` (an MPI test
+/// program), its ranks talking over TCP only (see below), to its end.
+fn sdm_run_across(h: &SshHosts, console: &[&str], program: &str) -> std::process::Output {
+    Command::new(support::sdm())
+        .args([
+            "run",
+            "--launcher",
+            "mpirun",
+            "--hosts",
+            &hostlist(&h.hosts),
+            "-n",
+            "8",
+        ])
+        .args(console)
+        .arg("--")
+        .arg(support::mpi_program(program))
+        .env("OMPI_MCA_btl", "self,tcp")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("running sdm run")
+}
+
 /// `sdm run --launcher mpirun --hosts … -n 8 -- mpi_allreduce`: Open MPI starts its daemons
 /// over ssh into the four hosts, they start the sdm servers, the servers start the ranks,
 /// and the ranks' MPI_Allreduce and token ring cross the bridge. The hosts share one kernel,
@@ -584,21 +606,7 @@ fn a_tree_over_ipv6_loopback() {
 fn an_mpi_job_across_four_hosts_under_mpirun() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let h = SshHosts::create();
-    let prog = support::mpi_program("mpi_allreduce");
-    let out = Command::new(support::sdm())
-        .args([
-            "run",
-            "--launcher",
-            "mpirun",
-            "--hosts",
-            &hostlist(&h.hosts),
-        ])
-        .args(["-n", "8", "--"])
-        .arg(&prog)
-        .env("OMPI_MCA_btl", "self,tcp")
-        .current_dir(std::env::temp_dir())
-        .output()
-        .expect("running sdm run");
+    let out = sdm_run_across(&h, &[], "mpi_allreduce");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -781,23 +789,7 @@ fn attach_to_a_hung_mpi_job_across_four_hosts() {
     let lines: Vec<&str> = stdout.lines().collect();
     let last = n - 1;
     assert_eq!(lines[0], format!("[0-{last}] stopped"), "{stdout}{stderr}");
-    let classes: Vec<&str> = lines
-        .iter()
-        .copied()
-        .filter(|l| l.contains("(representative"))
-        .collect();
-    assert_eq!(classes.len(), 2, "{stdout}{stderr}");
-    assert!(
-        classes[0].starts_with(&format!("[0-{}] (representative 0) ", last - 1))
-            && classes[0].contains(" > main > step > ")
-            && classes[0].contains("Barrier"),
-        "{stdout}{stderr}"
-    );
-    assert!(
-        classes[1].starts_with(&format!("[{last}] (representative {last}) "))
-            && classes[1].ends_with(" > main > step > compute"),
-        "{stdout}{stderr}"
-    );
+    support::assert_hung_job_classes(&lines, n, &format!("{stdout}{stderr}"));
     assert!(
         lines.contains(&format!("[0-{last}] running").as_str()),
         "{stdout}{stderr}"
@@ -1105,22 +1097,13 @@ fn srun_across(h: &SlurmHosts, args: &[&str]) {
 fn stop_bt_cont_on_an_mpi_job_across_four_hosts_under_sdm_run() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let h = SshHosts::create();
-    let prog = support::mpi_program("mpi_hang");
-    let out = Command::new(support::sdm())
-        .args([
-            "run",
-            "--launcher",
-            "mpirun",
-            "--hosts",
-            &hostlist(&h.hosts),
-        ])
-        .args(["-n", "8", "-c", "sleep 3", "-c", "stop", "-c", "bt"])
-        .args(["-c", "cont", "-c", "kill", "--"])
-        .arg(&prog)
-        .env("OMPI_MCA_btl", "self,tcp")
-        .current_dir(std::env::temp_dir())
-        .output()
-        .expect("running sdm run");
+    let out = sdm_run_across(
+        &h,
+        &[
+            "-c", "sleep 3", "-c", "stop", "-c", "bt", "-c", "cont", "-c", "kill",
+        ],
+        "mpi_hang",
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stdout.lines().collect();
