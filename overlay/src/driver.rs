@@ -1,26 +1,27 @@
-//! The tokio driver of a [`Node`]: one reader and one batching writer task per link, a
-//! timer, and local delivery to a handler. Links come from [`crate::setup`].
+//! The tokio driver of a [`Node`]: one task per node reading and writing all its links
+//! itself, a timer, and local delivery to a handler. Links come from [`crate::setup`].
 //!
 //! The driver owns no routing logic: it only turns `poll_output` into socket writes and
 //! socket events into `handle_*` calls, like quinn's driver around quinn-proto.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
-use sdm_proto::{Control, Kind, Message};
+use futures::{Sink, StreamExt};
+use sdm_proto::{Control, FrameCodec, Kind, Message, WireError};
 use sdm_topology::NodeId;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use tokio::sync::mpsc;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
+use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::error::LinkError;
 use crate::flow;
 use crate::liveness::Peer;
 use crate::node::{Node, Output};
-use crate::transport::Link;
+use crate::transport::{BoxReader, BoxWriter, Link};
 
 /// A command delivered to this server, with the means to answer it.
 #[derive(Debug)]
@@ -70,142 +71,360 @@ pub use crate::liveness::{KEEPALIVE_ENV, Liveness};
 /// is shutting down), after which a node does not look for a new parent.
 const GOODBYE: &str = "the parent ended the session";
 
-#[derive(Debug)]
-enum Inbound {
-    /// A frame from the link of this generation.
-    Frame(Peer, Message, u64),
-    /// A link ended: its peer, why, and its generation (so the end of a replaced link
-    /// cannot remove the link that replaced it).
-    Closed(Peer, String, u64),
+/// One link as the node's task drives it: its framed halves and the frames waiting to be
+/// written. Two queues: control (commands, replies, keepalives, credit) and bulk (stdio and
+/// events, which keep their order among themselves). Control goes first, so a reply is
+/// never stuck behind output waiting for the same link; how much bulk is queued at all is
+/// the node's flow control ([`flow`]): at most a window beyond what the receiver took in.
+struct LinkIo {
+    reader: FramedRead<BoxReader, FrameCodec>,
+    writer: FramedWrite<BoxWriter, FrameCodec>,
+    /// The peer, for errors.
+    name: String,
+    ctrl: VecDeque<Message>,
+    bulk: VecDeque<Message>,
+    /// Frames handed to the writer's buffer and not flushed yet.
+    unflushed: bool,
 }
 
-/// Generations of links, unique in the process.
-static LINK_GENERATION: AtomicU64 = AtomicU64::new(1);
-
-/// Starts the reader and writer tasks of one link; returns the writer's queues. The reader
-/// puts every frame it receives (but a goodbye, which ends the link) on `inbound`.
-///
-/// The writer has two queues: control (commands, replies, keepalives, credit) and bulk
-/// (stdio and events, which keep their order among themselves). Control goes first, so a
-/// reply is never stuck behind output waiting for the same link; how much bulk reaches
-/// the writer at all is the node's flow control ([`flow`]): at most a window beyond what
-/// the receiver took in.
-fn spawn_link(peer: Peer, link: Link, inbound: mpsc::Sender<Inbound>) -> LinkTx {
-    let generation = LINK_GENERATION.fetch_add(1, Ordering::Relaxed);
-    let Link {
-        mut reader,
-        mut writer,
-        peer: name,
-    } = link;
-    let (ctrl, mut ctrl_rx) = mpsc::unbounded_channel::<Message>();
-    let (bulk, mut bulk_rx) = mpsc::unbounded_channel::<Message>();
-    let inbound_w = inbound.clone();
-    let name_w = name.clone();
-    let writer_task = tokio::spawn(async move {
-        loop {
-            let m = tokio::select! {
-                biased;
-                m = ctrl_rx.recv() => match m {
-                    Some(m) => m,
-                    None => break,
-                },
-                Some(m) = bulk_rx.recv() => m,
-                else => break,
-            };
-            // Batch: queue what else is waiting (control first), then flush once.
-            let mut res = writer.feed(&m).await;
-            let mut n = 1;
-            while res.is_ok() && n < 256 {
-                let Ok(next) = ctrl_rx.try_recv().or_else(|_| bulk_rx.try_recv()) else {
-                    break;
-                };
-                res = writer.feed(&next).await;
-                n += 1;
-            }
-            if let Err(e) = res.and(writer.flush().await) {
-                let why = format!("write to {name_w} failed: {e}");
-                let _ = inbound_w.send(Inbound::Closed(peer, why, generation)).await;
-                return;
-            }
+impl LinkIo {
+    fn new(link: Link) -> Self {
+        let Link {
+            reader,
+            writer,
+            peer,
+        } = link;
+        Self {
+            reader,
+            writer,
+            name: peer,
+            ctrl: VecDeque::new(),
+            bulk: VecDeque::new(),
+            unflushed: false,
         }
-        let _ = writer.close().await;
-    });
-    let reader_task = tokio::spawn(async move {
-        let why = loop {
-            let m = match reader.next().await {
-                Some(Ok(m)) => m,
-                Some(Err(e)) => break format!("bad frame from {name}: {e}"),
-                None => break format!("{name} closed the connection"),
-            };
-            if m.kind == Kind::Control {
-                match Control::from_message(&m) {
-                    Ok(Control::Goodbye) => break GOODBYE.to_owned(),
-                    Ok(_) => {}
-                    Err(e) => break format!("{name} sent a bad control frame: {e}"),
+    }
+
+    fn push(&mut self, m: Message) {
+        if flow::is_bulk(m.kind) {
+            self.bulk.push_back(m);
+        } else {
+            self.ctrl.push_back(m);
+        }
+    }
+
+    /// Nothing queued and nothing buffered unwritten.
+    fn idle(&self) -> bool {
+        !self.unflushed && self.ctrl.is_empty() && self.bulk.is_empty()
+    }
+
+    /// The next frame from the peer, or why the link ended (the peer closed it, sent a bad
+    /// frame, or said goodbye).
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Message, String>> {
+        let m = match ready!(self.reader.poll_next_unpin(cx)) {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => return Poll::Ready(Err(format!("bad frame from {}: {e}", self.name))),
+            None => return Poll::Ready(Err(format!("{} closed the connection", self.name))),
+        };
+        if m.kind == Kind::Control {
+            match Control::from_message(&m) {
+                Ok(Control::Goodbye) => return Poll::Ready(Err(GOODBYE.to_owned())),
+                Ok(_) => {}
+                Err(e) => {
+                    let why = format!("{} sent a bad control frame: {e}", self.name);
+                    return Poll::Ready(Err(why));
                 }
             }
-            if inbound
-                .send(Inbound::Frame(peer, m, generation))
-                .await
-                .is_err()
-            {
-                return;
-            }
-        };
-        let _ = inbound.send(Inbound::Closed(peer, why, generation)).await;
-    });
-    LinkTx {
-        reader: AbortOnDrop(reader_task),
-        ctrl,
-        bulk,
-        generation,
-        writer: writer_task,
-    }
-}
-
-/// A task that ends with its owner (a link's reader, which may wait on a silent peer for
-/// ever).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// The sending side of a link: its two queues.
-struct LinkTx {
-    /// The link's reader (aborted when the link is dropped).
-    reader: AbortOnDrop,
-    ctrl: mpsc::UnboundedSender<Message>,
-    bulk: mpsc::UnboundedSender<Message>,
-    /// Which link this is (see [`Inbound::Closed`]).
-    generation: u64,
-    /// The writer task: it ends once both queues are closed and drained.
-    writer: tokio::task::JoinHandle<()>,
-}
-
-impl LinkTx {
-    /// Closes the queues and waits (at most `grace`) until what was queued is written.
-    async fn finish(self, grace: std::time::Duration) {
-        let LinkTx {
-            ctrl,
-            bulk,
-            writer,
-            reader,
-            ..
-        } = self;
-        drop((ctrl, bulk));
-        let _ = tokio::time::timeout(grace, writer).await;
-        drop(reader);
-    }
-
-    fn send(&self, m: Message) -> bool {
-        if flow::is_bulk(m.kind) {
-            self.bulk.send(m).is_ok()
-        } else {
-            self.ctrl.send(m).is_ok()
         }
+        Poll::Ready(Ok(m))
+    }
+
+    /// Moves queued frames (control first) into the writer's buffer while it takes them,
+    /// then flushes once: several frames per system call. Never waits: what the socket does
+    /// not take stays queued, and the task is woken when it can take more.
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> Result<(), String> {
+        let fail = |e: WireError, name: &str| format!("write to {name} failed: {e}");
+        while !(self.ctrl.is_empty() && self.bulk.is_empty()) {
+            match Sink::<&Message>::poll_ready(Pin::new(&mut self.writer), cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Err(fail(e, &self.name)),
+                Poll::Pending => break,
+            }
+            let m = match self.ctrl.pop_front() {
+                Some(m) => m,
+                None => self.bulk.pop_front().expect("a queue is not empty"),
+            };
+            Pin::new(&mut self.writer)
+                .start_send(&m)
+                .map_err(|e| fail(e, &self.name))?;
+            self.unflushed = true;
+        }
+        if self.unflushed {
+            match Sink::<&Message>::poll_flush(Pin::new(&mut self.writer), cx) {
+                Poll::Ready(Ok(())) => self.unflushed = false,
+                Poll::Ready(Err(e)) => return Err(fail(e, &self.name)),
+                Poll::Pending => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The children's links, by id, in a stable order (so the turns can go round them fairly).
+#[derive(Default)]
+struct Children {
+    slots: Vec<Option<(NodeId, LinkIo)>>,
+    index: HashMap<NodeId, usize>,
+    /// Where the next turn starts reading.
+    next: usize,
+}
+
+impl Children {
+    fn insert(&mut self, id: NodeId, link: LinkIo) {
+        self.remove(id);
+        self.index.insert(id, self.slots.len());
+        self.slots.push(Some((id, link)));
+    }
+
+    fn remove(&mut self, id: NodeId) {
+        if let Some(k) = self.index.remove(&id) {
+            self.slots[k] = None;
+        }
+    }
+
+    fn get_mut(&mut self, id: NodeId) -> Option<&mut LinkIo> {
+        let k = *self.index.get(&id)?;
+        self.slots[k].as_mut().map(|(_, l)| l)
+    }
+
+    fn links_mut(&mut self) -> impl Iterator<Item = &mut (NodeId, LinkIo)> {
+        self.slots.iter_mut().flatten()
+    }
+}
+
+/// What a turn of the node's task ended with.
+enum Turn {
+    /// Something was handled: look again (tokio's cooperative budget makes the task yield
+    /// when it has run long enough).
+    Busy,
+    /// The parent link ended, for this reason.
+    ParentGone(String),
+}
+
+/// Frames taken from one link (or local replies, or local events) in one turn of the
+/// node's task: several per wake-up, and still a bounded time before the parent, the other
+/// children and the timer are looked at again.
+const DRAIN: usize = 32;
+
+/// A node and everything its task drives: the links, the local handler and its replies,
+/// the timer.
+struct Driver {
+    node: Node,
+    parent: LinkIo,
+    children: Children,
+    handler: LocalHandler,
+    reply_tx: mpsc::UnboundedSender<(u64, Bytes)>,
+    reply_rx: mpsc::UnboundedReceiver<(u64, Bytes)>,
+    events: LocalEvents,
+    adoptions: Option<mpsc::Receiver<(NodeId, Link)>>,
+    /// Whether the node asked to stop taking local output (flow control).
+    local_paused: bool,
+    /// The node's deadline the timer is set to.
+    armed: Option<Instant>,
+    /// Why the parent link ended, once it has.
+    parent_gone: Option<String>,
+}
+
+impl Driver {
+    /// Carries out what the node asked for: frames onto their links' queues, commands to
+    /// the handler, link ends, pauses.
+    fn dispatch(&mut self) {
+        while let Some(out) = self.node.poll_output() {
+            match out {
+                Output::ToParent(m) => self.parent.push(m),
+                Output::ToChild(c, m) => match self.children.get_mut(c) {
+                    Some(link) => link.push(m),
+                    None => {
+                        let now = Instant::now().into_std();
+                        self.node.handle_link_down(now, c, "no link");
+                    }
+                },
+                Output::Deliver {
+                    op,
+                    kind,
+                    filter,
+                    service,
+                    payload,
+                } => (self.handler)(Delivery {
+                    op,
+                    kind,
+                    filter,
+                    service,
+                    payload,
+                    reply: Replier {
+                        op,
+                        tx: self.reply_tx.clone(),
+                    },
+                }),
+                // The node already reported the child's ids lost.
+                Output::LinkDead(Peer::Child(c), _) => self.children.remove(c),
+                Output::LinkDead(Peer::Parent, why) => {
+                    self.parent_gone.get_or_insert(why);
+                }
+                Output::PauseLocal => self.local_paused = true,
+                Output::ResumeLocal => self.local_paused = false,
+            }
+        }
+    }
+
+    /// One turn: frames from the parent first (commands are never stuck behind a flood
+    /// from below), local replies, the timer, adoptions, the children in turn, local
+    /// output; then every link's queue goes out. Pending only when every source was looked
+    /// at and had nothing, so each of them will wake the task.
+    fn poll_turn(&mut self, cx: &mut Context<'_>, timer: Pin<&mut Sleep>) -> Poll<Turn> {
+        let mut busy = false;
+        let now = || Instant::now().into_std();
+        for _ in 0..DRAIN {
+            match self.parent.poll_frame(cx) {
+                Poll::Ready(Ok(m)) => {
+                    busy = true;
+                    self.node.handle_from_parent(now(), m);
+                }
+                Poll::Ready(Err(why)) => {
+                    self.parent_gone.get_or_insert(why);
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        self.dispatch();
+        for _ in 0..DRAIN {
+            let Poll::Ready(Some((op, payload))) = self.reply_rx.poll_recv(cx) else {
+                break;
+            };
+            busy = true;
+            self.node.handle_local_reply(now(), op, payload);
+        }
+        if self.armed.is_some() && timer.poll(cx).is_ready() {
+            busy = true;
+            self.armed = None;
+            self.node.handle_timeout(now());
+        }
+        self.dispatch();
+        if let Some(rx) = self.adoptions.as_mut()
+            && let Poll::Ready(Some((id, link))) = rx.poll_recv(cx)
+        {
+            busy = true;
+            if self.node.handle_adopt(id) {
+                self.children.insert(id, LinkIo::new(link));
+                self.node.handle_link_open(now(), Peer::Child(id), true);
+            } else {
+                tracing::warn!(node = %self.node.id(), "refused adoption of {id}: not an orphan below this node");
+            }
+        }
+        busy |= self.read_children(cx);
+        // This server's own output, which takes turns with the children's.
+        for _ in 0..DRAIN {
+            if self.local_paused {
+                break;
+            }
+            let Poll::Ready(Some((kind, payload))) = self.events.poll_recv(cx) else {
+                break;
+            };
+            busy = true;
+            self.node.handle_local_event(kind, payload);
+            self.dispatch();
+        }
+        self.write_all(cx);
+        if let Some(why) = self.parent_gone.take() {
+            return Poll::Ready(Turn::ParentGone(why));
+        }
+        if busy {
+            Poll::Ready(Turn::Busy)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Up to [`DRAIN`] frames from each child, starting one further round each turn.
+    fn read_children(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut busy = false;
+        let n = self.children.slots.len();
+        let start = self.children.next;
+        self.children.next = if n == 0 { 0 } else { (start + 1) % n };
+        for k in 0..n {
+            let slot = (start + k) % n;
+            for _ in 0..DRAIN {
+                let Some((c, link)) = self.children.slots[slot].as_mut() else {
+                    break;
+                };
+                let c = *c;
+                match link.poll_frame(cx) {
+                    Poll::Ready(Ok(m)) => {
+                        busy = true;
+                        self.node.handle_from_child(Instant::now().into_std(), c, m);
+                    }
+                    Poll::Ready(Err(why)) => {
+                        busy = true;
+                        self.children.remove(c);
+                        self.node.handle_link_down(Instant::now().into_std(), c, &why);
+                    }
+                    Poll::Pending => break,
+                }
+                self.dispatch();
+            }
+        }
+        busy
+    }
+
+    /// Every link's queued frames out, as far as the sockets take them; a link whose write
+    /// failed ends.
+    fn write_all(&mut self, cx: &mut Context<'_>) {
+        if let Err(why) = self.parent.poll_write(cx) {
+            self.parent_gone.get_or_insert(why);
+        }
+        let mut failed = Vec::new();
+        for (c, link) in self.children.links_mut() {
+            if !link.idle()
+                && let Err(why) = link.poll_write(cx)
+            {
+                failed.push((*c, why));
+            }
+        }
+        for (c, why) in failed {
+            self.children.remove(c);
+            self.node.handle_link_down(Instant::now().into_std(), c, &why);
+            self.dispatch();
+        }
+    }
+
+    /// Moves the timer to the node's deadline, if that changed (a new registration per
+    /// frame would cost more than the frame).
+    fn arm(&mut self, timer: Pin<&mut Sleep>) {
+        let deadline = self.node.poll_timeout().map(Instant::from_std);
+        if deadline != self.armed {
+            if let Some(d) = deadline {
+                timer.reset(d);
+            }
+            self.armed = deadline;
+        }
+    }
+
+    /// Says goodbye to every child and waits (at most `grace`) until what was queued for
+    /// them is written: the children end too, without looking for another parent.
+    async fn goodbye(mut self, grace: std::time::Duration) {
+        for (_, link) in self.children.links_mut() {
+            link.push(Control::Goodbye.to_message());
+        }
+        let drained = std::future::poll_fn(|cx| {
+            let mut left = false;
+            for (_, link) in self.children.links_mut() {
+                if link.poll_write(cx).is_ok() && !link.idle() {
+                    left = true;
+                }
+            }
+            if left { Poll::Pending } else { Poll::Ready(()) }
+        });
+        let _ = tokio::time::timeout(grace, drained).await;
     }
 }
 
@@ -257,218 +476,79 @@ pub struct Recovery {
 
 /// [`run_node_with_events`] with failure recovery: adopting orphaned descendants and
 /// re-attaching to a live ancestor when the parent dies.
+///
+/// One task drives the node and all its links: it reads every link itself (several frames
+/// per read), hands what arrives to the node, and writes what the node sends straight into
+/// the links' buffers, flushed once per turn; no task or channel between a socket and the
+/// node, so a frame costs one wake-up per hop, not three.
 pub async fn run_node_full(
     mut node: Node,
     parent: Link,
     children: Vec<(NodeId, Result<Link, LinkError>)>,
-    mut handler: LocalHandler,
-    mut events: LocalEvents,
+    handler: LocalHandler,
+    events: LocalEvents,
     mut recovery: Recovery,
 ) -> io::Result<()> {
-    // Frames from the parent and from children come on separate queues, so control from
-    // above is never stuck behind a flood from below.
-    let (up_tx, mut up_rx) = mpsc::channel::<Inbound>(1024);
-    let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(1024);
-    let (reply_tx, mut reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
+    let (reply_tx, reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
     node.set_liveness(Some(recovery.liveness.unwrap_or_else(Liveness::from_env)));
     // The master's parent is the front-end, which sends no keepalives.
     let watch_parent = node.id() != NodeId::Master;
     let start = Instant::now().into_std();
-    let mut to_parent = spawn_link(Peer::Parent, parent, up_tx.clone());
     node.handle_link_open(start, Peer::Parent, watch_parent);
-    let mut to_child: HashMap<NodeId, LinkTx> = HashMap::new();
+    let mut kids = Children::default();
     for (id, link) in children {
         match link {
             Ok(link) => {
-                to_child.insert(id, spawn_link(Peer::Child(id), link, in_tx.clone()));
+                kids.insert(id, LinkIo::new(link));
                 node.handle_link_open(start, Peer::Child(id), true);
             }
             Err(e) => node.handle_link_down(start, id, &format!("could not connect: {e}")),
         }
     }
-    // Kept only while adoptions may add children; otherwise the end of every child link
-    // closes the queue.
-    let adopt_tx = recovery.adoptions.as_ref().map(|_| in_tx.clone());
-    drop(in_tx);
-    let mut children_open = true;
-    // Whether the node asked to stop taking local output (flow control).
-    let mut local_paused = false;
-    // One timer for the node's deadline, moved only when the deadline changes (a new
-    // registration per frame would cost more than the frame).
+    let mut d = Driver {
+        node,
+        parent: LinkIo::new(parent),
+        children: kids,
+        handler,
+        reply_tx,
+        reply_rx,
+        events,
+        adoptions: recovery.adoptions.take(),
+        local_paused: false,
+        armed: None,
+        parent_gone: None,
+    };
+    // One timer for the node's deadline, moved only when the deadline changes.
     let timer = tokio::time::sleep_until(Instant::now());
     tokio::pin!(timer);
-    let mut armed: Option<Instant> = None;
     loop {
-        let mut parent_gone = None;
-        // Drain outputs first: they may arm a timer.
-        while let Some(out) = node.poll_output() {
-            match out {
-                Output::ToParent(m) => {
-                    let _ = to_parent.send(m);
-                }
-                Output::ToChild(c, m) => {
-                    if to_child.get(&c).is_none_or(|tx| !tx.send(m)) {
-                        to_child.remove(&c);
-                        let now = Instant::now().into_std();
-                        node.handle_link_down(now, c, "no link");
-                    }
-                }
-                Output::Deliver {
-                    op,
-                    kind,
-                    filter,
-                    service,
-                    payload,
-                } => handler(Delivery {
-                    op,
-                    kind,
-                    filter,
-                    service,
-                    payload,
-                    reply: Replier {
-                        op,
-                        tx: reply_tx.clone(),
-                    },
-                }),
-                // The node already reported the child's ids lost.
-                Output::LinkDead(Peer::Child(c), _) => drop(to_child.remove(&c)),
-                Output::LinkDead(Peer::Parent, why) => parent_gone = Some(why),
-                Output::PauseLocal => local_paused = true,
-                Output::ResumeLocal => local_paused = false,
+        d.dispatch();
+        d.arm(timer.as_mut());
+        let why = match std::future::poll_fn(|cx| d.poll_turn(cx, timer.as_mut())).await {
+            Turn::Busy => continue,
+            Turn::ParentGone(why) => why,
+        };
+        tracing::info!(node = %d.node.id(), "parent link ended: {why}");
+        d.node.handle_parent_down();
+        let reattach = recovery.reattach.as_mut().filter(|_| why != GOODBYE);
+        let new_parent = match reattach {
+            Some(reattach) => reattach().await,
+            None => None,
+        };
+        match new_parent {
+            Some(link) => {
+                tracing::info!(node = %d.node.id(), "re-attached to {}", link.peer);
+                d.parent = LinkIo::new(link);
+                d.node
+                    .handle_link_open(Instant::now().into_std(), Peer::Parent, true);
             }
-        }
-        if parent_gone.is_none() {
-            let deadline = node.poll_timeout().map(Instant::from_std);
-            if deadline != armed {
-                if let Some(d) = deadline {
-                    timer.as_mut().reset(d);
-                }
-                armed = deadline;
-            }
-            tokio::select! {
-                biased;
-                ev = up_rx.recv() => {
-                    let now = Instant::now().into_std();
-                    match ev {
-                        Some(Inbound::Frame(_, m, g)) if g == to_parent.generation => {
-                            node.handle_from_parent(now, m);
-                        }
-                        // From a parent link this node already replaced.
-                        Some(Inbound::Frame(..)) => {}
-                        Some(Inbound::Closed(_, _, g)) if g != to_parent.generation => {}
-                        Some(Inbound::Closed(_, w, _)) => parent_gone = Some(w),
-                        None => parent_gone = Some("parent link closed".to_owned()),
-                    }
-                }
-                Some((op, payload)) = reply_rx.recv() => {
-                    let now = Instant::now().into_std();
-                    node.handle_local_reply(now, op, payload);
-                    // Replies that are already waiting go in with this one.
-                    for _ in 0..DRAIN {
-                        let Ok((op, payload)) = reply_rx.try_recv() else { break };
-                        node.handle_local_reply(now, op, payload);
-                    }
-                }
-                () = &mut timer, if armed.is_some() => {
-                    armed = None;
-                    node.handle_timeout(Instant::now().into_std());
-                }
-                Some((id, link)) = async {
-                    match recovery.adoptions.as_mut() {
-                        Some(rx) => rx.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    if node.handle_adopt(id) {
-                        let tx = adopt_tx.clone().expect("adoptions come with a queue");
-                        to_child.insert(id, spawn_link(Peer::Child(id), link, tx));
-                        node.handle_link_open(Instant::now().into_std(), Peer::Child(id), true);
-                    } else {
-                        tracing::warn!(node = %node.id(), "refused adoption of {id}: not an orphan below this node");
-                    }
-                }
-                ev = in_rx.recv(), if children_open => {
-                    let now = Instant::now().into_std();
-                    // This frame, then those already queued behind it (a bounded number,
-                    // so the parent's queue is looked at again soon).
-                    let mut ev = ev;
-                    for k in 0..DRAIN {
-                        let current = |c: &NodeId, g: u64| to_child.get(c).is_some_and(|tx| tx.generation == g);
-                        match ev {
-                            Some(Inbound::Frame(Peer::Child(c), m, g)) if current(&c, g) => {
-                                node.handle_from_child(now, c, m);
-                                // Turn about with this server's own output, which would
-                                // otherwise wait as long as any child has some (once per
-                                // turn: a pause the node asks for is seen between turns).
-                                if k == 0 && !local_paused && let Ok((kind, payload)) = events.try_recv() {
-                                    node.handle_local_event(kind, payload);
-                                }
-                            }
-                            Some(Inbound::Frame(..)) => {}
-                            Some(Inbound::Closed(Peer::Parent, why, _)) => {
-                                parent_gone = Some(why);
-                                break;
-                            }
-                            Some(Inbound::Closed(Peer::Child(c), why, g)) => {
-                                if current(&c, g) {
-                                    to_child.remove(&c);
-                                    node.handle_link_down(now, c, &why);
-                                }
-                            }
-                            // No children (left): only the parent can end this node.
-                            None => {
-                                children_open = false;
-                                break;
-                            }
-                        }
-                        if k + 1 == DRAIN {
-                            break;
-                        }
-                        ev = match in_rx.try_recv() {
-                            Ok(next) => Some(next),
-                            Err(_) => break,
-                        };
-                    }
-                }
-                Some((kind, payload)) = events.recv(), if !local_paused => {
-                    node.handle_local_event(kind, payload);
-                }
-            }
-        }
-        if let Some(why) = parent_gone {
-            tracing::info!(node = %node.id(), "parent link ended: {why}");
-            node.handle_parent_down();
-            let reattach = recovery.reattach.as_mut().filter(|_| why != GOODBYE);
-            let new_parent = match reattach {
-                Some(reattach) => reattach().await,
-                None => None,
-            };
-            match new_parent {
-                Some(link) => {
-                    tracing::info!(node = %node.id(), "re-attached to {}", link.peer);
-                    to_parent = spawn_link(Peer::Parent, link, up_tx.clone());
-                    node.handle_link_open(Instant::now().into_std(), Peer::Parent, true);
-                }
-                None => {
-                    // The children end too, without looking for another parent: say so,
-                    // and let the goodbyes reach them before this node goes.
-                    let grace = std::time::Duration::from_secs(1);
-                    let ends = to_child.into_values().map(|tx| {
-                        tx.send(Control::Goodbye.to_message());
-                        tx.finish(grace)
-                    });
-                    futures::future::join_all(ends).await;
-                    return Ok(());
-                }
+            None => {
+                d.goodbye(std::time::Duration::from_secs(1)).await;
+                return Ok(());
             }
         }
     }
 }
-
-/// Frames (or local replies) taken from a queue in one turn of the node's loop: fewer
-/// wake-ups and timer checks per frame, and still a bounded time before the parent's queue
-/// and the timer are looked at again.
-const DRAIN: usize = 32;
 
 #[cfg(test)]
 mod tests {
