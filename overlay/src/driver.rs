@@ -366,7 +366,8 @@ impl Driver {
                     Poll::Ready(Err(why)) => {
                         busy = true;
                         self.children.remove(c);
-                        self.node.handle_link_down(Instant::now().into_std(), c, &why);
+                        self.node
+                            .handle_link_down(Instant::now().into_std(), c, &why);
                     }
                     Poll::Pending => break,
                 }
@@ -392,7 +393,8 @@ impl Driver {
         }
         for (c, why) in failed {
             self.children.remove(c);
-            self.node.handle_link_down(Instant::now().into_std(), c, &why);
+            self.node
+                .handle_link_down(Instant::now().into_std(), c, &why);
             self.dispatch();
         }
     }
@@ -410,21 +412,42 @@ impl Driver {
     }
 
     /// Says goodbye to every child and waits (at most `grace`) until what was queued for
-    /// them is written: the children end too, without looking for another parent.
+    /// them is written and each link is closed (a quic stream finished, a tcp stream shut
+    /// down): the children end too, without looking for another parent.
     async fn goodbye(mut self, grace: std::time::Duration) {
         for (_, link) in self.children.links_mut() {
             link.push(Control::Goodbye.to_message());
         }
+        let mut closed = vec![false; self.children.slots.len()];
         let drained = std::future::poll_fn(|cx| {
             let mut left = false;
-            for (_, link) in self.children.links_mut() {
-                if link.poll_write(cx).is_ok() && !link.idle() {
+            for (k, slot) in self.children.slots.iter_mut().enumerate() {
+                let Some((_, link)) = slot.as_mut() else {
+                    continue;
+                };
+                if closed[k] || link.poll_write(cx).is_err() {
+                    closed[k] = true;
+                    continue;
+                }
+                if !link.idle() {
                     left = true;
+                    continue;
+                }
+                match Sink::<&Message>::poll_close(Pin::new(&mut link.writer), cx) {
+                    Poll::Ready(_) => closed[k] = true,
+                    Poll::Pending => left = true,
                 }
             }
             if left { Poll::Pending } else { Poll::Ready(()) }
         });
         let _ = tokio::time::timeout(grace, drained).await;
+        // Let the transports' own tasks run before the node (and perhaps its runtime)
+        // ends: a quic connection's driver sends what was just written to its stream.
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        drop(self);
+        tokio::task::yield_now().await;
     }
 }
 

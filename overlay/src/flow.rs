@@ -62,10 +62,11 @@ pub fn parse_credit(m: &Message) -> Option<i64> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "sent output beyond its flow-control window ({unacknowledged} bytes unacknowledged, \
-     window {WINDOW})"
+     window {window})"
 )]
 pub struct WindowExceeded {
     unacknowledged: i64,
+    window: i64,
 }
 
 impl WindowExceeded {
@@ -171,22 +172,59 @@ impl Grant {
     }
 }
 
+/// The largest weight of a child's window ([`RecvWindow::weighted`]): a node holds at most
+/// this many windows of one child's output.
+pub const MAX_WEIGHT: u64 = 16;
+
 /// The receiver's side of one link: bulk received and not handed back as credit, and the
 /// credit owed for what was taken in.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RecvWindow {
     outstanding: i64,
     grant: Grant,
+    /// The sender's window on this link: [`WINDOW`] times its weight.
+    window: i64,
+}
+
+impl Default for RecvWindow {
+    fn default() -> Self {
+        Self {
+            outstanding: 0,
+            grant: Grant::default(),
+            window: WINDOW,
+        }
+    }
 }
 
 impl RecvWindow {
+    /// The window of a child whose subtree holds `servers` servers: one [`WINDOW`] per
+    /// server, at most [`MAX_WEIGHT`], so a parent shares its own link to its parent
+    /// between its children by how many ranks print below each (with equal windows a leaf
+    /// child got as much through as a child carrying half the tree). Every sender starts
+    /// with one window; the credit frame returned gives it the rest.
+    pub fn weighted(servers: u64) -> (Self, Option<Message>) {
+        let weight = servers.clamp(1, MAX_WEIGHT) as i64;
+        let extra = (weight - 1) * WINDOW;
+        let w = Self {
+            window: weight * WINDOW,
+            ..Self::default()
+        };
+        (w, (extra > 0).then(|| credit(extra)))
+    }
+
+    /// The sender's window on this link.
+    pub fn window(&self) -> i64 {
+        self.window
+    }
+
     /// Counts a bulk frame as it arrives and takes it in. An error if the sender had no
     /// credit left when it sent it (it ignored the window).
     pub fn receive(&mut self, m: &Message) -> Result<(), WindowExceeded> {
         let before = self.outstanding;
-        if before >= WINDOW {
+        if before >= self.window {
             return Err(WindowExceeded {
                 unacknowledged: before,
+                window: self.window,
             });
         }
         self.outstanding += cost(m);

@@ -339,9 +339,17 @@ impl Node {
     /// A link to `peer` is up (again); `watched`: silence on it kills it.
     pub fn handle_link_open(&mut self, now: Instant, peer: Peer, watched: bool) {
         self.clocks.up(now, peer, watched);
-        if peer == Peer::Parent {
+        match peer {
             // A new parent: output that waited for the old one goes on.
-            self.release_output();
+            Peer::Parent => self.release_output(),
+            // A child's window grows with the servers below it (their output shares it).
+            Peer::Child(c) => {
+                let (window, extra) = RecvWindow::weighted(self.topo.subtree(c).len());
+                self.down.insert(c, window);
+                if let Some(m) = extra {
+                    self.out.push_back(Output::ToChild(c, m));
+                }
+            }
         }
     }
 

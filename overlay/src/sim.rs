@@ -276,6 +276,15 @@ impl SimNet {
     /// Every node sends keepalives and watches its links as `live` says (the master does
     /// not watch its link to the front-end), from now on.
     pub fn set_liveness(&mut self, live: Liveness) {
+        for node in self.nodes.iter_mut().flatten() {
+            node.set_liveness(Some(live));
+        }
+        self.open_links();
+    }
+
+    /// Tells every live node that its links are open, as the driver does when a node
+    /// starts (liveness clocks start, children get the rest of their windows).
+    pub fn open_links(&mut self) {
         let now = self.now;
         for pos in 0..self.nodes.len() as u64 {
             let me = NodeId::from_position(pos);
@@ -283,7 +292,6 @@ impl SimNet {
             let Some(node) = self.nodes[pos as usize].as_mut() else {
                 continue;
             };
-            node.set_liveness(Some(live));
             node.handle_link_open(now, Peer::Parent, me != NodeId::Master);
             for c in children {
                 node.handle_link_open(now, Peer::Child(c), true);

@@ -3,7 +3,9 @@
 //! - `lines`: every rank prints `--lines` lines as fast as it can (distinct per rank, or
 //!   the same on every rank with `--identical`); reports the lines per second handed to
 //!   the front-end's stdio handler (counted per rank: a merged `[0-63] 5` counts 64) and
-//!   checks that none is lost.
+//!   checks that none is lost; with distinct lines also how the intake was shared between
+//!   ranks (`per_rank`: min and max lines/s while every rank was still printing, which
+//!   ranks and their depth in the tree).
 //! - `stop`: the latency of a global stop (request to all ranks, every reply back) while
 //!   the programs sleep and while every rank floods its output (`yes`), as ratio
 //!   flood/idle, measured in the same invocation.
@@ -107,8 +109,11 @@ async fn lines(
     let mut iof = Iof::new(s.all(), Duration::from_millis(window_ms));
     let c = count.clone();
     let e = ended.clone();
+    let share = Arc::new(std::sync::Mutex::new(Share::new(n, per_rank)));
+    let sh = share.clone();
     iof.set_stdout_handler(move |ids, _| {
         c.fetch_add(ids.len(), Ordering::Relaxed);
+        sh.lock().expect("not poisoned").add(ids);
     })
     .set_event_handler(move |ids, text| {
         if text.starts_with("process_terminated") {
@@ -122,6 +127,7 @@ async fn lines(
     };
     let all = s.all();
     let t0 = Instant::now();
+    share.lock().expect("not poisoned").t0 = t0;
     start(&mut s, &script).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
     while !all.is_subset(&ended.lock().expect("not poisoned")) {
@@ -137,11 +143,77 @@ async fn lines(
     let want = per_rank * u64::from(n);
     s.shutdown(Duration::from_secs(20)).await;
     ensure!(got == want, "{got} rank-lines arrived, {want} were printed");
-    Ok(json!({
+    let mut out = json!({
         "bench": "stdio_lines", "n": n, "lines_per_rank": per_rank, "identical": identical,
         "window_ms": window_ms, "seconds": secs, "rank_lines": got,
         "rank_lines_per_second": got as f64 / secs,
-    }))
+    });
+    if !identical {
+        let topo = sdm_topology::Shape::Binomial.build(n);
+        out["per_rank"] = share.lock().expect("not poisoned").report(&*topo);
+    }
+    Ok(out)
+}
+
+/// How the front-end's intake was shared between ranks while all of them were still
+/// printing: each rank's lines that had arrived when the first rank's last line arrived,
+/// per second.
+struct Share {
+    t0: Instant,
+    per_rank: u64,
+    counts: Vec<u64>,
+    /// Seconds from the start to the first rank done, and every rank's count then.
+    first_done: Option<(f64, Vec<u64>)>,
+}
+
+impl Share {
+    fn new(n: u32, per_rank: u64) -> Self {
+        Self {
+            t0: Instant::now(),
+            per_rank,
+            counts: vec![0; n as usize],
+            first_done: None,
+        }
+    }
+
+    fn add(&mut self, ids: &IdSet) {
+        for r in ids.iter() {
+            let c = &mut self.counts[r as usize];
+            *c += 1;
+            if *c == self.per_rank && self.first_done.is_none() {
+                self.first_done = Some((self.t0.elapsed().as_secs_f64(), self.counts.clone()));
+            }
+        }
+    }
+
+    /// Min and max lines/s over the ranks, which ranks, and their depth in the tree.
+    fn report(&self, topo: &dyn sdm_topology::Topology) -> serde_json::Value {
+        let Some((secs, counts)) = &self.first_done else {
+            return serde_json::Value::Null;
+        };
+        let depth = |r: usize| {
+            let mut d = 0;
+            let mut at = topo.parent(sdm_topology::NodeId::Server(r as u32));
+            while let Some(p) = at {
+                d += 1;
+                at = topo.parent(p);
+            }
+            d
+        };
+        let (lo, hi) = (0..counts.len()).fold((0, 0), |(lo, hi), r| {
+            (
+                if counts[r] < counts[lo] { r } else { lo },
+                if counts[r] > counts[hi] { r } else { hi },
+            )
+        });
+        let rate = |r: usize| counts[r] as f64 / secs;
+        json!({
+            "until_first_done_s": secs,
+            "min_lines_per_s": rate(lo), "min_rank": lo, "min_rank_depth": depth(lo),
+            "max_lines_per_s": rate(hi), "max_rank": hi, "max_rank_depth": depth(hi),
+            "max_over_min": rate(hi) / rate(lo).max(f64::MIN_POSITIVE),
+        })
+    }
 }
 
 /// Times `iters` global stops (each followed by a cont and 300 ms of output flowing).

@@ -649,8 +649,16 @@ fn assert_every_line_in_order(net: &SimNet, ranks: impl IntoIterator<Item = u32>
 /// What a node may hold for its parent at most: its own program's output up to the queue
 /// limit, a window from each child, and one frame of overdraw.
 fn queue_bound(topo: &dyn sdm_topology::Topology, id: NodeId, largest: i64) -> i64 {
-    let children = topo.children(id).len() as i64;
-    crate::flow::QUEUE_LIMIT + children * crate::flow::WINDOW + largest
+    let windows: i64 = topo
+        .children(id)
+        .into_iter()
+        .map(|c| {
+            crate::flow::RecvWindow::weighted(topo.subtree(c).len())
+                .0
+                .window()
+        })
+        .sum();
+    crate::flow::QUEUE_LIMIT + windows + largest
 }
 
 #[test]
@@ -670,12 +678,12 @@ fn a_front_end_that_stops_reading_stops_the_printer_at_the_window_and_loses_noth
     assert!(depth(deep) >= 3, "the flood crosses interior servers");
     let mut net = net(&Shape::Binomial, n, same_reply());
     net.set_frontend_reading(false);
-    let count = 20_000;
+    let count = 60_000;
     let lines = numbered_lines(deep, count);
     let largest = lines.iter().map(|l| l.len() as i64 + 32).max().unwrap();
     let total: i64 = lines.iter().map(|l| l.len() as i64 + 32).sum();
     assert!(
-        total > 8 * crate::flow::WINDOW,
+        total > 32 * crate::flow::WINDOW,
         "the flood exceeds every window"
     );
     net.print(deep, lines);
@@ -710,6 +718,43 @@ fn a_front_end_that_stops_reading_stops_the_printer_at_the_window_and_loses_noth
     assert_eq!(net.unprinted(deep), 0);
     assert!(!net.paused(NodeId::Server(deep)));
     assert_every_line_in_order(&net, [deep], count);
+}
+
+/// Lines of each rank that reached the front-end after `ms` of virtual time while all 16
+/// ranks of a binomial tree flood, with links opened (children's windows weighted by
+/// their subtrees) or not (one window per child, as before weights).
+fn flood_shares(weighted: bool, ms: u64) -> Vec<usize> {
+    let n = 16;
+    let mut net = net(&Shape::Binomial, n, same_reply());
+    if weighted {
+        net.open_links();
+    }
+    let count = 50_000;
+    for s in 0..n {
+        net.print(s, numbered_lines(s, count));
+    }
+    net.run_until(Duration::from_millis(ms));
+    let by = lines_by_rank(&net);
+    (0..n).map(|r| by.get(&r).map_or(0, Vec::len)).collect()
+}
+
+/// Output going up is shared by the ranks behind each link, not equally between links:
+/// with windows weighted by subtree size, the spread between the rank that got the most
+/// through and the one that got the least is less than half what one window per child
+/// gave (where the master's leaf child got 50 times a rank three levels down).
+#[test]
+fn a_flood_is_shared_by_ranks_not_only_by_links() {
+    let spread = |got: &[usize]| {
+        let lo = *got.iter().min().unwrap();
+        assert!(lo > 0, "a rank got nothing through: {got:?}");
+        *got.iter().max().unwrap() as f64 / lo as f64
+    };
+    let equal = flood_shares(false, 400);
+    let weighted = flood_shares(true, 400);
+    assert!(
+        2.0 * spread(&weighted) < spread(&equal),
+        "weighted {weighted:?} against equal {equal:?}"
+    );
 }
 
 #[test]
