@@ -85,6 +85,10 @@ struct LinkIo {
     bulk: VecDeque<Message>,
     /// Frames handed to the writer's buffer and not flushed yet.
     unflushed: bool,
+    /// Frames read from this link per turn, in [`DRAIN`]s: a child's weight is the servers
+    /// of its subtree (at most [`flow::MAX_WEIGHT`]), so the node's time is shared by the
+    /// ranks behind each link, like its flow-control window.
+    weight: usize,
 }
 
 impl LinkIo {
@@ -101,7 +105,14 @@ impl LinkIo {
             ctrl: VecDeque::new(),
             bulk: VecDeque::new(),
             unflushed: false,
+            weight: 1,
         }
+    }
+
+    /// This link, read as a child whose subtree holds `servers` servers.
+    fn weighted(mut self, servers: u64) -> Self {
+        self.weight = servers.clamp(1, flow::MAX_WEIGHT) as usize;
+        self
     }
 
     fn push(&mut self, m: Message) {
@@ -315,7 +326,9 @@ impl Driver {
         {
             busy = true;
             if self.node.handle_adopt(id) {
-                self.children.insert(id, LinkIo::new(link));
+                let servers = self.node.topology().subtree(id).len();
+                self.children
+                    .insert(id, LinkIo::new(link).weighted(servers));
                 self.node.handle_link_open(now(), Peer::Child(id), true);
             } else {
                 tracing::warn!(node = %self.node.id(), "refused adoption of {id}: not an orphan below this node");
@@ -353,7 +366,10 @@ impl Driver {
         self.children.next = if n == 0 { 0 } else { (start + 1) % n };
         for k in 0..n {
             let slot = (start + k) % n;
-            for _ in 0..DRAIN {
+            let budget = self.children.slots[slot]
+                .as_ref()
+                .map_or(0, |(_, l)| DRAIN * l.weight);
+            for _ in 0..budget {
                 let Some((c, link)) = self.children.slots[slot].as_mut() else {
                     break;
                 };
@@ -522,7 +538,8 @@ pub async fn run_node_full(
     for (id, link) in children {
         match link {
             Ok(link) => {
-                kids.insert(id, LinkIo::new(link));
+                let servers = node.topology().subtree(id).len();
+                kids.insert(id, LinkIo::new(link).weighted(servers));
                 node.handle_link_open(start, Peer::Child(id), true);
             }
             Err(e) => node.handle_link_down(start, id, &format!("could not connect: {e}")),

@@ -299,6 +299,27 @@ mod tests {
     }
 
     #[test]
+    fn a_childs_window_is_one_per_server_below_it_up_to_the_largest_weight() {
+        let (w, extra) = RecvWindow::weighted(1);
+        assert_eq!((w.window(), extra), (WINDOW, None));
+        // The sender starts with one window; the rest is granted at once.
+        let (mut w, extra) = RecvWindow::weighted(4);
+        assert_eq!(w.window(), 4 * WINDOW);
+        assert_eq!(extra.as_ref().and_then(parse_credit), Some(3 * WINDOW));
+        let mut send = SendWindow::default();
+        send.add_credit(3 * WINDOW);
+        for _ in 0..(8 * WINDOW / cost(&line(1000))) {
+            send.push(line(1000));
+        }
+        while let Some(m) = send.pop() {
+            w.receive(&m).expect("within the weighted window");
+        }
+        assert!(w.receive(&line(1)).is_err(), "beyond four windows");
+        let (w, _) = RecvWindow::weighted(1 << 20);
+        assert_eq!(w.window(), MAX_WEIGHT as i64 * WINDOW);
+    }
+
+    #[test]
     fn taking_frames_in_hands_all_their_credit_back_in_steps() {
         let mut send = SendWindow::default();
         let mut recv = RecvWindow::default();

@@ -207,7 +207,23 @@ impl Share {
             )
         });
         let rate = |r: usize| counts[r] as f64 / secs;
+        // Mean lines/s of the ranks at each depth (1: children of the master).
+        let mut by_depth: Vec<(f64, u32)> = Vec::new();
+        for r in 0..counts.len() {
+            let d = depth(r);
+            if by_depth.len() < d {
+                by_depth.resize(d, (0.0, 0));
+            }
+            by_depth[d - 1].0 += rate(r);
+            by_depth[d - 1].1 += 1;
+        }
+        let by_depth: Vec<f64> = by_depth
+            .iter()
+            .map(|&(sum, k)| if k == 0 { 0.0 } else { sum / f64::from(k) })
+            .collect();
         json!({
+            "mean_lines_per_s_by_depth": by_depth,
+            "ranks_with_none": counts.iter().filter(|&&c| c == 0).count(),
             "until_first_done_s": secs,
             "min_lines_per_s": rate(lo), "min_rank": lo, "min_rank_depth": depth(lo),
             "max_lines_per_s": rate(hi), "max_rank": hi, "max_rank_depth": depth(hi),
