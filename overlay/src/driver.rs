@@ -347,7 +347,9 @@ impl Driver {
             self.node.handle_local_event(kind, payload);
             self.dispatch();
         }
-        self.write_all(cx);
+        // A link whose write failed changes the node's state (its ids are lost, replies
+        // may now be complete): look again, so what that produced goes out.
+        busy |= self.write_all(cx);
         if let Some(why) = self.parent_gone.take() {
             return Poll::Ready(Turn::ParentGone(why));
         }
@@ -394,8 +396,8 @@ impl Driver {
     }
 
     /// Every link's queued frames out, as far as the sockets take them; a link whose write
-    /// failed ends.
-    fn write_all(&mut self, cx: &mut Context<'_>) {
+    /// failed ends. Whether one did.
+    fn write_all(&mut self, cx: &mut Context<'_>) -> bool {
         if let Err(why) = self.parent.poll_write(cx) {
             self.parent_gone.get_or_insert(why);
         }
@@ -407,12 +409,14 @@ impl Driver {
                 failed.push((*c, why));
             }
         }
+        let any = !failed.is_empty() || self.parent_gone.is_some();
         for (c, why) in failed {
             self.children.remove(c);
             self.node
                 .handle_link_down(Instant::now().into_std(), c, &why);
             self.dispatch();
         }
+        any
     }
 
     /// Moves the timer to the node's deadline, if that changed (a new registration per
@@ -595,7 +599,7 @@ mod tests {
     use std::sync::Arc;
 
     use futures::{SinkExt, StreamExt};
-    use sdm_proto::{DEFAULT_MAX_FRAME, IdSet, Kind, Message, Status};
+    use sdm_proto::{DEFAULT_MAX_FRAME, IdSet, Kind, Message, Status, SyncMode};
     use sdm_topology::{NodeId, Shape, Topology};
 
     use super::run_node;
@@ -611,6 +615,51 @@ mod tests {
             Link::new(Box::new(ar), Box::new(aw), "a", DEFAULT_MAX_FRAME),
             Link::new(Box::new(br), Box::new(bw), "b", DEFAULT_MAX_FRAME),
         )
+    }
+
+    /// A command to two children, one of whose links is gone (its far end dropped): the
+    /// node reports that child's id lost and sends the other's reply up with it, every id
+    /// accounted, with nothing else happening on the node's links.
+    #[tokio::test]
+    async fn a_child_whose_link_is_gone_is_answered_lost_and_the_rest_goes_up() {
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(2));
+        let node = Node::new(NodeId::Master, topo);
+        let (parent_here, mut parent_there) = pair();
+        let (c0_here, mut c0_there) = pair();
+        let (c1_here, c1_there) = pair();
+        drop(c1_there);
+        let node = tokio::spawn(run_node(
+            node,
+            parent_here,
+            vec![
+                (NodeId::Server(0), Ok(c0_here)),
+                (NodeId::Server(1), Ok(c1_here)),
+            ],
+            Box::new(|_| {}),
+        ));
+        let cmd = Message::command(5, IdSet::all(2), SyncMode::WaitAll, "ping");
+        parent_there.writer.send(&cmd).await.unwrap();
+        let got = c0_there.reader.next().await.unwrap().unwrap();
+        assert_eq!((got.kind, got.op), (Kind::Command, 5));
+        let r = Message::reply(5, IdSet::single(0), Status::Replied, "pong".into());
+        c0_there.writer.send(&r).await.unwrap();
+        let mut seen = IdSet::new();
+        while seen != IdSet::all(2) {
+            let m = parent_there.reader.next().await.unwrap().unwrap();
+            if m.kind != Kind::Reply {
+                continue;
+            }
+            let status = m.aggregate.status.unwrap_or(Status::Replied);
+            let want = if m.source.contains(0) {
+                Status::Replied
+            } else {
+                Status::Lost
+            };
+            assert_eq!(status, want, "{m:?}");
+            assert!(m.source.is_disjoint(&seen), "an id twice: {m:?}");
+            seen.union_with(&m.source);
+        }
+        node.abort();
     }
 
     /// Many frames from a child queued before the node runs are taken several per turn:
