@@ -366,7 +366,8 @@ impl Driver {
                     Poll::Ready(Err(why)) => {
                         busy = true;
                         self.children.remove(c);
-                        self.node.handle_link_down(Instant::now().into_std(), c, &why);
+                        self.node
+                            .handle_link_down(Instant::now().into_std(), c, &why);
                     }
                     Poll::Pending => break,
                 }
@@ -392,7 +393,8 @@ impl Driver {
         }
         for (c, why) in failed {
             self.children.remove(c);
-            self.node.handle_link_down(Instant::now().into_std(), c, &why);
+            self.node
+                .handle_link_down(Instant::now().into_std(), c, &why);
             self.dispatch();
         }
     }

@@ -87,7 +87,7 @@ pub struct NodeStats {
 }
 
 /// Where an outstanding id will come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Source {
     Local,
     Child(NodeId),
@@ -120,8 +120,11 @@ struct PendingOp {
     expected: IdSet,
     /// Ids already sent up.
     sent: IdSet,
-    /// Ids still expected, per source.
-    outstanding: HashMap<Source, IdSet>,
+    /// Ids still expected, per source, sorted by source (a node has few sources but
+    /// many nodes have an op in flight at once: a sorted vector is the smallest map).
+    outstanding: Vec<(Source, IdSet)>,
+    /// How many ids `outstanding` holds in all.
+    left: u64,
     /// Lost and timed-out groups not yet sent up, merged by status and payload.
     groups: Vec<Group>,
     deadline: Option<Instant>,
@@ -129,7 +132,16 @@ struct PendingOp {
 
 impl PendingOp {
     fn done(&self) -> bool {
-        self.outstanding.values().all(IdSet::is_empty)
+        self.left == 0
+    }
+
+    /// The ids still expected from `from`, if it is a source of this op.
+    fn outstanding_mut(&mut self, from: Source) -> Option<&mut IdSet> {
+        let i = self
+            .outstanding
+            .binary_search_by_key(&from, |(s, _)| *s)
+            .ok()?;
+        Some(&mut self.outstanding[i].1)
     }
 
     /// Adds `ids` with `status`/`payload`: replies are folded into the filter; other groups
@@ -164,7 +176,7 @@ impl PendingOp {
             Ok(f) => f.flush().unwrap_or_else(|e| {
                 // The ids the filter held: answered here, not yet sent, not in a group.
                 let mut held = &self.expected - &self.sent;
-                for ids in self.outstanding.values() {
+                for (_, ids) in &self.outstanding {
                     held.difference_with(ids);
                 }
                 for g in &self.groups {
@@ -388,6 +400,34 @@ impl Node {
         self.ops.len()
     }
 
+    /// Whether this node holds nothing but its counters and registry: no op in flight,
+    /// nothing queued or buffered, no dead or adopted child, no liveness or flow-control
+    /// state, no line of its own sent yet. Such a node acts exactly like a new one, so a
+    /// driver of very many nodes (the simulator) may drop it and make a new one when
+    /// something arrives for it.
+    pub fn is_idle(&self) -> bool {
+        self.ops.is_empty()
+            && self.timers.is_empty()
+            && self.dead.is_empty()
+            && self.adopted.is_empty()
+            && self.out.is_empty()
+            && self.stdio.is_empty()
+            && self.stdio.window().is_zero()
+            && self.lines_sent == [0; 4]
+            && self.clocks.is_idle()
+            && self.up.is_idle()
+            && self.down.is_empty()
+            && !self.local_paused
+    }
+
+    /// Gives back the spare capacity of the node's queues (a driver of very many nodes
+    /// calls it once their output is drained, so a node waiting for replies holds only
+    /// what it needs).
+    pub fn shrink_to_fit(&mut self) {
+        self.out.shrink_to_fit();
+        self.ops.shrink_to_fit();
+    }
+
     /// A frame arrived from the parent (or, at the master, from the front-end).
     pub fn handle_from_parent(&mut self, now: Instant, msg: Message) {
         self.clocks.heard(now, Peer::Parent);
@@ -401,7 +441,7 @@ impl Node {
         }
     }
 
-    fn handle_command(&mut self, now: Instant, msg: Message) {
+    fn handle_command(&mut self, now: Instant, mut msg: Message) {
         self.stats.commands += 1;
         let op = msg.op;
         if self.ops.contains_key(&op) {
@@ -413,14 +453,24 @@ impl Node {
         // Ids the destination names that no node below here can reach. Below the master
         // the parent already narrowed the destination, so this is only ever non-empty at
         // the master (ids beyond N) or if a parent misbehaves.
-        let mut reach = IdSet::new();
-        if route.local {
-            reach.insert(self.me.server().expect("local delivery only at servers"));
-        }
-        for (_, share) in &route.shares {
-            reach.union_with(share);
-        }
-        let unreachable = &msg.dest - &reach;
+        // The shares are disjoint parts of the destination, so when they (and this
+        // server) count as many ids as it has, they are all of it.
+        let dest = std::mem::take(&mut msg.dest);
+        let reached =
+            u64::from(route.local) + route.shares.iter().map(|(_, s)| s.len()).sum::<u64>();
+        let (reach, unreachable) = if reached == dest.len() {
+            (dest, IdSet::new())
+        } else {
+            let mut reach = IdSet::new();
+            if route.local {
+                reach.insert(self.me.server().expect("local delivery only at servers"));
+            }
+            for (_, share) in &route.shares {
+                reach.union_with(share);
+            }
+            let unreachable = &dest - &reach;
+            (reach, unreachable)
+        };
         let filter = match msg.aggregate.filter.as_str() {
             // The default, without a registry lookup: `""` is always the identical merge.
             "" => Ok(Box::new(Identical::new()) as Box<dyn Filter>),
@@ -434,7 +484,8 @@ impl Node {
             filter,
             expected: reach,
             sent: IdSet::new(),
-            outstanding: HashMap::new(),
+            outstanding: Vec::with_capacity(route.shares.len() + usize::from(route.local)),
+            left: 0,
             groups: Vec::new(),
             deadline: None,
         });
@@ -498,24 +549,30 @@ impl Node {
                 Some(reason) => pending.add(Status::Lost, Bytes::from(reason.clone()), &rest),
             }
         }
+        // `msg` has no destination any more: each copy gets its child's share.
+        msg.aggregate.sync = child_sync;
         for (child, share) in forward {
-            let mut fwd = msg.clone();
-            fwd.dest = share.clone();
-            fwd.aggregate.sync = child_sync;
-            pending.outstanding.insert(Source::Child(child), share);
+            let fwd = Message {
+                dest: share.clone(),
+                ..msg.clone()
+            };
+            pending.left += share.len();
+            pending.outstanding.push((Source::Child(child), share));
             self.out.push_back(Output::ToChild(child, fwd));
         }
         if route.local {
             let me = self.me.server().expect("local delivery only at servers");
-            pending.outstanding.insert(Source::Local, IdSet::single(me));
+            pending.left += 1;
+            pending.outstanding.push((Source::Local, IdSet::single(me)));
             self.out.push_back(Output::Deliver {
                 op,
                 kind: msg.kind,
-                filter: msg.aggregate.filter.clone(),
-                service: msg.service.clone(),
-                payload: msg.payload.clone(),
+                filter: msg.aggregate.filter,
+                service: msg.service,
+                payload: msg.payload,
             });
         }
+        pending.outstanding.sort_unstable_by_key(|(s, _)| *s);
         if let Some(d) = pending.deadline {
             self.timers.insert((d, op));
         }
@@ -610,7 +667,7 @@ impl Node {
             tracing::debug!(node = %self.me, op, %ids, "reply for an op no longer in flight");
             return;
         };
-        let Some(want) = p.outstanding.get_mut(&from) else {
+        let Some(want) = p.outstanding_mut(from) else {
             self.stats.stray_ids += ids.len();
             return;
         };
@@ -620,6 +677,7 @@ impl Node {
             return;
         }
         want.difference_with(&got);
+        p.left -= got.len();
         p.add(status, payload, &got);
         self.progress(op);
     }
@@ -635,8 +693,9 @@ impl Node {
         let ops: Vec<u64> = self.ops.keys().copied().collect();
         for op in ops {
             let p = self.ops.get_mut(&op).expect("listed above");
-            if let Some(ids) = p.outstanding.get_mut(&Source::Child(child)) {
+            if let Some(ids) = p.outstanding_mut(Source::Child(child)) {
                 let lost = std::mem::take(ids);
+                p.left -= lost.len();
                 if !lost.is_empty() {
                     p.add(Status::Lost, Bytes::from(reason.clone()), &lost);
                     self.progress(op);
@@ -701,9 +760,10 @@ impl Node {
             self.timers.pop_first();
             if let Some(p) = self.ops.get_mut(&op) {
                 let mut missing = IdSet::new();
-                for ids in p.outstanding.values_mut() {
+                for (_, ids) in &mut p.outstanding {
                     missing.union_with(&std::mem::take(ids));
                 }
+                p.left = 0;
                 if !missing.is_empty() {
                     p.add(Status::TimedOut, Bytes::new(), &missing);
                 }
