@@ -220,14 +220,16 @@ pub struct Node {
     /// (deadline, op) for every op with a deadline.
     timers: BTreeSet<(Instant, u64)>,
     /// Children whose link died, with the reason.
-    dead: HashMap<NodeId, String>,
+    dead: BTreeMap<NodeId, String>,
     /// Descendants below a dead child that re-attached straight to this node (their
     /// subtrees are routed to them instead of being reported lost).
     adopted: BTreeSet<NodeId>,
     out: VecDeque<Output>,
     stats: NodeStats,
     /// Stdio lines from children waiting to merge with identical lines of other ranks.
-    stdio: Coalescer,
+    /// (`None`: a zero window, lines pass straight through; boxed, as most nodes never
+    /// coalesce and a node should be small when millions are simulated.)
+    stdio: Option<Box<Coalescer>>,
     /// How many lines this server has sent up on each stream (indexed by the stream tag,
     /// the payload's first byte: 1 stdout, 2 stderr; tags from 3 up share the last slot):
     /// the index of its next line there.
@@ -252,11 +254,11 @@ impl Node {
             topo,
             ops: HashMap::new(),
             timers: BTreeSet::new(),
-            dead: HashMap::new(),
+            dead: BTreeMap::new(),
             adopted: BTreeSet::new(),
             out: VecDeque::new(),
             stats: NodeStats::default(),
-            stdio: Coalescer::new(Duration::ZERO),
+            stdio: None,
             lines_sent: [0; 4],
             clocks: Clocks::default(),
             registry: builtin_registry(),
@@ -288,10 +290,10 @@ impl Node {
     /// How long stdio lines from children wait to merge with identical ones (zero: no
     /// coalescing).
     pub fn set_stdio_window(&mut self, window: Duration) {
-        for l in self.stdio.drain() {
+        for l in self.stdio.as_mut().map(|c| c.drain()).unwrap_or_default() {
             self.push_stdio(l);
         }
-        self.stdio = Coalescer::new(window);
+        self.stdio = (!window.is_zero()).then(|| Box::new(Coalescer::new(window)));
     }
 
     fn push_stdio(&mut self, l: StdioLine) {
@@ -411,8 +413,7 @@ impl Node {
             && self.dead.is_empty()
             && self.adopted.is_empty()
             && self.out.is_empty()
-            && self.stdio.is_empty()
-            && self.stdio.window().is_zero()
+            && self.stdio.is_none()
             && self.lines_sent == [0; 4]
             && self.clocks.is_idle()
             && self.up.is_idle()
@@ -615,8 +616,13 @@ impl Node {
                     index: msg.op,
                     payload: msg.payload,
                 };
-                for l in self.stdio.push(now, line) {
-                    self.push_stdio(l);
+                match self.stdio.as_mut() {
+                    None => self.push_stdio(line),
+                    Some(c) => {
+                        for l in c.push(now, line) {
+                            self.push_stdio(l);
+                        }
+                    }
                 }
                 // Credit for it goes back now if it went up at once.
                 self.release_output();
@@ -750,7 +756,12 @@ impl Node {
 
     /// Time has reached `now`: operations past their deadline time out.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for l in self.stdio.expire(now) {
+        for l in self
+            .stdio
+            .as_mut()
+            .map(|c| c.expire(now))
+            .unwrap_or_default()
+        {
             self.push_stdio(l);
         }
         while let Some(&(d, op)) = self.timers.first() {
@@ -789,10 +800,14 @@ impl Node {
     /// When [`Node::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let op = self.timers.first().map(|&(d, _)| d);
-        [op, self.stdio.deadline(), self.clocks.deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            op,
+            self.stdio.as_ref().and_then(|c| c.deadline()),
+            self.clocks.deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The next thing to do, if any.
