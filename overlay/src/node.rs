@@ -677,12 +677,18 @@ impl Node {
             self.stats.stray_ids += ids.len();
             return;
         };
-        let got = want as &IdSet & ids;
+        // Most often a source answers for all it still owes at once: take it whole.
+        let got = if want == ids {
+            std::mem::take(want)
+        } else {
+            let got = want as &IdSet & ids;
+            want.difference_with(&got);
+            got
+        };
         self.stats.stray_ids += ids.len() - got.len();
         if got.is_empty() {
             return;
         }
-        want.difference_with(&got);
         p.left -= got.len();
         p.add(status, payload, &got);
         self.progress(op);
