@@ -1,15 +1,17 @@
 //! Criterion micro-benchmarks of the overlay's hot paths: id-set encoding, routing a
-//! broadcast at the root, and merging replies at one node.
+//! broadcast at the root, merging replies at one node, and framing an envelope.
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use bytes::BytesMut;
 use criterion::{Criterion, criterion_group, criterion_main};
 use sdm_overlay::Node;
-use sdm_proto::{IdSet, Message, Status, SyncMode};
+use sdm_proto::{FrameCodec, IdSet, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Shape, Topology};
+use tokio_util::codec::{Decoder, Encoder};
 
 fn idset(c: &mut Criterion) {
     let all = IdSet::all(1_000_000);
@@ -78,5 +80,54 @@ fn merge(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, idset, route, merge);
+/// One frame through [`FrameCodec`] each way: a broadcast command to a million servers
+/// with a small payload and with a 1 KiB one, and a merged reply.
+fn frame(c: &mut Criterion) {
+    let cases = [
+        (
+            "small",
+            Message::command(7, IdSet::all(1_000_000), SyncMode::WaitAll, "ping"),
+        ),
+        (
+            "1k",
+            Message::command(
+                7,
+                IdSet::all(1_000_000),
+                SyncMode::WaitAll,
+                vec![b'x'; 1024],
+            ),
+        ),
+        (
+            "reply",
+            Message::reply(
+                7,
+                IdSet::range(0..=4095),
+                Status::Replied,
+                Bytes::from_static(b"ok"),
+            ),
+        ),
+    ];
+    for (name, msg) in cases {
+        let mut codec = FrameCodec::default();
+        let mut buf = BytesMut::with_capacity(4096);
+        c.bench_function(&format!("frame/encode_{name}"), |b| {
+            b.iter(|| {
+                buf.clear();
+                codec.encode(black_box(&msg), &mut buf).unwrap();
+                buf.len()
+            })
+        });
+        buf.clear();
+        codec.encode(&msg, &mut buf).unwrap();
+        let wire = buf.clone();
+        c.bench_function(&format!("frame/decode_{name}"), |b| {
+            b.iter(|| {
+                let mut src = black_box(&wire).clone();
+                codec.decode(&mut src).unwrap().unwrap()
+            })
+        });
+    }
+}
+
+criterion_group!(benches, idset, route, merge, frame);
 criterion_main!(benches);

@@ -130,6 +130,11 @@ impl SendWindow {
         self.queued
     }
 
+    /// Whether the window is as new: nothing queued and the whole window of credit.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.queued == 0 && self.credit == WINDOW
+    }
+
     /// Frames waiting for credit.
     pub fn queued_frames(&self) -> usize {
         self.queue.len()

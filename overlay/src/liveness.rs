@@ -153,6 +153,11 @@ impl Clocks {
         self.links.remove(&peer);
     }
 
+    /// Whether liveness is off and no link is known (as when new).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.live.is_none() && self.links.is_empty()
+    }
+
     pub(crate) fn deadline(&self) -> Option<Instant> {
         let live = self.live?;
         self.links

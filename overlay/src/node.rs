@@ -87,7 +87,7 @@ pub struct NodeStats {
 }
 
 /// Where an outstanding id will come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Source {
     Local,
     Child(NodeId),
@@ -120,8 +120,11 @@ struct PendingOp {
     expected: IdSet,
     /// Ids already sent up.
     sent: IdSet,
-    /// Ids still expected, per source.
-    outstanding: HashMap<Source, IdSet>,
+    /// Ids still expected, per source, sorted by source (a node has few sources but
+    /// many nodes have an op in flight at once: a sorted vector is the smallest map).
+    outstanding: Vec<(Source, IdSet)>,
+    /// How many ids `outstanding` holds in all.
+    left: u64,
     /// Lost and timed-out groups not yet sent up, merged by status and payload.
     groups: Vec<Group>,
     deadline: Option<Instant>,
@@ -129,7 +132,16 @@ struct PendingOp {
 
 impl PendingOp {
     fn done(&self) -> bool {
-        self.outstanding.values().all(IdSet::is_empty)
+        self.left == 0
+    }
+
+    /// The ids still expected from `from`, if it is a source of this op.
+    fn outstanding_mut(&mut self, from: Source) -> Option<&mut IdSet> {
+        let i = self
+            .outstanding
+            .binary_search_by_key(&from, |(s, _)| *s)
+            .ok()?;
+        Some(&mut self.outstanding[i].1)
     }
 
     /// Adds `ids` with `status`/`payload`: replies are folded into the filter; other groups
@@ -164,7 +176,7 @@ impl PendingOp {
             Ok(f) => f.flush().unwrap_or_else(|e| {
                 // The ids the filter held: answered here, not yet sent, not in a group.
                 let mut held = &self.expected - &self.sent;
-                for ids in self.outstanding.values() {
+                for (_, ids) in &self.outstanding {
                     held.difference_with(ids);
                 }
                 for g in &self.groups {
@@ -208,14 +220,16 @@ pub struct Node {
     /// (deadline, op) for every op with a deadline.
     timers: BTreeSet<(Instant, u64)>,
     /// Children whose link died, with the reason.
-    dead: HashMap<NodeId, String>,
+    dead: BTreeMap<NodeId, String>,
     /// Descendants below a dead child that re-attached straight to this node (their
     /// subtrees are routed to them instead of being reported lost).
     adopted: BTreeSet<NodeId>,
     out: VecDeque<Output>,
     stats: NodeStats,
     /// Stdio lines from children waiting to merge with identical lines of other ranks.
-    stdio: Coalescer,
+    /// (`None`: a zero window, lines pass straight through; boxed, as most nodes never
+    /// coalesce and a node should be small when millions are simulated.)
+    stdio: Option<Box<Coalescer>>,
     /// How many lines this server has sent up on each stream (indexed by the stream tag,
     /// the payload's first byte: 1 stdout, 2 stderr; tags from 3 up share the last slot):
     /// the index of its next line there.
@@ -240,11 +254,11 @@ impl Node {
             topo,
             ops: HashMap::new(),
             timers: BTreeSet::new(),
-            dead: HashMap::new(),
+            dead: BTreeMap::new(),
             adopted: BTreeSet::new(),
             out: VecDeque::new(),
             stats: NodeStats::default(),
-            stdio: Coalescer::new(Duration::ZERO),
+            stdio: None,
             lines_sent: [0; 4],
             clocks: Clocks::default(),
             registry: builtin_registry(),
@@ -276,10 +290,10 @@ impl Node {
     /// How long stdio lines from children wait to merge with identical ones (zero: no
     /// coalescing).
     pub fn set_stdio_window(&mut self, window: Duration) {
-        for l in self.stdio.drain() {
+        for l in self.stdio.as_mut().map(|c| c.drain()).unwrap_or_default() {
             self.push_stdio(l);
         }
-        self.stdio = Coalescer::new(window);
+        self.stdio = (!window.is_zero()).then(|| Box::new(Coalescer::new(window)));
     }
 
     fn push_stdio(&mut self, l: StdioLine) {
@@ -396,6 +410,33 @@ impl Node {
         self.ops.len()
     }
 
+    /// Whether this node holds nothing but its counters and registry: no op in flight,
+    /// nothing queued or buffered, no dead or adopted child, no liveness or flow-control
+    /// state, no line of its own sent yet. Such a node acts exactly like a new one, so a
+    /// driver of very many nodes (the simulator) may drop it and make a new one when
+    /// something arrives for it.
+    pub fn is_idle(&self) -> bool {
+        self.ops.is_empty()
+            && self.timers.is_empty()
+            && self.dead.is_empty()
+            && self.adopted.is_empty()
+            && self.out.is_empty()
+            && self.stdio.is_none()
+            && self.lines_sent == [0; 4]
+            && self.clocks.is_idle()
+            && self.up.is_idle()
+            && self.down.is_empty()
+            && !self.local_paused
+    }
+
+    /// Gives back the spare capacity of the node's queues (a driver of very many nodes
+    /// calls it once their output is drained, so a node waiting for replies holds only
+    /// what it needs).
+    pub fn shrink_to_fit(&mut self) {
+        self.out.shrink_to_fit();
+        self.ops.shrink_to_fit();
+    }
+
     /// A frame arrived from the parent (or, at the master, from the front-end).
     pub fn handle_from_parent(&mut self, now: Instant, msg: Message) {
         self.clocks.heard(now, Peer::Parent);
@@ -409,7 +450,7 @@ impl Node {
         }
     }
 
-    fn handle_command(&mut self, now: Instant, msg: Message) {
+    fn handle_command(&mut self, now: Instant, mut msg: Message) {
         self.stats.commands += 1;
         let op = msg.op;
         if self.ops.contains_key(&op) {
@@ -421,14 +462,24 @@ impl Node {
         // Ids the destination names that no node below here can reach. Below the master
         // the parent already narrowed the destination, so this is only ever non-empty at
         // the master (ids beyond N) or if a parent misbehaves.
-        let mut reach = IdSet::new();
-        if route.local {
-            reach.insert(self.me.server().expect("local delivery only at servers"));
-        }
-        for (_, share) in &route.shares {
-            reach.union_with(share);
-        }
-        let unreachable = &msg.dest - &reach;
+        // The shares are disjoint parts of the destination, so when they (and this
+        // server) count as many ids as it has, they are all of it.
+        let dest = std::mem::take(&mut msg.dest);
+        let reached =
+            u64::from(route.local) + route.shares.iter().map(|(_, s)| s.len()).sum::<u64>();
+        let (reach, unreachable) = if reached == dest.len() {
+            (dest, IdSet::new())
+        } else {
+            let mut reach = IdSet::new();
+            if route.local {
+                reach.insert(self.me.server().expect("local delivery only at servers"));
+            }
+            for (_, share) in &route.shares {
+                reach.union_with(share);
+            }
+            let unreachable = &dest - &reach;
+            (reach, unreachable)
+        };
         let filter = match msg.aggregate.filter.as_str() {
             // The default, without a registry lookup: `""` is always the identical merge.
             "" => Ok(Box::new(Identical::new()) as Box<dyn Filter>),
@@ -442,7 +493,8 @@ impl Node {
             filter,
             expected: reach,
             sent: IdSet::new(),
-            outstanding: HashMap::new(),
+            outstanding: Vec::with_capacity(route.shares.len() + usize::from(route.local)),
+            left: 0,
             groups: Vec::new(),
             deadline: None,
         });
@@ -506,24 +558,30 @@ impl Node {
                 Some(reason) => pending.add(Status::Lost, Bytes::from(reason.clone()), &rest),
             }
         }
+        // `msg` has no destination any more: each copy gets its child's share.
+        msg.aggregate.sync = child_sync;
         for (child, share) in forward {
-            let mut fwd = msg.clone();
-            fwd.dest = share.clone();
-            fwd.aggregate.sync = child_sync;
-            pending.outstanding.insert(Source::Child(child), share);
+            let fwd = Message {
+                dest: share.clone(),
+                ..msg.clone()
+            };
+            pending.left += share.len();
+            pending.outstanding.push((Source::Child(child), share));
             self.out.push_back(Output::ToChild(child, fwd));
         }
         if route.local {
             let me = self.me.server().expect("local delivery only at servers");
-            pending.outstanding.insert(Source::Local, IdSet::single(me));
+            pending.left += 1;
+            pending.outstanding.push((Source::Local, IdSet::single(me)));
             self.out.push_back(Output::Deliver {
                 op,
                 kind: msg.kind,
-                filter: msg.aggregate.filter.clone(),
-                service: msg.service.clone(),
-                payload: msg.payload.clone(),
+                filter: msg.aggregate.filter,
+                service: msg.service,
+                payload: msg.payload,
             });
         }
+        pending.outstanding.sort_unstable_by_key(|(s, _)| *s);
         if let Some(d) = pending.deadline {
             self.timers.insert((d, op));
         }
@@ -566,8 +624,13 @@ impl Node {
                     index: msg.op,
                     payload: msg.payload,
                 };
-                for l in self.stdio.push(now, line) {
-                    self.push_stdio(l);
+                match self.stdio.as_mut() {
+                    None => self.push_stdio(line),
+                    Some(c) => {
+                        for l in c.push(now, line) {
+                            self.push_stdio(l);
+                        }
+                    }
                 }
                 // Credit for it goes back now if it went up at once.
                 self.release_output();
@@ -618,16 +681,23 @@ impl Node {
             tracing::debug!(node = %self.me, op, %ids, "reply for an op no longer in flight");
             return;
         };
-        let Some(want) = p.outstanding.get_mut(&from) else {
+        let Some(want) = p.outstanding_mut(from) else {
             self.stats.stray_ids += ids.len();
             return;
         };
-        let got = want as &IdSet & ids;
+        // Most often a source answers for all it still owes at once: take it whole.
+        let got = if want == ids {
+            std::mem::take(want)
+        } else {
+            let got = want as &IdSet & ids;
+            want.difference_with(&got);
+            got
+        };
         self.stats.stray_ids += ids.len() - got.len();
         if got.is_empty() {
             return;
         }
-        want.difference_with(&got);
+        p.left -= got.len();
         p.add(status, payload, &got);
         self.progress(op);
     }
@@ -643,8 +713,9 @@ impl Node {
         let ops: Vec<u64> = self.ops.keys().copied().collect();
         for op in ops {
             let p = self.ops.get_mut(&op).expect("listed above");
-            if let Some(ids) = p.outstanding.get_mut(&Source::Child(child)) {
+            if let Some(ids) = p.outstanding_mut(Source::Child(child)) {
                 let lost = std::mem::take(ids);
+                p.left -= lost.len();
                 if !lost.is_empty() {
                     p.add(Status::Lost, Bytes::from(reason.clone()), &lost);
                     self.progress(op);
@@ -699,7 +770,12 @@ impl Node {
 
     /// Time has reached `now`: operations past their deadline time out.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for l in self.stdio.expire(now) {
+        for l in self
+            .stdio
+            .as_mut()
+            .map(|c| c.expire(now))
+            .unwrap_or_default()
+        {
             self.push_stdio(l);
         }
         while let Some(&(d, op)) = self.timers.first() {
@@ -709,9 +785,10 @@ impl Node {
             self.timers.pop_first();
             if let Some(p) = self.ops.get_mut(&op) {
                 let mut missing = IdSet::new();
-                for ids in p.outstanding.values_mut() {
+                for (_, ids) in &mut p.outstanding {
                     missing.union_with(&std::mem::take(ids));
                 }
+                p.left = 0;
                 if !missing.is_empty() {
                     p.add(Status::TimedOut, Bytes::new(), &missing);
                 }
@@ -737,10 +814,14 @@ impl Node {
     /// When [`Node::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let op = self.timers.first().map(|&(d, _)| d);
-        [op, self.stdio.deadline(), self.clocks.deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            op,
+            self.stdio.as_ref().and_then(|c| c.deadline()),
+            self.clocks.deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The next thing to do, if any.

@@ -9,9 +9,13 @@
 //! [`Output::PauseLocal`]), the front-end takes output in and hands credit back unless told
 //! not to ([`SimNet::set_frontend_reading`]), and a node can stop reading altogether
 //! ([`SimNet::stall`]) and go on later ([`SimNet::resume`]).
+//!
+//! Built to hold millions of nodes: a node exists only while it holds state (it is made
+//! when something arrives for it and dropped once [`Node::is_idle`]), every node shares
+//! one topology, and events wait in one queue per instant (with a fixed link latency most
+//! events share a few instants), in the order they were scheduled.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,14 +71,20 @@ pub use crate::frontend::ReplyGroup as Group;
 /// A simulated tree: the front-end, the master and `N` servers.
 pub struct SimNet {
     topo: Arc<dyn Topology>,
-    nodes: Vec<Option<Node>>,
-    /// Scheduled timer per position, to avoid queueing duplicates.
-    armed: Vec<Option<Instant>>,
+    /// The node at each position while it holds state (the master always).
+    nodes: Vec<Option<Box<Node>>>,
+    /// Positions killed or hung: no node is made there any more.
+    gone: Vec<bool>,
+    /// The registry new nodes make their filters from (`None`: the built-ins).
+    registry: Option<Arc<Registry>>,
+    /// Scheduled timer per position (nanoseconds since the start, [`NOT_ARMED`] if none),
+    /// to avoid queueing duplicates.
+    armed: Vec<u64>,
     start: Instant,
     now: Instant,
     latency: Duration,
-    seq: u64,
-    queue: BinaryHeap<Reverse<(Instant, u64, EventBox)>>,
+    /// Events by instant, each instant's in the order they were scheduled.
+    queue: BTreeMap<Instant, VecDeque<Event>>,
     responder: Responder,
     frontend: Vec<Message>,
     /// Bytes (frames including their 4-byte prefix) the master received from its children.
@@ -87,54 +97,40 @@ pub struct SimNet {
     fe_taken: usize,
     /// Credit the front-end owes the master.
     fe_grant: Grant,
-    /// Lines each position's program has printed that its node has not taken yet.
-    producers: Vec<VecDeque<Bytes>>,
+    /// Lines each position's program has printed that its node has not taken yet (only
+    /// positions with such lines have an entry).
+    producers: HashMap<u64, VecDeque<Bytes>>,
     /// Positions whose node paused local output ([`Output::PauseLocal`]).
     paused: Vec<bool>,
     /// Positions that neither read nor run for now ([`SimNet::stall`]), and their events.
     stalled: Vec<bool>,
     held: Vec<Event>,
-    /// The most output each node had waiting for its parent's credit.
-    max_queued: Vec<i64>,
+    /// The most output each node had waiting for its parent's credit (only positions
+    /// that ever had some have an entry).
+    max_queued: HashMap<u64, i64>,
 }
 
-/// Heap entry wrapper: orders by (time, seq) only.
-#[derive(Debug)]
-struct EventBox(Event);
-impl PartialEq for EventBox {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for EventBox {}
-impl PartialOrd for EventBox {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for EventBox {
-    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
-        std::cmp::Ordering::Equal
-    }
-}
+/// [`SimNet::armed`] of a position without a timer.
+const NOT_ARMED: u64 = u64::MAX;
 
 impl SimNet {
     /// A tree over `topo`; every link has one-way `latency`.
     pub fn new(topo: Arc<dyn Topology>, latency: Duration, responder: Responder) -> Self {
         let m = topo.positions() as usize;
-        let nodes = (0..m)
-            .map(|p| Some(Node::new(NodeId::from_position(p as u64), topo.clone())))
-            .collect();
+        let mut nodes: Vec<Option<Box<Node>>> = Vec::new();
+        nodes.resize_with(m, || None);
+        nodes[0] = Some(Box::new(Node::new(NodeId::Master, topo.clone())));
         let start = Instant::now();
         Self {
             topo,
             nodes,
-            armed: vec![None; m],
+            gone: vec![false; m],
+            registry: None,
+            armed: vec![NOT_ARMED; m],
             start,
             now: start,
             latency,
-            seq: 0,
-            queue: BinaryHeap::new(),
+            queue: BTreeMap::new(),
             responder,
             frontend: Vec::new(),
             root_bytes: 0,
@@ -142,12 +138,31 @@ impl SimNet {
             fe_reading: true,
             fe_taken: 0,
             fe_grant: Grant::default(),
-            producers: vec![VecDeque::new(); m],
+            producers: HashMap::new(),
             paused: vec![false; m],
             stalled: vec![false; m],
             held: Vec::new(),
-            max_queued: vec![0; m],
+            max_queued: HashMap::new(),
         }
+    }
+
+    /// The node at position `p`, made now if it held no state; `None` if it was killed or
+    /// hung.
+    fn node_mut(&mut self, p: u64) -> Option<&mut Node> {
+        let p = p as usize;
+        if self.gone[p] {
+            return None;
+        }
+        let slot = &mut self.nodes[p];
+        if slot.is_none() {
+            let me = NodeId::from_position(p as u64);
+            let topo = Arc::clone(&self.topo);
+            *slot = Some(Box::new(match &self.registry {
+                Some(r) => Node::with_registry(me, topo, Arc::clone(r)),
+                None => Node::new(me, topo),
+            }));
+        }
+        slot.as_deref_mut()
     }
 
     /// Makes every live node's filters of later ops from `registry` (see
@@ -156,6 +171,7 @@ impl SimNet {
         for n in self.nodes.iter_mut().flatten() {
             n.set_registry(Arc::clone(&registry));
         }
+        self.registry = Some(registry);
     }
 
     /// Virtual time since the start.
@@ -163,14 +179,19 @@ impl SimNet {
         self.now - self.start
     }
 
-    /// The node at `id`, if alive.
+    /// The node at `id`, if alive and holding state: the master always is; a server's
+    /// node is dropped while it is idle ([`Node::is_idle`]), as it would act like a new
+    /// one.
     pub fn node(&self, id: NodeId) -> Option<&Node> {
-        self.nodes[id.position() as usize].as_ref()
+        let p = id.position() as usize;
+        if self.gone[p] {
+            return None;
+        }
+        self.nodes[p].as_deref()
     }
 
     fn push(&mut self, at: Instant, ev: Event) {
-        self.seq += 1;
-        self.queue.push(Reverse((at, self.seq, EventBox(ev))));
+        self.queue.entry(at).or_default().push_back(ev);
     }
 
     /// Kills server `s` now (like SIGKILL): its parent sees the link die after one latency;
@@ -178,6 +199,7 @@ impl SimNet {
     pub fn kill(&mut self, s: u32) {
         let id = NodeId::Server(s);
         self.nodes[id.position() as usize] = None;
+        self.gone[id.position() as usize] = true;
         let parent = self.topo.parent(id).expect("a server has a parent");
         let at = self.now + self.latency;
         self.push(
@@ -192,7 +214,9 @@ impl SimNet {
     /// Hangs server `s` now (like SIGSTOP): its links stay open but it neither reads nor
     /// writes; only liveness ([`SimNet::set_liveness`]) can tell its parent.
     pub fn hang(&mut self, s: u32) {
-        self.nodes[NodeId::Server(s).position() as usize] = None;
+        let p = NodeId::Server(s).position() as usize;
+        self.nodes[p] = None;
+        self.gone[p] = true;
     }
 
     /// Stalls node `id` now: events for it (frames, replies, timers) wait until
@@ -222,13 +246,15 @@ impl SimNet {
     /// here, as a real program waits in `write`.
     pub fn print(&mut self, s: u32, lines: impl IntoIterator<Item = Bytes>) {
         let pos = NodeId::Server(s).position();
-        self.producers[pos as usize].extend(lines);
+        self.producers.entry(pos).or_default().extend(lines);
         self.drain(pos);
     }
 
     /// Lines server `s`'s program printed that its node has not taken yet.
     pub fn unprinted(&self, s: u32) -> usize {
-        self.producers[NodeId::Server(s).position() as usize].len()
+        self.producers
+            .get(&NodeId::Server(s).position())
+            .map_or(0, VecDeque::len)
     }
 
     /// Whether node `id` has paused its local output ([`Output::PauseLocal`]).
@@ -239,7 +265,7 @@ impl SimNet {
     /// The most output (bytes, see [`flow::cost`]) node `id` ever had waiting for its
     /// parent's credit ([`Node::queued_output`]).
     pub fn max_queued_output(&self, id: NodeId) -> i64 {
-        self.max_queued[id.position() as usize]
+        self.max_queued.get(&id.position()).copied().unwrap_or(0)
     }
 
     /// Whether the front-end takes output in (the default) and so hands the master credit
@@ -289,7 +315,7 @@ impl SimNet {
         for pos in 0..self.nodes.len() as u64 {
             let me = NodeId::from_position(pos);
             let children = self.topo.children(me);
-            let Some(node) = self.nodes[pos as usize].as_mut() else {
+            let Some(node) = self.node_mut(pos) else {
                 continue;
             };
             node.handle_link_open(now, Peer::Parent, me != NodeId::Master);
@@ -306,8 +332,8 @@ impl SimNet {
         let end = self.start + elapsed;
         while self
             .queue
-            .peek()
-            .is_some_and(|Reverse((at, _, _))| *at <= end)
+            .first_key_value()
+            .is_some_and(|(at, _)| *at <= end)
         {
             self.step();
         }
@@ -340,9 +366,17 @@ impl SimNet {
 
     /// Processes one event; false when the queue is empty.
     pub fn step(&mut self) -> bool {
-        let Some(Reverse((at, _, EventBox(ev)))) = self.queue.pop() else {
+        let Some(mut first) = self.queue.first_entry() else {
             return false;
         };
+        let at = *first.key();
+        let ev = first
+            .get_mut()
+            .pop_front()
+            .expect("no instant is kept empty");
+        if first.get().is_empty() {
+            first.remove();
+        }
         self.now = at;
         let now = at;
         let pos = ev.to();
@@ -350,17 +384,23 @@ impl SimNet {
             self.held.push(ev);
             return true;
         }
-        let Some(node) = self.nodes[pos as usize].as_mut() else {
+        if self.gone[pos as usize] {
             return true; // dead: dropped
-        };
+        }
+        if let Event::Frame {
+            from_child, frame, ..
+        } = &ev
+        {
+            self.frames += 1;
+            if pos == 0 && from_child.is_some() {
+                self.root_bytes += frame.len() as u64 + 4;
+            }
+        }
+        let node = self.node_mut(pos).expect("not gone");
         match ev {
             Event::Frame {
                 from_child, frame, ..
             } => {
-                self.frames += 1;
-                if pos == 0 && from_child.is_some() {
-                    self.root_bytes += frame.len() as u64 + 4;
-                }
                 let msg = Message::decode(frame).expect("simulated frames are well formed");
                 match from_child {
                     None => node.handle_from_parent(now, msg),
@@ -370,8 +410,8 @@ impl SimNet {
             Event::LinkDown { child, .. } => node.handle_link_down(now, child, "killed"),
             Event::LocalReply { op, payload, .. } => node.handle_local_reply(now, op, payload),
             Event::Timer { .. } => {
-                self.armed[pos as usize] = None;
                 node.handle_timeout(now);
+                self.armed[pos as usize] = NOT_ARMED;
             }
         }
         self.drain(pos);
@@ -383,12 +423,19 @@ impl SimNet {
         let parent = self.topo.parent_position(pos);
         let p = pos as usize;
         loop {
-            let Some(out) = self.nodes[p].as_mut().and_then(Node::poll_output) else {
+            let Some(out) = self.nodes[p].as_deref_mut().and_then(Node::poll_output) else {
                 // Nothing more to send: the program prints on while it may.
-                let line = (!self.paused[p] && !self.stalled[p])
-                    .then(|| self.producers[p].pop_front())
-                    .flatten();
-                match (line, self.nodes[p].as_mut()) {
+                if self.paused[p] || self.stalled[p] || self.gone[p] {
+                    break;
+                }
+                let Some(lines) = self.producers.get_mut(&pos) else {
+                    break;
+                };
+                let line = lines.pop_front();
+                if lines.is_empty() {
+                    self.producers.remove(&pos);
+                }
+                match (line, self.node_mut(pos)) {
                     (Some(l), Some(node)) => {
                         node.handle_local_event(Kind::Stdio, l);
                         continue;
@@ -396,8 +443,12 @@ impl SimNet {
                     _ => break,
                 }
             };
-            if let Some(node) = self.nodes[p].as_ref() {
-                self.max_queued[p] = self.max_queued[p].max(node.queued_output());
+            if let Some(node) = self.nodes[p].as_deref() {
+                let q = node.queued_output();
+                if q > 0 {
+                    let max = self.max_queued.entry(pos).or_insert(0);
+                    *max = (*max).max(q);
+                }
             }
             let at = self.now + self.latency;
             match out {
@@ -448,13 +499,23 @@ impl SimNet {
                 }
             }
         }
-        if let Some(d) = self.nodes[pos as usize]
-            .as_ref()
-            .and_then(Node::poll_timeout)
-            && self.armed[pos as usize].is_none_or(|a| d < a)
-        {
-            self.armed[pos as usize] = Some(d);
-            self.push(d, Event::Timer { to: pos });
+        let Some(node) = self.nodes[p].as_deref_mut() else {
+            return;
+        };
+        if pos != 0 && node.is_idle() {
+            // It would act like a new node (and has no deadline): made again when
+            // something arrives.
+            self.nodes[p] = None;
+            return;
+        }
+        node.shrink_to_fit();
+        if let Some(d) = node.poll_timeout() {
+            let at = u64::try_from(d.saturating_duration_since(self.start).as_nanos())
+                .unwrap_or(NOT_ARMED - 1);
+            if at < self.armed[p] {
+                self.armed[p] = at;
+                self.push(d, Event::Timer { to: pos });
+            }
         }
     }
 

@@ -14,6 +14,11 @@ use sdm_overlay::sim::SimNet;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Shape};
 
+/// Millions of small objects made and freed in waves: glibc's allocator spends a third of
+/// the run consolidating its free lists, mimalloc's size classes do not.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Simulate one broadcast and its merged replies.
 #[derive(Parser, Debug)]
 #[command(version, about)]

@@ -62,6 +62,25 @@ fn broadcast_merges_into_one_group() {
 }
 
 #[test]
+fn the_simulator_holds_a_node_only_while_it_has_state() {
+    let mut net = net(&Shape::KAry(4), 100, same_reply());
+    net.command(1, IdSet::all(100), SyncMode::WaitAll, "x");
+    // Half-way the ops are in flight: the nodes holding them exist.
+    net.run_until(MS * 3);
+    assert!((0..100).any(|s| net.node(NodeId::Server(s)).is_some()));
+    net.run();
+    assert_partition(&net.groups(1), &IdSet::all(100));
+    // Done: every server's node was idle, so dropped; the master stays.
+    assert!((0..100).all(|s| net.node(NodeId::Server(s)).is_none()));
+    assert_eq!(net.node(NodeId::Master).unwrap().pending_ops(), 0);
+    // A dropped node is made again for the next command, which is answered the same way.
+    net.command(2, IdSet::all(100), SyncMode::WaitAll, "y");
+    net.run();
+    assert_partition(&net.groups(2), &IdSet::all(100));
+    assert_eq!(net.groups(2).len(), 1);
+}
+
+#[test]
 fn distinct_replies_stay_apart() {
     let mut net = net(
         &Shape::Binomial,
