@@ -302,15 +302,17 @@ impl SimNet {
     /// Every node sends keepalives and watches its links as `live` says (the master does
     /// not watch its link to the front-end), from now on.
     pub fn set_liveness(&mut self, live: Liveness) {
-        for node in self.nodes.iter_mut().flatten() {
-            node.set_liveness(Some(live));
-        }
-        self.open_links();
+        self.open_links_with(Some(live));
     }
 
-    /// Tells every live node that its links are open, as the driver does when a node
-    /// starts (liveness clocks start, children get the rest of their windows).
+    /// Tells every node that its links are open, as the driver does when a node starts
+    /// (liveness clocks start, children get the rest of their windows).
     pub fn open_links(&mut self) {
+        self.open_links_with(None);
+    }
+
+    /// [`SimNet::open_links`], first setting each node's liveness to `live` if given.
+    fn open_links_with(&mut self, live: Option<Liveness>) {
         let now = self.now;
         for pos in 0..self.nodes.len() as u64 {
             let me = NodeId::from_position(pos);
@@ -318,6 +320,9 @@ impl SimNet {
             let Some(node) = self.node_mut(pos) else {
                 continue;
             };
+            if live.is_some() {
+                node.set_liveness(live);
+            }
             node.handle_link_open(now, Peer::Parent, me != NodeId::Master);
             for c in children {
                 node.handle_link_open(now, Peer::Child(c), true);
