@@ -226,6 +226,10 @@ enum Turn {
 /// children and the timer are looked at again.
 const DRAIN: usize = 32;
 
+/// Frames taken from all the children together in one turn, at most (a node with a
+/// thousand children still reads its parent and runs its timer between batches).
+const TURN_FRAMES: usize = 256;
+
 /// A node and everything its task drives: the links, the local handler and its replies,
 /// the timer.
 struct Driver {
@@ -287,12 +291,15 @@ impl Driver {
         }
     }
 
-    /// One turn: frames from the parent first (commands are never stuck behind a flood
-    /// from below), local replies, the timer, adoptions, the children in turn, local
-    /// output; then every link's queue goes out. Pending only when every source was looked
+    /// One turn: what is queued goes out; frames from the parent first (a command waits
+    /// behind at most one turn of the children's frames, [`TURN_FRAMES`]), local replies,
+    /// the timer, adoptions, the children in turn, local output; then every link's queue
+    /// goes out again. Pending only when every source was looked
     /// at and had nothing, so each of them will wake the task.
     fn poll_turn(&mut self, cx: &mut Context<'_>, timer: Pin<&mut Sleep>) -> Poll<Turn> {
-        let mut busy = false;
+        // What the last turn queued goes out before this one reads (reads use the task's
+        // tokio budget too, and may leave none for the writes at the end).
+        let mut busy = self.write_all(cx);
         let now = || Instant::now().into_std();
         for _ in 0..DRAIN {
             match self.parent.poll_frame(cx) {
@@ -360,14 +367,23 @@ impl Driver {
         }
     }
 
-    /// Up to [`DRAIN`] frames from each child, starting one further round each turn.
+    /// Frames from the children, each up to [`DRAIN`] times its weight, at most
+    /// [`TURN_FRAMES`] in all and while the task's tokio budget lasts, starting where the
+    /// last turn stopped: the parent, the timer and the writes come round again soon
+    /// however many children there are.
     fn read_children(&mut self, cx: &mut Context<'_>) -> bool {
         let mut busy = false;
         let n = self.children.slots.len();
         let start = self.children.next;
         self.children.next = if n == 0 { 0 } else { (start + 1) % n };
+        let mut taken = 0;
         for k in 0..n {
             let slot = (start + k) % n;
+            if taken >= TURN_FRAMES || !tokio::task::coop::has_budget_remaining() {
+                // Not every child was looked at: the next turn starts here.
+                self.children.next = slot;
+                return true;
+            }
             let budget = self.children.slots[slot]
                 .as_ref()
                 .map_or(0, |(_, l)| DRAIN * l.weight);
@@ -379,6 +395,7 @@ impl Driver {
                 match link.poll_frame(cx) {
                     Poll::Ready(Ok(m)) => {
                         busy = true;
+                        taken += 1;
                         self.node.handle_from_child(Instant::now().into_std(), c, m);
                     }
                     Poll::Ready(Err(why)) => {
@@ -569,7 +586,12 @@ pub async fn run_node_full(
         d.dispatch();
         d.arm(timer.as_mut());
         let why = match std::future::poll_fn(|cx| d.poll_turn(cx, timer.as_mut())).await {
-            Turn::Busy => continue,
+            Turn::Busy => {
+                // Give the runtime back once the task's budget is spent: quic streams do
+                // not count against it, and their connections' tasks must run.
+                tokio::task::coop::consume_budget().await;
+                continue;
+            }
             Turn::ParentGone(why) => why,
         };
         tracing::info!(node = %d.node.id(), "parent link ended: {why}");
