@@ -398,8 +398,11 @@ impl Driver {
                         taken += 1;
                         self.node.handle_from_child(Instant::now().into_std(), c, m);
                     }
-                    Poll::Ready(Err(why)) => {
+                    Poll::Ready(Err(mut why)) => {
                         busy = true;
+                        if why == GOODBYE {
+                            why = format!("{c} said goodbye");
+                        }
                         self.children.remove(c);
                         self.node
                             .handle_link_down(Instant::now().into_std(), c, &why);
@@ -449,8 +452,9 @@ impl Driver {
     }
 
     /// Says goodbye to every child and waits (at most `grace`) until what was queued for
-    /// them is written and each link is closed (a quic stream finished, a tcp stream shut
-    /// down): the children end too, without looking for another parent.
+    /// them is written and each link is closed (a tcp stream shut down, a quic stream
+    /// finished and acknowledged): the children end too, without looking for another
+    /// parent.
     async fn goodbye(mut self, grace: std::time::Duration) {
         for (_, link) in self.children.links_mut() {
             link.push(Control::Goodbye.to_message());
@@ -477,14 +481,8 @@ impl Driver {
             }
             if left { Poll::Pending } else { Poll::Ready(()) }
         });
+        // Closing waits for delivery (a quic stream until the peer acknowledged it).
         let _ = tokio::time::timeout(grace, drained).await;
-        // Let the transports' own tasks run before the node (and perhaps its runtime)
-        // ends: a quic connection's driver sends what was just written to its stream.
-        for _ in 0..8 {
-            tokio::task::yield_now().await;
-        }
-        drop(self);
-        tokio::task::yield_now().await;
     }
 }
 

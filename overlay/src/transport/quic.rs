@@ -548,6 +548,7 @@ fn quic_link(
         send: Some(send),
         conn,
         endpoint,
+        closing: None,
     };
     Link::new(Box::new(reader), Box::new(writer), peer, max_frame)
 }
@@ -576,6 +577,10 @@ struct QuicWriter {
     send: Option<quinn::SendStream>,
     conn: quinn::Connection,
     endpoint: Endpoint,
+    /// Once shut down: resolves when the peer has everything written (or after
+    /// [`LINGER`]), so a caller that closes its link and then ends knows the last frame
+    /// (a goodbye) went.
+    closing: Option<BoxFuture<'static, ()>>,
 }
 
 impl QuicWriter {
@@ -606,10 +611,17 @@ impl AsyncWrite for QuicWriter {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.stream() {
-            Ok(s) => AsyncWrite::poll_shutdown(Pin::new(s), cx),
-            Err(e) => Poll::Ready(Err(e)),
+        if self.closing.is_none() {
+            let s = self.stream()?;
+            // Already finished or reset is fine.
+            let _ = s.finish();
+            let delivered = s.stopped();
+            self.closing = Some(Box::pin(async move {
+                let _ = tokio::time::timeout(LINGER, delivered).await;
+            }));
         }
+        let closing = self.closing.as_mut().expect("set above");
+        closing.as_mut().poll(cx).map(Ok)
     }
 }
 
