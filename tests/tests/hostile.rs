@@ -140,7 +140,9 @@ fn proof(key_hex: &str, to: &str, from: &str, nc: &str, ns: &str) -> String {
 }
 
 /// A hand-rolled connector: hello, read the welcome, prove with `key_hex` (which may be the
-/// wrong key). Returns the frames it sent and the acceptor's last answer (`None`: closed).
+/// wrong key). Returns the frames it sent and the acceptor's last answer (`None`: closed,
+/// also when it closed before any welcome: a daemon that got its parent in the meantime
+/// stops answering strangers at all).
 async fn raw_connector(
     at: &Address,
     key_hex: &str,
@@ -151,7 +153,9 @@ async fn raw_connector(
     let nc = "00112233445566778899aabbccddeeff";
     let hello = control_frame(hello(to, from));
     s.write_all(&hello).await.unwrap();
-    let welcome = read_control(&mut s).await.expect("a welcome");
+    let Some(welcome) = read_control(&mut s).await else {
+        return (s, vec![hello], None);
+    };
     let Control::Welcome { nonce: ns, .. } = &welcome else {
         panic!("{welcome:?} is not a welcome");
     };
