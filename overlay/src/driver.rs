@@ -85,9 +85,9 @@ struct LinkIo {
     bulk: VecDeque<Message>,
     /// Frames handed to the writer's buffer and not flushed yet.
     unflushed: bool,
-    /// Frames read from this link per turn, in [`DRAIN`]s: a child's weight is the servers
-    /// of its subtree (at most [`flow::MAX_WEIGHT`]), so the node's time is shared by the
-    /// ranks behind each link, like its flow-control window.
+    /// Frames read from this link per turn, in [`DRAIN`]s: a child's [`flow::weight`], so
+    /// the node's time is shared by the ranks behind each link, like its flow-control
+    /// window.
     weight: usize,
 }
 
@@ -111,7 +111,7 @@ impl LinkIo {
 
     /// This link, read as a child whose subtree holds `servers` servers.
     fn weighted(mut self, servers: u64) -> Self {
-        self.weight = servers.clamp(1, flow::MAX_WEIGHT) as usize;
+        self.weight = flow::weight(servers) as usize;
         self
     }
 
@@ -637,26 +637,29 @@ mod tests {
         )
     }
 
+    /// The master of a flat tree over `children` (their near ends) under the driver, with a
+    /// handler that answers nothing: its task and the front-end's end of its parent link.
+    fn run_master(children: Vec<Link>) -> (tokio::task::JoinHandle<std::io::Result<()>>, Link) {
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(children.len() as u32));
+        let (parent_here, parent_there) = pair();
+        let children = (0..)
+            .map(NodeId::Server)
+            .zip(children.into_iter().map(Ok))
+            .collect();
+        let node = Node::new(NodeId::Master, topo);
+        let task = tokio::spawn(run_node(node, parent_here, children, Box::new(|_| {})));
+        (task, parent_there)
+    }
+
     /// A command to two children, one of whose links is gone (its far end dropped): the
     /// node reports that child's id lost and sends the other's reply up with it, every id
     /// accounted, with nothing else happening on the node's links.
     #[tokio::test]
     async fn a_child_whose_link_is_gone_is_answered_lost_and_the_rest_goes_up() {
-        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(2));
-        let node = Node::new(NodeId::Master, topo);
-        let (parent_here, mut parent_there) = pair();
         let (c0_here, mut c0_there) = pair();
         let (c1_here, c1_there) = pair();
         drop(c1_there);
-        let node = tokio::spawn(run_node(
-            node,
-            parent_here,
-            vec![
-                (NodeId::Server(0), Ok(c0_here)),
-                (NodeId::Server(1), Ok(c1_here)),
-            ],
-            Box::new(|_| {}),
-        ));
+        let (node, mut parent_there) = run_master(vec![c0_here, c1_here]);
         let cmd = Message::command(5, IdSet::all(2), SyncMode::WaitAll, "ping");
         parent_there.writer.send(&cmd).await.unwrap();
         let got = c0_there.reader.next().await.unwrap().unwrap();
@@ -686,9 +689,6 @@ mod tests {
     /// every one goes up, in order (a turn once dropped the frame it fetched last).
     #[tokio::test]
     async fn frames_queued_past_one_turn_all_go_up_in_order() {
-        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(1));
-        let node = Node::new(NodeId::Master, topo);
-        let (parent_here, mut parent_there) = pair();
         let (child_here, mut child_there) = pair();
         let n = 200u64;
         for i in 0..n {
@@ -702,12 +702,7 @@ mod tests {
             child_there.writer.feed(&m).await.unwrap();
         }
         child_there.writer.flush().await.unwrap();
-        let node = tokio::spawn(run_node(
-            node,
-            parent_here,
-            vec![(NodeId::Server(0), Ok(child_here))],
-            Box::new(|_| {}),
-        ));
+        let (node, mut parent_there) = run_master(vec![child_here]);
         for i in 0..n {
             let m = parent_there.reader.next().await.unwrap().unwrap();
             assert_eq!(m.kind, Kind::Event);

@@ -181,6 +181,13 @@ impl Grant {
 /// this many windows of one child's output.
 pub const MAX_WEIGHT: u64 = 16;
 
+/// The weight of a child whose subtree holds `servers` servers: one per server, from 1 to
+/// [`MAX_WEIGHT`]. Its window holds that many [`WINDOW`]s, and its parent's driver reads
+/// that many turns' worth of its frames at a time.
+pub fn weight(servers: u64) -> u64 {
+    servers.clamp(1, MAX_WEIGHT)
+}
+
 /// The receiver's side of one link: bulk received and not handed back as credit, and the
 /// credit owed for what was taken in.
 #[derive(Debug)]
@@ -208,7 +215,7 @@ impl RecvWindow {
     /// child got as much through as a child carrying half the tree). Every sender starts
     /// with one window; the credit frame returned gives it the rest.
     pub fn weighted(servers: u64) -> (Self, Option<Message>) {
-        let weight = servers.clamp(1, MAX_WEIGHT) as i64;
+        let weight = weight(servers) as i64;
         let extra = (weight - 1) * WINDOW;
         let w = Self {
             window: weight * WINDOW,

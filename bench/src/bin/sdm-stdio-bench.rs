@@ -191,15 +191,7 @@ impl Share {
         let Some((secs, counts)) = &self.first_done else {
             return serde_json::Value::Null;
         };
-        let depth = |r: usize| {
-            let mut d = 0;
-            let mut at = topo.parent(sdm_topology::NodeId::Server(r as u32));
-            while let Some(p) = at {
-                d += 1;
-                at = topo.parent(p);
-            }
-            d
-        };
+        let depth = |r: usize| topo.depth(sdm_topology::NodeId::Server(r as u32)) as usize;
         let (lo, hi) = (0..counts.len()).fold((0, 0), |(lo, hi), r| {
             (
                 if counts[r] < counts[lo] { r } else { lo },
