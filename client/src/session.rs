@@ -22,7 +22,7 @@ use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::Shape;
 
-use sdm_overlay::init::{INIT_SERVICE, InitSpec};
+use sdm_overlay::init::{INIT_SERVICE, InitSpec, Table};
 
 use crate::error::{Error, Result};
 use crate::link::Handle;
@@ -424,7 +424,8 @@ impl Session {
         let init = InitSpec {
             servers: opts.n,
             topology: opts.topology.to_string(),
-            table,
+            // Addresses are single words (split from their start-up lines).
+            table: Table::new(table).map_err(|e| Error::invalid(e.to_string()))?,
             attempts: opts.connect_attempts,
             delay_ms: opts.connect_delay.as_millis() as u64,
             probe_span: 1,

@@ -26,7 +26,7 @@ use std::str::FromStr;
 
 use bytes::{Bytes, BytesMut};
 use sdm_omis::{parse_reply, parse_request};
-use sdm_overlay::init::InitSpec;
+use sdm_overlay::init::{InitSpec, Table};
 use sdm_proto::{FrameCodec, IdSet, Kind, Message, Status, SyncMode};
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -333,9 +333,10 @@ fn init_seeds() -> Vec<Vec<u8>> {
     let spec = |servers: u32, topology: &str, master: Option<&str>| InitSpec {
         servers,
         topology: topology.to_owned(),
-        table: (0..servers)
-            .map(|i| (i % 3 != 2).then(|| format!("tcp://127.0.0.1:{}", 7000 + i)))
-            .collect(),
+        table: Table::new(
+            (0..servers).map(|i| (i % 3 != 2).then(|| format!("tcp://127.0.0.1:{}", 7000 + i))),
+        )
+        .expect("no line breaks"),
         attempts: 3,
         delay_ms: 100,
         probe_span: 4,

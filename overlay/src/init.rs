@@ -28,8 +28,8 @@ pub struct InitSpec {
     pub servers: u32,
     /// Tree shape (`binomial`, `kary:K`, …).
     pub topology: String,
-    /// Address of each server; `None` for a server that never reported one.
-    pub table: Vec<Option<String>>,
+    /// Address of each server; none for a server that never reported one.
+    pub table: Table,
     /// Connection rounds per child.
     pub attempts: u32,
     /// Delay between rounds, ms.
@@ -70,6 +70,12 @@ pub enum InitError {
         /// Servers the command names.
         servers: u32,
     },
+    /// The routing table's text is not one line per server.
+    #[error("init command: the table does not end with a line break")]
+    TableText,
+    /// An address given for the table has a line break in it.
+    #[error("init command: address of server {0} has a line break in it")]
+    TableEntry(u32),
     /// `probe_span` does not fit a port count.
     #[error("init command: probe_span {0} is larger than 65535")]
     ProbeSpan(u32),
@@ -86,17 +92,75 @@ pub enum InitError {
     },
 }
 
+/// The routing table of the init command: one entry per server id, the address that server
+/// reported or none. It is kept as the text it travels as (a line per server, empty for
+/// none), so a node takes the whole command without a string per server and parses only
+/// the entries it uses: with a thousand servers, decoding the table as a thousand strings
+/// at every node was a tenth of the tree's set-up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Table {
+    /// Every entry followed by `\n`.
+    text: String,
+    len: usize,
+}
+
+impl Table {
+    /// A table of `entries`, in server order; an entry with a line break in it is refused.
+    pub fn new<S: AsRef<str>>(
+        entries: impl IntoIterator<Item = Option<S>>,
+    ) -> Result<Self, InitError> {
+        let mut t = Table::default();
+        for (id, e) in (0u32..).zip(entries) {
+            let e = e.as_ref().map_or("", AsRef::as_ref);
+            if e.contains('\n') {
+                return Err(InitError::TableEntry(id));
+            }
+            t.text.push_str(e);
+            t.text.push('\n');
+            t.len += 1;
+        }
+        Ok(t)
+    }
+
+    /// A table from its wire text, which must end every entry with a line break.
+    fn from_text(text: String) -> Result<Self, InitError> {
+        if !text.is_empty() && !text.ends_with('\n') {
+            return Err(InitError::TableText);
+        }
+        let len = text.bytes().filter(|&b| b == b'\n').count();
+        Ok(Self { text, len })
+    }
+
+    /// Entries (servers).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The entries in server order: an address, or `None` for a server without one.
+    pub fn iter(&self) -> impl Iterator<Item = Option<&str>> {
+        self.text
+            .split_terminator('\n')
+            .map(|e| (!e.is_empty()).then_some(e))
+    }
+
+    /// Server `id`'s entry (`None` if it has no address or is out of range).
+    pub fn get(&self, id: u32) -> Option<&str> {
+        self.iter().nth(id as usize).flatten()
+    }
+}
+
 impl InitSpec {
     /// The protobuf form.
     pub fn to_pb(&self) -> pb::Init {
         pb::Init {
             servers: self.servers,
             topology: self.topology.clone(),
-            table: self
-                .table
-                .iter()
-                .map(|a| pb::InitAddress { address: a.clone() })
-                .collect(),
+            table: self.table.text.clone(),
             attempts: self.attempts,
             delay_ms: self.delay_ms,
             probe_span: u32::from(self.probe_span),
@@ -125,7 +189,7 @@ impl InitSpec {
         let spec = InitSpec {
             servers: m.servers,
             topology: m.topology,
-            table: m.table.into_iter().map(|a| a.address).collect(),
+            table: Table::from_text(m.table)?,
             attempts: m.attempts,
             delay_ms: m.delay_ms,
             probe_span: u16::try_from(m.probe_span)
@@ -163,9 +227,18 @@ impl InitSpec {
         &self,
         ids: impl IntoIterator<Item = u32>,
     ) -> Result<Vec<Option<Address>>, InitError> {
+        let mut wanted: Vec<u32> = ids.into_iter().collect();
+        wanted.sort_unstable();
+        wanted.dedup();
         let mut out = vec![None; self.table.len()];
-        for id in ids {
-            if let Some(Some(a)) = self.table.get(id as usize) {
+        let mut wanted = wanted.into_iter().peekable();
+        for (id, entry) in (0u32..).zip(self.table.iter()) {
+            let Some(&next) = wanted.peek() else { break };
+            if next != id {
+                continue;
+            }
+            wanted.next();
+            if let Some(a) = entry {
                 out[id as usize] = Some(
                     a.parse()
                         .map_err(|error| InitError::Address { server: id, error })?,
@@ -177,15 +250,14 @@ impl InitSpec {
 
     /// The routing table, parsed.
     pub fn addresses(&self) -> Result<Vec<Option<Address>>, InitError> {
-        self.table
-            .iter()
-            .enumerate()
+        (0u32..)
+            .zip(self.table.iter())
             .map(|(i, a)| match a {
                 None => Ok(None),
-                Some(a) => a.parse().map(Some).map_err(|error| InitError::Address {
-                    server: i as u32,
-                    error,
-                }),
+                Some(a) => a
+                    .parse()
+                    .map(Some)
+                    .map_err(|error| InitError::Address { server: i, error }),
             })
             .collect()
     }
@@ -225,7 +297,7 @@ mod tests {
         InitSpec {
             servers: 2,
             topology: "binomial".into(),
-            table: vec![Some("tcp://127.0.0.1:7000".into()), None],
+            table: Table::new([Some("tcp://127.0.0.1:7000"), None]).unwrap(),
             attempts: 3,
             delay_ms: 100,
             probe_span: 1,
@@ -265,7 +337,7 @@ mod tests {
         // A bad address is named where it is parsed: by the front-end checking the whole
         // table, and by the nodes that connect to it; the others never read it.
         let mut bad = spec.clone();
-        bad.table[1] = Some("nowhere".into());
+        bad.table = Table::new([Some("tcp://127.0.0.1:7000"), Some("nowhere")]).unwrap();
         let got = InitSpec::from_payload(&bad.to_payload()).unwrap();
         assert!(matches!(
             got.addresses(),
@@ -284,6 +356,37 @@ mod tests {
             InitSpec::from_payload(&wide.encode_to_vec()),
             Err(InitError::ProbeSpan(70_000))
         );
+    }
+
+    #[test]
+    fn the_table_travels_as_lines_and_refuses_what_would_break_them() {
+        let t = Table::new([Some("tcp://a:1"), None, Some("tcp://b:2")]).unwrap();
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.get(0), Some("tcp://a:1"));
+        assert_eq!(t.get(1), None);
+        assert_eq!(t.get(2), Some("tcp://b:2"));
+        assert_eq!(t.get(3), None);
+        assert_eq!(
+            t.iter().collect::<Vec<_>>(),
+            [Some("tcp://a:1"), None, Some("tcp://b:2")]
+        );
+        assert!(Table::new::<&str>([]).unwrap().is_empty());
+        assert_eq!(
+            Table::new([Some("tcp://a:1"), Some("tcp://b:2\ntcp://c:3")]),
+            Err(InitError::TableEntry(1))
+        );
+        let mut wire = spec().to_pb();
+        wire.table = "tcp://127.0.0.1:7000\n".into();
+        wire.servers = 2;
+        wire.table.push_str("tcp://x:1");
+        assert_eq!(
+            InitSpec::from_payload(&wire.encode_to_vec()),
+            Err(InitError::TableText)
+        );
+        wire.table.push('\n');
+        let got = InitSpec::from_payload(&wire.encode_to_vec()).unwrap();
+        assert_eq!(got.addresses_of([1, 1, 0]).unwrap().len(), 2);
+        assert!(got.addresses_of([1]).unwrap()[1].is_some());
     }
 
     fn any_spec() -> impl Strategy<Value = InitSpec> {
@@ -321,7 +424,7 @@ mod tests {
                 )| InitSpec {
                     servers: table.len() as u32,
                     topology: shape.to_owned(),
-                    table,
+                    table: Table::new(table).unwrap(),
                     attempts,
                     delay_ms,
                     probe_span,

@@ -71,27 +71,83 @@ impl Store {
     }
 }
 
-/// Listens on `path` (replacing a stale socket) and feeds every connection's lines into
-/// `store`, until the task is dropped.
-pub fn serve(path: &Path, store: Store) -> std::io::Result<tokio::task::JoinHandle<()>> {
-    let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path)?;
-    Ok(tokio::spawn(async move {
-        loop {
-            let Ok((conn, _)) = listener.accept().await else {
-                continue;
-            };
-            let store = store.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(conn).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if let Err(e) = store.apply(&line) {
-                        tracing::warn!("counters: bad line skipped: {e}");
-                    }
+/// The counters socket of one server: bound on first use ([`Socket::path`], when the server
+/// starts a program), so a server that never starts one never creates a file (binding a
+/// Unix socket creates an inode: a thousand servers starting at once spent a third of the
+/// tree's set-up in the file system doing that).
+#[derive(Debug)]
+pub struct Socket {
+    path: PathBuf,
+    store: Store,
+    runtime: tokio::runtime::Handle,
+    /// The accepting task once bound; `Err` once binding failed (not tried again).
+    bound: Mutex<Option<Result<tokio::task::JoinHandle<()>, ()>>>,
+}
+
+impl Socket {
+    /// A socket at `path` feeding `store`, served on the current tokio runtime once bound.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn new(path: PathBuf, store: Store) -> Self {
+        Self {
+            path,
+            store,
+            runtime: tokio::runtime::Handle::current(),
+            bound: Mutex::new(None),
+        }
+    }
+
+    /// The socket's path, binding it first if needed (from any thread); `None` (logged
+    /// once) if it cannot be bound.
+    pub fn path(&self) -> Option<&Path> {
+        let mut bound = self.bound.lock().expect("not poisoned");
+        if bound.is_none() {
+            *bound = Some(match self.bind() {
+                Ok(task) => Ok(task),
+                Err(e) => {
+                    tracing::warn!("no counters socket at {}: {e}", self.path.display());
+                    Err(())
                 }
             });
         }
-    }))
+        matches!(*bound, Some(Ok(_))).then_some(&*self.path)
+    }
+
+    /// Listens on the path (replacing a stale socket) and feeds every connection's lines
+    /// into the store.
+    fn bind(&self) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        let _ = std::fs::remove_file(&self.path);
+        let std_listener = std::os::unix::net::UnixListener::bind(&self.path)?;
+        std_listener.set_nonblocking(true)?;
+        let _enter = self.runtime.enter();
+        let listener = UnixListener::from_std(std_listener)?;
+        let store = self.store.clone();
+        Ok(self.runtime.spawn(async move {
+            loop {
+                let Ok((conn, _)) = listener.accept().await else {
+                    continue;
+                };
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut lines = BufReader::new(conn).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        if let Err(e) = store.apply(&line) {
+                            tracing::warn!("counters: bad line skipped: {e}");
+                        }
+                    }
+                });
+            }
+        }))
+    }
+
+    /// Stops serving and removes the socket, if it was bound.
+    pub fn close(&self) {
+        if let Some(Ok(task)) = self.bound.lock().expect("not poisoned").take() {
+            task.abort();
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Where server `id` (process `pid`) puts its counters socket.

@@ -274,20 +274,15 @@ pub(crate) async fn run_server_with(
     // the output reader, and so the process, wait.
     let (ev_tx, events) = tokio::sync::mpsc::channel(1024);
     let (monitor, mut mon_events) = MonitorHandle::spawn(id, 0, ev_tx.clone());
-    // The program's own counters come in on a Unix socket named in its environment.
+    // The program's own counters come in on a Unix socket named in its environment, bound
+    // when the server first starts a program.
     let counters = crate::counters::Store::default();
-    let counters_path = crate::counters::socket_path(std::process::id());
-    let counters_task = match crate::counters::serve(&counters_path, counters.clone()) {
-        Ok(t) => {
-            let path = counters_path.clone();
-            drop(monitor.submit(move |m| m.counters_path = Some(path)));
-            Some(t)
-        }
-        Err(e) => {
-            tracing::warn!("no counters socket at {}: {e}", counters_path.display());
-            None
-        }
-    };
+    let counters_socket = Arc::new(crate::counters::Socket::new(
+        crate::counters::socket_path(std::process::id()),
+        counters.clone(),
+    ));
+    let socket = counters_socket.clone();
+    monitor.prepare(move |m| m.counters = Some(socket));
     let ctx = Arc::new(ServerContext {
         id,
         monitor: monitor.clone(),
@@ -296,7 +291,7 @@ pub(crate) async fn run_server_with(
     });
     // Event actions run on the monitor thread with the same services.
     let reg = ctx.omis.clone();
-    drop(monitor.submit(move |m| m.registry = Some(reg)));
+    monitor.prepare(move |m| m.registry = Some(reg));
     tokio::spawn(async move {
         while let Some(e) = mon_events.recv().await {
             if ev_tx.send((Kind::Event, Bytes::from(e))).await.is_err() {
@@ -315,10 +310,9 @@ pub(crate) async fn run_server_with(
     )
     .await;
     // Kill only what we started, and only once the tree is gone.
-    monitor.call(|m| m.kill_quietly()).await;
-    if let Some(t) = counters_task {
-        t.abort();
-        let _ = std::fs::remove_file(&counters_path);
+    if monitor.started() {
+        monitor.call(|m| m.kill_quietly()).await;
     }
+    counters_socket.close();
     served
 }

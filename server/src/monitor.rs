@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -159,68 +159,95 @@ pub struct Monitor {
     firing: u32,
     /// CPU seconds of the process and when they were read, for `procstat`'s CPU %.
     last_cpu: Option<(f64, std::time::Instant)>,
-    /// The counters socket handed to started programs (`SDM_COUNTERS`).
-    pub counters_path: Option<PathBuf>,
+    /// The counters socket handed to started programs (`SDM_COUNTERS`), bound when the
+    /// first program starts.
+    pub counters: Option<Arc<crate::counters::Socket>>,
 }
 
 type Job = Box<dyn FnOnce(&mut Monitor) + Send>;
 
-/// Sends jobs to the monitor thread.
+/// Sends jobs to the monitor thread, which starts with the first job: a server that never
+/// touches a process (most of a big tree's start-up, every benchmark wave) never pays for a
+/// thread.
 #[derive(Clone)]
 pub struct MonitorHandle {
-    tx: std_mpsc::Sender<Job>,
+    inner: Arc<LazyThread>,
+}
+
+struct LazyThread {
+    tx: OnceLock<std_mpsc::Sender<Job>>,
+    /// What the thread starts from, until it is started.
+    start: Mutex<Option<Start>>,
+}
+
+struct Start {
+    rank: u32,
+    servers: u32,
+    stdio: mpsc::Sender<(Kind, Bytes)>,
+    events: mpsc::UnboundedSender<String>,
+    /// Jobs run before any other once the thread starts ([`MonitorHandle::prepare`]).
+    prepared: Vec<Job>,
 }
 
 impl MonitorHandle {
-    /// Starts the monitor thread; events it detects (breakpoint hits, exits) arrive on the
-    /// returned receiver as OMIS-style event texts.
+    /// A handle of the monitor thread (started on the first job); events it detects
+    /// (breakpoint hits, exits) arrive on the returned receiver as OMIS-style event texts.
     pub fn spawn(
         rank: u32,
         servers: u32,
         stdio: mpsc::Sender<(Kind, Bytes)>,
     ) -> (Self, mpsc::UnboundedReceiver<String>) {
-        let (tx, rx) = std_mpsc::channel::<Job>();
         let (etx, erx) = mpsc::unbounded_channel();
-        std::thread::Builder::new()
-            .name("sdm-monitor".into())
-            .spawn(move || {
-                let mut m = Monitor {
-                    stdio,
-                    rank,
-                    servers,
-                    proc: None,
-                    events: etx,
-                    stacks: Stacks::default(),
-                    registry: None,
-                    requests: BTreeMap::new(),
-                    user_events: BTreeSet::new(),
-                    firing: 0,
-                    last_cpu: None,
-                    counters_path: None,
-                };
-                loop {
-                    // Poll often only while breakpoints may fire; an idle server sleeps.
-                    let wait = match &m.proc {
-                        Some(p) if p.gdb.is_some() && p.state == ProcState::Running => {
-                            Duration::from_millis(10)
-                        }
-                        Some(p) if p.traced && p.state == ProcState::Running => {
-                            Duration::from_millis(2)
-                        }
-                        Some(p) if p.state == ProcState::Running => Duration::from_millis(50),
-                        _ => Duration::from_secs(3600),
-                    };
-                    match rx.recv_timeout(wait) {
-                        Ok(job) => job(&mut m),
-                        Err(std_mpsc::RecvTimeoutError::Timeout) => {}
-                        Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
-                    }
-                    m.poll();
-                }
-                m.kill_quietly();
-            })
-            .expect("spawning the monitor thread");
-        (Self { tx }, erx)
+        let start = Start {
+            rank,
+            servers,
+            stdio,
+            events: etx,
+            prepared: Vec::new(),
+        };
+        let inner = LazyThread {
+            tx: OnceLock::new(),
+            start: Mutex::new(Some(start)),
+        };
+        (
+            Self {
+                inner: Arc::new(inner),
+            },
+            erx,
+        )
+    }
+
+    /// Whether the monitor thread has started (some job was submitted).
+    pub fn started(&self) -> bool {
+        self.inner.tx.get().is_some()
+    }
+
+    /// Has `f` run on the monitor before any other job, without starting the thread for it
+    /// (set-up such as the services event actions use); at once if it runs already.
+    pub fn prepare(&self, f: impl FnOnce(&mut Monitor) + Send + 'static) {
+        let mut start = self.inner.start.lock().expect("not poisoned");
+        match start.as_mut() {
+            Some(s) => s.prepared.push(Box::new(f)),
+            None => {
+                drop(start);
+                self.send(Box::new(f));
+            }
+        }
+    }
+
+    fn send(&self, job: Job) {
+        let tx = self.inner.tx.get_or_init(|| {
+            let start = self
+                .inner
+                .start
+                .lock()
+                .expect("not poisoned")
+                .take()
+                .expect("the monitor thread starts once");
+            run_thread(start)
+        });
+        tx.send(job)
+            .expect("the monitor thread runs as long as its handle");
     }
 
     /// Queues `f` for the monitor thread at once (jobs run in the order they were
@@ -233,9 +260,7 @@ impl MonitorHandle {
         let job: Job = Box::new(move |m| {
             let _ = tx.send(f(m));
         });
-        self.tx
-            .send(job)
-            .expect("the monitor thread runs as long as its handle");
+        self.send(job);
         rx
     }
 
@@ -248,6 +273,54 @@ impl MonitorHandle {
             .await
             .expect("the monitor thread answers every job")
     }
+}
+
+/// Starts the monitor thread from `s`; it runs jobs until every handle is gone.
+fn run_thread(s: Start) -> std_mpsc::Sender<Job> {
+    let (tx, rx) = std_mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("sdm-monitor".into())
+        .spawn(move || {
+            let mut m = Monitor {
+                stdio: s.stdio,
+                rank: s.rank,
+                servers: s.servers,
+                proc: None,
+                events: s.events,
+                stacks: Stacks::default(),
+                registry: None,
+                requests: BTreeMap::new(),
+                user_events: BTreeSet::new(),
+                firing: 0,
+                last_cpu: None,
+                counters: None,
+            };
+            for job in s.prepared {
+                job(&mut m);
+            }
+            loop {
+                // Poll often only while breakpoints may fire; an idle server sleeps.
+                let wait = match &m.proc {
+                    Some(p) if p.gdb.is_some() && p.state == ProcState::Running => {
+                        Duration::from_millis(10)
+                    }
+                    Some(p) if p.traced && p.state == ProcState::Running => {
+                        Duration::from_millis(2)
+                    }
+                    Some(p) if p.state == ProcState::Running => Duration::from_millis(50),
+                    _ => Duration::from_secs(3600),
+                };
+                match rx.recv_timeout(wait) {
+                    Ok(job) => job(&mut m),
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+                m.poll();
+            }
+            m.kill_quietly();
+        })
+        .expect("spawning the monitor thread");
+    tx
 }
 
 /// A monitor result: the error names the pid, address or symbol involved.
@@ -316,8 +389,8 @@ impl Monitor {
         use std::os::fd::{AsFd, OwnedFd};
         let mut cmd = Command::new(program);
         cmd.args(args).env("SDM_RANK", self.rank.to_string());
-        if let Some(p) = &self.counters_path {
-            cmd.env(sdm_deploy::COUNTERS_ENV, p);
+        if let Some(path) = self.counters.as_ref().and_then(|c| c.path()) {
+            cmd.env(sdm_deploy::COUNTERS_ENV, path);
         }
         let mut master: Option<OwnedFd> = None;
         match mode {

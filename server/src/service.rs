@@ -371,7 +371,7 @@ fn init(plugins: &Mutex<Plugins>, req: Request, reply: Reply) {
     match sdm_overlay::init::InitSpec::from_payload(&req.payload) {
         Ok(spec) => {
             let servers = spec.servers;
-            drop(req.monitor().submit(move |m| m.servers = servers));
+            req.monitor().prepare(move |m| m.servers = servers);
             plugins
                 .lock()
                 .expect("not poisoned")

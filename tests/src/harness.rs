@@ -426,8 +426,17 @@ pub fn checksum_server() -> &'static str {
 /// Runs `sdm ARGS…`, asserts it succeeded (showing its output if not), and returns what
 /// it printed on stdout.
 pub fn sdm_ok<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    sdm_ok_env(args, std::iter::empty::<(&str, &str)>())
+}
+
+/// [`sdm_ok`] with `envs` added to sdm's environment.
+pub fn sdm_ok_env<S: AsRef<OsStr>, K: AsRef<OsStr>, V: AsRef<OsStr>>(
+    args: impl IntoIterator<Item = S>,
+    envs: impl IntoIterator<Item = (K, V)>,
+) -> String {
     let out = Command::new(sdm())
         .args(args)
+        .envs(envs)
         .output()
         .expect("running sdm");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -7,15 +7,13 @@ use sdm_e2e as support;
 use std::path::PathBuf;
 use std::process::Command;
 
-use support::sdm_ok;
-
-fn console(n: &str, program: &std::path::Path) -> String {
+fn console(n: &str, program: &std::path::Path, envs: &[(&str, &std::path::Path)]) -> String {
     let args = [
         "run", "-n", n, "--json", "-c", "sleep 1", "-c", "counters", "-c", "kill", "--",
     ];
     let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
     all.push(program.as_os_str());
-    sdm_ok(all)
+    support::sdm_ok_env(all, envs.iter().copied())
 }
 
 fn metrics(text: &str) -> serde_json::Value {
@@ -43,7 +41,7 @@ fn c_client_counters_merge_across_ranks() {
         .status()
         .expect("gcc (deploy/ci-setup.sh installs it)");
     assert!(ok.success());
-    let m = metrics(&console("8", &exe));
+    let m = metrics(&console("8", &exe, &[]));
     let it = &m["iterations"];
     assert_eq!(it["count"], 8, "{m}");
     assert_eq!(
@@ -65,7 +63,21 @@ fn c_client_counters_merge_across_ranks() {
 #[test]
 fn rust_client_counters_merge_across_ranks() {
     let app = PathBuf::from(sdm_e2e::counters_demo());
-    let m = metrics(&console("4", &app));
+    // The servers put their sockets in XDG_RUNTIME_DIR: one of this test's own, to see
+    // that each is bound when its program starts and removed when its server ends.
+    let runtime = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("counters-runtime-{}", std::process::id()));
+    std::fs::create_dir_all(&runtime).unwrap();
+    let text = console("4", &app, &[("XDG_RUNTIME_DIR", &runtime)]);
+    // (The console's status socket lives in the sdm/ directory there.)
+    let left: Vec<_> = std::fs::read_dir(&runtime)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("sdm-counters-"))
+        .collect();
+    assert!(left.is_empty(), "sockets left behind: {left:?}");
+    let _ = std::fs::remove_dir_all(&runtime);
+    let m = metrics(&text);
     assert_eq!(m["ops"]["max_ids"], "[3]", "{m}");
     assert_eq!(m["ops"]["mean"], 1.5, "{m}");
     assert_eq!(
