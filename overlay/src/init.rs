@@ -9,8 +9,9 @@
 use std::time::Duration;
 
 use prost::Message as _;
+use sdm_proto::IdSet;
 use sdm_proto::pb;
-use sdm_topology::{Shape, ShapeError};
+use sdm_topology::{NodeId, Shape, ShapeError, Topology};
 
 use crate::auth::SessionKey;
 use crate::filters::Registry;
@@ -62,19 +63,21 @@ pub enum InitError {
     /// The payload is not an `Init` protobuf (e.g. another command came first).
     #[error("init command: not an Init message ({0}); expected the init command first")]
     Decode(String),
-    /// The routing table does not have one entry per server.
-    #[error("init command: table has {entries} entries for {servers} servers")]
-    Table {
-        /// Entries in the table.
-        entries: usize,
-        /// Servers the command names.
+    /// A line of the routing table is not `ID ADDRESS` and a line break (1-based number).
+    #[error("init command: table line {0} is not `ID ADDRESS` and a line break")]
+    TableLine(usize),
+    /// A line of the routing table names a server outside the tree or out of order.
+    #[error("init command: table line {line} names server {id}: ids must ascend below {servers}")]
+    TableOrder {
+        /// 1-based line number.
+        line: usize,
+        /// The id it names.
+        id: u32,
+        /// Servers in the tree.
         servers: u32,
     },
-    /// The routing table's text is not one line per server.
-    #[error("init command: the table does not end with a line break")]
-    TableText,
-    /// An address given for the table has a line break in it.
-    #[error("init command: address of server {0} has a line break in it")]
+    /// An address given for the table is empty or has white space in it.
+    #[error("init command: address of server {0} is empty or has white space in it")]
     TableEntry(u32),
     /// `probe_span` does not fit a port count.
     #[error("init command: probe_span {0} is larger than 65535")]
@@ -92,46 +95,67 @@ pub enum InitError {
     },
 }
 
-/// The routing table of the init command: one entry per server id, the address that server
-/// reported or none. It is kept as the text it travels as (a line per server, empty for
-/// none), so a node takes the whole command without a string per server and parses only
-/// the entries it uses: with a thousand servers, decoding the table as a thousand strings
-/// at every node was a tenth of the tree's set-up.
+/// The routing table of the init command: server id -> the address it reported, for the
+/// servers a node needs (the whole tree at the master; a subtree and its ancestors below,
+/// [`InitSpec::for_child`]). It is kept as the text it travels as, a line `ID ADDRESS` per
+/// entry in ascending id order, so a node takes the command without a string per server and
+/// parses only the entries it uses: with a thousand servers, every node decoding every
+/// address (twice) was a tenth of the tree's set-up, and sending every node the whole table
+/// made the init's traffic grow as the square of the tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Table {
-    /// Every entry followed by `\n`.
+    /// `ID ADDRESS\n` per entry.
     text: String,
     len: usize,
 }
 
 impl Table {
-    /// A table of `entries`, in server order; an entry with a line break in it is refused.
+    /// A table of the servers `0..` in order, each with its address or none (never
+    /// reported); an address with white space in it is refused.
     pub fn new<S: AsRef<str>>(
         entries: impl IntoIterator<Item = Option<S>>,
     ) -> Result<Self, InitError> {
         let mut t = Table::default();
         for (id, e) in (0u32..).zip(entries) {
-            let e = e.as_ref().map_or("", AsRef::as_ref);
-            if e.contains('\n') {
+            let Some(e) = e else { continue };
+            let e = e.as_ref();
+            if e.is_empty() || e.contains(char::is_whitespace) {
                 return Err(InitError::TableEntry(id));
             }
-            t.text.push_str(e);
-            t.text.push('\n');
-            t.len += 1;
+            t.push(id, e);
         }
         Ok(t)
     }
 
-    /// A table from its wire text, which must end every entry with a line break.
-    fn from_text(text: String) -> Result<Self, InitError> {
-        if !text.is_empty() && !text.ends_with('\n') {
-            return Err(InitError::TableText);
+    fn push(&mut self, id: u32, address: &str) {
+        use std::fmt::Write as _;
+        let _ = writeln!(self.text, "{id} {address}");
+        self.len += 1;
+    }
+
+    /// A table from its wire text: entries below `servers`, ids ascending.
+    fn from_text(text: String, servers: u32) -> Result<Self, InitError> {
+        let mut len = 0;
+        let mut last = None;
+        for (line, entry) in (1usize..).zip(text.split_terminator('\n')) {
+            let id = entry
+                .split_once(' ')
+                .filter(|(_, a)| !a.is_empty() && !a.contains(char::is_whitespace))
+                .and_then(|(id, _)| id.parse::<u32>().ok())
+                .ok_or(InitError::TableLine(line))?;
+            if id >= servers || last.is_some_and(|l| l >= id) {
+                return Err(InitError::TableOrder { line, id, servers });
+            }
+            last = Some(id);
+            len += 1;
         }
-        let len = text.bytes().filter(|&b| b == b'\n').count();
+        if !text.is_empty() && !text.ends_with('\n') {
+            return Err(InitError::TableLine(len));
+        }
         Ok(Self { text, len })
     }
 
-    /// Entries (servers).
+    /// Entries (servers with an address here).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -141,16 +165,29 @@ impl Table {
         self.len == 0
     }
 
-    /// The entries in server order: an address, or `None` for a server without one.
-    pub fn iter(&self) -> impl Iterator<Item = Option<&str>> {
-        self.text
-            .split_terminator('\n')
-            .map(|e| (!e.is_empty()).then_some(e))
+    /// The entries, ids ascending.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &str)> {
+        self.text.split_terminator('\n').filter_map(|e| {
+            let (id, a) = e.split_once(' ')?;
+            Some((id.parse().ok()?, a))
+        })
     }
 
-    /// Server `id`'s entry (`None` if it has no address or is out of range).
+    /// Server `id`'s address, if it has one here.
     pub fn get(&self, id: u32) -> Option<&str> {
-        self.iter().nth(id as usize).flatten()
+        self.iter()
+            .take_while(|&(i, _)| i <= id)
+            .find(|&(i, _)| i == id)
+            .map(|(_, a)| a)
+    }
+
+    /// The entries whose ids `keep` accepts.
+    pub fn subset(&self, mut keep: impl FnMut(u32) -> bool) -> Table {
+        let mut t = Table::default();
+        for (id, a) in self.iter().filter(|&(id, _)| keep(id)) {
+            t.push(id, a);
+        }
+        t
     }
 }
 
@@ -189,7 +226,7 @@ impl InitSpec {
         let spec = InitSpec {
             servers: m.servers,
             topology: m.topology,
-            table: Table::from_text(m.table)?,
+            table: Table::from_text(m.table, m.servers)?,
             attempts: m.attempts,
             delay_ms: m.delay_ms,
             probe_span: u16::try_from(m.probe_span)
@@ -200,12 +237,6 @@ impl InitSpec {
             service_plugins: m.service_plugins,
             master: m.master,
         };
-        if spec.table.len() != spec.servers as usize {
-            return Err(InitError::Table {
-                entries: spec.table.len(),
-                servers: spec.servers,
-            });
-        }
         if let Some(m) = spec.shape()?.servers().filter(|&m| m != spec.servers) {
             return Err(InitError::Topology(ShapeError::Tree {
                 origin: "of the init command".into(),
@@ -229,17 +260,12 @@ impl InitSpec {
     ) -> Result<Vec<Option<Address>>, InitError> {
         let mut wanted: Vec<u32> = ids.into_iter().collect();
         wanted.sort_unstable();
-        wanted.dedup();
-        let mut out = vec![None; self.table.len()];
-        let mut wanted = wanted.into_iter().peekable();
-        for (id, entry) in (0u32..).zip(self.table.iter()) {
-            let Some(&next) = wanted.peek() else { break };
-            if next != id {
-                continue;
-            }
-            wanted.next();
-            if let Some(a) = entry {
-                out[id as usize] = Some(
+        let mut out = vec![None; self.servers as usize];
+        for (id, a) in self.table.iter() {
+            if let Some(slot) = out.get_mut(id as usize)
+                && wanted.binary_search(&id).is_ok()
+            {
+                *slot = Some(
                     a.parse()
                         .map_err(|error| InitError::Address { server: id, error })?,
                 );
@@ -250,16 +276,26 @@ impl InitSpec {
 
     /// The routing table, parsed.
     pub fn addresses(&self) -> Result<Vec<Option<Address>>, InitError> {
-        (0u32..)
-            .zip(self.table.iter())
-            .map(|(i, a)| match a {
-                None => Ok(None),
-                Some(a) => a
-                    .parse()
-                    .map(Some)
-                    .map_err(|error| InitError::Address { server: i, error }),
-            })
-            .collect()
+        self.addresses_of(self.table.iter().map(|(id, _)| id).collect::<Vec<_>>())
+    }
+
+    /// The init command as `child` takes it from the node `me` of `topo`: the table cut to
+    /// the child's subtree (`share`, the ids it forwards to) and the ancestors it re-attaches
+    /// to, `me` and up. Every node needs only these, so the command's size falls with depth
+    /// instead of every node taking every address.
+    pub fn for_child(&self, topo: &dyn Topology, me: NodeId, share: &IdSet) -> InitSpec {
+        let mut up: Vec<u32> = Vec::new();
+        let mut at = Some(me);
+        while let Some(a) = at {
+            up.extend(a.server());
+            at = topo.parent(a);
+        }
+        InitSpec {
+            table: self
+                .table
+                .subset(|id| share.contains(id) || up.contains(&id)),
+            ..self.clone()
+        }
     }
 
     /// The filter registry of a daemon: the built-ins plus every plugin of
@@ -320,12 +356,15 @@ mod tests {
             );
         }
         let mut bad = spec.clone();
-        bad.servers = 3;
+        bad.servers = 1;
+        bad.topology = "flat".into();
+        bad.table = Table::new([None, Some("tcp://127.0.0.1:7001")]).unwrap();
         assert_eq!(
             InitSpec::from_payload(&bad.to_payload()),
-            Err(InitError::Table {
-                entries: 2,
-                servers: 3
+            Err(InitError::TableOrder {
+                line: 1,
+                id: 1,
+                servers: 1
             })
         );
         let mut bad = spec.clone();
@@ -361,32 +400,90 @@ mod tests {
     #[test]
     fn the_table_travels_as_lines_and_refuses_what_would_break_them() {
         let t = Table::new([Some("tcp://a:1"), None, Some("tcp://b:2")]).unwrap();
-        assert_eq!(t.len(), 3);
+        assert_eq!(t.len(), 2);
         assert_eq!(t.get(0), Some("tcp://a:1"));
         assert_eq!(t.get(1), None);
         assert_eq!(t.get(2), Some("tcp://b:2"));
         assert_eq!(t.get(3), None);
         assert_eq!(
             t.iter().collect::<Vec<_>>(),
-            [Some("tcp://a:1"), None, Some("tcp://b:2")]
+            [(0, "tcp://a:1"), (2, "tcp://b:2")]
         );
         assert!(Table::new::<&str>([]).unwrap().is_empty());
+        for bad in ["tcp://b:2\ntcp://c:3", "tcp://b: 2", ""] {
+            assert_eq!(
+                Table::new([Some("tcp://a:1"), Some(bad)]),
+                Err(InitError::TableEntry(1)),
+                "{bad:?}"
+            );
+        }
+        let decode = |table: &str| {
+            let mut wire = spec().to_pb();
+            wire.table = table.into();
+            InitSpec::from_payload(&wire.encode_to_vec())
+        };
         assert_eq!(
-            Table::new([Some("tcp://a:1"), Some("tcp://b:2\ntcp://c:3")]),
-            Err(InitError::TableEntry(1))
+            decode("0 tcp://x:1\n1 tcp://y:2").unwrap_err(),
+            InitError::TableLine(2)
         );
-        let mut wire = spec().to_pb();
-        wire.table = "tcp://127.0.0.1:7000\n".into();
-        wire.servers = 2;
-        wire.table.push_str("tcp://x:1");
         assert_eq!(
-            InitSpec::from_payload(&wire.encode_to_vec()),
-            Err(InitError::TableText)
+            decode("0 tcp://x:1\nzero tcp://y:2\n").unwrap_err(),
+            InitError::TableLine(2)
         );
-        wire.table.push('\n');
-        let got = InitSpec::from_payload(&wire.encode_to_vec()).unwrap();
+        assert_eq!(
+            decode("0 tcp://x:1\n1\n").unwrap_err(),
+            InitError::TableLine(2)
+        );
+        assert_eq!(
+            decode("1 tcp://x:1\n0 tcp://y:2\n").unwrap_err(),
+            InitError::TableOrder {
+                line: 2,
+                id: 0,
+                servers: 2
+            }
+        );
+        let got = decode("1 tcp://127.0.0.1:9\n").unwrap();
         assert_eq!(got.addresses_of([1, 1, 0]).unwrap().len(), 2);
         assert!(got.addresses_of([1]).unwrap()[1].is_some());
+    }
+
+    #[test]
+    fn a_child_takes_its_subtree_and_its_ancestors() {
+        let n = 16;
+        let spec = InitSpec {
+            servers: n,
+            topology: "binomial".into(),
+            table: Table::new((0..n).map(|i| Some(format!("tcp://h:{}", 7000 + i)))).unwrap(),
+            ..spec()
+        };
+        let topo = spec.shape().unwrap().build(n);
+        let mut visited = 0;
+        // Walk the tree as the init does, each node cutting the table for each child.
+        let mut stack = vec![(NodeId::Master, spec.clone())];
+        while let Some((me, at)) = stack.pop() {
+            for c in topo.children(me) {
+                let share = topo.subtree(c);
+                let next = at.for_child(&*topo, me, &share);
+                let mut up = Vec::new();
+                let mut a = topo.parent(c);
+                while let Some(p) = a {
+                    up.extend(p.server());
+                    a = topo.parent(p);
+                }
+                let ids: Vec<u32> = next.table.iter().map(|(id, _)| id).collect();
+                let mut want: Vec<u32> = share.iter().chain(up).collect();
+                want.sort_unstable();
+                assert_eq!(ids, want, "{c}");
+                for id in ids {
+                    assert_eq!(next.table.get(id), spec.table.get(id));
+                }
+                let wire = InitSpec::from_payload(&next.to_payload()).unwrap();
+                assert_eq!(wire, next);
+                visited += 1;
+                stack.push((c, wire));
+            }
+        }
+        assert_eq!(visited, n);
     }
 
     fn any_spec() -> impl Strategy<Value = InitSpec> {
@@ -446,7 +543,7 @@ mod tests {
         #[test]
         fn junk_is_refused_or_valid_never_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
             if let Ok(spec) = InitSpec::from_payload(&bytes) {
-                prop_assert_eq!(spec.table.len(), spec.servers as usize);
+                prop_assert!(spec.table.iter().all(|(id, _)| id < spec.servers));
                 prop_assert_eq!(InitSpec::from_payload(&spec.to_payload()).unwrap(), spec);
             }
         }

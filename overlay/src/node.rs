@@ -589,6 +589,20 @@ impl Node {
         self.progress(op);
     }
 
+    /// Gives each frame of op `op` queued for a child (not sent yet) the payload
+    /// `f(child, frame)` returns: a command whose payload each subtree needs only part of
+    /// (the init command's routing table) is narrowed to the child's share.
+    pub fn tailor_queued(&mut self, op: u64, mut f: impl FnMut(NodeId, &Message) -> Bytes) {
+        for o in &mut self.out {
+            if let Output::ToChild(child, m) = o
+                && m.op == op
+                && m.kind == Kind::Command
+            {
+                m.payload = f(*child, m);
+            }
+        }
+    }
+
     /// A frame arrived from child `child`.
     pub fn handle_from_child(&mut self, now: Instant, child: NodeId, msg: Message) {
         self.clocks.heard(now, Peer::Child(child));

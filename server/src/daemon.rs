@@ -88,7 +88,10 @@ async fn serve(
     }
     let mut node = Node::with_registry(me, topo.clone(), Arc::new(spec.registry()));
     node.set_stdio_window(Duration::from_millis(spec.stdio_window_ms));
+    let op = first.op;
     node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
+    // Each child takes only its subtree's part of the table (and its ancestors').
+    node.tailor_queued(op, |_, m| spec.for_child(&*topo, me, &m.dest).to_payload());
     let recovery = recover::recovery(
         me,
         &*topo,
