@@ -87,8 +87,7 @@ impl Encoder<&Message> for FrameCodec {
     /// The length prefix and the envelope go straight into `dst`: no frame-sized buffer
     /// of its own per message, no copy.
     fn encode(&mut self, msg: &Message, dst: &mut BytesMut) -> Result<(), WireError> {
-        let env = msg.to_pb();
-        let len = prost::Message::encoded_len(&env);
+        let len = msg.encoded_len();
         if len > self.max {
             return Err(WireError::FrameTooLarge {
                 len: len as u64,
@@ -97,7 +96,7 @@ impl Encoder<&Message> for FrameCodec {
         }
         dst.reserve(4 + len);
         dst.put_u32(len as u32);
-        prost::Message::encode(&env, dst).expect("reserved the encoded length");
+        msg.encode_to(dst);
         Ok(())
     }
 }

@@ -3,18 +3,67 @@
 //!
 //! The empty set means *no* server. (The old SDM read an empty set as "all"; we don't.)
 
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::{BitAnd, BitOr, RangeInclusive, Sub};
 use std::str::FromStr;
 
+use bytes::BufMut;
 use roaring::RoaringBitmap;
 
 /// A server id: servers are numbered `0..N`.
 pub type Id = u32;
 
 /// A set of server ids, efficient for millions of ids (a roaring bitmap).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct IdSet(RoaringBitmap);
+///
+/// One contiguous range (a subtree's share, `[0-N)`, a single id: nearly every set a tree
+/// passes around) is held inline, without a bitmap: making, copying, comparing, routing
+/// and encoding it allocate nothing and cost the same whatever its length (a roaring
+/// bitmap keeps a range of 1024 ids as an array of 1024 entries).
+#[derive(Clone)]
+pub struct IdSet(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// Every id of `lo..=hi`, `lo <= hi`.
+    Range(Id, Id),
+    /// Any set (the empty set included; it may also be one range).
+    Bitmap(RoaringBitmap),
+}
+
+impl Default for IdSet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PartialEq for IdSet {
+    fn eq(&self, other: &IdSet) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Range(a, b), Repr::Range(c, d)) => (a, b) == (c, d),
+            (Repr::Bitmap(a), Repr::Bitmap(b)) => a == b,
+            _ => {
+                self.len() == other.len()
+                    && self.first() == other.first()
+                    && self.last() == other.last()
+                    && self.runs().eq(other.runs())
+            }
+        }
+    }
+}
+
+impl Eq for IdSet {}
+
+fn bitmap_of(lo: Id, hi: Id) -> RoaringBitmap {
+    let mut b = RoaringBitmap::new();
+    b.insert_range(lo..=hi);
+    b
+}
+
+/// Whether `lo..=hi` and `c..=d` overlap or touch, so their union is one range.
+fn joinable(lo: Id, hi: Id, c: Id, d: Id) -> bool {
+    u64::from(c) <= u64::from(hi) + 1 && u64::from(lo) <= u64::from(d) + 1
+}
 
 /// Serialized form tag: a list of runs, `(gap, len - 1)` varint pairs.
 const TAG_RUNS: u8 = 0;
@@ -54,14 +103,17 @@ pub enum IdSetError {
 impl IdSet {
     /// The empty set (`sdm_set_new`).
     pub fn new() -> Self {
-        Self(RoaringBitmap::new())
+        Self(Repr::Bitmap(RoaringBitmap::new()))
     }
 
     /// The set holding every id of `range`.
     pub fn range(range: RangeInclusive<Id>) -> Self {
-        let mut b = RoaringBitmap::new();
-        b.insert_range(range);
-        Self(b)
+        let (lo, hi) = (*range.start(), *range.end());
+        if lo > hi {
+            Self::new()
+        } else {
+            Self(Repr::Range(lo, hi))
+        }
     }
 
     /// The set `{0, 1, …, n - 1}`: all servers of an `n`-server tree.
@@ -75,74 +127,192 @@ impl IdSet {
 
     /// The set holding one id.
     pub fn single(id: Id) -> Self {
-        let mut b = RoaringBitmap::new();
-        b.insert(id);
-        Self(b)
+        Self(Repr::Range(id, id))
+    }
+
+    /// The set as a bitmap (made for a range).
+    fn bitmap(&self) -> Cow<'_, RoaringBitmap> {
+        match &self.0 {
+            Repr::Range(lo, hi) => Cow::Owned(bitmap_of(*lo, *hi)),
+            Repr::Bitmap(b) => Cow::Borrowed(b),
+        }
+    }
+
+    /// The set's bitmap, to change it (a range becomes one).
+    fn bitmap_mut(&mut self) -> &mut RoaringBitmap {
+        if let Repr::Range(lo, hi) = self.0 {
+            self.0 = Repr::Bitmap(bitmap_of(lo, hi));
+        }
+        match &mut self.0 {
+            Repr::Bitmap(b) => b,
+            Repr::Range(..) => unreachable!("made a bitmap above"),
+        }
+    }
+
+    /// The set's one range, if it is held as one.
+    fn as_range(&self) -> Option<(Id, Id)> {
+        match self.0 {
+            Repr::Range(lo, hi) => Some((lo, hi)),
+            Repr::Bitmap(_) => None,
+        }
     }
 
     /// Removes every element (`sdm_set_clear`).
     pub fn clear(&mut self) {
-        self.0.clear();
+        *self = Self::new();
     }
 
     /// Number of ids in the set (`sdm_set_size`).
     pub fn len(&self) -> u64 {
-        self.0.len()
+        match &self.0 {
+            Repr::Range(lo, hi) => u64::from(*hi) - u64::from(*lo) + 1,
+            Repr::Bitmap(b) => b.len(),
+        }
     }
 
     /// True if the set holds no id (`sdm_set_is_empty`).
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        match &self.0 {
+            Repr::Range(..) => false,
+            Repr::Bitmap(b) => b.is_empty(),
+        }
     }
 
     /// Adds `id`; returns true if it was not there (`sdm_set_add_element`).
     pub fn insert(&mut self, id: Id) -> bool {
-        self.0.insert(id)
+        if self.contains(id) {
+            return false;
+        }
+        self.insert_range(id..=id);
+        true
     }
 
     /// Adds every id of `range`.
     pub fn insert_range(&mut self, range: RangeInclusive<Id>) {
-        self.0.insert_range(range);
+        let (c, d) = (*range.start(), *range.end());
+        if c > d {
+            return;
+        }
+        match self.0 {
+            Repr::Range(lo, hi) if joinable(lo, hi, c, d) => {
+                self.0 = Repr::Range(lo.min(c), hi.max(d));
+            }
+            Repr::Bitmap(ref b) if b.is_empty() => self.0 = Repr::Range(c, d),
+            _ => {
+                self.bitmap_mut().insert_range(c..=d);
+            }
+        }
     }
 
     /// Removes `id`; returns true if it was there (`sdm_set_remove_element`).
     pub fn remove(&mut self, id: Id) -> bool {
-        self.0.remove(id)
+        match self.0 {
+            Repr::Range(lo, hi) if id < lo || id > hi => false,
+            Repr::Range(lo, hi) if lo == hi => {
+                *self = Self::new();
+                true
+            }
+            Repr::Range(lo, hi) if id == lo => {
+                self.0 = Repr::Range(lo + 1, hi);
+                true
+            }
+            Repr::Range(lo, hi) if id == hi => {
+                self.0 = Repr::Range(lo, hi - 1);
+                true
+            }
+            _ => self.bitmap_mut().remove(id),
+        }
     }
 
     /// Adds every id in `0..=id` (`sdm_set_add_all`).
     pub fn add_all(&mut self, id: Id) {
-        self.0.insert_range(0..=id);
+        self.insert_range(0..=id);
     }
 
     /// True if every id of `self` is in `other` (`sdm_set_is_subset`).
     pub fn is_subset(&self, other: &IdSet) -> bool {
-        self.0.is_subset(&other.0)
+        match (&self.0, &other.0) {
+            (Repr::Range(a, b), Repr::Range(c, d)) => c <= a && b <= d,
+            (Repr::Range(a, b), Repr::Bitmap(o)) => o.range_cardinality(*a..=*b) == self.len(),
+            (Repr::Bitmap(s), Repr::Range(c, d)) => {
+                s.is_empty() || (*c <= s.min().unwrap_or(0) && s.max().unwrap_or(0) <= *d)
+            }
+            (Repr::Bitmap(s), Repr::Bitmap(o)) => s.is_subset(o),
+        }
     }
 
     /// True if the two sets share no id.
     pub fn is_disjoint(&self, other: &IdSet) -> bool {
-        self.0.is_disjoint(&other.0)
+        match (&self.0, &other.0) {
+            (Repr::Range(a, b), Repr::Range(c, d)) => b < c || d < a,
+            (Repr::Range(a, b), Repr::Bitmap(o)) | (Repr::Bitmap(o), Repr::Range(a, b)) => {
+                o.range_cardinality(*a..=*b) == 0
+            }
+            (Repr::Bitmap(s), Repr::Bitmap(o)) => s.is_disjoint(o),
+        }
     }
 
     /// True if `id` is in the set (`sdm_set_contains`).
     pub fn contains(&self, id: Id) -> bool {
-        self.0.contains(id)
+        match &self.0 {
+            Repr::Range(lo, hi) => *lo <= id && id <= *hi,
+            Repr::Bitmap(b) => b.contains(id),
+        }
     }
 
     /// `self ← self ∪ other` (`sdm_set_union`).
     pub fn union_with(&mut self, other: &IdSet) {
-        self.0 |= &other.0;
+        if other.is_empty() {
+            return;
+        }
+        if self.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        if let Some((c, d)) = other.as_range() {
+            self.insert_range(c..=d);
+            return;
+        }
+        let o = other.bitmap();
+        *self.bitmap_mut() |= &*o;
     }
 
     /// `self ← self ∩ other` (`sdm_set_intersect`).
     pub fn intersect_with(&mut self, other: &IdSet) {
-        self.0 &= &other.0;
+        *self = match (self.as_range(), other.as_range()) {
+            (_, Some((c, d))) => self.intersect_range(c..=d),
+            (Some((a, b)), None) => other.intersect_range(a..=b),
+            (None, None) => {
+                *self.bitmap_mut() &= &*other.bitmap();
+                return;
+            }
+        };
     }
 
     /// `self ← self \ other` (`sdm_set_diff`).
     pub fn difference_with(&mut self, other: &IdSet) {
-        self.0 -= &other.0;
+        if other.is_empty() || self.is_empty() {
+            return;
+        }
+        if let (Some((a, b)), Some((c, d))) = (self.as_range(), other.as_range()) {
+            if d < a || b < c {
+                return;
+            }
+            if c <= a && b <= d {
+                *self = Self::new();
+                return;
+            }
+            if c <= a {
+                self.0 = Repr::Range(d + 1, b);
+                return;
+            }
+            if b <= d {
+                self.0 = Repr::Range(a, c - 1);
+                return;
+            }
+        }
+        let o = other.bitmap();
+        *self.bitmap_mut() -= &*o;
     }
 
     /// The ids of `self` that lie in `range`.
@@ -151,8 +321,12 @@ impl IdSet {
         if lo > hi || self.is_empty() {
             return IdSet::new();
         }
+        let b = match &self.0 {
+            Repr::Range(a, b) => return IdSet::range(lo.max(*a)..=hi.min(*b)),
+            Repr::Bitmap(b) => b,
+        };
         // Fast paths: the range covers the set, or misses it.
-        let (min, max) = (self.0.min().unwrap_or(0), self.0.max().unwrap_or(0));
+        let (min, max) = (b.min().unwrap_or(0), b.max().unwrap_or(0));
         if lo <= min && max <= hi {
             return self.clone();
         }
@@ -166,19 +340,22 @@ impl IdSet {
                 IdSet::new()
             };
         }
-        let mut out = self.0.clone();
+        let mut out = b.clone();
         if lo > 0 {
             out.remove_range(0..lo);
         }
         if hi < Id::MAX {
             out.remove_range(hi + 1..=Id::MAX);
         }
-        IdSet(out)
+        IdSet(Repr::Bitmap(out))
     }
 
     /// Number of ids of `self` in `range`.
     pub fn range_len(&self, range: RangeInclusive<Id>) -> u64 {
-        self.0.range_cardinality(range)
+        match &self.0 {
+            Repr::Range(..) => self.intersect_range(range).len(),
+            Repr::Bitmap(b) => b.range_cardinality(range),
+        }
     }
 
     /// The largest id any set can hold (`sdm_set_max`).
@@ -186,40 +363,60 @@ impl IdSet {
 
     /// The smallest id in the set (`sdm_set_first`).
     pub fn first(&self) -> Option<Id> {
-        self.0.min()
+        match &self.0 {
+            Repr::Range(lo, _) => Some(*lo),
+            Repr::Bitmap(b) => b.min(),
+        }
     }
 
     /// The largest id in the set.
     pub fn last(&self) -> Option<Id> {
-        self.0.max()
+        match &self.0 {
+            Repr::Range(_, hi) => Some(*hi),
+            Repr::Bitmap(b) => b.max(),
+        }
     }
 
     /// The ids in increasing order (`sdm_set_first` / `sdm_set_next` / `sdm_set_done`).
     pub fn iter(&self) -> impl Iterator<Item = Id> + '_ {
-        self.0.iter()
+        let (range, bitmap) = match &self.0 {
+            Repr::Range(lo, hi) => (Some(*lo..=*hi), None),
+            Repr::Bitmap(b) => (None, Some(b.iter())),
+        };
+        range
+            .into_iter()
+            .flatten()
+            .chain(bitmap.into_iter().flatten())
     }
 
     /// The maximal runs of consecutive ids, in increasing order.
     pub fn runs(&self) -> Runs<'_> {
-        Runs {
-            inner: self.0.iter(),
-            pending: None,
+        match &self.0 {
+            Repr::Range(lo, hi) => Runs {
+                inner: None,
+                pending: Some(*lo..=*hi),
+            },
+            Repr::Bitmap(b) => Runs {
+                inner: Some(b.iter()),
+                pending: None,
+            },
         }
-    }
-
-    /// The underlying roaring bitmap.
-    pub fn as_bitmap(&self) -> &RoaringBitmap {
-        &self.0
     }
 
     /// Appends the binary form to `out` (`sdm_set_serialize`): whichever of the run list
     /// and roaring's portable format is smaller, behind a one-byte tag.
     pub fn serialize_into(&self, out: &mut Vec<u8>) {
+        out.reserve(self.serialized_len());
+        self.write_to(out);
+    }
+
+    /// Writes the binary form (as [`IdSet::serialize_into`]) into any buffer: an envelope
+    /// encoder writes it straight into the link's buffer, [`IdSet::serialized_len`] bytes.
+    pub fn write_to(&self, out: &mut impl BufMut) {
         let runs_len = self.runs_encoded_len();
-        let roaring_len = self.0.serialized_size();
+        let roaring_len = self.roaring_len();
         if runs_len <= roaring_len {
-            out.reserve(1 + runs_len);
-            out.push(TAG_RUNS);
+            out.put_u8(TAG_RUNS);
             let count = self.runs().count() as u64;
             put_varint(out, count);
             let mut next: u64 = 0;
@@ -230,11 +427,10 @@ impl IdSet {
                 next = e + 1;
             }
         } else {
-            out.reserve(1 + roaring_len);
-            out.push(TAG_ROARING);
-            self.0
-                .serialize_into(&mut *out)
-                .expect("writing to a Vec cannot fail");
+            out.put_u8(TAG_ROARING);
+            self.bitmap()
+                .serialize_into(out.writer())
+                .expect("writing to a buffer cannot fail");
         }
     }
 
@@ -245,9 +441,18 @@ impl IdSet {
         v
     }
 
-    /// An upper bound on the serialized length (`sdm_set_serialized_length`).
+    /// The serialized length (`sdm_set_serialized_length`).
     pub fn serialized_len(&self) -> usize {
-        1 + self.runs_encoded_len().min(self.0.serialized_size())
+        1 + self.runs_encoded_len().min(self.roaring_len())
+    }
+
+    /// Length of roaring's form; a range's is never shorter than its run (one run takes
+    /// at most 11 bytes, roaring's header alone 8), so it is not made to be measured.
+    fn roaring_len(&self) -> usize {
+        match &self.0 {
+            Repr::Range(..) => usize::MAX,
+            Repr::Bitmap(b) => b.serialized_size(),
+        }
     }
 
     fn runs_encoded_len(&self) -> usize {
@@ -293,11 +498,11 @@ impl IdSet {
                 if pos != bytes.len() {
                     return Err(IdSetError::Trailing(bytes.len() - pos));
                 }
-                let mut b = RoaringBitmap::new();
+                let mut set = IdSet::new();
                 for r in runs {
-                    b.insert_range(r);
+                    set.insert_range(r);
                 }
-                Ok(Self(b))
+                Ok(set)
             }
             TAG_ROARING => {
                 check_roaring_header(rest)?;
@@ -308,7 +513,7 @@ impl IdSet {
                 if used != rest.len() {
                     return Err(IdSetError::Trailing(rest.len() - used));
                 }
-                Ok(Self(b))
+                Ok(Self(Repr::Bitmap(b)))
             }
             t => Err(IdSetError::UnknownTag(t)),
         }
@@ -344,21 +549,12 @@ fn check_roaring_header(b: &[u8]) -> Result<(), IdSetError> {
     Ok(())
 }
 
-fn varint_len(mut v: u64) -> usize {
-    let mut n = 1;
-    while v >= 0x80 {
-        v >>= 7;
-        n += 1;
-    }
-    n
+fn varint_len(v: u64) -> usize {
+    prost::encoding::encoded_len_varint(v)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+fn put_varint(out: &mut impl BufMut, v: u64) {
+    prost::encoding::encode_varint(v, out);
 }
 
 fn get_varint(b: &[u8], pos: &mut usize) -> Result<u64, IdSetError> {
@@ -380,7 +576,7 @@ fn get_varint(b: &[u8], pos: &mut usize) -> Result<u64, IdSetError> {
 /// runs), so the cost follows the number of runs, never the number of ids: `[0-4294967295]`
 /// is one step, not four billion.
 pub struct Runs<'a> {
-    inner: roaring::bitmap::Iter<'a>,
+    inner: Option<roaring::bitmap::Iter<'a>>,
     pending: Option<RangeInclusive<Id>>,
 }
 
@@ -388,10 +584,13 @@ impl Iterator for Runs<'_> {
     type Item = RangeInclusive<Id>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let first = self.pending.take().or_else(|| self.inner.next_range())?;
+        let first = self
+            .pending
+            .take()
+            .or_else(|| self.inner.as_mut()?.next_range())?;
         let (start, mut end) = (*first.start(), *first.end());
         // Roaring splits runs at every 65536-id container boundary: join them back.
-        while let Some(r) = self.inner.next_range() {
+        while let Some(r) = self.inner.as_mut().and_then(|i| i.next_range()) {
             if end.checked_add(1) == Some(*r.start()) {
                 end = *r.end();
             } else {
@@ -506,40 +705,46 @@ impl FromStr for IdSet {
 
 impl FromIterator<Id> for IdSet {
     fn from_iter<T: IntoIterator<Item = Id>>(iter: T) -> Self {
-        Self(iter.into_iter().collect())
+        Self(Repr::Bitmap(iter.into_iter().collect()))
     }
 }
 
 impl Extend<Id> for IdSet {
     fn extend<T: IntoIterator<Item = Id>>(&mut self, iter: T) {
-        self.0.extend(iter)
+        self.bitmap_mut().extend(iter)
     }
 }
 
 impl From<RoaringBitmap> for IdSet {
     fn from(b: RoaringBitmap) -> Self {
-        Self(b)
+        Self(Repr::Bitmap(b))
     }
 }
 
 impl BitOr for &IdSet {
     type Output = IdSet;
     fn bitor(self, rhs: &IdSet) -> IdSet {
-        IdSet(&self.0 | &rhs.0)
+        let mut out = self.clone();
+        out.union_with(rhs);
+        out
     }
 }
 
 impl BitAnd for &IdSet {
     type Output = IdSet;
     fn bitand(self, rhs: &IdSet) -> IdSet {
-        IdSet(&self.0 & &rhs.0)
+        let mut out = self.clone();
+        out.intersect_with(rhs);
+        out
     }
 }
 
 impl Sub for &IdSet {
     type Output = IdSet;
     fn sub(self, rhs: &IdSet) -> IdSet {
-        IdSet(&self.0 - &rhs.0)
+        let mut out = self.clone();
+        out.difference_with(rhs);
+        out
     }
 }
 
@@ -561,6 +766,43 @@ mod tests {
                 .prop_map(|(s, l)| (s..s.saturating_add(l)).step_by(1).collect()),
             (0u32..100_000, 1u32..5).prop_map(|(n, k)| (0..n).step_by(k as usize).collect()),
         ]
+    }
+
+    /// The set of `ids`: collected into a bitmap, or (`inline`) made from its runs, which
+    /// keeps a set of one run inline.
+    fn set_of(ids: &[Id], inline: bool) -> IdSet {
+        if !inline {
+            return ids.iter().copied().collect();
+        }
+        let sorted: BTreeSet<Id> = ids.iter().copied().collect();
+        let mut s = IdSet::new();
+        for id in sorted {
+            s.insert_range(id..=id);
+        }
+        s
+    }
+
+    #[test]
+    fn one_range_is_inline_and_ops_keep_it_so() {
+        let mut s = IdSet::range(10..=19);
+        assert!(s.as_range().is_some());
+        s.insert(20);
+        s.insert_range(0..=9);
+        assert_eq!(s.as_range(), Some((0, 20)));
+        s.remove(0);
+        s.difference_with(&IdSet::range(15..=30));
+        assert_eq!(s.as_range(), Some((1, 14)));
+        s.intersect_with(&IdSet::range(5..=100));
+        assert_eq!(s.as_range(), Some((5, 14)));
+        let bytes = s.to_bytes();
+        assert_eq!(IdSet::from_bytes(&bytes).unwrap().as_range(), Some((5, 14)));
+        s.remove(9);
+        assert!(s.as_range().is_none());
+        assert_eq!(s.to_string(), "[5-8,10-14]");
+        assert_eq!(IdSet::range(0..=u32::MAX).len(), 1 << 32);
+        let mut full = IdSet::range(0..=u32::MAX);
+        full.insert(7);
+        assert_eq!(full.as_range(), Some((0, u32::MAX)));
     }
 
     #[test]
@@ -669,8 +911,14 @@ mod tests {
 
     proptest! {
         #[test]
-        fn ops_match_btreeset(a in arb_ids(), b in arb_ids(), probe in any::<u32>()) {
-            let (sa, sb): (IdSet, IdSet) = (a.iter().copied().collect(), b.iter().copied().collect());
+        fn ops_match_btreeset(
+            a in arb_ids(),
+            b in arb_ids(),
+            probe in any::<u32>(),
+            inline in (any::<bool>(), any::<bool>()),
+        ) {
+            let (sa, sb) = (set_of(&a, inline.0), set_of(&b, inline.1));
+            prop_assert_eq!(&sa, &set_of(&a, !inline.0));
             let (ma, mb): (BTreeSet<Id>, BTreeSet<Id>) = (a.into_iter().collect(), b.into_iter().collect());
             prop_assert_eq!(sa.len(), ma.len() as u64);
             prop_assert_eq!(sa.is_empty(), ma.is_empty());

@@ -1,7 +1,7 @@
 //! [`Message`]: a decoded and validated envelope, with its id-sets parsed, and the
 //! conversions to and from the protobuf [`crate::pb::Envelope`].
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes};
 use prost::Message as _;
 
 use crate::idset::{IdSet, IdSetError};
@@ -170,8 +170,8 @@ impl Message {
         }
     }
 
-    /// The protobuf form.
-    pub fn to_pb(&self) -> pb::Envelope {
+    /// The wire values of the enums: kind, sync mode, timeout and status.
+    fn wire_enums(&self) -> (pb::Kind, pb::SyncMode, u32, pb::Status) {
         let (sync, timeout_ms) = match self.aggregate.sync {
             SyncMode::WaitAll => (pb::SyncMode::WaitAll, 0),
             SyncMode::DontWait => (pb::SyncMode::DontWait, 0),
@@ -190,6 +190,12 @@ impl Message {
             Kind::Stdio => pb::Kind::Stdio,
             Kind::Control => pb::Kind::Control,
         };
+        (kind, sync, timeout_ms, status)
+    }
+
+    /// The protobuf form.
+    pub fn to_pb(&self) -> pb::Envelope {
+        let (kind, sync, timeout_ms, status) = self.wire_enums();
         let set = |s: &IdSet| {
             if s.is_empty() {
                 Bytes::new()
@@ -215,14 +221,121 @@ impl Message {
         }
     }
 
-    /// Encodes the message as one frame body (without the length prefix).
-    pub fn encode(&self) -> Bytes {
-        Bytes::from(self.to_pb().encode_to_vec())
+    /// Length of the nested `Aggregate` message.
+    fn aggregate_len(&self, sync: pb::SyncMode, timeout_ms: u32, status: pb::Status) -> usize {
+        use prost::encoding::{fixed64, int32, string, uint32};
+        let a = &self.aggregate;
+        (if a.filter.is_empty() {
+            0
+        } else {
+            string::encoded_len(1, &a.filter)
+        }) + (if sync as i32 == 0 {
+            0
+        } else {
+            int32::encoded_len(2, &(sync as i32))
+        }) + (if timeout_ms == 0 {
+            0
+        } else {
+            uint32::encoded_len(3, &timeout_ms)
+        }) + (if a.payload_hash == 0 {
+            0
+        } else {
+            fixed64::encoded_len(4, &a.payload_hash)
+        }) + (if status as i32 == 0 {
+            0
+        } else {
+            int32::encoded_len(5, &(status as i32))
+        })
     }
 
-    /// Size of [`Message::encode`]'s output.
+    /// Size of the encoded envelope (without the length prefix).
     pub fn encoded_len(&self) -> usize {
-        self.to_pb().encoded_len()
+        use prost::encoding::{encoded_len_varint, int32, key_len, string, uint32, uint64};
+        let (kind, sync, timeout_ms, status) = self.wire_enums();
+        let set = |tag, s: &IdSet| {
+            if s.is_empty() {
+                0
+            } else {
+                let n = s.serialized_len();
+                key_len(tag) + encoded_len_varint(n as u64) + n
+            }
+        };
+        let agg = self.aggregate_len(sync, timeout_ms, status);
+        uint32::encoded_len(1, &WIRE_VERSION)
+            + int32::encoded_len(2, &(kind as i32))
+            + (if self.op == 0 {
+                0
+            } else {
+                uint64::encoded_len(3, &self.op)
+            })
+            + set(4, &self.dest)
+            + set(5, &self.source)
+            + key_len(6)
+            + encoded_len_varint(agg as u64)
+            + agg
+            + (if self.payload.is_empty() {
+                0
+            } else {
+                prost::encoding::bytes::encoded_len(7, &self.payload)
+            })
+            + (if self.service.is_empty() {
+                0
+            } else {
+                string::encoded_len(8, &self.service)
+            })
+    }
+
+    /// Writes the envelope (what [`Message::to_pb`] encodes, byte for byte) straight into
+    /// `buf`: no protobuf struct in between, so nothing is cloned or allocated per frame
+    /// (the id-sets are serialized into the buffer, the payload copied once).
+    pub fn encode_to(&self, buf: &mut impl BufMut) {
+        use prost::encoding::{
+            WireType, encode_key, encode_varint, fixed64, int32, string, uint32, uint64,
+        };
+        let (kind, sync, timeout_ms, status) = self.wire_enums();
+        uint32::encode(1, &WIRE_VERSION, buf);
+        int32::encode(2, &(kind as i32), buf);
+        if self.op != 0 {
+            uint64::encode(3, &self.op, buf);
+        }
+        for (tag, s) in [(4, &self.dest), (5, &self.source)] {
+            if !s.is_empty() {
+                encode_key(tag, WireType::LengthDelimited, buf);
+                encode_varint(s.serialized_len() as u64, buf);
+                s.write_to(buf);
+            }
+        }
+        encode_key(6, WireType::LengthDelimited, buf);
+        encode_varint(self.aggregate_len(sync, timeout_ms, status) as u64, buf);
+        let a = &self.aggregate;
+        if !a.filter.is_empty() {
+            string::encode(1, &a.filter, buf);
+        }
+        if sync as i32 != 0 {
+            int32::encode(2, &(sync as i32), buf);
+        }
+        if timeout_ms != 0 {
+            uint32::encode(3, &timeout_ms, buf);
+        }
+        if a.payload_hash != 0 {
+            fixed64::encode(4, &a.payload_hash, buf);
+        }
+        if status as i32 != 0 {
+            int32::encode(5, &(status as i32), buf);
+        }
+        if !self.payload.is_empty() {
+            prost::encoding::bytes::encode(7, &self.payload, buf);
+        }
+        if !self.service.is_empty() {
+            string::encode(8, &self.service, buf);
+        }
+    }
+
+    /// Encodes the message as one frame body (without the length prefix).
+    pub fn encode(&self) -> Bytes {
+        let mut b = Vec::with_capacity(self.encoded_len());
+        self.encode_to(&mut b);
+        Bytes::from(b)
     }
 
     /// Decodes and validates one frame body.
@@ -319,7 +432,77 @@ mod tests {
         ));
     }
 
+    fn any_message() -> impl Strategy<Value = Message> {
+        let set = prop::collection::vec((0u32..5000, 0u32..300), 0..6).prop_map(|runs| {
+            let mut s = IdSet::new();
+            for (a, len) in runs {
+                s.insert_range(a..=a + len);
+            }
+            s
+        });
+        let sparse = prop::collection::vec(0u32..100_000, 0..300)
+            .prop_map(|ids| ids.into_iter().collect::<IdSet>());
+        (
+            (
+                0usize..5,
+                any::<u64>(),
+                prop_oneof![set.clone(), sparse],
+                set,
+            ),
+            (
+                "[a-z:]{0,8}",
+                0usize..3,
+                any::<u32>(),
+                any::<u64>(),
+                0usize..4,
+            ),
+            (prop::collection::vec(any::<u8>(), 0..64), "[a-z.]{0,8}"),
+        )
+            .prop_map(
+                |(
+                    (kind, op, dest, source),
+                    (filter, sync, ms, hash, status),
+                    (payload, service),
+                )| {
+                    Message {
+                        kind: [
+                            Kind::Command,
+                            Kind::Reply,
+                            Kind::Event,
+                            Kind::Stdio,
+                            Kind::Control,
+                        ][kind],
+                        op,
+                        dest,
+                        source,
+                        aggregate: Aggregate {
+                            filter,
+                            sync: [SyncMode::WaitAll, SyncMode::DontWait, SyncMode::Timeout(ms)]
+                                [sync],
+                            payload_hash: hash,
+                            status: [
+                                None,
+                                Some(Status::Replied),
+                                Some(Status::Lost),
+                                Some(Status::TimedOut),
+                            ][status],
+                        },
+                        payload: Bytes::from(payload),
+                        service,
+                    }
+                },
+            )
+    }
+
     proptest! {
+        #[test]
+        fn the_direct_encoder_writes_what_prost_writes(m in any_message()) {
+            let direct = m.encode();
+            prop_assert_eq!(&direct[..], &m.to_pb().encode_to_vec()[..]);
+            prop_assert_eq!(direct.len(), m.encoded_len());
+            prop_assert_eq!(Message::decode(direct).unwrap(), m);
+        }
+
         #[test]
         fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = Message::decode(Bytes::from(b));
