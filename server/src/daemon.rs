@@ -276,7 +276,7 @@ pub(crate) async fn run_server_with(
     // Output lines and events share one bounded queue to the node: a full queue makes
     // the output reader, and so the process, wait.
     let (ev_tx, events) = tokio::sync::mpsc::channel(1024);
-    let (monitor, mut mon_events) = MonitorHandle::spawn(id, 0, ev_tx.clone());
+    let (monitor, mut mon_events) = MonitorHandle::new(id, 0, ev_tx.clone());
     // The program's own counters come in on a Unix socket named in its environment, bound
     // when the server first starts a program.
     let counters = crate::counters::Store::default();

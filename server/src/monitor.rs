@@ -192,7 +192,7 @@ struct Start {
 impl MonitorHandle {
     /// A handle of the monitor thread (started on the first job); events it detects
     /// (breakpoint hits, exits) arrive on the returned receiver as OMIS-style event texts.
-    pub fn spawn(
+    pub fn new(
         rank: u32,
         servers: u32,
         stdio: mpsc::Sender<(Kind, Bytes)>,
@@ -1300,7 +1300,7 @@ mod tests {
     #[test]
     fn errors_say_what_kind_of_failure_they_are() {
         let (tx, _rx) = mpsc::channel(16);
-        let (m, _events) = MonitorHandle::spawn(5, 8, tx);
+        let (m, _events) = MonitorHandle::new(5, 8, tx);
         let e = m.submit(|m| m.stop()).blocking_recv().unwrap().unwrap_err();
         assert!(e.is_no_process(), "{e}");
         assert_eq!(e.pid(), None);

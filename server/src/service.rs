@@ -472,7 +472,7 @@ mod tests {
     /// A context over a fresh monitor (no process) for server 3.
     fn ctx() -> Arc<ServerContext> {
         let (tx, _rx) = tokio::sync::mpsc::channel(16);
-        let (monitor, _events) = MonitorHandle::spawn(3, 4, tx);
+        let (monitor, _events) = MonitorHandle::new(3, 4, tx);
         Arc::new(ServerContext {
             id: 3,
             monitor,

@@ -576,7 +576,7 @@ mod tests {
     /// Runs `text` on a fresh monitor (no process started) and returns the reply text.
     fn run(text: &str) -> String {
         let (tx, _rx) = tokio::sync::mpsc::channel(1);
-        let (m, _events) = crate::monitor::MonitorHandle::spawn(0, 1, tx);
+        let (m, _events) = crate::monitor::MonitorHandle::new(0, 1, tx);
         let reg = registry();
         let reg2 = reg.clone();
         drop(m.submit(move |m| m.registry = Some(reg2)));

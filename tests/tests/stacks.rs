@@ -167,7 +167,7 @@ async fn monitor_frames(pid: u32, case: &Case) -> Vec<String> {
 /// `ready` (at once for a process that stays stopped).
 async fn monitor_frames_when(pid: u32, ready: impl Fn(&[String]) -> bool) -> Vec<String> {
     let (stdio, _) = tokio::sync::mpsc::channel(16);
-    let (mon, _events) = MonitorHandle::spawn(0, 1, stdio);
+    let (mon, _events) = MonitorHandle::new(0, 1, stdio);
     mon.call(move |m| m.attach(pid)).await.unwrap();
     let mut names = Vec::new();
     // Until it is past its start-up (and, for `signal`, its alarm has gone off).

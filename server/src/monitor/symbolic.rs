@@ -799,7 +799,7 @@ mod tests {
         }
         let exe = program();
         let (tx, _rx) = tokio::sync::mpsc::channel(64);
-        let (m, mut events) = MonitorHandle::spawn(0, 1, tx);
+        let (m, mut events) = MonitorHandle::new(0, 1, tx);
         let call = |f: Job| m.submit(f).blocking_recv().unwrap();
         let exe2 = exe.clone();
         call(Box::new(move |m| {
