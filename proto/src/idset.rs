@@ -65,6 +65,15 @@ fn joinable(lo: Id, hi: Id, c: Id, d: Id) -> bool {
     u64::from(c) <= u64::from(hi) + 1 && u64::from(lo) <= u64::from(d) + 1
 }
 
+/// The shorter of an id-set's two binary forms ([`IdSet::form`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Form {
+    /// The run list (else roaring's format).
+    runs: bool,
+    /// Its length, without the one-byte tag.
+    pub(crate) len: usize,
+}
+
 /// Serialized form tag: a list of runs, `(gap, len - 1)` varint pairs.
 const TAG_RUNS: u8 = 0;
 /// Serialized form tag: roaring's portable format.
@@ -392,30 +401,50 @@ impl IdSet {
     /// The maximal runs of consecutive ids, in increasing order.
     pub fn runs(&self) -> Runs<'_> {
         match &self.0 {
-            Repr::Range(lo, hi) => Runs {
-                inner: None,
-                pending: Some(*lo..=*hi),
-            },
-            Repr::Bitmap(b) => Runs {
-                inner: Some(b.iter()),
+            Repr::Range(lo, hi) => Runs(RunsOf::One(Some(*lo..=*hi))),
+            Repr::Bitmap(b) => Runs(RunsOf::Bitmap {
+                inner: b.iter(),
                 pending: None,
-            },
+            }),
         }
     }
 
     /// Appends the binary form to `out` (`sdm_set_serialize`): whichever of the run list
     /// and roaring's portable format is smaller, behind a one-byte tag.
     pub fn serialize_into(&self, out: &mut Vec<u8>) {
-        out.reserve(self.serialized_len());
-        self.write_to(out);
+        let form = self.form();
+        out.reserve(1 + form.len);
+        self.write_form(form, out);
     }
 
     /// Writes the binary form (as [`IdSet::serialize_into`]) into any buffer: an envelope
     /// encoder writes it straight into the link's buffer, [`IdSet::serialized_len`] bytes.
     pub fn write_to(&self, out: &mut impl BufMut) {
-        let runs_len = self.runs_encoded_len();
-        let roaring_len = self.roaring_len();
-        if runs_len <= roaring_len {
+        self.write_form(self.form(), out);
+    }
+
+    /// Which of the two forms is shorter, and its length without the tag: measuring both
+    /// walks the set once, so an encoder that needs the length first measures once and
+    /// writes with [`IdSet::write_form`].
+    pub(crate) fn form(&self) -> Form {
+        let runs = self.runs_encoded_len();
+        let roaring = self.roaring_len();
+        if runs <= roaring {
+            Form {
+                runs: true,
+                len: runs,
+            }
+        } else {
+            Form {
+                runs: false,
+                len: roaring,
+            }
+        }
+    }
+
+    /// Writes the binary form in `form` (from [`IdSet::form`] of this set).
+    pub(crate) fn write_form(&self, form: Form, out: &mut impl BufMut) {
+        if form.runs {
             out.put_u8(TAG_RUNS);
             let count = self.runs().count() as u64;
             put_varint(out, count);
@@ -443,7 +472,7 @@ impl IdSet {
 
     /// The serialized length (`sdm_set_serialized_length`).
     pub fn serialized_len(&self) -> usize {
-        1 + self.runs_encoded_len().min(self.roaring_len())
+        1 + self.form().len
     }
 
     /// Length of roaring's form; a range's is never shorter than its run (one run takes
@@ -575,26 +604,36 @@ fn get_varint(b: &[u8], pos: &mut usize) -> Result<u64, IdSetError> {
 /// Walks roaring's own runs (at most one per container boundary more than the set's maximal
 /// runs), so the cost follows the number of runs, never the number of ids: `[0-4294967295]`
 /// is one step, not four billion.
-pub struct Runs<'a> {
-    inner: Option<roaring::bitmap::Iter<'a>>,
-    pending: Option<RangeInclusive<Id>>,
+pub struct Runs<'a>(RunsOf<'a>);
+
+enum RunsOf<'a> {
+    /// An inline range: its one run.
+    One(Option<RangeInclusive<Id>>),
+    /// A bitmap's runs.
+    Bitmap {
+        /// Roaring's runs, split at container boundaries.
+        inner: roaring::bitmap::Iter<'a>,
+        /// A run read ahead while joining.
+        pending: Option<RangeInclusive<Id>>,
+    },
 }
 
 impl Iterator for Runs<'_> {
     type Item = RangeInclusive<Id>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let first = self
-            .pending
-            .take()
-            .or_else(|| self.inner.as_mut()?.next_range())?;
+        let (inner, pending) = match &mut self.0 {
+            RunsOf::One(r) => return r.take(),
+            RunsOf::Bitmap { inner, pending } => (inner, pending),
+        };
+        let first = pending.take().or_else(|| inner.next_range())?;
         let (start, mut end) = (*first.start(), *first.end());
         // Roaring splits runs at every 65536-id container boundary: join them back.
-        while let Some(r) = self.inner.as_mut().and_then(|i| i.next_range()) {
+        while let Some(r) = inner.next_range() {
             if end.checked_add(1) == Some(*r.start()) {
                 end = *r.end();
             } else {
-                self.pending = Some(r);
+                *pending = Some(r);
                 break;
             }
         }

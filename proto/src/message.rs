@@ -300,9 +300,10 @@ impl Message {
         }
         for (tag, s) in [(4, &self.dest), (5, &self.source)] {
             if !s.is_empty() {
+                let form = s.form();
                 encode_key(tag, WireType::LengthDelimited, buf);
-                encode_varint(s.serialized_len() as u64, buf);
-                s.write_to(buf);
+                encode_varint(1 + form.len as u64, buf);
+                s.write_form(form, buf);
             }
         }
         encode_key(6, WireType::LengthDelimited, buf);
