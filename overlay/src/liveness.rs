@@ -118,22 +118,30 @@ pub(crate) struct Due {
     pub(crate) dead: Vec<(Peer, String)>,
 }
 
-/// The liveness clocks of a node's links (none while liveness is off).
+/// The liveness clocks of a node's links (none while liveness is off). Boxed, and only
+/// made once liveness is set or a link reported: a simulated node without liveness keeps
+/// 8 bytes here instead of 56.
 #[derive(Debug, Default)]
-pub(crate) struct Clocks {
+pub(crate) struct Clocks(Option<Box<ClocksOf>>);
+
+#[derive(Debug, Default)]
+struct ClocksOf {
     live: Option<Liveness>,
     links: BTreeMap<Peer, Clock>,
 }
 
 impl Clocks {
     pub(crate) fn set(&mut self, live: Option<Liveness>) {
-        self.live = live;
+        if live.is_some() || self.0.is_some() {
+            self.0.get_or_insert_default().live = live;
+        }
     }
 
     /// A link to `peer` is up (`watched`: silence on it kills it).
     pub(crate) fn up(&mut self, now: Instant, peer: Peer, watched: bool) {
-        let interval = self.live.map_or(Duration::ZERO, |l| l.interval);
-        self.links.insert(
+        let c = self.0.get_or_insert_default();
+        let interval = c.live.map_or(Duration::ZERO, |l| l.interval);
+        c.links.insert(
             peer,
             Clock {
                 heard: now,
@@ -144,23 +152,28 @@ impl Clocks {
     }
 
     pub(crate) fn heard(&mut self, now: Instant, peer: Peer) {
-        if let Some(c) = self.links.get_mut(&peer) {
+        if let Some(c) = self.0.as_mut().and_then(|c| c.links.get_mut(&peer)) {
             c.heard = c.heard.max(now);
         }
     }
 
     pub(crate) fn gone(&mut self, peer: Peer) {
-        self.links.remove(&peer);
+        if let Some(c) = &mut self.0 {
+            c.links.remove(&peer);
+        }
     }
 
     /// Whether liveness is off and no link is known (as when new).
     pub(crate) fn is_idle(&self) -> bool {
-        self.live.is_none() && self.links.is_empty()
+        self.0
+            .as_ref()
+            .is_none_or(|c| c.live.is_none() && c.links.is_empty())
     }
 
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        let live = self.live?;
-        self.links
+        let c = self.0.as_ref()?;
+        let live = c.live?;
+        c.links
             .values()
             .map(|c| {
                 if c.watched {
@@ -175,10 +188,13 @@ impl Clocks {
     /// Keepalives owed and links dead at `now` (dead links are forgotten).
     pub(crate) fn due(&mut self, now: Instant) -> Due {
         let mut due = Due::default();
-        let Some(live) = self.live else {
+        let Some(c) = &mut self.0 else {
             return due;
         };
-        for (&peer, c) in &mut self.links {
+        let Some(live) = c.live else {
+            return due;
+        };
+        for (&peer, c) in &mut c.links {
             if c.watched && now >= c.heard + live.dead_after {
                 let why = format!("{peer} sent nothing for {:?} (keepalive)", live.dead_after);
                 due.dead.push((peer, why));
@@ -188,7 +204,7 @@ impl Clocks {
             }
         }
         for (peer, _) in &due.dead {
-            self.links.remove(peer);
+            c.links.remove(peer);
         }
         due
     }
@@ -235,7 +251,17 @@ mod tests {
         assert!(due.dead[0].1.contains("keepalive"), "{:?}", due.dead);
         // The unwatched parent link never dies; the dead child is forgotten.
         assert!(c.due(t + ms(60_000)).dead.is_empty());
-        assert_eq!(c.links.len(), 1);
+        assert_eq!(c.0.as_ref().map(|c| c.links.len()), Some(1));
+    }
+
+    #[test]
+    fn nothing_is_made_until_liveness_or_a_link() {
+        let mut c = Clocks::default();
+        c.set(None);
+        c.heard(Instant::now(), Peer::Parent);
+        c.gone(Peer::Parent);
+        assert!(c.0.is_none() && c.is_idle() && c.deadline().is_none());
+        assert_eq!(c.due(Instant::now()), Due::default());
     }
 
     #[test]

@@ -210,13 +210,18 @@ fn filter_failure(e: &FilterError) -> Bytes {
     Bytes::from(e.to_string())
 }
 
+/// How a node hashes op ids: SipHash with fixed keys, a builder of no size.
+type OpHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
 /// The routing and aggregation state machine of one node.
 #[derive(Debug)]
 pub struct Node {
     me: NodeId,
     topo: Arc<dyn Topology>,
-    /// Boxed: a node's table keeps a few slots even for one op, and an op is large.
-    ops: HashMap<u64, Box<PendingOp>>,
+    /// Boxed: a node's table keeps a few slots even for one op, and an op is large. The
+    /// hasher has no per-table state (op ids come from the authenticated front-end), which
+    /// keeps a node in a smaller allocation class when millions are simulated.
+    ops: HashMap<u64, Box<PendingOp>, OpHasher>,
     /// (deadline, op) for every op with a deadline.
     timers: BTreeSet<(Instant, u64)>,
     /// Children whose link died, with the reason.
@@ -233,7 +238,8 @@ pub struct Node {
     /// How many lines this server has sent up on each stream (indexed by the stream tag,
     /// the payload's first byte: 1 stdout, 2 stderr; tags from 3 up share the last slot):
     /// the index of its next line there.
-    lines_sent: [u64; 4],
+    /// (Boxed when first used: most nodes never send a line of their own.)
+    lines_sent: Option<Box<[u64; 4]>>,
     /// Where each op's filter comes from.
     registry: Arc<Registry>,
     /// Liveness of the links (keepalives sent, silence watched).
@@ -252,14 +258,14 @@ impl Node {
         Self {
             me,
             topo,
-            ops: HashMap::new(),
+            ops: HashMap::default(),
             timers: BTreeSet::new(),
             dead: BTreeMap::new(),
             adopted: BTreeSet::new(),
             out: VecDeque::new(),
             stats: NodeStats::default(),
             stdio: None,
-            lines_sent: [0; 4],
+            lines_sent: None,
             clocks: Clocks::default(),
             registry: builtin_registry(),
             up: SendWindow::default(),
@@ -422,7 +428,7 @@ impl Node {
             && self.adopted.is_empty()
             && self.out.is_empty()
             && self.stdio.is_none()
-            && self.lines_sent == [0; 4]
+            && self.lines_sent.as_deref().is_none_or(|l| *l == [0; 4])
             && self.clocks.is_idle()
             && self.up.is_idle()
             && self.down.is_empty()
@@ -663,7 +669,7 @@ impl Node {
         let Some(me) = self.me.server() else { return };
         let index = match (kind, payload.first()) {
             (Kind::Stdio, Some(&stream)) => {
-                let n = &mut self.lines_sent[usize::from(stream.min(3))];
+                let n = &mut self.lines_sent.get_or_insert_default()[usize::from(stream.min(3))];
                 *n += 1;
                 *n - 1
             }
