@@ -641,14 +641,35 @@ mod tests {
     /// handler that answers nothing: its task and the front-end's end of its parent link.
     fn run_master(children: Vec<Link>) -> (tokio::task::JoinHandle<std::io::Result<()>>, Link) {
         let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(children.len() as u32));
+        let children = (0..).map(NodeId::Server).zip(children).collect();
+        run_master_in(topo, children)
+    }
+
+    /// The master of `topo` with links to `children` under the driver (as [`run_master`]).
+    fn run_master_in(
+        topo: Arc<dyn Topology>,
+        children: Vec<(NodeId, Link)>,
+    ) -> (tokio::task::JoinHandle<std::io::Result<()>>, Link) {
         let (parent_here, parent_there) = pair();
-        let children = (0..)
-            .map(NodeId::Server)
-            .zip(children.into_iter().map(Ok))
-            .collect();
+        let children = children.into_iter().map(|(c, l)| (c, Ok(l))).collect();
         let node = Node::new(NodeId::Master, topo);
         let task = tokio::spawn(run_node(node, parent_here, children, Box::new(|_| {})));
         (task, parent_there)
+    }
+
+    /// `n` events from server `id`, queued on `link` and flushed.
+    async fn queue_events(link: &mut Link, id: u32, n: u64) {
+        for i in 0..n {
+            let mut m = Message::reply(
+                i,
+                IdSet::single(id),
+                Status::Replied,
+                format!("event {i}").into(),
+            );
+            m.kind = Kind::Event;
+            link.writer.feed(&m).await.unwrap();
+        }
+        link.writer.flush().await.unwrap();
     }
 
     /// A command to two children, one of whose links is gone (its far end dropped): the
@@ -691,17 +712,7 @@ mod tests {
     async fn frames_queued_past_one_turn_all_go_up_in_order() {
         let (child_here, mut child_there) = pair();
         let n = 200u64;
-        for i in 0..n {
-            let mut m = Message::reply(
-                i,
-                IdSet::single(0),
-                Status::Replied,
-                format!("event {i}").into(),
-            );
-            m.kind = Kind::Event;
-            child_there.writer.feed(&m).await.unwrap();
-        }
-        child_there.writer.flush().await.unwrap();
+        queue_events(&mut child_there, 0, n).await;
         let (node, mut parent_there) = run_master(vec![child_here]);
         for i in 0..n {
             let m = parent_there.reader.next().await.unwrap().unwrap();
@@ -709,6 +720,50 @@ mod tests {
             assert_eq!(&m.payload[..], format!("event {i}").as_bytes());
             assert_eq!(m.source, IdSet::single(0));
         }
+        node.abort();
+    }
+
+    /// Two children with everything queued before the node runs, one carrying four servers
+    /// and one carrying one: the node reads them by weight (4 to 1), so the bigger subtree's
+    /// frames make most of what goes up first (with equal reads the first 160 were 96 from
+    /// the small child, 64 from the big one). Every frame still goes up, each child's in
+    /// order.
+    #[tokio::test]
+    async fn children_are_read_by_the_servers_behind_them() {
+        // Server 0 under the master alone; server 1 under the master with 2, 3 and 4 below.
+        let tree = sdm_topology::Explicit::from_parents(vec![0, 0, 2, 2, 2], "test").unwrap();
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Explicit(Arc::new(tree)).build(5));
+        let (small_here, mut small_there) = pair();
+        let (big_here, mut big_there) = pair();
+        let n = 400u64;
+        queue_events(&mut small_there, 0, n).await;
+        queue_events(&mut big_there, 1, n).await;
+        let (node, mut parent_there) = run_master_in(
+            topo,
+            vec![
+                (NodeId::Server(0), small_here),
+                (NodeId::Server(1), big_here),
+            ],
+        );
+        let mut next = [0u64; 2];
+        let mut first = [0u64; 2];
+        for k in 0..2 * n {
+            let m = parent_there.reader.next().await.unwrap().unwrap();
+            assert_eq!(m.kind, Kind::Event);
+            let from = usize::from(m.source == IdSet::single(1));
+            assert_eq!(&m.payload[..], format!("event {}", next[from]).as_bytes());
+            next[from] += 1;
+            if k < 5 * super::DRAIN as u64 {
+                first[from] += 1;
+            }
+        }
+        assert!(
+            first[1] >= 2 * first[0],
+            "the first {} frames up: {} from the small child, {} from the big one",
+            5 * super::DRAIN,
+            first[0],
+            first[1]
+        );
         node.abort();
     }
 }
