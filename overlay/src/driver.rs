@@ -109,10 +109,14 @@ impl LinkIo {
         }
     }
 
-    /// This link, read as a child whose subtree holds `servers` servers.
-    fn weighted(mut self, servers: u64) -> Self {
-        self.weight = flow::weight(servers) as usize;
-        self
+    /// The link to child `id` of `node`, just opened: the node takes it up (its window,
+    /// weighted by the servers below it) and the driver reads it by the same weight.
+    fn open_child(node: &mut Node, now: std::time::Instant, id: NodeId, link: Link) -> Self {
+        node.handle_link_open(now, Peer::Child(id), true);
+        Self {
+            weight: node.child_weight(id) as usize,
+            ..Self::new(link)
+        }
     }
 
     fn push(&mut self, m: Message) {
@@ -333,10 +337,8 @@ impl Driver {
         {
             busy = true;
             if self.node.handle_adopt(id) {
-                let servers = self.node.topology().subtree(id).len();
-                self.children
-                    .insert(id, LinkIo::new(link).weighted(servers));
-                self.node.handle_link_open(now(), Peer::Child(id), true);
+                let io = LinkIo::open_child(&mut self.node, now(), id, link);
+                self.children.insert(id, io);
             } else {
                 tracing::warn!(node = %self.node.id(), "refused adoption of {id}: not an orphan below this node");
             }
@@ -557,9 +559,7 @@ pub async fn run_node_full(
     for (id, link) in children {
         match link {
             Ok(link) => {
-                let servers = node.topology().subtree(id).len();
-                kids.insert(id, LinkIo::new(link).weighted(servers));
-                node.handle_link_open(start, Peer::Child(id), true);
+                kids.insert(id, LinkIo::open_child(&mut node, start, id, link));
             }
             Err(e) => node.handle_link_down(start, id, &format!("could not connect: {e}")),
         }

@@ -229,6 +229,11 @@ impl RecvWindow {
         self.window
     }
 
+    /// The weight the window was made with ([`RecvWindow::weighted`]).
+    pub fn weight(&self) -> u64 {
+        (self.window / WINDOW) as u64
+    }
+
     /// Counts a bulk frame as it arrives and takes it in. An error if the sender had no
     /// credit left when it sent it (it ignored the window).
     pub fn receive(&mut self, m: &Message) -> Result<(), WindowExceeded> {

@@ -119,7 +119,7 @@ impl Table {
         for (id, e) in (0u32..).zip(entries) {
             let Some(e) = e else { continue };
             let e = e.as_ref();
-            if e.is_empty() || e.contains(char::is_whitespace) {
+            if !one_word(e) {
                 return Err(InitError::TableEntry(id));
             }
             t.push(id, e);
@@ -138,11 +138,7 @@ impl Table {
         let mut len = 0;
         let mut last = None;
         for (line, entry) in (1usize..).zip(text.split_terminator('\n')) {
-            let id = entry
-                .split_once(' ')
-                .filter(|(_, a)| !a.is_empty() && !a.contains(char::is_whitespace))
-                .and_then(|(id, _)| id.parse::<u32>().ok())
-                .ok_or(InitError::TableLine(line))?;
+            let (id, _) = parse_entry(entry).ok_or(InitError::TableLine(line))?;
             if id >= servers || last.is_some_and(|l| l >= id) {
                 return Err(InitError::TableOrder { line, id, servers });
             }
@@ -167,10 +163,7 @@ impl Table {
 
     /// The entries, ids ascending.
     pub fn iter(&self) -> impl Iterator<Item = (u32, &str)> {
-        self.text.split_terminator('\n').filter_map(|e| {
-            let (id, a) = e.split_once(' ')?;
-            Some((id.parse().ok()?, a))
-        })
+        self.text.split_terminator('\n').filter_map(parse_entry)
     }
 
     /// Server `id`'s address, if it has one here.
@@ -189,6 +182,17 @@ impl Table {
         }
         t
     }
+}
+
+/// Whether `address` can be a table entry: one word, not empty.
+fn one_word(address: &str) -> bool {
+    !address.is_empty() && !address.contains(char::is_whitespace)
+}
+
+/// One line of the table's text (without its line break): the id and the address.
+fn parse_entry(line: &str) -> Option<(u32, &str)> {
+    let (id, address) = line.split_once(' ')?;
+    Some((id.parse().ok()?, address)).filter(|_| one_word(address))
 }
 
 impl InitSpec {
@@ -260,10 +264,20 @@ impl InitSpec {
     ) -> Result<Vec<Option<Address>>, InitError> {
         let mut wanted: Vec<u32> = ids.into_iter().collect();
         wanted.sort_unstable();
+        self.parse_where(|id| wanted.binary_search(&id).is_ok())
+    }
+
+    /// The routing table, parsed.
+    pub fn addresses(&self) -> Result<Vec<Option<Address>>, InitError> {
+        self.parse_where(|_| true)
+    }
+
+    /// The addresses of the entries `keep` accepts, parsed, at their ids.
+    fn parse_where(&self, keep: impl Fn(u32) -> bool) -> Result<Vec<Option<Address>>, InitError> {
         let mut out = vec![None; self.servers as usize];
         for (id, a) in self.table.iter() {
             if let Some(slot) = out.get_mut(id as usize)
-                && wanted.binary_search(&id).is_ok()
+                && keep(id)
             {
                 *slot = Some(
                     a.parse()
@@ -274,15 +288,12 @@ impl InitSpec {
         Ok(out)
     }
 
-    /// The routing table, parsed.
-    pub fn addresses(&self) -> Result<Vec<Option<Address>>, InitError> {
-        self.addresses_of(self.table.iter().map(|(id, _)| id).collect::<Vec<_>>())
-    }
-
     /// The init command as `child` takes it from the node `me` of `topo`: the table cut to
     /// the child's subtree (`share`, the ids it forwards to) and the ancestors it re-attaches
     /// to, `me` and up. Every node needs only these, so the command's size falls with depth
-    /// instead of every node taking every address.
+    /// instead of every node taking every address. (The rest is copied field by field: the
+    /// whole table is not.) With `share` this server alone, it is what its own init
+    /// service takes.
     pub fn for_child(&self, topo: &dyn Topology, me: NodeId, share: &IdSet) -> InitSpec {
         let mut up: Vec<u32> = Vec::new();
         let mut at = Some(me);
@@ -291,10 +302,19 @@ impl InitSpec {
             at = topo.parent(a);
         }
         InitSpec {
+            servers: self.servers,
+            topology: self.topology.clone(),
             table: self
                 .table
                 .subset(|id| share.contains(id) || up.contains(&id)),
-            ..self.clone()
+            attempts: self.attempts,
+            delay_ms: self.delay_ms,
+            probe_span: self.probe_span,
+            handshake_ms: self.handshake_ms,
+            stdio_window_ms: self.stdio_window_ms,
+            filter_plugins: self.filter_plugins.clone(),
+            service_plugins: self.service_plugins.clone(),
+            master: self.master.clone(),
         }
     }
 

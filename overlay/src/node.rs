@@ -373,6 +373,12 @@ impl Node {
         }
     }
 
+    /// The weight of child `c`'s link ([`flow::weight`] of the servers below it) once the
+    /// link is open; 1 otherwise.
+    pub fn child_weight(&self, c: NodeId) -> u64 {
+        self.down.get(&c).map_or(1, RecvWindow::weight)
+    }
+
     /// Something arrived from `peer` (a frame, or bytes the driver has not handed over
     /// yet): it is alive at `now`.
     pub fn handle_heard(&mut self, now: Instant, peer: Peer) {
@@ -428,7 +434,7 @@ impl Node {
             && self.adopted.is_empty()
             && self.out.is_empty()
             && self.stdio.is_none()
-            && self.lines_sent.as_deref().is_none_or(|l| *l == [0; 4])
+            && self.lines_sent.is_none()
             && self.clocks.is_idle()
             && self.up.is_idle()
             && self.down.is_empty()
@@ -595,16 +601,27 @@ impl Node {
         self.progress(op);
     }
 
-    /// Gives each frame of op `op` queued for a child (not sent yet) the payload
-    /// `f(child, frame)` returns: a command whose payload each subtree needs only part of
-    /// (the init command's routing table) is narrowed to the child's share.
-    pub fn tailor_queued(&mut self, op: u64, mut f: impl FnMut(NodeId, &Message) -> Bytes) {
+    /// Gives each copy of command `op` still queued here (for a child, or to run at this
+    /// server) the payload `f(ids)` returns, `ids` being who that copy is for (the child's
+    /// share, or this server alone): a command whose payload each subtree needs only part of
+    /// (the init command's routing table) is narrowed to its share.
+    pub fn tailor_queued(&mut self, op: u64, mut f: impl FnMut(&IdSet) -> Bytes) {
         for o in &mut self.out {
-            if let Output::ToChild(child, m) = o
-                && m.op == op
-                && m.kind == Kind::Command
-            {
-                m.payload = f(*child, m);
+            match o {
+                Output::ToChild(_, m) if m.op == op && m.kind == Kind::Command => {
+                    m.payload = f(&m.dest);
+                }
+                Output::Deliver {
+                    op: o,
+                    kind: Kind::Command,
+                    payload,
+                    ..
+                } if *o == op => {
+                    if let Some(me) = self.me.server() {
+                        *payload = f(&IdSet::single(me));
+                    }
+                }
+                _ => {}
             }
         }
     }

@@ -175,4 +175,29 @@ mod tests {
         }
         assert_eq!(s.json(), r#"{"bytes_sent":"1.5e3","ops":"4"}"#);
     }
+
+    /// No file until a program needs the socket; then lines written there set counters;
+    /// closing removes the file.
+    #[tokio::test]
+    async fn the_socket_is_made_when_first_asked_for_and_removed_on_close() {
+        let dir = std::env::temp_dir().join(format!("sdm-counters-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.sock");
+        let store = Store::default();
+        let socket = Socket::new(path.clone(), store.clone());
+        assert!(!path.exists(), "bound before anyone asked");
+        assert_eq!(socket.path(), Some(path.as_path()));
+        assert!(path.exists());
+        let mut conn = tokio::net::UnixStream::connect(&path).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut conn, b"ops 3\n")
+            .await
+            .unwrap();
+        drop(conn);
+        while store.json() != r#"{"ops":"3"}"# {
+            tokio::task::yield_now().await;
+        }
+        socket.close();
+        assert!(!path.exists(), "left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

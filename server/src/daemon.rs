@@ -90,8 +90,9 @@ async fn serve(
     node.set_stdio_window(Duration::from_millis(spec.stdio_window_ms));
     let op = first.op;
     node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
-    // Each child takes only its subtree's part of the table (and its ancestors').
-    node.tailor_queued(op, |_, m| spec.for_child(&*topo, me, &m.dest).to_payload());
+    // Each child takes only its subtree's part of the table (and its ancestors'); this
+    // server's own init service only its own (it reads the tree's size and the plugins).
+    node.tailor_queued(op, |ids| spec.for_child(&*topo, me, ids).to_payload());
     let recovery = recover::recovery(
         me,
         &*topo,

@@ -1298,6 +1298,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_thread_starts_with_the_first_job_after_what_was_prepared() {
+        let (tx, _rx) = mpsc::channel(16);
+        let (m, _events) = MonitorHandle::new(5, 8, tx);
+        m.prepare(|m| m.servers = 64);
+        m.prepare(|m| m.firing = 3);
+        assert!(!m.started(), "prepared set-up started the thread");
+        let seen = m.submit(|m| (m.servers, m.firing)).blocking_recv().unwrap();
+        assert!(m.started());
+        assert_eq!(seen, (64, 3));
+        // Once running, prepared set-up is just the next job.
+        m.prepare(|m| m.servers = 65);
+        assert_eq!(m.submit(|m| m.servers).blocking_recv().unwrap(), 65);
+    }
+
+    #[test]
     fn errors_say_what_kind_of_failure_they_are() {
         let (tx, _rx) = mpsc::channel(16);
         let (m, _events) = MonitorHandle::new(5, 8, tx);

@@ -868,3 +868,45 @@ fn a_child_that_ignores_its_window_loses_its_link_and_only_its_ids() {
         .expect("a lost group");
     assert_eq!(lost.source, IdSet::single(1));
 }
+
+/// A command still queued at a server is narrowed copy by copy: each child's copy gets the
+/// payload made from its share, the server's own from its id alone; another op's copies
+/// are left as they were.
+#[test]
+fn queued_copies_of_a_command_are_tailored_to_whom_they_go() {
+    let topo = Shape::Binomial.build(8);
+    // The server with the most children, and the ids it forwards to.
+    let me = (0..8)
+        .map(NodeId::Server)
+        .max_by_key(|&s| topo.children(s).len())
+        .unwrap();
+    let kids = topo.children(me);
+    assert!(kids.len() >= 2, "{kids:?}");
+    let all = topo.subtree(me);
+    let mine = IdSet::single(me.server().unwrap()).to_string();
+    let mut node = Node::new(me, Arc::from(topo));
+    let now = Instant::now();
+    node.handle_from_parent(
+        now,
+        Message::command(7, all.clone(), SyncMode::WaitAll, "all"),
+    );
+    node.handle_from_parent(now, Message::command(8, all, SyncMode::WaitAll, "other"));
+    node.tailor_queued(7, |ids| Bytes::from(ids.to_string()));
+    let (mut children, mut local) = (0, 0);
+    while let Some(o) = node.poll_output() {
+        match o {
+            Output::ToChild(_, m) if m.op == 7 => {
+                assert_eq!(m.payload, Bytes::from(m.dest.to_string()));
+                children += 1;
+            }
+            Output::Deliver { op: 7, payload, .. } => {
+                assert_eq!(payload, Bytes::from(mine.clone()));
+                local += 1;
+            }
+            Output::ToChild(_, m) => assert_eq!(&m.payload[..], b"other"),
+            Output::Deliver { payload, .. } => assert_eq!(&payload[..], b"other"),
+            _ => {}
+        }
+    }
+    assert_eq!((children, local), (kids.len(), 1));
+}
