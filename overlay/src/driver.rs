@@ -7,9 +7,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
+use futures::task::AtomicWaker;
 use futures::{Sink, StreamExt};
 use sdm_proto::{Control, FrameCodec, Kind, Message, WireError};
 use sdm_topology::NodeId;
@@ -45,19 +48,81 @@ pub struct Delivery {
 #[derive(Debug)]
 pub struct Replier {
     op: u64,
-    tx: mpsc::UnboundedSender<(u64, Bytes)>,
+    to: ReplyTo,
+}
+
+#[derive(Debug)]
+enum ReplyTo {
+    /// The node's task, through its [`Inbox`].
+    Node(Arc<Inbox>),
+    /// A channel, as `(op, payload)` (for testing handlers without a node).
+    Channel(mpsc::UnboundedSender<(u64, Bytes)>),
 }
 
 impl Replier {
-    /// A replier for op `op` whose reply goes to `tx` as `(op, payload)`: what a driver
-    /// hands a handler (also for testing handlers without a node).
+    /// A replier for op `op` whose reply goes to `tx` as `(op, payload)` (for testing
+    /// handlers without a node).
     pub fn new(op: u64, tx: mpsc::UnboundedSender<(u64, Bytes)>) -> Self {
-        Self { op, tx }
+        Self {
+            op,
+            to: ReplyTo::Channel(tx),
+        }
     }
 
     /// Sends the local reply. If the node is gone, the reply is dropped.
     pub fn send(self, payload: impl Into<Bytes>) {
-        let _ = self.tx.send((self.op, payload.into()));
+        match self.to {
+            ReplyTo::Node(inbox) => inbox.push(self.op, payload.into()),
+            ReplyTo::Channel(tx) => {
+                let _ = tx.send((self.op, payload.into()));
+            }
+        }
+    }
+}
+
+/// Where the handlers' replies wait for the node's task. A reply made while the task is in
+/// a turn (a handler answering at once, the usual case) does not wake it: the turn takes
+/// it before it ends. Waking would cost the task a second turn per command, finding
+/// nothing, and the runtime another trip through its driver. A reply from elsewhere (a
+/// spawned task, another thread, later) wakes the task as a channel would.
+#[derive(Debug, Default)]
+struct Inbox {
+    queue: Mutex<VecDeque<(u64, Bytes)>>,
+    /// The node's task is in a turn, and takes what is queued before it ends.
+    in_turn: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl Inbox {
+    fn push(&self, op: u64, payload: Bytes) {
+        self.lock().push_back((op, payload));
+        // After the push (under the lock): a turn ending clears the flag before it looks
+        // at the queue under the same lock, so either it sees this reply or we see the
+        // flag cleared and wake it.
+        if !self.in_turn.load(Ordering::SeqCst) {
+            self.waker.wake();
+        }
+    }
+
+    fn pop(&self) -> Option<(u64, Bytes)> {
+        self.lock().pop_front()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Bytes)>> {
+        // A panic while pushing or popping leaves the queue whole.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A turn starts: replies made from now on are taken by it.
+    fn enter(&self) {
+        self.in_turn.store(true, Ordering::SeqCst);
+    }
+
+    /// A turn ends: replies made from now on wake the task. Whether some are waiting.
+    fn leave(&self, cx: &Context<'_>) -> bool {
+        self.waker.register(cx.waker());
+        self.in_turn.store(false, Ordering::SeqCst);
+        !self.lock().is_empty()
     }
 }
 
@@ -241,8 +306,8 @@ struct Driver {
     parent: LinkIo,
     children: Children,
     handler: LocalHandler,
-    reply_tx: mpsc::UnboundedSender<(u64, Bytes)>,
-    reply_rx: mpsc::UnboundedReceiver<(u64, Bytes)>,
+    /// The handlers' replies.
+    inbox: Arc<Inbox>,
     events: LocalEvents,
     adoptions: Option<mpsc::Receiver<(NodeId, Link)>>,
     /// Whether the node asked to stop taking local output (flow control).
@@ -281,7 +346,7 @@ impl Driver {
                     payload,
                     reply: Replier {
                         op,
-                        tx: self.reply_tx.clone(),
+                        to: ReplyTo::Node(self.inbox.clone()),
                     },
                 }),
                 // The node already reported the child's ids lost.
@@ -298,36 +363,37 @@ impl Driver {
     /// One turn: what is queued goes out; frames from the parent first (a command waits
     /// behind at most one turn of the children's frames, [`TURN_FRAMES`]), local replies,
     /// the timer, adoptions, the children in turn, local output; then every link's queue
-    /// goes out again. Pending only when every source was looked
-    /// at and had nothing, so each of them will wake the task.
-    fn poll_turn(&mut self, cx: &mut Context<'_>, timer: Pin<&mut Sleep>) -> Poll<Turn> {
+    /// goes out again and the timer is moved to the node's deadline.
+    ///
+    /// Pending when every source was read until it had nothing (so each of them will wake
+    /// the task): one turn per wake-up. `Busy` only when a source may have more than the
+    /// turn took (a drain limit, the tokio budget), or the turn's end changed what must be
+    /// looked at (a link failed, local output resumed, the timer is already due).
+    fn poll_turn(&mut self, cx: &mut Context<'_>, mut timer: Pin<&mut Sleep>) -> Poll<Turn> {
         // What the last turn queued goes out before this one reads (reads use the task's
         // tokio budget too, and may leave none for the writes at the end).
-        let mut busy = self.write_all(cx);
+        self.inbox.enter();
+        let mut more = self.write_all(cx);
         let now = || Instant::now().into_std();
+        let mut drained = false;
         for _ in 0..DRAIN {
             match self.parent.poll_frame(cx) {
-                Poll::Ready(Ok(m)) => {
-                    busy = true;
-                    self.node.handle_from_parent(now(), m);
-                }
+                Poll::Ready(Ok(m)) => self.node.handle_from_parent(now(), m),
                 Poll::Ready(Err(why)) => {
                     self.parent_gone.get_or_insert(why);
+                    drained = true;
                     break;
                 }
-                Poll::Pending => break,
+                Poll::Pending => {
+                    drained = true;
+                    break;
+                }
             }
         }
+        more |= !drained;
         self.dispatch();
-        for _ in 0..DRAIN {
-            let Poll::Ready(Some((op, payload))) = self.reply_rx.poll_recv(cx) else {
-                break;
-            };
-            busy = true;
-            self.node.handle_local_reply(now(), op, payload);
-        }
-        if self.armed.is_some() && timer.poll(cx).is_ready() {
-            busy = true;
+        more |= self.take_replies();
+        if self.armed.is_some() && timer.as_mut().poll(cx).is_ready() {
             self.armed = None;
             self.node.handle_timeout(now());
         }
@@ -335,7 +401,7 @@ impl Driver {
         if let Some(rx) = self.adoptions.as_mut()
             && let Poll::Ready(Some((id, link))) = rx.poll_recv(cx)
         {
-            busy = true;
+            more = true;
             if self.node.handle_adopt(id) {
                 let io = LinkIo::open_child(&mut self.node, now(), id, link);
                 self.children.insert(id, io);
@@ -343,38 +409,62 @@ impl Driver {
                 tracing::warn!(node = %self.node.id(), "refused adoption of {id}: not an orphan below this node");
             }
         }
-        busy |= self.read_children(cx);
+        more |= self.read_children(cx);
         // This server's own output, which takes turns with the children's.
+        let paused = self.local_paused;
+        let mut drained = paused;
         for _ in 0..DRAIN {
             if self.local_paused {
+                drained = true;
                 break;
             }
             let Poll::Ready(Some((kind, payload))) = self.events.poll_recv(cx) else {
+                drained = true;
                 break;
             };
-            busy = true;
             self.node.handle_local_event(kind, payload);
             self.dispatch();
         }
+        // Output resumed after the events were looked at: nothing will wake the task for
+        // what waits there.
+        more |= !drained || (paused && !self.local_paused);
+        // Handlers that answered during this turn (their replies do not wake the task).
+        more |= self.take_replies();
         // A link whose write failed changes the node's state (its ids are lost, replies
         // may now be complete): look again, so what that produced goes out.
-        busy |= self.write_all(cx);
+        more |= self.write_all(cx);
+        more |= self.inbox.leave(cx);
         if let Some(why) = self.parent_gone.take() {
             return Poll::Ready(Turn::ParentGone(why));
         }
-        if busy {
+        self.dispatch();
+        self.arm(timer.as_mut());
+        more |= self.armed.is_some() && timer.poll(cx).is_ready();
+        if more {
             Poll::Ready(Turn::Busy)
         } else {
             Poll::Pending
         }
     }
 
+    /// The handlers' replies, up to [`DRAIN`]: whether there may be more.
+    fn take_replies(&mut self) -> bool {
+        for _ in 0..DRAIN {
+            let Some((op, payload)) = self.inbox.pop() else {
+                return false;
+            };
+            self.node
+                .handle_local_reply(Instant::now().into_std(), op, payload);
+        }
+        true
+    }
+
     /// Frames from the children, each up to [`DRAIN`] times its weight, at most
     /// [`TURN_FRAMES`] in all and while the task's tokio budget lasts, starting where the
     /// last turn stopped: the parent, the timer and the writes come round again soon
-    /// however many children there are.
+    /// however many children there are. Whether a child may have more than was taken.
     fn read_children(&mut self, cx: &mut Context<'_>) -> bool {
-        let mut busy = false;
+        let mut more = false;
         let n = self.children.slots.len();
         let start = self.children.next;
         self.children.next = if n == 0 { 0 } else { (start + 1) % n };
@@ -389,19 +479,22 @@ impl Driver {
             let budget = self.children.slots[slot]
                 .as_ref()
                 .map_or(0, |(_, l)| DRAIN * l.weight);
+            if budget == 0 {
+                continue;
+            }
+            let mut drained = false;
             for _ in 0..budget {
                 let Some((c, link)) = self.children.slots[slot].as_mut() else {
+                    drained = true;
                     break;
                 };
                 let c = *c;
                 match link.poll_frame(cx) {
                     Poll::Ready(Ok(m)) => {
-                        busy = true;
                         taken += 1;
                         self.node.handle_from_child(Instant::now().into_std(), c, m);
                     }
                     Poll::Ready(Err(mut why)) => {
-                        busy = true;
                         if why == GOODBYE {
                             why = format!("{c} said goodbye");
                         }
@@ -409,12 +502,16 @@ impl Driver {
                         self.node
                             .handle_link_down(Instant::now().into_std(), c, &why);
                     }
-                    Poll::Pending => break,
+                    Poll::Pending => drained = true,
                 }
                 self.dispatch();
+                if drained {
+                    break;
+                }
             }
+            more |= !drained;
         }
-        busy
+        more
     }
 
     /// Every link's queued frames out, as far as the sockets take them; a link whose write
@@ -549,7 +646,6 @@ pub async fn run_node_full(
     events: LocalEvents,
     mut recovery: Recovery,
 ) -> io::Result<()> {
-    let (reply_tx, reply_rx) = mpsc::unbounded_channel::<(u64, Bytes)>();
     node.set_liveness(Some(recovery.liveness.unwrap_or_else(Liveness::from_env)));
     // The master's parent is the front-end, which sends no keepalives.
     let watch_parent = node.id() != NodeId::Master;
@@ -569,8 +665,7 @@ pub async fn run_node_full(
         parent: LinkIo::new(parent),
         children: kids,
         handler,
-        reply_tx,
-        reply_rx,
+        inbox: Arc::default(),
         events,
         adoptions: recovery.adoptions.take(),
         local_paused: false,
@@ -617,6 +712,7 @@ pub async fn run_node_full(
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use futures::{SinkExt, StreamExt};
     use sdm_proto::{DEFAULT_MAX_FRAME, IdSet, Kind, Message, Status, SyncMode};
@@ -765,5 +861,91 @@ mod tests {
             first[1]
         );
         node.abort();
+    }
+
+    /// A server whose handler answers some commands at once (inside the node's turn, which
+    /// takes the reply without being woken) and the rest from another thread a little
+    /// later (which must wake the node): every command gets its one reply up, with the
+    /// payload its handler gave.
+    #[tokio::test]
+    async fn replies_made_at_once_and_from_other_threads_all_go_up() {
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(1));
+        let node = Node::new(NodeId::Server(0), topo);
+        let (parent_here, mut parent_there) = pair();
+        let handler = Box::new(|d: super::Delivery| {
+            let answer = format!("answer {}", d.op);
+            if d.op.is_multiple_of(2) {
+                d.reply.send(answer);
+            } else {
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(d.op % 3));
+                    d.reply.send(answer);
+                });
+            }
+        });
+        // No keepalives: their timer would wake the node and hide a reply that did not.
+        let quiet = super::Recovery {
+            liveness: Some(super::Liveness {
+                interval: Duration::from_secs(3600),
+                dead_after: Duration::from_secs(7200),
+            }),
+            ..Default::default()
+        };
+        let (_events_tx, events) = tokio::sync::mpsc::channel(1);
+        let task = tokio::spawn(super::run_node_full(
+            node,
+            parent_here,
+            Vec::new(),
+            handler,
+            events,
+            quiet,
+        ));
+        let n = 200u64;
+        for op in 1..=n {
+            let cmd = Message::command(op, IdSet::single(0), SyncMode::WaitAll, "ask");
+            parent_there.writer.feed(&cmd).await.unwrap();
+        }
+        parent_there.writer.flush().await.unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        while seen.len() < n as usize {
+            // Generous: a reply that never woke the node would otherwise hang the test.
+            let next = tokio::time::timeout(Duration::from_secs(60), parent_there.reader.next());
+            let Ok(m) = next.await else {
+                panic!("no reply for 60 s: {} of {n} arrived", seen.len());
+            };
+            let m = m.unwrap().unwrap();
+            assert_eq!(m.kind, Kind::Reply, "{m:?}");
+            assert_eq!(m.source, IdSet::single(0));
+            assert_eq!(&m.payload[..], format!("answer {}", m.op).as_bytes());
+            assert!(seen.insert(m.op), "op {} answered twice", m.op);
+        }
+        task.abort();
+    }
+
+    /// The inbox wakes the node's task for a reply made outside a turn, not for one made
+    /// inside (the turn takes that itself), and a turn ending with replies waiting says so.
+    #[test]
+    fn the_inbox_wakes_the_task_only_outside_a_turn() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Count(AtomicUsize);
+        impl futures::task::ArcWake for Count {
+            fn wake_by_ref(me: &Arc<Self>) {
+                me.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = futures::task::waker(count.clone());
+        let cx = std::task::Context::from_waker(&waker);
+        let inbox = super::Inbox::default();
+        inbox.enter();
+        inbox.push(1, "in the turn".into());
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert!(inbox.leave(&cx), "a reply is waiting");
+        assert_eq!(inbox.pop().map(|(op, _)| op), Some(1));
+        assert!(!inbox.leave(&cx));
+        inbox.push(2, "between turns".into());
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(inbox.pop().map(|(op, _)| op), Some(2));
+        assert_eq!(inbox.pop(), None);
     }
 }
