@@ -17,7 +17,15 @@ pub struct FrameCodec {
     max: usize,
     /// Length of the frame whose header the inner codec has consumed, if any.
     in_frame: Option<u64>,
+    /// Where a small frame is encoded before it is copied into the link's buffer.
+    scratch: Vec<u8>,
 }
+
+/// Frames up to this size are encoded into [`FrameCodec`]'s scratch buffer and copied
+/// into the link's buffer at once: putting field by field into a `BytesMut` checks its
+/// capacity at every byte of every varint. Larger frames (a payload of any size) are
+/// written straight in, not copied twice.
+const SCRATCH_MAX: usize = 1024;
 
 impl FrameCodec {
     /// A codec refusing frames larger than `max` bytes.
@@ -29,6 +37,7 @@ impl FrameCodec {
                 .new_codec(),
             max,
             in_frame: None,
+            scratch: Vec::with_capacity(SCRATCH_MAX),
         }
     }
 
@@ -96,7 +105,13 @@ impl Encoder<&Message> for FrameCodec {
         }
         dst.reserve(4 + len);
         dst.put_u32(len as u32);
-        msg.encode_to(dst);
+        if len <= SCRATCH_MAX {
+            self.scratch.clear();
+            msg.encode_to(&mut self.scratch);
+            dst.extend_from_slice(&self.scratch);
+        } else {
+            msg.encode_to(dst);
+        }
         Ok(())
     }
 }
@@ -123,6 +138,37 @@ mod tests {
         assert_eq!(c.decode(&mut buf).unwrap().unwrap(), a);
         assert_eq!(c.decode(&mut buf).unwrap().unwrap(), b);
         assert!(c.decode(&mut buf).unwrap().is_none());
+    }
+
+    /// Frames on both sides of the scratch buffer's limit, one codec for all (its scratch
+    /// reused): each is the length prefix and exactly what prost writes, and decodes back.
+    #[test]
+    fn frames_small_and_large_are_the_envelope_prost_writes() {
+        let mut c = FrameCodec::default();
+        let mut buf = BytesMut::new();
+        let mut sent = Vec::new();
+        for n in [
+            0,
+            1,
+            900,
+            SCRATCH_MAX - 40,
+            SCRATCH_MAX,
+            SCRATCH_MAX + 1,
+            70_000,
+            3,
+        ] {
+            let m = Message::command(n as u64 + 1, IdSet::all(9), SyncMode::WaitAll, vec![7u8; n]);
+            let before = buf.len();
+            c.encode(&m, &mut buf).unwrap();
+            let body = prost::Message::encode_to_vec(&m.to_pb());
+            assert_eq!(&buf[before..before + 4], &(body.len() as u32).to_be_bytes());
+            assert_eq!(&buf[before + 4..], &body[..], "payload of {n} bytes");
+            sent.push(m);
+        }
+        for m in sent {
+            assert_eq!(c.decode(&mut buf).unwrap().unwrap(), m);
+        }
+        assert!(buf.is_empty());
     }
 
     #[test]

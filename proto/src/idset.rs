@@ -508,29 +508,15 @@ impl IdSet {
                 if count > (bytes.len() - pos) as u64 / 2 {
                     return Err(IdSetError::Truncated(bytes.len()));
                 }
-                // Check the whole run list before building anything: a refused input costs
-                // its length, never the size of the ranges it names.
-                let mut runs = Vec::with_capacity(count as usize);
-                let mut next: u64 = 0;
-                for _ in 0..count {
-                    let at = pos;
-                    let gap = get_varint(bytes, &mut pos)?;
-                    let extra = get_varint(bytes, &mut pos)?;
-                    let start = next.checked_add(gap).ok_or(IdSetError::Overflow(at))?;
-                    let end = start.checked_add(extra).ok_or(IdSetError::Overflow(at))?;
-                    if end > u64::from(Id::MAX) {
-                        return Err(IdSetError::Overflow(at));
-                    }
-                    runs.push(start as Id..=end as Id);
-                    next = end + 1;
-                }
-                if pos != bytes.len() {
-                    return Err(IdSetError::Trailing(bytes.len() - pos));
+                // Check the whole run list before building anything (a refused input costs
+                // its length, never the size of the ranges it names), then build: two
+                // walks, no list of runs in between.
+                let end = walk_runs(bytes, pos, count, |_| {})?;
+                if end != bytes.len() {
+                    return Err(IdSetError::Trailing(bytes.len() - end));
                 }
                 let mut set = IdSet::new();
-                for r in runs {
-                    set.insert_range(r);
-                }
+                walk_runs(bytes, pos, count, |r| set.insert_range(r))?;
                 Ok(set)
             }
             TAG_ROARING => {
@@ -547,6 +533,30 @@ impl IdSet {
             t => Err(IdSetError::UnknownTag(t)),
         }
     }
+}
+
+/// Reads `count` runs (gap from the end of the last, then length minus one, as varints)
+/// from `bytes` at `pos`, handing each to `each`: where they end.
+fn walk_runs(
+    bytes: &[u8],
+    mut pos: usize,
+    count: u64,
+    mut each: impl FnMut(RangeInclusive<Id>),
+) -> Result<usize, IdSetError> {
+    let mut next: u64 = 0;
+    for _ in 0..count {
+        let at = pos;
+        let gap = get_varint(bytes, &mut pos)?;
+        let extra = get_varint(bytes, &mut pos)?;
+        let start = next.checked_add(gap).ok_or(IdSetError::Overflow(at))?;
+        let end = start.checked_add(extra).ok_or(IdSetError::Overflow(at))?;
+        if end > u64::from(Id::MAX) {
+            return Err(IdSetError::Overflow(at));
+        }
+        each(start as Id..=end as Id);
+        next = end + 1;
+    }
+    Ok(pos)
 }
 
 /// Refuses roaring headers that promise more containers than the input could hold, so a
