@@ -134,7 +134,13 @@ fn mac_input(parts: &[&str]) -> Vec<u8> {
 
 /// Bytes as lowercase hex digits (keys, nonces, MACs, fingerprints, one-line PEM).
 pub fn hex_encode(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(2 * b.len());
+    for &x in b {
+        s.push(char::from(DIGITS[usize::from(x >> 4)]));
+        s.push(char::from(DIGITS[usize::from(x & 15)]));
+    }
+    s
 }
 
 /// The bytes of an even-length string of hex digits; `None` for anything else.
@@ -162,6 +168,11 @@ mod tests {
         ));
         assert!(SessionKey::from_hex(&"zz".repeat(32)).is_err());
         assert_eq!(format!("{k:?}"), "SessionKey(..)");
+        let all: Vec<u8> = (0..=255).collect();
+        let text = hex_encode(&all);
+        let want: String = all.iter().map(|x| format!("{x:02x}")).collect();
+        assert_eq!(text, want);
+        assert_eq!(hex_decode(&text).unwrap(), all);
     }
 
     #[test]

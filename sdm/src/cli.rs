@@ -78,34 +78,8 @@ enum Cmd {
         #[arg(long, value_name = "FIRST-LAST")]
         port_range: Option<PortRange>,
     },
-    /// Daemon: one server; its id comes from SDM_ID, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or FLUX_TASK_RANK.
-    Server {
-        /// First port of the server's range: it tries the --port-span ports from here,
-        /// starting at PORT + its local rank and wrapping around (0: an ephemeral port).
-        #[arg(long)]
-        port: u16,
-        /// tcp or quic.
-        #[arg(long, default_value = "tcp")]
-        transport: String,
-        /// Address to bind (default: this host's address on the route to --frontend-host,
-        /// else 127.0.0.1); 0.0.0.0 or :: for all interfaces.
-        #[arg(long, visible_alias = "bind")]
-        host: Option<String>,
-        /// Address or host name to advertise to the parent (default: the bound address, or
-        /// for all interfaces this host's address on the route to --frontend-host).
-        #[arg(long)]
-        advertise: Option<String>,
-        /// The front-end's host: the defaults of --host and --advertise follow the route
-        /// there, and advertising a loopback address while it is on another host is an error.
-        #[arg(long)]
-        frontend_host: Option<String>,
-        /// How many ports to try.
-        #[arg(long, default_value_t = 2048)]
-        port_span: u16,
-        /// Seconds to wait for a parent before exiting.
-        #[arg(long, default_value_t = 120)]
-        parent_timeout: u64,
-    },
+    // Its description is ServerArgs's, so `sdm server` parsed alone reads the same.
+    Server(ServerArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -117,6 +91,38 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+}
+
+// `sdm server`'s options: a type of its own so a server, started a thousand times at once,
+// parses only them (see `parse`).
+/// Daemon: one server; its id comes from SDM_ID, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or FLUX_TASK_RANK.
+#[derive(clap::Args, Debug)]
+struct ServerArgs {
+    /// First port of the server's range: it tries the --port-span ports from here,
+    /// starting at PORT + its local rank and wrapping around (0: an ephemeral port).
+    #[arg(long)]
+    port: u16,
+    /// tcp or quic.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// Address to bind (default: this host's address on the route to --frontend-host,
+    /// else 127.0.0.1); 0.0.0.0 or :: for all interfaces.
+    #[arg(long, visible_alias = "bind")]
+    host: Option<String>,
+    /// Address or host name to advertise to the parent (default: the bound address, or
+    /// for all interfaces this host's address on the route to --frontend-host).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// The front-end's host: the defaults of --host and --advertise follow the route
+    /// there, and advertising a loopback address while it is on another host is an error.
+    #[arg(long)]
+    frontend_host: Option<String>,
+    /// How many ports to try.
+    #[arg(long, default_value_t = 2048)]
+    port_span: u16,
+    /// Seconds to wait for a parent before exiting.
+    #[arg(long, default_value_t = 120)]
+    parent_timeout: u64,
 }
 
 /// How to start a tree: the options `launch` and `run` share.
@@ -409,13 +415,38 @@ pub fn main() -> std::process::ExitCode {
     }
 }
 
+/// The command line `args` (the program's name first). `sdm server ...` builds only the
+/// server's options: the launchers start one per rank, a thousand at once, and the whole
+/// command tree (every subcommand's options, built and dropped) was a fifth of what a
+/// server ran before it listened. Help and errors read as from the full parser.
+fn parse(args: Vec<std::ffi::OsString>) -> Cli {
+    if args.get(1).is_some_and(|a| a == "server") {
+        let server = server_command()
+            .try_get_matches_from(&args[1..])
+            .and_then(|m| <ServerArgs as clap::FromArgMatches>::from_arg_matches(&m));
+        match server {
+            Ok(a) => Cli {
+                cmd: Cmd::Server(a),
+            },
+            Err(e) => e.exit(),
+        }
+    } else {
+        Cli::parse_from(args)
+    }
+}
+
+/// The command line of `sdm server` alone.
+fn server_command() -> clap::Command {
+    <ServerArgs as clap::Args>::augment_args(clap::Command::new("server").bin_name("sdm server"))
+}
+
 fn real_main() -> anyhow::Result<()> {
     sdm_overlay::logging::init("warn");
-    let cli = Cli::parse();
+    let cli = parse(std::env::args_os().collect());
     // Daemons run everything on one thread: a frame never crosses threads on its way
     // through a node (measured: 2-2.5x the round trips and waves of a one-worker pool).
     let rt = match &cli.cmd {
-        Cmd::Master { .. } | Cmd::Server { .. } | Cmd::Topology { .. } => {
+        Cmd::Master { .. } | Cmd::Server(_) | Cmd::Topology { .. } => {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
@@ -460,7 +491,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let key = SessionKey::from_env()?;
             Ok(sdm_server::daemon::run_master(frontend, key, attempts, port_range).await?)
         }
-        Cmd::Server {
+        Cmd::Server(ServerArgs {
             port,
             transport,
             host,
@@ -468,7 +499,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             frontend_host,
             port_span,
             parent_timeout,
-        } => {
+        }) => {
             let id = sdm_deploy::rank_from_env().map_err(anyhow::Error::msg)?;
             let key = SessionKey::from_env()?;
             let opt = sdm_server::daemon::ServerOptions {
@@ -1056,6 +1087,41 @@ fn hosts_summary(processes: &[(u32, String, u32)]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `sdm server` parsed alone reads as from the whole command tree: the same help, the
+    /// same options and defaults, the same error for a bad one.
+    #[test]
+    fn the_server_alone_parses_as_the_whole_command_line_does() {
+        let mut full = Cli::command();
+        full.build();
+        let whole = full.find_subcommand_mut("server").unwrap();
+        assert_eq!(
+            server_command().render_help().to_string(),
+            whole.render_help().to_string()
+        );
+        let argv =
+            |s: &str| -> Vec<std::ffi::OsString> { s.split_whitespace().map(Into::into).collect() };
+        for line in [
+            "sdm server --port 7000",
+            "sdm server --port 0 --transport quic --bind 0.0.0.0 --advertise n1 --frontend-host fe --port-span 3 --parent-timeout 9",
+        ] {
+            let fast = format!("{:?}", parse(argv(line)));
+            let slow = format!("{:?}", Cli::try_parse_from(argv(line)).unwrap());
+            assert_eq!(fast, slow, "{line}");
+        }
+        for line in [
+            "sdm server",
+            "sdm server --port x",
+            "sdm server --port 1 --bogus",
+        ] {
+            let fast = server_command()
+                .try_get_matches_from(&argv(line)[1..])
+                .unwrap_err();
+            let slow = Cli::try_parse_from(argv(line)).unwrap_err();
+            assert_eq!(fast.kind(), slow.kind(), "{line}");
+            assert_eq!(fast.to_string(), slow.to_string(), "{line}");
+        }
+    }
 
     #[test]
     fn hosts_are_summarised_in_hostlist_form() {
