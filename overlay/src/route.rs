@@ -67,6 +67,11 @@ pub fn resolve(host: &str) -> Result<IpAddr, RouteError> {
 /// This host's address on the route to `host` (the source address the kernel would use).
 pub fn source_for(host: &str) -> Result<IpAddr, RouteError> {
     let ip = resolve(host)?;
+    // The loopback address is its own route's source (a thousand local servers asked this
+    // at once; a socket each was a measurable part of their start-up).
+    if ip == Ipv4Addr::LOCALHOST || ip == Ipv6Addr::LOCALHOST {
+        return Ok(ip);
+    }
     let any: IpAddr = match ip {
         IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
         IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
@@ -132,8 +137,11 @@ mod tests {
 
     #[test]
     fn loopback_routes_from_loopback() {
-        assert!(source_for("127.0.0.1").unwrap().is_loopback());
+        let here: IpAddr = Ipv4Addr::LOCALHOST.into();
+        assert_eq!(source_for("127.0.0.1").unwrap(), here);
         assert!(source_for("localhost").unwrap().is_loopback());
+        // Another loopback address asks the kernel (no shortcut).
+        assert!(source_for("127.0.0.2").unwrap().is_loopback());
         // IPv6 loopback where this host has it (a container may turn IPv6 off).
         if UdpSocket::bind("[::1]:0").is_ok() {
             assert_eq!(
