@@ -253,7 +253,7 @@ impl LinkIo {
 #[derive(Default)]
 struct Children {
     slots: Vec<Option<(NodeId, LinkIo)>>,
-    index: HashMap<NodeId, usize>,
+    index: HashMap<NodeId, usize, rustc_hash::FxBuildHasher>,
     /// Where the next turn starts reading.
     next: usize,
 }
