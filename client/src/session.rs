@@ -62,7 +62,9 @@ pub struct SessionOptions {
     pub connect_attempts: u32,
     /// Delay between connection rounds.
     pub connect_delay: Duration,
-    /// The `sdm` binary (default: found next to the running program, or `$SDM_BIN`).
+    /// The `sdm` binary (default: found next to the running program, or `$SDM_BIN`), or a
+    /// server of a tool's own built on `sdm_server::Server::main`. The local launcher
+    /// starts it once and it forks the servers (`sdm_deploy::fork_copies`).
     pub program: Option<PathBuf>,
     /// How long interior nodes hold stdio lines to merge identical ones (zero: never).
     pub stdio_window: Duration,
@@ -222,7 +224,8 @@ impl Session {
         mut progress: impl FnMut(&Progress),
     ) -> Result<Self> {
         let started = Instant::now();
-        // One stdout pipe per server: lift the soft descriptor limit to the hard one.
+        // Up to a stdout pipe per server (ssh starts a client each): lift the soft
+        // descriptor limit to the hard one.
         sdm_deploy::raise_fd_limit();
         let deadline = tokio::time::Instant::now() + opts.startup_timeout;
         if opts.n == 0 {
@@ -295,14 +298,22 @@ impl Session {
                 args.extend([flag.to_owned(), v.clone()]);
             }
         }
+        // Local servers come as copies forked from one process: one exec and one pipe, not
+        // one per server (see `sdm_deploy::fork_copies`; `sdm server` and every server
+        // built on `sdm_server::Server::main` make them).
+        let copies = opts.launcher == LauncherKind::Local && opts.n > 1;
+        let mut server_env = env.clone();
+        if copies {
+            server_env.push((sdm_deploy::COPIES_ENV.to_owned(), opts.n.to_string()));
+        }
         let spec = LaunchSpec {
-            n: opts.n,
+            n: if copies { 1 } else { opts.n },
             program: opts
                 .remote_program
                 .clone()
                 .unwrap_or_else(|| program.clone()),
             args,
-            env: env.clone(),
+            env: server_env,
         };
         let mut servers = launcher.launch(&spec).map_err(|e| {
             Error::launch(

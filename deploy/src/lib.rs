@@ -1,5 +1,6 @@
 //! sdm-deploy: launchers that start sdm daemons through what a site already has (local
-//! fork/exec, ssh, Open MPI or MPICH `mpirun`, Slurm `srun`), behind one [`Launcher`] trait.
+//! fork/exec, ssh, Open MPI or MPICH `mpirun`, Slurm `srun`), behind one [`Launcher`] trait,
+//! and [`fork_copies`], with which one server process started locally becomes many.
 //!
 //! # Quick start
 //!
@@ -36,6 +37,10 @@
 //! through [`Launched::next_line`].
 
 pub mod hostlist;
+
+mod copies;
+
+pub use copies::{COPIES_ENV, Copies, fork_copies};
 
 use std::io;
 use std::path::PathBuf;

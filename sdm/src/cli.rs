@@ -443,6 +443,13 @@ fn server_command() -> clap::Command {
 fn real_main() -> anyhow::Result<()> {
     sdm_overlay::logging::init("warn");
     let cli = parse(std::env::args_os().collect());
+    // Local servers asked for as copies of this process are forked here, before any thread.
+    if let Cmd::Server(_) = cli.cmd
+        && let sdm_deploy::Copies::Done { copies, failed } = sdm_deploy::fork_copies()?
+    {
+        anyhow::ensure!(failed == 0, "{failed} of {copies} local servers failed");
+        return Ok(());
+    }
     // Daemons run everything on one thread: a frame never crosses threads on its way
     // through a node (measured: 2-2.5x the round trips and waves of a one-worker pool).
     let rt = match &cli.cmd {

@@ -73,8 +73,28 @@ impl Server {
     pub fn main(self) -> ExitCode {
         sdm_overlay::logging::init("warn");
         let args: Vec<String> = std::env::args().skip(1).collect();
+        let parsed = DaemonArgs::parse(&args);
+        // Local servers asked for as copies of this process are forked here, before any
+        // thread (see `sdm_deploy::fork_copies`).
+        if let Ok(DaemonArgs::Server(_)) = parsed {
+            match sdm_deploy::fork_copies() {
+                Ok(sdm_deploy::Copies::Serve) => {}
+                Ok(sdm_deploy::Copies::Done { failed: 0, .. }) => return ExitCode::SUCCESS,
+                Ok(sdm_deploy::Copies::Done { copies, failed }) => {
+                    eprintln!(
+                        "{}: {failed} of {copies} local servers failed",
+                        program_name()
+                    );
+                    return ExitCode::FAILURE;
+                }
+                Err(e) => {
+                    eprintln!("{}: {e}", program_name());
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
         let run = async {
-            match DaemonArgs::parse(&args)? {
+            match parsed? {
                 DaemonArgs::Master {
                     frontend,
                     attempts,

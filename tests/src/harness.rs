@@ -478,6 +478,42 @@ pub fn children_of(parent: u32) -> Vec<u32> {
     sdm_server::mpir::children(parent)
 }
 
+/// Every process below `root` (its children, theirs, and so on), parents before children:
+/// local servers are the children of one supervisor process the front-end started (see
+/// `sdm_deploy::fork_copies`), not of the front-end itself.
+pub fn descendants_of(root: u32) -> Vec<u32> {
+    let mut out = children_of(root);
+    let mut k = 0;
+    while k < out.len() {
+        let more = children_of(out[k]);
+        out.extend(more);
+        k += 1;
+    }
+    out
+}
+
+/// The pid of the server of rank `id` below `root` (a front-end): the parent of the
+/// program it started, whose environment names the rank. (A local server's own
+/// /proc/PID/environ does not: it is the supervisor's, from before it forked the server.)
+pub fn server_of_rank(root: u32, id: u32) -> Option<u32> {
+    let want = format!("SDM_ID={id}");
+    descendants_of(root).into_iter().find_map(|pid| {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let comm = stat.split_once(" (")?.1.rsplit_once(") ")?.0;
+        if comm == "sdm" || !env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
+            return None;
+        }
+        // The fourth field of stat, after the command's closing parenthesis: the parent.
+        stat.rsplit_once(") ")?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    })
+}
+
 /// tests/programs/NAME.c built with `mpicc -O2 -g` once per test process (the MPI tests'
 /// programs), in a directory of this process.
 pub fn mpi_program(name: &str) -> PathBuf {

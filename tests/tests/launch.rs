@@ -1,5 +1,5 @@
-//! End-to-end start-up through real launchers and real daemons: local fork/exec of 64
-//! servers, quic, a server killed before its parent connects, mpirun, srun and ssh, the
+//! End-to-end start-up through real launchers and real daemons: local servers forked from
+//! one process (64 of them, and the copies' own contract), quic, a server killed before its parent connects, mpirun, srun and ssh, the
 //! `sdm launch` command, and no orphans when the front-end goes away.
 
 use std::process::{Command, Stdio};
@@ -67,6 +67,85 @@ async fn full_cycle(o: SessionOptions) {
     let pids: Vec<u32> = r.processes.iter().map(|p| p.2).collect();
     s.shutdown(Duration::from_secs(20)).await;
     wait_gone(&pids).await;
+}
+
+/// The parent of process `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(") ")?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// `sdm server` started once with `SDM_COPIES=3`, as the local launcher starts its
+/// servers: three servers forked from that process, ids 0-2 with a pid each, all its
+/// children; killed, it takes them with it. Copies that never get a parent end, and the
+/// process reports how many failed; a bad count is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_process_forks_its_copies_and_they_die_with_it() {
+    let key = sdm_overlay::auth::SessionKey::generate().to_hex();
+    let start = |parent_timeout: &str, copies: &str| {
+        Command::new(sdm_e2e::sdm())
+            .args(["server", "--port", "0", "--parent-timeout", parent_timeout])
+            .env("SDM_SESSION_KEY", &key)
+            .env("SDM_ID", "0")
+            .env(sdm_deploy::COPIES_ENV, copies)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let listening = |text: &str| -> Vec<(u32, u32)> {
+        let mut got: Vec<(u32, u32)> = text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.first() == Some(&"SDM-LISTEN"))
+                    .then(|| (f[1].parse().unwrap(), f[4].parse().unwrap()))
+            })
+            .collect();
+        got.sort();
+        got
+    };
+
+    let mut sup = start("600", "3");
+    let mut out = std::io::BufReader::new(sup.stdout.take().unwrap());
+    let mut text = String::new();
+    for _ in 0..3 {
+        std::io::BufRead::read_line(&mut out, &mut text).unwrap();
+    }
+    let copies = listening(&text);
+    assert_eq!(
+        copies.iter().map(|c| c.0).collect::<Vec<_>>(),
+        [0, 1, 2],
+        "{text}"
+    );
+    for &(id, pid) in &copies {
+        assert_ne!(
+            pid,
+            sup.id(),
+            "server {id} is a copy, not the process started"
+        );
+        assert_eq!(parent_of(pid), Some(sup.id()), "server {id} (pid {pid})");
+    }
+    sup.kill().unwrap();
+    sup.wait().unwrap();
+    wait_gone(&copies.iter().map(|c| c.1).collect::<Vec<_>>()).await;
+
+    let done = start("1", "3").wait_with_output().unwrap();
+    assert!(!done.status.success());
+    assert_eq!(listening(&String::from_utf8_lossy(&done.stdout)).len(), 3);
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(err.contains("3 of 3 local servers failed"), "{err}");
+    assert!(err.contains("no parent connected"), "{err}");
+
+    let bad = start("1", "three").wait_with_output().unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("SDM_COPIES=\"three\""), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

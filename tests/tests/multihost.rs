@@ -551,14 +551,11 @@ fn a_tree_over_ipv6_loopback() {
         "{lines:#?}"
     );
     assert!(lines.contains(&"[0-3] pong".to_owned()), "{lines:#?}");
-    // The daemons are the launch's children (local launcher): their TCP listeners.
-    let children =
-        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", running.0.id())).unwrap();
-    let pids: Vec<String> = children
-        .split_whitespace()
-        .map(|p| format!("pid={p},"))
-        .collect();
-    assert_eq!(pids.len(), 5, "master and 4 servers: {children}");
+    // The daemons are below the launch (local launcher: the master, and the servers under
+    // the one process they were forked from): their TCP listeners.
+    let below = support::descendants_of(running.0.id());
+    let pids: Vec<String> = below.iter().map(|p| format!("pid={p},")).collect();
+    assert_eq!(pids.len(), 6, "master, supervisor and 4 servers: {below:?}");
     let ss = run_ok(Command::new("ss").arg("-Hltnp"));
     let socks: Vec<&str> = ss
         .lines()

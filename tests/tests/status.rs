@@ -30,16 +30,10 @@ fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// The pid of the server with rank `id` among the children of `parent`.
+/// The pid of the server with rank `id` below the front-end `parent`.
 fn server_pid(parent: u32, id: u32) -> i32 {
-    let want = format!("SDM_ID={id}");
-    for pid in sdm_e2e::children_of(parent) {
-        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        if env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
-            return pid as i32;
-        }
-    }
-    panic!("no server {id} under {parent}");
+    sdm_e2e::server_of_rank(parent, id).unwrap_or_else(|| panic!("no server {id} under {parent}"))
+        as i32
 }
 
 struct Run(Child);
