@@ -229,7 +229,9 @@ fn random_port(span: u16) -> u16 {
 /// A base in [10000, `ephemeral` - `span`) picked by `r` (or 10000 when that is empty).
 fn base_below(ephemeral: u32, span: u16, r: u16) -> u16 {
     const LOW: u32 = 10000;
-    let room = ephemeral.saturating_sub(u32::from(span)).saturating_sub(LOW);
+    let room = ephemeral
+        .saturating_sub(u32::from(span))
+        .saturating_sub(LOW);
     if room == 0 {
         return LOW as u16;
     }
@@ -626,7 +628,11 @@ mod tests {
             let b = base_below(32768, 2048, r);
             assert!((10000..32768 - 2048).contains(&b), "{r} -> {b}");
         }
-        assert_eq!(base_below(11000, 2048, 5), 10000, "no room: the lowest base");
+        assert_eq!(
+            base_below(11000, 2048, 5),
+            10000,
+            "no room: the lowest base"
+        );
         let here = random_port(2048);
         assert!(here >= 10000, "{here}");
     }
