@@ -437,9 +437,14 @@ impl Driver {
         if let Some(why) = self.parent_gone.take() {
             return Poll::Ready(Turn::ParentGone(why));
         }
-        self.dispatch();
         self.arm(timer.as_mut());
         more |= self.armed.is_some() && timer.poll(cx).is_ready();
+        // Everything the node asked for was handed to a link before the last writes (a
+        // frame left in the node now would wait for an unrelated wake-up).
+        debug_assert!(
+            !self.node.has_output(),
+            "output left in the node at a turn's end"
+        );
         if more {
             Poll::Ready(Turn::Busy)
         } else {
@@ -447,16 +452,20 @@ impl Driver {
         }
     }
 
-    /// The handlers' replies, up to [`DRAIN`]: whether there may be more.
+    /// The handlers' replies, up to [`DRAIN`], and what they complete handed to the
+    /// links' queues: whether there may be more.
     fn take_replies(&mut self) -> bool {
+        let mut more = true;
         for _ in 0..DRAIN {
             let Some((op, payload)) = self.inbox.pop() else {
-                return false;
+                more = false;
+                break;
             };
             self.node
                 .handle_local_reply(Instant::now().into_std(), op, payload);
         }
-        true
+        self.dispatch();
+        more
     }
 
     /// Frames from the children, each up to [`DRAIN`] times its weight, at most

@@ -868,6 +868,11 @@ impl Node {
         self.out.pop_front()
     }
 
+    /// Whether something is waiting for [`Node::poll_output`].
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// Sends what is ready for `op` upward and retires it when every id is accounted.
     fn progress(&mut self, op: u64) {
         let Some(p) = self.ops.get_mut(&op) else {
