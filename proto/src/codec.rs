@@ -21,9 +21,9 @@ pub struct FrameCodec {
     scratch: Vec<u8>,
 }
 
-/// Frames up to this size are encoded into [`FrameCodec`]'s scratch buffer and copied
-/// into the link's buffer at once: putting field by field into a `BytesMut` checks its
-/// capacity at every byte of every varint. Larger frames (a payload of any size) are
+/// Frames whose payload is at most this size are encoded into [`FrameCodec`]'s scratch
+/// buffer and copied into the link's buffer at once: putting field by field into a
+/// `BytesMut` checks its capacity at every byte of every varint. Larger payloads are
 /// written straight in, not copied twice.
 const SCRATCH_MAX: usize = 1024;
 
@@ -93,9 +93,33 @@ impl Decoder for FrameCodec {
 impl Encoder<&Message> for FrameCodec {
     type Error = WireError;
 
-    /// The length prefix and the envelope go straight into `dst`: no frame-sized buffer
-    /// of its own per message, no copy.
+    /// The length prefix and the envelope go into `dst`: a small envelope through the
+    /// codec's scratch buffer (one copy of a few hundred bytes at most, no allocation),
+    /// one with a large payload straight in.
     fn encode(&mut self, msg: &Message, dst: &mut BytesMut) -> Result<(), WireError> {
+        if msg.payload.len() <= SCRATCH_MAX {
+            // Encoded first, measured after: the envelope is walked once.
+            self.scratch.clear();
+            msg.encode_to(&mut self.scratch);
+            let len = self.scratch.len();
+            let fits = len <= self.max;
+            if fits {
+                dst.reserve(4 + len);
+                dst.put_u32(len as u32);
+                dst.extend_from_slice(&self.scratch);
+            }
+            // A large id-set does not keep its buffer.
+            if self.scratch.capacity() > 4 * SCRATCH_MAX {
+                self.scratch = Vec::with_capacity(SCRATCH_MAX);
+            }
+            if !fits {
+                return Err(WireError::FrameTooLarge {
+                    len: len as u64,
+                    max: self.max,
+                });
+            }
+            return Ok(());
+        }
         let len = msg.encoded_len();
         if len > self.max {
             return Err(WireError::FrameTooLarge {
@@ -105,13 +129,7 @@ impl Encoder<&Message> for FrameCodec {
         }
         dst.reserve(4 + len);
         dst.put_u32(len as u32);
-        if len <= SCRATCH_MAX {
-            self.scratch.clear();
-            msg.encode_to(&mut self.scratch);
-            dst.extend_from_slice(&self.scratch);
-        } else {
-            msg.encode_to(dst);
-        }
+        msg.encode_to(dst);
         Ok(())
     }
 }
@@ -191,7 +209,17 @@ mod tests {
     fn small_maximum_is_enforced_both_ways() {
         let m = Message::command(1, IdSet::all(4), SyncMode::WaitAll, vec![0u8; 100]);
         let mut c = FrameCodec::new(64);
-        assert!(c.encode(&m, &mut BytesMut::new()).is_err());
+        // Refused whole, leaving the link's buffer as it was, on both encoding paths: a
+        // small payload (the scratch buffer) and a large one (straight in).
+        let big = Message::command(1, IdSet::all(4), SyncMode::WaitAll, vec![0u8; 5000]);
+        for m in [&m, &big] {
+            let mut dst = BytesMut::from(&b"kept"[..]);
+            assert!(matches!(
+                c.encode(m, &mut dst),
+                Err(WireError::FrameTooLarge { max: 64, .. })
+            ));
+            assert_eq!(&dst[..], b"kept");
+        }
         let mut buf = frame(&m);
         assert!(matches!(
             c.decode(&mut buf),

@@ -2,7 +2,6 @@
 //! conversions to and from the protobuf [`crate::pb::Envelope`].
 
 use bytes::{BufMut, Bytes};
-use prost::Message as _;
 
 use crate::idset::{IdSet, IdSetError};
 use crate::pb;
@@ -101,6 +100,12 @@ pub enum WireError {
     /// The frame is not a protobuf envelope.
     #[error("frame is not a valid envelope: {0}")]
     Protobuf(#[from] prost::DecodeError),
+    /// A length-delimited field runs past the end of its message.
+    #[error("envelope field {0}: length {1} runs past the end of the frame ({2} bytes left)")]
+    Malformed(&'static str, u64, usize),
+    /// A string field is not UTF-8.
+    #[error("envelope field {0} is not UTF-8")]
+    NotUtf8(&'static str),
     /// The envelope has a version this build does not speak.
     #[error("envelope version {got} is not supported (this build speaks {WIRE_VERSION})")]
     Version {
@@ -123,6 +128,19 @@ pub enum WireError {
         /// Decoder error.
         err: IdSetError,
     },
+}
+
+/// An envelope's fields as read from the wire, before they are checked: what
+/// [`Message::decode`] reads from a frame and [`Message::from_pb`] takes from prost's struct.
+struct Envelope<'a> {
+    version: u32,
+    kind: i32,
+    op: u64,
+    dest: &'a [u8],
+    source: &'a [u8],
+    agg: pb::Aggregate,
+    payload: Bytes,
+    service: String,
 }
 
 /// XXH3-64 of a payload: the merge hash carried upstream.
@@ -339,13 +357,117 @@ impl Message {
         Bytes::from(b)
     }
 
-    /// Decodes and validates one frame body.
+    /// Decodes and validates one frame body: what [`Message::from_pb`] of prost's
+    /// [`pb::Envelope`] gives, read straight from the frame (no envelope struct in between:
+    /// the id-sets are parsed where they lie, the payload is a slice of the frame, and the
+    /// keys and varints go through prost's own decoders over a byte slice). Unknown fields
+    /// are skipped, a repeated field's last value wins and repeated `aggregate`s merge, as
+    /// protobuf says; the test `the_direct_decoder_agrees_with_prost` holds it to that.
     pub fn decode(frame: Bytes) -> Result<Self, WireError> {
-        Self::from_pb(pb::Envelope::decode(frame)?)
+        use prost::encoding::{WireType, decode_key, decode_varint};
+        let mut buf: &[u8] = &frame;
+        let mut version = 0u32;
+        let mut kind = 0i32;
+        let mut op = 0u64;
+        let mut dest: &[u8] = &[];
+        let mut source: &[u8] = &[];
+        let mut agg = pb::Aggregate::default();
+        let mut payload = 0..0;
+        let mut service: &[u8] = &[];
+        while !buf.is_empty() {
+            let (tag, wt) = decode_key(&mut buf)?;
+            match tag {
+                1 => version = varint(wt, &mut buf)? as u32,
+                2 => kind = varint(wt, &mut buf)? as i32,
+                3 => op = varint(wt, &mut buf)?,
+                4 => dest = delimited(wt, &mut buf, "destination")?,
+                5 => source = delimited(wt, &mut buf, "source")?,
+                6 => {
+                    let mut a = delimited(wt, &mut buf, "aggregate")?;
+                    while !a.is_empty() {
+                        let (tag, wt) = decode_key(&mut a)?;
+                        match tag {
+                            1 => agg.filter = utf8(delimited(wt, &mut a, "filter")?, "filter")?,
+                            2 => agg.sync = varint(wt, &mut a)? as i32,
+                            3 => agg.timeout_ms = varint(wt, &mut a)? as u32,
+                            4 => {
+                                prost::encoding::check_wire_type(WireType::SixtyFourBit, wt)?;
+                                let (b, rest) = a
+                                    .split_first_chunk::<8>()
+                                    .ok_or(WireError::Malformed("payload_hash", 8, a.len()))?;
+                                agg.payload_hash = u64::from_le_bytes(*b);
+                                a = rest;
+                            }
+                            5 => agg.status = varint(wt, &mut a)? as i32,
+                            _ => skip(wt, tag, &mut a)?,
+                        }
+                    }
+                }
+                7 => {
+                    let p = delimited(wt, &mut buf, "payload")?;
+                    let at = p.as_ptr() as usize - frame.as_ptr() as usize;
+                    payload = at..at + p.len();
+                }
+                8 => service = delimited(wt, &mut buf, "service")?,
+                _ => skip(wt, tag, &mut buf)?,
+            }
+        }
+        fn varint(wt: WireType, buf: &mut &[u8]) -> Result<u64, WireError> {
+            prost::encoding::check_wire_type(WireType::Varint, wt)?;
+            Ok(decode_varint(buf)?)
+        }
+        fn delimited<'a>(
+            wt: WireType,
+            buf: &mut &'a [u8],
+            field: &'static str,
+        ) -> Result<&'a [u8], WireError> {
+            prost::encoding::check_wire_type(WireType::LengthDelimited, wt)?;
+            let len = decode_varint(buf)?;
+            if len > buf.len() as u64 {
+                return Err(WireError::Malformed(field, len, buf.len()));
+            }
+            let (v, rest) = buf.split_at(len as usize);
+            *buf = rest;
+            Ok(v)
+        }
+        fn utf8(b: &[u8], field: &'static str) -> Result<String, WireError> {
+            match std::str::from_utf8(b) {
+                Ok(s) => Ok(s.to_owned()),
+                Err(_) => Err(WireError::NotUtf8(field)),
+            }
+        }
+        fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), WireError> {
+            let ctx = prost::encoding::DecodeContext::default();
+            Ok(prost::encoding::skip_field(wt, tag, buf, ctx)?)
+        }
+        Self::validate(Envelope {
+            version,
+            kind,
+            op,
+            dest,
+            source,
+            agg,
+            payload: frame.slice(payload),
+            service: utf8(service, "service")?,
+        })
     }
 
     /// Validates a protobuf envelope.
     pub fn from_pb(env: pb::Envelope) -> Result<Self, WireError> {
+        Self::validate(Envelope {
+            version: env.version,
+            kind: env.kind,
+            op: env.op_id,
+            dest: &env.destination,
+            source: &env.source,
+            agg: env.aggregate.unwrap_or_default(),
+            payload: env.payload,
+            service: env.service,
+        })
+    }
+
+    /// Checks an envelope's version and enums and parses its id-sets.
+    fn validate(env: Envelope<'_>) -> Result<Self, WireError> {
         if env.version != WIRE_VERSION {
             return Err(WireError::Version { got: env.version });
         }
@@ -358,7 +480,7 @@ impl Message {
             pb::Kind::Stdio => Kind::Stdio,
             pb::Kind::Control => Kind::Control,
         };
-        let agg = env.aggregate.unwrap_or_default();
+        let agg = env.agg;
         let sync = match pb::SyncMode::try_from(agg.sync).map_err(|_| bad("sync", agg.sync))? {
             pb::SyncMode::Unspecified | pb::SyncMode::WaitAll => SyncMode::WaitAll,
             pb::SyncMode::DontWait => SyncMode::DontWait,
@@ -371,7 +493,7 @@ impl Message {
                 pb::Status::Lost => Some(Status::Lost),
                 pb::Status::TimedOut => Some(Status::TimedOut),
             };
-        let set = |field, b: &Bytes| {
+        let set = |field, b: &[u8]| {
             if b.is_empty() {
                 Ok(IdSet::new())
             } else {
@@ -380,9 +502,9 @@ impl Message {
         };
         Ok(Self {
             kind,
-            op: env.op_id,
-            dest: set("destination", &env.destination)?,
-            source: set("source", &env.source)?,
+            op: env.op,
+            dest: set("destination", env.dest)?,
+            source: set("source", env.source)?,
             aggregate: Aggregate {
                 filter: agg.filter,
                 sync,
@@ -399,6 +521,7 @@ impl Message {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use prost::Message as _;
 
     #[test]
     fn round_trip_and_version() {
@@ -502,6 +625,51 @@ mod tests {
             prop_assert_eq!(&direct[..], &m.to_pb().encode_to_vec()[..]);
             prop_assert_eq!(direct.len(), m.encoded_len());
             prop_assert_eq!(Message::decode(direct).unwrap(), m);
+        }
+
+        /// The direct decoder and prost's envelope (with [`Message::from_pb`]) accept the
+        /// same frames and read the same message from them: valid frames with unknown
+        /// fields, repeated fields and a second `aggregate` appended, then one byte
+        /// changed or the frame cut short.
+        #[test]
+        fn the_direct_decoder_agrees_with_prost(
+            m in any_message(),
+            extra in prop::collection::vec(any::<u8>(), 0..24),
+            again in any_message(),
+            idx in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            how in 0usize..4,
+        ) {
+            let mut b = m.encode().to_vec();
+            match how {
+                // An unknown field of each wire type, then the raw bytes.
+                1 => {
+                    b.extend_from_slice(&[0x48, 0x05, 0x51, 1, 2, 3, 4, 5, 6, 7, 8, 0x5d, 1, 2, 3, 4]);
+                    b.extend_from_slice(&[0x62, extra.len() as u8]);
+                    b.extend_from_slice(&extra);
+                }
+                // Another message's fields after this one's: each field's last value wins,
+                // the two aggregates merge.
+                2 => b.extend_from_slice(&again.encode()),
+                3 => b.extend_from_slice(&extra),
+                _ => {}
+            }
+            let agree = |b: &[u8]| {
+                let direct = Message::decode(Bytes::copy_from_slice(b));
+                let prost = pb::Envelope::decode(b)
+                    .map_err(WireError::from)
+                    .and_then(Message::from_pb);
+                match (direct, prost) {
+                    (Ok(d), Ok(p)) => assert_eq!(d, p),
+                    (Err(_), Err(_)) => {}
+                    (d, p) => panic!("direct {d:?}, prost {p:?} for {b:02x?}"),
+                }
+            };
+            agree(&b);
+            let i = idx.index(b.len());
+            agree(&b[..i]);
+            b[i] = byte;
+            agree(&b);
         }
 
         #[test]

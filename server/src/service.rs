@@ -76,7 +76,7 @@ impl fmt::Debug for ServerContext {
 #[derive(Debug)]
 pub struct Request {
     op: u64,
-    service: String,
+    service: Arc<str>,
     payload: Bytes,
     ctx: Arc<ServerContext>,
 }
@@ -124,15 +124,15 @@ impl Request {
 #[derive(Debug)]
 pub struct Reply {
     replier: Option<Replier>,
-    service: String,
+    service: Arc<str>,
     server: u32,
 }
 
 impl Reply {
-    fn new(replier: Replier, service: &str, server: u32) -> Self {
+    fn new(replier: Replier, service: Arc<str>, server: u32) -> Self {
         Self {
             replier: Some(replier),
-            service: service.to_owned(),
+            service,
             server,
         }
     }
@@ -225,7 +225,7 @@ impl Plugins {
 /// loads.
 #[derive(Clone)]
 pub struct Services {
-    table: BTreeMap<String, Arc<dyn Handler>>,
+    table: BTreeMap<Arc<str>, Arc<dyn Handler>>,
     plugins: Arc<Mutex<Plugins>>,
 }
 
@@ -270,7 +270,7 @@ impl Services {
             ),
         ];
         for (name, h) in stock {
-            s.table.insert(name.to_owned(), h);
+            s.table.insert(name.into(), h);
         }
         s
     }
@@ -284,13 +284,13 @@ impl Services {
                 "a service needs a name (the empty tag is the sdm service)",
             ));
         }
-        self.table.insert(name.to_owned(), Arc::new(handler));
+        self.table.insert(name.into(), Arc::new(handler));
         Ok(())
     }
 
     /// The names of the registered services and of the loaded plugins' services, sorted.
     pub fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.table.keys().cloned().collect();
+        let mut v: Vec<String> = self.table.keys().map(|k| k.to_string()).collect();
         let plugins = self.plugins.lock().expect("not poisoned");
         v.extend(plugins.loaded.keys().cloned());
         v.sort();
@@ -310,35 +310,39 @@ impl Services {
     /// Hands one delivered command to its service. A handler's panic is contained: the
     /// command gets an error reply naming the service, and the server carries on.
     pub fn dispatch(&self, ctx: &Arc<ServerContext>, d: Delivery) {
-        let service = if d.service.is_empty() {
-            SDM.to_owned()
+        let name = if d.service.is_empty() {
+            SDM
         } else {
-            d.service
+            d.service.as_str()
         };
-        let reply = Reply::new(d.reply, &service, ctx.id);
-        let handler: Arc<dyn Handler> = match self.table.get(&service) {
-            Some(h) => Arc::clone(h),
+        // The table's own name is shared with the request and the reply: a command for a
+        // registered service allocates nothing here.
+        let (service, handler): (Arc<str>, Arc<dyn Handler>) = match self.table.get_key_value(name)
+        {
+            Some((k, h)) => (Arc::clone(k), Arc::clone(h)),
             None => {
+                let service: Arc<str> = name.into();
                 let plugin = self
                     .plugins
                     .lock()
                     .expect("not poisoned")
                     .loaded
-                    .get(&service)
+                    .get(name)
                     .cloned();
                 match plugin {
-                    Some(p) => Arc::new(crate::plugin::PluginService(p)),
+                    Some(p) => (service, Arc::new(crate::plugin::PluginService(p))),
                     None => {
                         let text = self.unknown();
-                        reply.error(text);
+                        Reply::new(d.reply, service, ctx.id).error(text);
                         return;
                     }
                 }
             }
         };
+        let reply = Reply::new(d.reply, Arc::clone(&service), ctx.id);
         let req = Request {
             op: d.op,
-            service: service.clone(),
+            service,
             payload: d.payload,
             ctx: Arc::clone(ctx),
         };
@@ -348,7 +352,7 @@ impl Services {
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            tracing::error!("server {}: service {service:?} panicked: {what}", ctx.id);
+            tracing::error!("server {}: service {name:?} panicked: {what}", ctx.id);
         }
     }
 
