@@ -9,7 +9,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Wake, Waker, ready};
 
 use bytes::Bytes;
 use futures::task::AtomicWaker;
@@ -126,6 +126,97 @@ impl Inbox {
     }
 }
 
+/// Which of a driver's sources woke its task since a turn last looked. Each source (the
+/// parent's reader, each child's, the local events, the adoptions) is polled with a waker
+/// of its own, which marks the source here and then wakes the task: a turn reads the
+/// sources that have something instead of polling every link of the node (a master woken
+/// by one child's reply polls that child's reader, not all of them, nor its parent's).
+#[derive(Default)]
+struct Readiness {
+    marked: Mutex<Marked>,
+    task: AtomicWaker,
+}
+
+/// The sources marked, each once: a flag per source and the list of those set.
+#[derive(Default)]
+struct Marked {
+    flags: Vec<bool>,
+    list: Vec<usize>,
+}
+
+/// Source numbers of [`Readiness`]: the parent link, the local events, the adoptions,
+/// then child slot `k` at `CHILD0 + k`.
+const PARENT: usize = 0;
+const EVENTS: usize = 1;
+const ADOPTIONS: usize = 2;
+const CHILD0: usize = 3;
+
+/// The waker source `source` is polled with.
+struct SourceWaker {
+    source: usize,
+    ready: Arc<Readiness>,
+}
+
+impl Wake for SourceWaker {
+    fn wake(self: Arc<Self>) {
+        self.ready.mark(self.source);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ready.mark(self.source);
+    }
+}
+
+impl Readiness {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Marked> {
+        self.marked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Source `source` has something (or was closed): mark it, wake the task.
+    fn mark(&self, source: usize) {
+        {
+            let mut m = self.lock();
+            if m.flags.len() <= source {
+                m.flags.resize(source + 1, false);
+            }
+            if !m.flags[source] {
+                m.flags[source] = true;
+                m.list.push(source);
+            }
+        }
+        self.task.wake();
+    }
+
+    /// The waker of source `source`.
+    fn waker(self: &Arc<Self>, source: usize) -> Waker {
+        Waker::from(Arc::new(SourceWaker {
+            source,
+            ready: Arc::clone(self),
+        }))
+    }
+
+    /// Moves the marks into `want` (a flag per source, set for each marked one) and
+    /// clears them.
+    fn take(&self, want: &mut Vec<bool>) {
+        let mut m = self.lock();
+        let Marked { flags, list } = &mut *m;
+        for s in list.drain(..) {
+            flags[s] = false;
+            if want.len() <= s {
+                want.resize(s + 1, false);
+            }
+            want[s] = true;
+        }
+    }
+
+    /// A turn ends: marks from now on wake the task. Whether some came since
+    /// [`Readiness::take`].
+    fn leave(&self, cx: &Context<'_>) -> bool {
+        self.task.register(cx.waker());
+        !self.lock().list.is_empty()
+    }
+}
+
 /// Runs a command locally: called on the node's task, so it must not block; spawn for
 /// anything slow and answer through [`Delivery::reply`].
 pub type LocalHandler = Box<dyn FnMut(Delivery) + Send>;
@@ -154,10 +245,12 @@ struct LinkIo {
     /// the node's time is shared by the ranks behind each link, like its flow-control
     /// window.
     weight: usize,
+    /// What the reader is polled with: marks this link in the driver's [`Readiness`].
+    waker: Waker,
 }
 
 impl LinkIo {
-    fn new(link: Link) -> Self {
+    fn new(link: Link, waker: Waker) -> Self {
         let Link {
             reader,
             writer,
@@ -171,16 +264,23 @@ impl LinkIo {
             bulk: VecDeque::new(),
             unflushed: false,
             weight: 1,
+            waker,
         }
     }
 
     /// The link to child `id` of `node`, just opened: the node takes it up (its window,
     /// weighted by the servers below it) and the driver reads it by the same weight.
-    fn open_child(node: &mut Node, now: std::time::Instant, id: NodeId, link: Link) -> Self {
+    fn open_child(
+        node: &mut Node,
+        now: std::time::Instant,
+        id: NodeId,
+        link: Link,
+        waker: Waker,
+    ) -> Self {
         node.handle_link_open(now, Peer::Child(id), true);
         Self {
             weight: node.child_weight(id) as usize,
-            ..Self::new(link)
+            ..Self::new(link, waker)
         }
     }
 
@@ -197,10 +297,12 @@ impl LinkIo {
         !self.unflushed && self.ctrl.is_empty() && self.bulk.is_empty()
     }
 
-    /// The next frame from the peer, or why the link ended (the peer closed it, sent a bad
+    /// The next frame from the peer (the link's own waker registered if there is none
+    /// yet), or why the link ended (the peer closed it, sent a bad
     /// frame, or said goodbye).
-    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Message, String>> {
-        let m = match ready!(self.reader.poll_next_unpin(cx)) {
+    fn poll_frame(&mut self) -> Poll<Result<Message, String>> {
+        let mut cx = Context::from_waker(&self.waker);
+        let m = match ready!(self.reader.poll_next_unpin(&mut cx)) {
             Some(Ok(m)) => m,
             Some(Err(e)) => return Poll::Ready(Err(format!("bad frame from {}: {e}", self.name))),
             None => return Poll::Ready(Err(format!("{} closed the connection", self.name))),
@@ -259,6 +361,11 @@ struct Children {
 }
 
 impl Children {
+    /// The slot the next [`Children::insert`] takes.
+    fn next_slot(&self) -> usize {
+        self.slots.len()
+    }
+
     fn insert(&mut self, id: NodeId, link: LinkIo) {
         self.remove(id);
         self.index.insert(id, self.slots.len());
@@ -316,6 +423,15 @@ struct Driver {
     armed: Option<Instant>,
     /// Why the parent link ended, once it has.
     parent_gone: Option<String>,
+    /// Which sources woke the task.
+    ready: Arc<Readiness>,
+    /// The sources a turn reads, by source number ([`PARENT`]...): those marked in
+    /// `ready`, and those the last turn left with more than it took. A source not wanted
+    /// was last polled until it had nothing, so its waker is registered.
+    want: Vec<bool>,
+    /// The wakers of the local events and of the adoptions.
+    events_waker: Waker,
+    adoptions_waker: Waker,
 }
 
 impl Driver {
@@ -373,24 +489,28 @@ impl Driver {
         // What the last turn queued goes out before this one reads (reads use the task's
         // tokio budget too, and may leave none for the writes at the end).
         self.inbox.enter();
+        self.ready.take(&mut self.want);
         let mut more = self.write_all(cx);
         let now = || Instant::now().into_std();
-        let mut drained = false;
-        for _ in 0..DRAIN {
-            match self.parent.poll_frame(cx) {
-                Poll::Ready(Ok(m)) => self.node.handle_from_parent(now(), m),
-                Poll::Ready(Err(why)) => {
-                    self.parent_gone.get_or_insert(why);
-                    drained = true;
-                    break;
-                }
-                Poll::Pending => {
-                    drained = true;
-                    break;
+        if self.want[PARENT] {
+            let mut drained = false;
+            for _ in 0..DRAIN {
+                match self.parent.poll_frame() {
+                    Poll::Ready(Ok(m)) => self.node.handle_from_parent(now(), m),
+                    Poll::Ready(Err(why)) => {
+                        self.parent_gone.get_or_insert(why);
+                        drained = true;
+                        break;
+                    }
+                    Poll::Pending => {
+                        drained = true;
+                        break;
+                    }
                 }
             }
+            self.want[PARENT] = !drained;
+            more |= !drained;
         }
-        more |= !drained;
         self.dispatch();
         more |= self.take_replies();
         if self.armed.is_some() && timer.as_mut().poll(cx).is_ready() {
@@ -398,42 +518,50 @@ impl Driver {
             self.node.handle_timeout(now());
         }
         self.dispatch();
-        if let Some(rx) = self.adoptions.as_mut()
-            && let Poll::Ready(Some((id, link))) = rx.poll_recv(cx)
-        {
-            more = true;
-            if self.node.handle_adopt(id) {
-                let io = LinkIo::open_child(&mut self.node, now(), id, link);
-                self.children.insert(id, io);
-            } else {
-                tracing::warn!(node = %self.node.id(), "refused adoption of {id}: not an orphan below this node");
+        if let Some(rx) = self.adoptions.as_mut().filter(|_| self.want[ADOPTIONS]) {
+            let adopted = match rx.poll_recv(&mut Context::from_waker(&self.adoptions_waker)) {
+                Poll::Ready(Some(a)) => Some(a),
+                Poll::Ready(None) | Poll::Pending => {
+                    self.want[ADOPTIONS] = false;
+                    None
+                }
+            };
+            if let Some((id, link)) = adopted {
+                more = true;
+                self.adopt(id, link);
             }
         }
-        more |= self.read_children(cx);
+        more |= self.read_children();
         // This server's own output, which takes turns with the children's.
+        // (Paused, or paused by what it took: left wanted, and read when output resumes.)
         let paused = self.local_paused;
-        let mut drained = paused;
-        for _ in 0..DRAIN {
-            if self.local_paused {
-                drained = true;
-                break;
+        if self.want[EVENTS] && !paused {
+            for _ in 0..DRAIN {
+                if self.local_paused {
+                    break;
+                }
+                let Poll::Ready(Some((kind, payload))) = self
+                    .events
+                    .poll_recv(&mut Context::from_waker(&self.events_waker))
+                else {
+                    self.want[EVENTS] = false;
+                    break;
+                };
+                self.node.handle_local_event(kind, payload);
+                self.dispatch();
             }
-            let Poll::Ready(Some((kind, payload))) = self.events.poll_recv(cx) else {
-                drained = true;
-                break;
-            };
-            self.node.handle_local_event(kind, payload);
-            self.dispatch();
+            more |= self.want[EVENTS] && !self.local_paused;
         }
         // Output resumed after the events were looked at: nothing will wake the task for
         // what waits there.
-        more |= !drained || (paused && !self.local_paused);
+        more |= paused && !self.local_paused && self.want[EVENTS];
         // Handlers that answered during this turn (their replies do not wake the task).
         more |= self.take_replies();
         // A link whose write failed changes the node's state (its ids are lost, replies
         // may now be complete): look again, so what that produced goes out.
         more |= self.write_all(cx);
         more |= self.inbox.leave(cx);
+        more |= self.ready.leave(cx);
         if let Some(why) = self.parent_gone.take() {
             return Poll::Ready(Turn::ParentGone(why));
         }
@@ -472,7 +600,7 @@ impl Driver {
     /// [`TURN_FRAMES`] in all and while the task's tokio budget lasts, starting where the
     /// last turn stopped: the parent, the timer and the writes come round again soon
     /// however many children there are. Whether a child may have more than was taken.
-    fn read_children(&mut self, cx: &mut Context<'_>) -> bool {
+    fn read_children(&mut self) -> bool {
         let mut more = false;
         let n = self.children.slots.len();
         let start = self.children.next;
@@ -485,10 +613,14 @@ impl Driver {
                 self.children.next = slot;
                 return true;
             }
+            if !self.want.get(CHILD0 + slot).copied().unwrap_or(false) {
+                continue;
+            }
             let budget = self.children.slots[slot]
                 .as_ref()
                 .map_or(0, |(_, l)| DRAIN * l.weight);
             if budget == 0 {
+                self.want[CHILD0 + slot] = false;
                 continue;
             }
             let mut drained = false;
@@ -498,7 +630,7 @@ impl Driver {
                     break;
                 };
                 let c = *c;
-                match link.poll_frame(cx) {
+                match link.poll_frame() {
                     Poll::Ready(Ok(m)) => {
                         taken += 1;
                         self.node.handle_from_child(Instant::now().into_std(), c, m);
@@ -518,9 +650,33 @@ impl Driver {
                     break;
                 }
             }
+            self.want[CHILD0 + slot] = !drained;
             more |= !drained;
         }
         more
+    }
+
+    /// Takes the link of orphan `id` as a child, if it is one below this node.
+    fn adopt(&mut self, id: NodeId, link: Link) {
+        if self.node.handle_adopt(id) {
+            let slot = self.children.next_slot();
+            let waker = self.ready.waker(CHILD0 + slot);
+            let now = Instant::now().into_std();
+            let io = LinkIo::open_child(&mut self.node, now, id, link, waker);
+            self.children.insert(id, io);
+            self.wanted(CHILD0 + slot);
+        } else {
+            tracing::warn!(node = %self.node.id(), "refused adoption of {id}: not an orphan below this node");
+        }
+    }
+
+    /// Source `source` is read in the next turn (a new link: its waker is not registered
+    /// until it is polled).
+    fn wanted(&mut self, source: usize) {
+        if self.want.len() <= source {
+            self.want.resize(source + 1, false);
+        }
+        self.want[source] = true;
     }
 
     /// Every link's queued frames out, as far as the sockets take them; a link whose write
@@ -660,18 +816,22 @@ pub async fn run_node_full(
     let watch_parent = node.id() != NodeId::Master;
     let start = Instant::now().into_std();
     node.handle_link_open(start, Peer::Parent, watch_parent);
+    let ready = Arc::new(Readiness::default());
     let mut kids = Children::default();
     for (id, link) in children {
         match link {
             Ok(link) => {
-                kids.insert(id, LinkIo::open_child(&mut node, start, id, link));
+                let waker = ready.waker(CHILD0 + kids.next_slot());
+                kids.insert(id, LinkIo::open_child(&mut node, start, id, link, waker));
             }
             Err(e) => node.handle_link_down(start, id, &format!("could not connect: {e}")),
         }
     }
+    // Every source is read in the first turn (which registers its waker).
+    let want = vec![true; CHILD0 + kids.next_slot()];
     let mut d = Driver {
         node,
-        parent: LinkIo::new(parent),
+        parent: LinkIo::new(parent, ready.waker(PARENT)),
         children: kids,
         handler,
         inbox: Arc::default(),
@@ -680,6 +840,10 @@ pub async fn run_node_full(
         local_paused: false,
         armed: None,
         parent_gone: None,
+        events_waker: ready.waker(EVENTS),
+        adoptions_waker: ready.waker(ADOPTIONS),
+        ready,
+        want,
     };
     // One timer for the node's deadline, moved only when the deadline changes.
     let timer = tokio::time::sleep_until(Instant::now());
@@ -706,7 +870,8 @@ pub async fn run_node_full(
         match new_parent {
             Some(link) => {
                 tracing::info!(node = %d.node.id(), "re-attached to {}", link.peer);
-                d.parent = LinkIo::new(link);
+                d.parent = LinkIo::new(link, d.ready.waker(PARENT));
+                d.wanted(PARENT);
                 d.node
                     .handle_link_open(Instant::now().into_std(), Peer::Parent, true);
             }
@@ -956,5 +1121,48 @@ mod tests {
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert_eq!(inbox.pop().map(|(op, _)| op), Some(2));
         assert_eq!(inbox.pop(), None);
+    }
+
+    /// A source's waker marks that source (once, however often it fires) and wakes the
+    /// task; a turn takes the marks as the sources it reads; marks made during a turn make
+    /// its end say so; sources never marked are not wanted.
+    #[test]
+    fn readiness_marks_the_sources_that_woke_the_task() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Count(AtomicUsize);
+        impl futures::task::ArcWake for Count {
+            fn wake_by_ref(me: &Arc<Self>) {
+                me.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let task = futures::task::waker(count.clone());
+        let cx = std::task::Context::from_waker(&task);
+        let ready = Arc::new(super::Readiness::default());
+        let child = ready.waker(super::CHILD0 + 7);
+        let parent = ready.waker(super::PARENT);
+        assert!(!ready.leave(&cx));
+        child.wake_by_ref();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "the task is woken");
+        // From another thread too, and twice: still one mark.
+        let c2 = child.clone();
+        std::thread::spawn(move || c2.wake()).join().unwrap();
+        let mut want = vec![false; 4];
+        ready.take(&mut want);
+        let wanted: Vec<usize> = (0..want.len()).filter(|&s| want[s]).collect();
+        assert_eq!(wanted, vec![super::CHILD0 + 7]);
+        // Marked during a turn (the task's waker was taken by the first wake): the turn's
+        // end sees it.
+        parent.wake_by_ref();
+        assert!(ready.leave(&cx));
+        ready.take(&mut want);
+        assert!(want[super::PARENT]);
+        assert!(!ready.leave(&cx));
+        parent.wake_by_ref();
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            2,
+            "woken again after the turn"
+        );
     }
 }
