@@ -172,7 +172,11 @@ fn split(d: Decimal) -> (i128, i128) {
 impl fmt::Display for Decimal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.scale == 0 {
-            return write!(f, "{}", self.mant);
+            // 64-bit formatting where it fits: 128-bit division is a library call per digit.
+            return match i64::try_from(self.mant) {
+                Ok(v) => write!(f, "{v}"),
+                Err(_) => write!(f, "{}", self.mant),
+            };
         }
         let mag = self.mant.unsigned_abs();
         let p = 10u128.pow(self.scale);
@@ -204,6 +208,16 @@ impl Decimal {
             Some(b'+') => (false, &t[1..]),
             _ => (false, t),
         };
+        // A plain integer of up to 18 digits (most counters and ids): no exponent, no
+        // fraction, nothing to round; the general path below gives the same value.
+        if !t.is_empty() && t.len() <= 18 && t.iter().all(u8::is_ascii_digit) {
+            let m = t.iter().fold(0i64, |m, &c| m * 10 + i64::from(c - b'0'));
+            let m = i128::from(m);
+            return Ok(Decimal {
+                mant: if neg { -m } else { m },
+                scale: 0,
+            });
+        }
         let (num, exp) = match t.iter().position(|&c| c == b'e' || c == b'E') {
             Some(i) => (&t[..i], Some(&t[i + 1..])),
             None => (t, None),
@@ -355,6 +369,29 @@ mod tests {
     }
 
     proptest! {
+        /// Plain integers (the fast path) read as the general path reads them with a
+        /// fraction or an exponent added, whitespace and signs included.
+        #[test]
+        fn plain_integers_read_as_the_general_path_reads_them(
+            digits in "[0-9]{1,20}",
+            sign in prop::sample::select(vec!["", "-", "+"]),
+            pad in prop::sample::select(vec!["", " ", "\t\n"]),
+        ) {
+            let plain = format!("{pad}{sign}{digits}{pad}");
+            let general = format!("{sign}{digits}.0");
+            let exp = format!("{sign}{digits}e0");
+            prop_assert_eq!(Decimal::parse(plain.as_bytes()), Decimal::parse(general.as_bytes()));
+            prop_assert_eq!(Decimal::parse(plain.as_bytes()), Decimal::parse(exp.as_bytes()));
+        }
+
+        /// Integers print as 64-bit and 128-bit formatting print them.
+        #[test]
+        fn integers_print_as_i128_prints_them(
+            m in prop_oneof![any::<i64>().prop_map(i128::from), any::<i128>()],
+        ) {
+            prop_assert_eq!(Decimal::from_int(m).to_string(), m.to_string());
+        }
+
         #[test]
         fn text_round_trip(m in any::<i64>(), s in 0u32..=18) {
             let x = Decimal::new(i128::from(m), s).unwrap();

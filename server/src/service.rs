@@ -9,7 +9,7 @@
 //! A tag no service has gets an error reply naming it and listing the services there are;
 //! a handler that panics or drops its [`Reply`] gets one naming the service.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
@@ -225,7 +225,8 @@ impl Plugins {
 /// loads.
 #[derive(Clone)]
 pub struct Services {
-    table: BTreeMap<Arc<str>, Arc<dyn Handler>>,
+    /// Hashed with Fx: looked up for every command (see `sdm_filters::Registry`).
+    table: HashMap<Arc<str>, Arc<dyn Handler>, rustc_hash::FxBuildHasher>,
     plugins: Arc<Mutex<Plugins>>,
 }
 
@@ -248,7 +249,7 @@ impl Services {
     /// `ready`); see [`Services::stock`].
     pub fn empty() -> Self {
         Self {
-            table: BTreeMap::new(),
+            table: HashMap::default(),
             plugins: Arc::default(),
         }
     }
