@@ -131,9 +131,13 @@ impl Inbox {
 /// of its own, which marks the source here and then wakes the task: a turn reads the
 /// sources that have something instead of polling every link of the node (a master woken
 /// by one child's reply polls that child's reader, not all of them, nor its parent's).
+/// Marks made during a turn do not wake the task (the turn sees them at its end), as with
+/// the [`Inbox`].
 #[derive(Default)]
 struct Readiness {
     marked: Mutex<Marked>,
+    /// The task is in a turn (between [`Readiness::take`] and [`Readiness::leave`]).
+    in_turn: AtomicBool,
     task: AtomicWaker,
 }
 
@@ -172,7 +176,8 @@ impl Readiness {
         self.marked.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Source `source` has something (or was closed): mark it, wake the task.
+    /// Source `source` has something (or was closed): mark it, and wake the task unless
+    /// it is in a turn.
     fn mark(&self, source: usize) {
         {
             let mut m = self.lock();
@@ -184,7 +189,11 @@ impl Readiness {
                 m.list.push(source);
             }
         }
-        self.task.wake();
+        // After the mark: a turn ending clears the flag before it looks at the marks under
+        // the same lock, so either it sees this mark or we see the flag cleared and wake it.
+        if !self.in_turn.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
     }
 
     /// The waker of source `source`.
@@ -195,9 +204,10 @@ impl Readiness {
         }))
     }
 
-    /// Moves the marks into `want` (a flag per source, set for each marked one) and
-    /// clears them.
+    /// A turn starts: moves the marks into `want` (a flag per source, set for each marked
+    /// one) and clears them; marks from now on are the turn's to see.
     fn take(&self, want: &mut Vec<bool>) {
+        self.in_turn.store(true, Ordering::SeqCst);
         let mut m = self.lock();
         let Marked { flags, list } = &mut *m;
         for s in list.drain(..) {
@@ -213,6 +223,7 @@ impl Readiness {
     /// [`Readiness::take`].
     fn leave(&self, cx: &Context<'_>) -> bool {
         self.task.register(cx.waker());
+        self.in_turn.store(false, Ordering::SeqCst);
         !self.lock().list.is_empty()
     }
 }
@@ -427,7 +438,8 @@ struct Driver {
     ready: Arc<Readiness>,
     /// The sources a turn reads, by source number ([`PARENT`]...): those marked in
     /// `ready`, and those the last turn left with more than it took. A source not wanted
-    /// was last polled until it had nothing, so its waker is registered.
+    /// was last polled until it had nothing (so its waker is registered), or is closed, or
+    /// is an empty child slot.
     want: Vec<bool>,
     /// The wakers of the local events and of the adoptions.
     events_waker: Waker,
@@ -532,10 +544,9 @@ impl Driver {
             }
         }
         more |= self.read_children();
-        // This server's own output, which takes turns with the children's.
-        // (Paused, or paused by what it took: left wanted, and read when output resumes.)
-        let paused = self.local_paused;
-        if self.want[EVENTS] && !paused {
+        // This server's own output, which takes turns with the children's. (Paused, or
+        // paused by what it took: left wanted, and read in a turn after output resumes.)
+        if self.want[EVENTS] && !self.local_paused {
             for _ in 0..DRAIN {
                 if self.local_paused {
                     break;
@@ -550,11 +561,7 @@ impl Driver {
                 self.node.handle_local_event(kind, payload);
                 self.dispatch();
             }
-            more |= self.want[EVENTS] && !self.local_paused;
         }
-        // Output resumed after the events were looked at: nothing will wake the task for
-        // what waits there.
-        more |= paused && !self.local_paused && self.want[EVENTS];
         // Handlers that answered during this turn (their replies do not wake the task).
         more |= self.take_replies();
         // A link whose write failed changes the node's state (its ids are lost, replies
@@ -562,6 +569,9 @@ impl Driver {
         more |= self.write_all(cx);
         more |= self.inbox.leave(cx);
         more |= self.ready.leave(cx);
+        // Events left to read (a drain limit, or output paused and resumed since they were
+        // looked at): nothing will wake the task for what waits there.
+        more |= self.want[EVENTS] && !self.local_paused;
         if let Some(why) = self.parent_gone.take() {
             return Poll::Ready(Turn::ParentGone(why));
         }
@@ -608,13 +618,13 @@ impl Driver {
         let mut taken = 0;
         for k in 0..n {
             let slot = (start + k) % n;
+            if !self.want.get(CHILD0 + slot).copied().unwrap_or(false) {
+                continue;
+            }
             if taken >= TURN_FRAMES || !tokio::task::coop::has_budget_remaining() {
                 // Not every child was looked at: the next turn starts here.
                 self.children.next = slot;
                 return true;
-            }
-            if !self.want.get(CHILD0 + slot).copied().unwrap_or(false) {
-                continue;
             }
             let budget = self.children.slots[slot]
                 .as_ref()
@@ -1151,9 +1161,11 @@ mod tests {
         ready.take(&mut want);
         let wanted: Vec<usize> = (0..want.len()).filter(|&s| want[s]).collect();
         assert_eq!(wanted, vec![super::CHILD0 + 7]);
-        // Marked during a turn (the task's waker was taken by the first wake): the turn's
-        // end sees it.
+        // Marked during a turn: no wake-up (the turn's end sees it).
+        assert!(!ready.leave(&cx));
+        ready.take(&mut want);
         parent.wake_by_ref();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "not woken in a turn");
         assert!(ready.leave(&cx));
         ready.take(&mut want);
         assert!(want[super::PARENT]);
