@@ -7,7 +7,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker, ready};
 
@@ -131,21 +131,38 @@ impl Inbox {
 /// of its own, which marks the source here and then wakes the task: a turn reads the
 /// sources that have something instead of polling every link of the node (a master woken
 /// by one child's reply polls that child's reader, not all of them, nor its parent's).
-/// Marks made during a turn do not wake the task (the turn sees them at its end), as with
-/// the [`Inbox`].
-#[derive(Default)]
+///
+/// A mark is two atomic ORs (the source's bit, and its word's bit in a summary), no lock:
+/// it runs at every wake-up, usually with the process's memory cold. Marks made during a
+/// turn do not wake the task (the turn sees them at its end), as with the [`Inbox`].
 struct Readiness {
-    marked: Mutex<Marked>,
+    /// Bit `w` set: word `w` of `words` may have marks.
+    summary: AtomicU64,
     /// The task is in a turn (between [`Readiness::take`] and [`Readiness::leave`]).
     in_turn: AtomicBool,
+    /// A bit per source below [`MARKED_SOURCES`].
+    words: Box<[AtomicU64]>,
+    /// Some source at or above [`MARKED_SOURCES`] was marked (a node with more children
+    /// than that reads all of those when one of them woke it).
+    beyond: AtomicBool,
     task: AtomicWaker,
 }
 
-/// The sources marked, each once: a flag per source and the list of those set.
-#[derive(Default)]
-struct Marked {
-    flags: Vec<bool>,
-    list: Vec<usize>,
+/// Sources with a bit of their own in [`Readiness`]: 64 words of 64.
+const MARKED_SOURCES: usize = 64 * 64;
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Self {
+            summary: AtomicU64::new(0),
+            in_turn: AtomicBool::new(false),
+            words: (0..MARKED_SOURCES / 64)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            beyond: AtomicBool::new(false),
+            task: AtomicWaker::new(),
+        }
+    }
 }
 
 /// Source numbers of [`Readiness`]: the parent link, the local events, the adoptions,
@@ -172,25 +189,17 @@ impl Wake for SourceWaker {
 }
 
 impl Readiness {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Marked> {
-        self.marked.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Source `source` has something (or was closed): mark it, and wake the task unless
     /// it is in a turn.
     fn mark(&self, source: usize) {
-        {
-            let mut m = self.lock();
-            if m.flags.len() <= source {
-                m.flags.resize(source + 1, false);
-            }
-            if !m.flags[source] {
-                m.flags[source] = true;
-                m.list.push(source);
-            }
+        if source < MARKED_SOURCES {
+            self.words[source / 64].fetch_or(1 << (source % 64), Ordering::SeqCst);
+            self.summary.fetch_or(1 << (source / 64), Ordering::SeqCst);
+        } else {
+            self.beyond.store(true, Ordering::SeqCst);
         }
-        // After the mark: a turn ending clears the flag before it looks at the marks under
-        // the same lock, so either it sees this mark or we see the flag cleared and wake it.
+        // After the mark: a turn ending clears the flag before it looks at the marks, so
+        // either it sees this mark or we see the flag cleared and wake it.
         if !self.in_turn.load(Ordering::SeqCst) {
             self.task.wake();
         }
@@ -208,14 +217,26 @@ impl Readiness {
     /// one) and clears them; marks from now on are the turn's to see.
     fn take(&self, want: &mut Vec<bool>) {
         self.in_turn.store(true, Ordering::SeqCst);
-        let mut m = self.lock();
-        let Marked { flags, list } = &mut *m;
-        for s in list.drain(..) {
-            flags[s] = false;
-            if want.len() <= s {
-                want.resize(s + 1, false);
+        // A mark between the two swaps is taken now or in the next turn (its summary bit
+        // is set after its word bit): never lost.
+        let mut summary = self.summary.swap(0, Ordering::SeqCst);
+        while summary != 0 {
+            let w = summary.trailing_zeros() as usize;
+            summary &= summary - 1;
+            let mut bits = self.words[w].swap(0, Ordering::SeqCst);
+            while bits != 0 {
+                let s = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if want.len() <= s {
+                    want.resize(s + 1, false);
+                }
+                want[s] = true;
             }
-            want[s] = true;
+        }
+        if self.beyond.swap(false, Ordering::SeqCst) {
+            for w in want.iter_mut().skip(MARKED_SOURCES) {
+                *w = true;
+            }
         }
     }
 
@@ -224,7 +245,7 @@ impl Readiness {
     fn leave(&self, cx: &Context<'_>) -> bool {
         self.task.register(cx.waker());
         self.in_turn.store(false, Ordering::SeqCst);
-        !self.lock().list.is_empty()
+        self.summary.load(Ordering::SeqCst) != 0 || self.beyond.load(Ordering::SeqCst)
     }
 }
 
@@ -1157,10 +1178,18 @@ mod tests {
         // From another thread too, and twice: still one mark.
         let c2 = child.clone();
         std::thread::spawn(move || c2.wake()).join().unwrap();
-        let mut want = vec![false; 4];
+        // Sources in several words, and one beyond those with a bit of their own.
+        let far = ready.waker(super::CHILD0 + 200);
+        let beyond = ready.waker(super::MARKED_SOURCES + 5);
+        far.wake_by_ref();
+        beyond.wake_by_ref();
+        let mut want = vec![false; super::MARKED_SOURCES + 8];
         ready.take(&mut want);
         let wanted: Vec<usize> = (0..want.len()).filter(|&s| want[s]).collect();
-        assert_eq!(wanted, vec![super::CHILD0 + 7]);
+        let mut expect = vec![super::CHILD0 + 7, super::CHILD0 + 200];
+        expect.extend(super::MARKED_SOURCES..super::MARKED_SOURCES + 8);
+        assert_eq!(wanted, expect);
+        want.iter_mut().for_each(|w| *w = false);
         // Marked during a turn: no wake-up (the turn's end sees it).
         assert!(!ready.leave(&cx));
         ready.take(&mut want);
