@@ -373,7 +373,7 @@ impl Message {
         let mut source: &[u8] = &[];
         let mut agg = pb::Aggregate::default();
         let mut payload = 0..0;
-        let mut service: &[u8] = &[];
+        let mut service = "";
         while !buf.is_empty() {
             let (tag, wt) = decode_key(&mut buf)?;
             match tag {
@@ -408,7 +408,8 @@ impl Message {
                     let at = p.as_ptr() as usize - frame.as_ptr() as usize;
                     payload = at..at + p.len();
                 }
-                8 => service = delimited(wt, &mut buf, "service")?,
+                // Each occurrence must be UTF-8, as prost checks it, not only the last.
+                8 => service = text(delimited(wt, &mut buf, "service")?, "service")?,
                 _ => skip(wt, tag, &mut buf)?,
             }
         }
@@ -430,11 +431,11 @@ impl Message {
             *buf = rest;
             Ok(v)
         }
+        fn text<'a>(b: &'a [u8], field: &'static str) -> Result<&'a str, WireError> {
+            std::str::from_utf8(b).map_err(|_| WireError::NotUtf8(field))
+        }
         fn utf8(b: &[u8], field: &'static str) -> Result<String, WireError> {
-            match std::str::from_utf8(b) {
-                Ok(s) => Ok(s.to_owned()),
-                Err(_) => Err(WireError::NotUtf8(field)),
-            }
+            text(b, field).map(str::to_owned)
         }
         fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), WireError> {
             let ctx = prost::encoding::DecodeContext::default();
@@ -448,7 +449,7 @@ impl Message {
             source,
             agg,
             payload: frame.slice(payload),
-            service: utf8(service, "service")?,
+            service: service.to_owned(),
         })
     }
 
@@ -554,6 +555,32 @@ mod tests {
                 value: 42
             })
         ));
+    }
+
+    /// A string field given twice, invalid UTF-8 first and valid after: refused, as prost
+    /// refuses it (each occurrence is checked, not only the last, which wins).
+    #[test]
+    fn every_occurrence_of_a_string_field_must_be_utf8() {
+        let m = Message::command(1, IdSet::single(0), SyncMode::WaitAll, "x").for_service("ok");
+        for (tag, nested) in [(0x42u8, false), (0x0a, true)] {
+            let mut b = m.encode().to_vec();
+            let bad = [tag, 2, 0xc3, 0x28];
+            let good = [tag, 2, b'o', b'k'];
+            if nested {
+                // Two `aggregate`s, each with a filter.
+                b.extend_from_slice(&[0x32, 4]);
+                b.extend_from_slice(&bad);
+                b.extend_from_slice(&[0x32, 4]);
+                b.extend_from_slice(&good);
+            } else {
+                b.extend_from_slice(&bad);
+                b.extend_from_slice(&good);
+            }
+            let prost = pb::Envelope::decode(&b[..]);
+            assert!(prost.is_err(), "prost refuses it");
+            let e = Message::decode(Bytes::from(b)).unwrap_err();
+            assert!(matches!(e, WireError::NotUtf8(_)), "{e}");
+        }
     }
 
     fn any_message() -> impl Strategy<Value = Message> {
