@@ -88,20 +88,46 @@ impl Replier {
 #[derive(Debug, Default)]
 struct Inbox {
     queue: Mutex<VecDeque<(u64, Bytes)>>,
-    /// The node's task is in a turn, and takes what is queued before it ends.
+    turn: TurnWaker,
+}
+
+/// Wakes a node's task, except while it is in a turn, which looks for itself at its end:
+/// the protocol of the [`Inbox`] and of [`Readiness`]. Whoever has something for the task
+/// stores it first, then calls [`TurnWaker::wake`]; a turn's end calls
+/// [`TurnWaker::leave`], then looks at the store. Either the turn sees what was stored, or
+/// the waker sees the flag cleared and wakes the task.
+#[derive(Debug, Default)]
+struct TurnWaker {
+    /// The node's task is in a turn.
     in_turn: AtomicBool,
-    waker: AtomicWaker,
+    task: AtomicWaker,
+}
+
+impl TurnWaker {
+    /// A turn starts: what is stored from now on is the turn's to see.
+    fn enter(&self) {
+        self.in_turn.store(true, Ordering::SeqCst);
+    }
+
+    /// Something was stored for the task: wake it, unless it is in a turn.
+    fn wake(&self) {
+        if !self.in_turn.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
+    }
+
+    /// A turn ends: what is stored from now on wakes the task (look at the store after
+    /// this).
+    fn leave(&self, cx: &Context<'_>) {
+        self.task.register(cx.waker());
+        self.in_turn.store(false, Ordering::SeqCst);
+    }
 }
 
 impl Inbox {
     fn push(&self, op: u64, payload: Bytes) {
         self.lock().push_back((op, payload));
-        // After the push (under the lock): a turn ending clears the flag before it looks
-        // at the queue under the same lock, so either it sees this reply or we see the
-        // flag cleared and wake it.
-        if !self.in_turn.load(Ordering::SeqCst) {
-            self.waker.wake();
-        }
+        self.turn.wake();
     }
 
     fn pop(&self) -> Option<(u64, Bytes)> {
@@ -115,13 +141,12 @@ impl Inbox {
 
     /// A turn starts: replies made from now on are taken by it.
     fn enter(&self) {
-        self.in_turn.store(true, Ordering::SeqCst);
+        self.turn.enter();
     }
 
     /// A turn ends: replies made from now on wake the task. Whether some are waiting.
     fn leave(&self, cx: &Context<'_>) -> bool {
-        self.waker.register(cx.waker());
-        self.in_turn.store(false, Ordering::SeqCst);
+        self.turn.leave(cx);
         !self.lock().is_empty()
     }
 }
@@ -138,14 +163,13 @@ impl Inbox {
 struct Readiness {
     /// Bit `w` set: word `w` of `words` may have marks.
     summary: AtomicU64,
-    /// The task is in a turn (between [`Readiness::take`] and [`Readiness::leave`]).
-    in_turn: AtomicBool,
     /// A bit per source below [`MARKED_SOURCES`].
     words: Box<[AtomicU64]>,
     /// Some source at or above [`MARKED_SOURCES`] was marked (a node with more children
     /// than that reads all of those when one of them woke it).
     beyond: AtomicBool,
-    task: AtomicWaker,
+    /// Entered by [`Readiness::take`], left by [`Readiness::leave`].
+    turn: TurnWaker,
 }
 
 /// Sources with a bit of their own in [`Readiness`]: 64 words of 64.
@@ -155,12 +179,11 @@ impl Default for Readiness {
     fn default() -> Self {
         Self {
             summary: AtomicU64::new(0),
-            in_turn: AtomicBool::new(false),
             words: (0..MARKED_SOURCES / 64)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             beyond: AtomicBool::new(false),
-            task: AtomicWaker::new(),
+            turn: TurnWaker::default(),
         }
     }
 }
@@ -198,11 +221,7 @@ impl Readiness {
         } else {
             self.beyond.store(true, Ordering::SeqCst);
         }
-        // After the mark: a turn ending clears the flag before it looks at the marks, so
-        // either it sees this mark or we see the flag cleared and wake it.
-        if !self.in_turn.load(Ordering::SeqCst) {
-            self.task.wake();
-        }
+        self.turn.wake();
     }
 
     /// The waker of source `source`.
@@ -216,7 +235,7 @@ impl Readiness {
     /// A turn starts: moves the marks into `want` (a flag per source, set for each marked
     /// one) and clears them; marks from now on are the turn's to see.
     fn take(&self, want: &mut Vec<bool>) {
-        self.in_turn.store(true, Ordering::SeqCst);
+        self.turn.enter();
         // A mark between the two swaps is taken now or in the next turn (its summary bit
         // is set after its word bit): never lost.
         let mut summary = self.summary.swap(0, Ordering::SeqCst);
@@ -227,10 +246,7 @@ impl Readiness {
             while bits != 0 {
                 let s = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                if want.len() <= s {
-                    want.resize(s + 1, false);
-                }
-                want[s] = true;
+                set_wanted(want, s);
             }
         }
         if self.beyond.swap(false, Ordering::SeqCst) {
@@ -243,10 +259,17 @@ impl Readiness {
     /// A turn ends: marks from now on wake the task. Whether some came since
     /// [`Readiness::take`].
     fn leave(&self, cx: &Context<'_>) -> bool {
-        self.task.register(cx.waker());
-        self.in_turn.store(false, Ordering::SeqCst);
+        self.turn.leave(cx);
         self.summary.load(Ordering::SeqCst) != 0 || self.beyond.load(Ordering::SeqCst)
     }
+}
+
+/// Sets source `source`'s flag in `want`, growing it as needed.
+fn set_wanted(want: &mut Vec<bool>, source: usize) {
+    if want.len() <= source {
+        want.resize(source + 1, false);
+    }
+    want[source] = true;
 }
 
 /// Runs a command locally: called on the node's task, so it must not block; spawn for
@@ -695,19 +718,10 @@ impl Driver {
             let now = Instant::now().into_std();
             let io = LinkIo::open_child(&mut self.node, now, id, link, waker);
             self.children.insert(id, io);
-            self.wanted(CHILD0 + slot);
+            set_wanted(&mut self.want, CHILD0 + slot);
         } else {
             tracing::warn!(node = %self.node.id(), "refused adoption of {id}: not an orphan below this node");
         }
-    }
-
-    /// Source `source` is read in the next turn (a new link: its waker is not registered
-    /// until it is polled).
-    fn wanted(&mut self, source: usize) {
-        if self.want.len() <= source {
-            self.want.resize(source + 1, false);
-        }
-        self.want[source] = true;
     }
 
     /// Every link's queued frames out, as far as the sockets take them; a link whose write
@@ -902,7 +916,8 @@ pub async fn run_node_full(
             Some(link) => {
                 tracing::info!(node = %d.node.id(), "re-attached to {}", link.peer);
                 d.parent = LinkIo::new(link, d.ready.waker(PARENT));
-                d.wanted(PARENT);
+                // Read in the next turn: its waker is registered once it is polled.
+                set_wanted(&mut d.want, PARENT);
                 d.node
                     .handle_link_open(Instant::now().into_std(), Peer::Parent, true);
             }
@@ -917,6 +932,7 @@ pub async fn run_node_full(
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use futures::{SinkExt, StreamExt};
@@ -1127,19 +1143,25 @@ mod tests {
         task.abort();
     }
 
+    /// A waker for a task that only counts how often it was woken (`count.0`).
+    fn counting_waker() -> (std::task::Waker, Arc<Count>) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (futures::task::waker(count.clone()), count)
+    }
+
+    struct Count(AtomicUsize);
+
+    impl futures::task::ArcWake for Count {
+        fn wake_by_ref(me: &Arc<Self>) {
+            me.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
     /// The inbox wakes the node's task for a reply made outside a turn, not for one made
     /// inside (the turn takes that itself), and a turn ending with replies waiting says so.
     #[test]
     fn the_inbox_wakes_the_task_only_outside_a_turn() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        struct Count(AtomicUsize);
-        impl futures::task::ArcWake for Count {
-            fn wake_by_ref(me: &Arc<Self>) {
-                me.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = futures::task::waker(count.clone());
+        let (waker, count) = counting_waker();
         let cx = std::task::Context::from_waker(&waker);
         let inbox = super::Inbox::default();
         inbox.enter();
@@ -1159,15 +1181,7 @@ mod tests {
     /// its end say so; sources never marked are not wanted.
     #[test]
     fn readiness_marks_the_sources_that_woke_the_task() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        struct Count(AtomicUsize);
-        impl futures::task::ArcWake for Count {
-            fn wake_by_ref(me: &Arc<Self>) {
-                me.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let task = futures::task::waker(count.clone());
+        let (task, count) = counting_waker();
         let cx = std::task::Context::from_waker(&task);
         let ready = Arc::new(super::Readiness::default());
         let child = ready.waker(super::CHILD0 + 7);

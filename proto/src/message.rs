@@ -387,7 +387,10 @@ impl Message {
                     while !a.is_empty() {
                         let (tag, wt) = decode_key(&mut a)?;
                         match tag {
-                            1 => agg.filter = utf8(delimited(wt, &mut a, "filter")?, "filter")?,
+                            1 => {
+                                agg.filter =
+                                    text(delimited(wt, &mut a, "filter")?, "filter")?.to_owned();
+                            }
                             2 => agg.sync = varint(wt, &mut a)? as i32,
                             3 => agg.timeout_ms = varint(wt, &mut a)? as u32,
                             4 => {
@@ -433,9 +436,6 @@ impl Message {
         }
         fn text<'a>(b: &'a [u8], field: &'static str) -> Result<&'a str, WireError> {
             std::str::from_utf8(b).map_err(|_| WireError::NotUtf8(field))
-        }
-        fn utf8(b: &[u8], field: &'static str) -> Result<String, WireError> {
-            text(b, field).map(str::to_owned)
         }
         fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), WireError> {
             let ctx = prost::encoding::DecodeContext::default();
