@@ -9,7 +9,7 @@
 #                  `sdm-relay`, e.g. from `git worktree add /tmp/old OLD && cargo build
 #                  --release -p sdm -p sdm-bench` there), as system `sdm-old`: before and
 #                  after in one sitting.
-# Environment: SIZES ("64 256 1024"), REPS (3), ITERS (200), WAVES (500), WINDOW (16).
+# Environment: SIZES ("64 256 1024"), REPS (3), ITERS (200), WAVES (2000), WINDOW (16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +24,7 @@ fi
 SIZES=${SIZES:-"64 256 1024"}
 REPS=${REPS:-3}
 ITERS=${ITERS:-200}
-WAVES=${WAVES:-500}
+WAVES=${WAVES:-2000}
 WINDOW=${WINDOW:-16}
 OUT=${1:-target/macro-$(date -u +%Y%m%dT%H%M%SZ).jsonl}
 

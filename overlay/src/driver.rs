@@ -1176,6 +1176,88 @@ mod tests {
         assert_eq!(inbox.pop(), None);
     }
 
+    /// A reader that counts how often it is polled.
+    struct Counted(crate::transport::BoxReader, Arc<AtomicUsize>);
+
+    impl tokio::io::AsyncRead for Counted {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+        }
+    }
+
+    /// A turn reads only the links that woke the task. Eight children, frames from one of
+    /// them, each waited for at the parent (a wake-up and a turn each): after the first
+    /// turn, which reads every link once to register its waker, the seven quiet links are
+    /// never polled again, and every frame of the busy one goes up, in order.
+    #[tokio::test]
+    async fn a_turn_reads_only_the_links_that_woke_it() {
+        let mut near = Vec::new();
+        let mut far = Vec::new();
+        let mut polls = Vec::new();
+        for _ in 0..8 {
+            let (a, b) = tokio::io::duplex(1 << 20);
+            let (ar, aw) = tokio::io::split(a);
+            let (br, bw) = tokio::io::split(b);
+            let count = Arc::new(AtomicUsize::new(0));
+            let reader = Box::new(Counted(Box::new(ar), count.clone()));
+            near.push(Link::new(reader, Box::new(aw), "a", DEFAULT_MAX_FRAME));
+            far.push(Link::new(
+                Box::new(br),
+                Box::new(bw),
+                "b",
+                DEFAULT_MAX_FRAME,
+            ));
+            polls.push(count);
+        }
+        let (node, mut parent_there) = run_master(near);
+        let mut before = Vec::new();
+        let busy = 3u32;
+        // Event `i` from the busy child, sent, and seen at the parent.
+        for i in 0..=30u64 {
+            let mut m = Message::reply(
+                i,
+                IdSet::single(busy),
+                Status::Replied,
+                format!("event {i}").into(),
+            );
+            m.kind = Kind::Event;
+            far[busy as usize].writer.send(&m).await.unwrap();
+            let got = parent_there.reader.next().await.unwrap().unwrap();
+            assert_eq!(
+                (got.kind, got.source, got.payload),
+                (m.kind, m.source, m.payload)
+            );
+            if i == 0 {
+                before = polls.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+            }
+        }
+        assert!(
+            before.iter().all(|&n| n >= 1),
+            "every link read once: {before:?}"
+        );
+        let n = 30;
+        let after: Vec<usize> = polls.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+        for k in 0..8 {
+            if k == busy as usize {
+                assert!(
+                    after[k] >= before[k] + n as usize,
+                    "busy link: {before:?} then {after:?}"
+                );
+            } else {
+                assert_eq!(
+                    after[k], before[k],
+                    "quiet link {k} polled: {before:?} then {after:?}"
+                );
+            }
+        }
+        node.abort();
+    }
+
     /// A source's waker marks that source (once, however often it fires) and wakes the
     /// task; a turn takes the marks as the sources it reads; marks made during a turn make
     /// its end say so; sources never marked are not wanted.
