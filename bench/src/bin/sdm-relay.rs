@@ -8,6 +8,11 @@
 //! child; the k-th reply of each child (links keep order) is summed with VALUE and written
 //! up as the k-th reply. Frames already buffered are batched into one write. The only thing
 //! taken from the sdm-bench library is its pure-std wire format (`sdm_bench::wire`).
+//!
+//! An experiment, off unless asked for: `SDM_RELAY_TOUCH_KIB=K` makes the relay write one
+//! byte in each 64-byte line of a private K KiB buffer (per thread) for every frame it
+//! reads, to measure what the cache lines a wake-up touches cost (BENCHMARKS.md, "Per-hop
+//! cost, sixth pass").
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -21,6 +26,23 @@ fn main() {
         eprintln!("sdm-relay {pos}: {e}");
         std::process::exit(1);
     }
+}
+
+/// The `SDM_RELAY_TOUCH_KIB` buffer (empty unless asked for).
+fn touch_buffer() -> Vec<u8> {
+    let kib = std::env::var("SDM_RELAY_TOUCH_KIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    vec![0; kib * 1024]
+}
+
+/// Writes one byte in each cache line of `buf`.
+fn touch(buf: &mut [u8]) {
+    for line in buf.chunks_mut(64) {
+        line[0] = line[0].wrapping_add(1);
+    }
+    std::hint::black_box(buf);
 }
 
 fn invalid(msg: String) -> io::Error {
@@ -44,6 +66,7 @@ fn run() -> io::Result<()> {
         .next()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| invalid(format!("bad table line {line:?}")))?;
+    let mut lines = touch_buffer();
     let mut children = Vec::new();
     for p in fields {
         let port: u16 = p
@@ -85,6 +108,7 @@ fn run() -> io::Result<()> {
         // A leaf answers each frame with its own value.
         let mut out = Vec::with_capacity(64 * FRAME);
         while let Some(f) = read_frame(&mut down)? {
+            touch(&mut lines);
             Frame { op: f.op, value }.put(&mut out);
             if down.buffer().len() < FRAME {
                 up.write_all(&out)?;
@@ -94,9 +118,11 @@ fn run() -> io::Result<()> {
         return Ok(());
     }
 
+    let mut up_lines = lines.clone();
     let upward = thread::spawn(move || -> io::Result<()> {
         let mut out = Vec::with_capacity(64 * FRAME);
         loop {
+            touch(&mut up_lines);
             let mut sum = value;
             let mut op = None;
             for r in &mut replies {
@@ -126,6 +152,7 @@ fn run() -> io::Result<()> {
 
     let mut batch = Vec::with_capacity(64 * FRAME);
     while let Some(f) = read_frame(&mut down)? {
+        touch(&mut lines);
         f.put(&mut batch);
         if down.buffer().len() < FRAME {
             for c in &mut children {
