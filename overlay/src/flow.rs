@@ -6,13 +6,21 @@
 //! [`WINDOW`] bytes of bulk (as counted by [`cost`]) that its receiver has not yet taken
 //! in ([`SendWindow`]); the receiver hands credit back, in [`Control::Credit`] frames, as it
 //! takes bulk in ([`RecvWindow`], [`Grant`]). A node forwards its children's output up
-//! against its parent's credit and hands its children credit back once what it took from
-//! them has gone up (nothing waits for the parent's credit); its own program's output it
-//! takes only while less than [`QUEUE_LIMIT`] waits, asking its driver to pause the local
-//! producer past it ([`crate::Output::PauseLocal`]). So a parent that gives no credit stops
-//! its children's credit, and so on down to the process writing the output, which blocks
-//! in `write`: backpressure, never a dropped line, and every node's queue bounded (by
-//! [`QUEUE_LIMIT`] and a window per child).
+//! against its parent's credit and hands a child credit back for what it took from that
+//! child and no longer holds (gone up, or merged into another line); its own program's
+//! output it takes only while less than [`QUEUE_LIMIT`] of it waits, asking its driver to
+//! pause the local producer past it ([`crate::Output::PauseLocal`]). So a parent that gives
+//! no credit stops its children's credit, and so on down to the process writing the
+//! output, which blocks in `write`: backpressure, never a dropped line, and every node's
+//! queue bounded (by [`QUEUE_LIMIT`] and a window per child).
+//!
+//! What waits for the parent's credit is queued by [`Origin`] (this server's program, or
+//! the subtree behind one child link) and the credit is shared between the origins by
+//! weight, the servers each stands for (start-time fair queuing): under a flood every rank
+//! gets the same share of the master's link, however deep it sits, instead of the share
+//! falling at each level. A line merged from several origins keeps every rank's order: it
+//! goes when it is first in each of their queues, and holds back what they queued after
+//! it.
 //! Replies never wait for credit, so a reply is behind at most one window of output per
 //! hop instead of behind every line the socket buffers and queues can hold.
 //!
@@ -20,9 +28,11 @@
 //! frames going down are commands and are never held. A child that sends bulk while it
 //! has no credit breaks the protocol and loses its link ([`RecvWindow::receive`]).
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use sdm_proto::{Control, Kind, Message};
+use sdm_topology::NodeId;
 
 /// Bytes of bulk a sender may have unacknowledged on one link.
 pub const WINDOW: i64 = 64 * 1024;
@@ -76,43 +86,213 @@ impl WindowExceeded {
     }
 }
 
-/// The sender's side of one link: credit left, and the bulk waiting for more of it, in
-/// order.
+/// Whose output a frame going up is: this server's own program's, or the subtree's behind
+/// one child link. Each has its queue and its share of the parent's credit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Origin {
+    /// This server's program (its stdio and events).
+    Local,
+    /// What came over the link from this child (or adopted descendant).
+    Child(NodeId),
+}
+
+/// Virtual time advances by a frame's cost times this over its origin's weight.
+const TIME_SCALE: u128 = 1 << 20;
+
+/// One origin's queue.
+#[derive(Debug)]
+struct Lane {
+    origin: Origin,
+    /// The servers this origin stands for: its share of the credit.
+    weight: u64,
+    entries: VecDeque<Entry>,
+    /// Bulk waiting here (a merged frame counts in its first lane).
+    bytes: i64,
+    /// Virtual start time of the head frame.
+    tag: u128,
+}
+
+#[derive(Debug)]
+enum Entry {
+    Own(Message),
+    /// A frame queued in several lanes at once (a line merged from several origins).
+    Shared(u64),
+}
+
+/// A frame merged from several origins: it goes once it heads every lane it is in.
+#[derive(Debug)]
+struct SharedFrame {
+    msg: Message,
+    lanes: Vec<usize>,
+    /// How many of those lanes it heads.
+    heading: usize,
+}
+
+/// The sender's side of one link: credit left, and the bulk waiting for more of it,
+/// queued by [`Origin`] and let go in weighted fair order (each origin's frames in order).
 #[derive(Debug)]
 pub struct SendWindow {
     credit: i64,
-    queue: VecDeque<Message>,
+    lanes: Vec<Lane>,
+    by_origin: HashMap<Origin, usize>,
+    shared: HashMap<u64, SharedFrame>,
+    next_shared: u64,
+    /// Lanes whose head can go, by virtual start time (then lane, so ties are stable).
+    ready: BinaryHeap<Reverse<(u128, usize)>>,
+    /// Virtual time: the start time of the frame let go last.
+    now: u128,
     queued: i64,
+    frames: usize,
 }
 
 impl Default for SendWindow {
     fn default() -> Self {
         Self {
             credit: WINDOW,
-            queue: VecDeque::new(),
+            lanes: Vec::new(),
+            by_origin: HashMap::new(),
+            shared: HashMap::new(),
+            next_shared: 0,
+            ready: BinaryHeap::new(),
+            now: 0,
             queued: 0,
+            frames: 0,
         }
     }
 }
 
 impl SendWindow {
-    /// Queues a bulk frame behind those already waiting.
-    pub fn push(&mut self, m: Message) {
-        self.queued += cost(&m);
-        self.queue.push_back(m);
+    /// Queues a bulk frame from `origins` (each with its weight, which counts the first
+    /// time the origin is seen; one origin for most frames, several for a line merged from
+    /// several, none meaning this server's own) behind what each of them queued before.
+    pub fn push(&mut self, origins: &[(Origin, u64)], m: Message) {
+        let c = cost(&m);
+        self.queued += c;
+        self.frames += 1;
+        let mut lanes: Vec<usize> = origins.iter().map(|&(o, w)| self.lane(o, w)).collect();
+        lanes.sort_unstable();
+        lanes.dedup();
+        match lanes[..] {
+            [] => {
+                let k = self.lane(Origin::Local, 1);
+                self.push_entry(k, Entry::Own(m), c);
+            }
+            [k] => self.push_entry(k, Entry::Own(m), c),
+            _ => {
+                let id = self.next_shared;
+                self.next_shared += 1;
+                let first = lanes[0];
+                self.shared.insert(
+                    id,
+                    SharedFrame {
+                        msg: m,
+                        lanes: lanes.clone(),
+                        heading: 0,
+                    },
+                );
+                for k in lanes {
+                    self.push_entry(k, Entry::Shared(id), if k == first { c } else { 0 });
+                }
+            }
+        }
     }
 
-    /// The next queued frame the credit lets go, counted as sent. One frame may overdraw
-    /// the credit, so a frame larger than the window still goes (alone).
-    pub fn pop(&mut self) -> Option<Message> {
+    /// The lane of `origin`, made with `weight` if it is new.
+    fn lane(&mut self, origin: Origin, weight: u64) -> usize {
+        if let Some(&k) = self.by_origin.get(&origin) {
+            return k;
+        }
+        self.lanes.push(Lane {
+            origin,
+            weight: weight.max(1),
+            entries: VecDeque::new(),
+            bytes: 0,
+            tag: self.now,
+        });
+        self.by_origin.insert(origin, self.lanes.len() - 1);
+        self.lanes.len() - 1
+    }
+
+    fn push_entry(&mut self, k: usize, e: Entry, bytes: i64) {
+        let lane = &mut self.lanes[k];
+        lane.bytes += bytes;
+        lane.entries.push_back(e);
+        if lane.entries.len() == 1 {
+            self.head_changed(k);
+        }
+    }
+
+    /// Lane `k` has a new head (or none): makes it ready if that head can go.
+    fn head_changed(&mut self, k: usize) {
+        let id = match self.lanes[k].entries.front() {
+            None => return,
+            Some(Entry::Own(_)) => return self.make_ready(k),
+            Some(&Entry::Shared(id)) => id,
+        };
+        let f = self
+            .shared
+            .get_mut(&id)
+            .expect("a shared entry's frame is kept");
+        f.heading += 1;
+        if f.heading == f.lanes.len() {
+            // First in every lane it is in: it goes in its first lane's turn.
+            let first = f.lanes[0];
+            self.make_ready(first);
+        }
+    }
+
+    fn make_ready(&mut self, k: usize) {
+        let lane = &mut self.lanes[k];
+        lane.tag = lane.tag.max(self.now);
+        self.ready.push(Reverse((lane.tag, k)));
+    }
+
+    /// The next queued frame the credit lets go, counted as sent, and the origin it was
+    /// counted for: the head of the lane with the earliest virtual start time. One frame
+    /// may overdraw the credit, so a frame larger than the window still goes (alone).
+    /// Once nothing waits, the origins and their history are forgotten (the window is then
+    /// as new, but for its credit).
+    pub fn pop(&mut self) -> Option<(Message, Origin)> {
         if self.credit <= 0 {
             return None;
         }
-        let m = self.queue.pop_front()?;
+        let Reverse((tag, k)) = self.ready.pop()?;
+        self.now = tag;
+        let (m, others) = match self.lanes[k].entries.pop_front() {
+            Some(Entry::Own(m)) => (m, Vec::new()),
+            Some(Entry::Shared(id)) => {
+                let f = self
+                    .shared
+                    .remove(&id)
+                    .expect("a shared entry's frame is kept");
+                for &l in &f.lanes[1..] {
+                    let front = self.lanes[l].entries.pop_front();
+                    debug_assert!(matches!(front, Some(Entry::Shared(i)) if i == id));
+                }
+                (f.msg, f.lanes[1..].to_vec())
+            }
+            None => unreachable!("a ready lane has a head"),
+        };
         let c = cost(&m);
         self.queued -= c;
+        self.frames -= 1;
         self.credit -= c;
-        Some(m)
+        let lane = &mut self.lanes[k];
+        let origin = lane.origin;
+        lane.bytes -= c;
+        lane.tag = tag + (c.max(1) as u128) * TIME_SCALE / u128::from(lane.weight);
+        if self.frames == 0 {
+            self.lanes.clear();
+            self.by_origin.clear();
+            self.ready.clear();
+            self.now = 0;
+        } else {
+            self.head_changed(k);
+            for l in others {
+                self.head_changed(l);
+            }
+        }
+        Some((m, origin))
     }
 
     /// Adds credit handed back by the receiver.
@@ -130,14 +310,22 @@ impl SendWindow {
         self.queued
     }
 
+    /// Bytes of bulk from `origin` waiting for credit (a line merged from several origins
+    /// counts for the first of them).
+    pub fn queued_from(&self, origin: Origin) -> i64 {
+        self.by_origin
+            .get(&origin)
+            .map_or(0, |&k| self.lanes[k].bytes)
+    }
+
     /// Whether the window is as new: nothing queued and the whole window of credit.
     pub fn is_idle(&self) -> bool {
-        self.queue.is_empty() && self.queued == 0 && self.credit == WINDOW
+        self.frames == 0 && self.credit == WINDOW
     }
 
     /// Frames waiting for credit.
     pub fn queued_frames(&self) -> usize {
-        self.queue.len()
+        self.frames
     }
 
     /// Credit left (negative after an overdraw).
@@ -188,22 +376,22 @@ pub fn weight(servers: u64) -> u64 {
     servers.clamp(1, MAX_WEIGHT)
 }
 
-/// The receiver's side of one link: bulk received and not handed back as credit, and the
-/// credit owed for what was taken in.
+/// The receiver's side of one link: bulk received and not handed back as credit yet.
 #[derive(Debug)]
 pub struct RecvWindow {
     outstanding: i64,
-    grant: Grant,
     /// The sender's window on this link: [`WINDOW`] times its weight.
     window: i64,
+    /// The servers behind the link: its origin's share of this node's own window.
+    servers: u64,
 }
 
 impl Default for RecvWindow {
     fn default() -> Self {
         Self {
             outstanding: 0,
-            grant: Grant::default(),
             window: WINDOW,
+            servers: 1,
         }
     }
 }
@@ -219,6 +407,7 @@ impl RecvWindow {
         let extra = (weight - 1) * WINDOW;
         let w = Self {
             window: weight * WINDOW,
+            servers: servers.max(1),
             ..Self::default()
         };
         (w, (extra > 0).then(|| credit(extra)))
@@ -234,6 +423,11 @@ impl RecvWindow {
         (self.window / WINDOW) as u64
     }
 
+    /// The servers behind the link ([`RecvWindow::weighted`]; 1 for a default window).
+    pub fn servers(&self) -> u64 {
+        self.servers
+    }
+
     /// Counts a bulk frame as it arrives and takes it in. An error if the sender had no
     /// credit left when it sent it (it ignored the window).
     pub fn receive(&mut self, m: &Message) -> Result<(), WindowExceeded> {
@@ -245,17 +439,19 @@ impl RecvWindow {
             });
         }
         self.outstanding += cost(m);
-        self.grant.count(m);
         Ok(())
     }
 
-    /// The credit frame to send back, once at least [`GRANT_STEP`] is owed.
-    pub fn grant(&mut self) -> Option<Message> {
-        if self.grant.pending() < GRANT_STEP {
+    /// The credit frame for what was taken in and no longer waits here (`waiting`: what
+    /// of the sender's still does), once that is at least [`GRANT_STEP`]: the sender never
+    /// has more than its window queued at this node.
+    pub fn grant(&mut self, waiting: i64) -> Option<Message> {
+        let owed = self.outstanding - waiting.max(0);
+        if owed < GRANT_STEP {
             return None;
         }
-        self.outstanding -= self.grant.pending();
-        Some(self.grant.flush())
+        self.outstanding -= owed;
+        Some(credit(owed))
     }
 
     /// Bulk received and not handed back yet.
@@ -267,9 +463,14 @@ impl RecvWindow {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
+    use proptest::prelude::*;
     use sdm_proto::IdSet;
 
     use super::*;
+
+    fn child(c: u32) -> Origin {
+        Origin::Child(NodeId::Server(c))
+    }
 
     fn line(n: usize) -> Message {
         let mut m = Message::reply(
@@ -298,11 +499,11 @@ mod tests {
         let mut send = SendWindow::default();
         let mut recv = RecvWindow::default();
         for _ in 0..200 {
-            send.push(line(1000));
+            send.push(&[], line(1000));
         }
         // Send until the credit runs out; the receiver accepts every one of them.
         let mut sent = 0;
-        while let Some(m) = send.pop() {
+        while let Some((m, _)) = send.pop() {
             recv.receive(&m).expect("within the window");
             sent += 1;
         }
@@ -326,9 +527,9 @@ mod tests {
         let mut send = SendWindow::default();
         send.add_credit(3 * WINDOW);
         for _ in 0..(8 * WINDOW / cost(&line(1000))) {
-            send.push(line(1000));
+            send.push(&[], line(1000));
         }
-        while let Some(m) = send.pop() {
+        while let Some((m, _)) = send.pop() {
             w.receive(&m).expect("within the weighted window");
         }
         assert!(w.receive(&line(1)).is_err(), "beyond four windows");
@@ -342,14 +543,14 @@ mod tests {
         let mut recv = RecvWindow::default();
         let total = 300;
         for _ in 0..total {
-            send.push(line(700));
+            send.push(&[], line(700));
         }
         let (mut steps, mut got) = (0, 0);
         while got < total {
-            let m = send.pop().expect("credit comes back before it runs out");
+            let (m, _) = send.pop().expect("credit comes back before it runs out");
             recv.receive(&m).unwrap();
             got += 1;
-            if let Some(c) = recv.grant() {
+            if let Some(c) = recv.grant(0) {
                 let n = parse_credit(&c).unwrap();
                 assert!(n >= GRANT_STEP, "credit goes back in steps, not per frame");
                 send.add_credit(n);
@@ -365,5 +566,112 @@ mod tests {
         assert!(g.taken(&line(10)).is_none(), "one small frame is no step");
         assert_eq!(parse_credit(&g.flush()), Some(cost(&line(10))));
         assert_eq!(g.pending(), 0);
+    }
+
+    /// Three origins flooding, weights 1, 2 and 4: the credit goes to them 1 : 2 : 4,
+    /// each origin's frames in order.
+    #[test]
+    fn the_credit_is_shared_by_weight_and_each_origin_keeps_its_order() {
+        let mut send = SendWindow::default();
+        send.add_credit(i64::MAX / 2);
+        let origins = [(Origin::Local, 1), (child(5), 2), (child(9), 4)];
+        for i in 0..1000u64 {
+            for &o in &origins {
+                let mut m = line(100);
+                m.op = i;
+                send.push(&[o], m);
+            }
+        }
+        let mut got = HashMap::<Origin, u64>::new();
+        for _ in 0..700 {
+            let (m, o) = send.pop().unwrap();
+            let n = got.entry(o).or_default();
+            assert_eq!(m.op, *n, "{o:?} out of order");
+            *n += 1;
+        }
+        for (o, w) in origins {
+            let n = got[&o];
+            assert!(n.abs_diff(100 * w) <= 2, "{o:?} got {n} of 700: {got:?}");
+        }
+        assert_eq!(
+            send.queued_from(Origin::Local),
+            (1000 - got[&Origin::Local] as i64) * cost(&line(100))
+        );
+    }
+
+    /// An origin that had nothing queued does not get the credit it did not use: it joins
+    /// at the others' pace instead of sending a burst.
+    #[test]
+    fn an_origin_that_was_quiet_joins_at_the_current_pace() {
+        let mut send = SendWindow::default();
+        send.add_credit(i64::MAX / 2);
+        for _ in 0..400 {
+            send.push(&[(child(1), 1)], line(100));
+        }
+        for _ in 0..300 {
+            send.pop().unwrap();
+        }
+        for _ in 0..100 {
+            send.push(&[(child(2), 1)], line(100));
+        }
+        let from2 = (0..100)
+            .filter(|_| send.pop().unwrap().1 == child(2))
+            .count();
+        assert!((49..=51).contains(&from2), "{from2} of 100");
+    }
+
+    #[test]
+    fn credit_goes_back_for_what_no_longer_waits_here() {
+        let mut recv = RecvWindow::default();
+        for _ in 0..40 {
+            recv.receive(&line(1000)).unwrap();
+        }
+        let taken = 40 * cost(&line(1000));
+        // All of it still here: nothing to hand back.
+        assert!(recv.grant(taken).is_none());
+        // Less than a step gone: still nothing.
+        assert!(recv.grant(taken - GRANT_STEP + 1).is_none());
+        // Half gone: that half goes back, and the sender may send as much again.
+        let c = recv.grant(taken / 2).and_then(|m| parse_credit(&m));
+        assert_eq!(c, Some(taken - taken / 2));
+        assert_eq!(recv.outstanding(), taken / 2);
+    }
+
+    proptest! {
+        /// Frames from random sets of origins (lines merged from several among them),
+        /// with credit coming in random steps: every frame goes once, and every origin's
+        /// frames (merged ones included) go in the order they were queued.
+        #[test]
+        fn merged_lines_keep_every_origins_order(
+            frames in proptest::collection::vec(proptest::collection::btree_set(0u32..4, 1..4), 1..200),
+            steps in proptest::collection::vec(1i64..4000, 1..50),
+        ) {
+            let origin = |k: u32| if k == 0 { Origin::Local } else { child(k) };
+            let mut send = SendWindow::default();
+            for (i, set) in frames.iter().enumerate() {
+                let mut m = line(10 + i % 300);
+                m.op = i as u64;
+                let origins: Vec<(Origin, u64)> =
+                    set.iter().map(|&k| (origin(k), u64::from(k) + 1)).collect();
+                send.push(&origins, m);
+            }
+            let mut sent = Vec::new();
+            let mut step = steps.iter().cycle();
+            while sent.len() < frames.len() {
+                match send.pop() {
+                    Some((m, _)) => sent.push(m.op as usize),
+                    None => send.add_credit(*step.next().unwrap()),
+                }
+            }
+            prop_assert_eq!(send.queued(), 0);
+            prop_assert!(send.pop().is_none());
+            let mut once = sent.clone();
+            once.sort_unstable();
+            prop_assert_eq!(once, (0..frames.len()).collect::<Vec<_>>());
+            for k in 0..4 {
+                let order: Vec<usize> = sent.iter().copied().filter(|&i| frames[i].contains(&k)).collect();
+                prop_assert!(order.is_sorted(), "origin {}: {:?}", k, order);
+            }
+        }
     }
 }

@@ -33,7 +33,7 @@ use sdm_filters::{Filter, FilterError, Registry};
 use sdm_proto::{Control, IdSet, Kind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Topology};
 
-use crate::flow::{self, RecvWindow, SendWindow};
+use crate::flow::{self, Origin, RecvWindow, SendWindow};
 use crate::liveness::{Clocks, Liveness, Peer};
 
 use crate::coalesce::{Coalescer, StdioLine};
@@ -311,27 +311,76 @@ impl Node {
         self.send_bulk(m);
     }
 
-    /// Queues output for the parent and sends what its credit allows.
+    /// Queues output for the parent, behind what came before from the same origins, and
+    /// sends what its credit allows.
     fn send_bulk(&mut self, m: Message) {
-        self.up.push(m);
+        let origins = self.origins(&m.source);
+        self.up.push(&origins, m);
         self.release_output();
     }
 
-    /// Sends the queued output the parent's credit allows; once all of it went (so the
-    /// children's output taken in has been forwarded), hands the children their credit
-    /// back; pauses or resumes local output as the queue is long or short.
-    fn release_output(&mut self) {
-        while let Some(m) = self.up.pop() {
-            self.out.push_back(Output::ToParent(m));
+    /// Whose output a line from `sources` is, with each origin's weight (the servers it
+    /// stands for): this server's own, and the links its other sources came through (one
+    /// for most lines; several for a line merged from ranks behind several links).
+    fn origins(&self, sources: &IdSet) -> Vec<(Origin, u64)> {
+        let mut out = Vec::with_capacity(1);
+        let mut left = sources.clone();
+        if let Some(me) = self.me.server()
+            && left.remove(me)
+        {
+            out.push((Origin::Local, 1));
         }
-        if self.up.queued() == 0 {
-            for (&c, w) in &mut self.down {
-                if let Some(credit) = w.grant() {
-                    self.out.push_back(Output::ToChild(c, credit));
-                }
+        while let Some(id) = left.first() {
+            let o = self.origin_of(id);
+            let servers = match o {
+                Origin::Child(c) => self.down.get(&c).map_or(1, RecvWindow::servers),
+                Origin::Local => 1,
+            };
+            out.push((o, servers));
+            match o {
+                Origin::Child(c) if left.len() > 1 => left.difference_with(&self.topo.subtree(c)),
+                _ => {}
+            }
+            left.remove(id);
+        }
+        out
+    }
+
+    /// The link server `id`'s output comes up through: the child (or adopted descendant)
+    /// nearest it on its way here.
+    fn origin_of(&self, id: u32) -> Origin {
+        let mut at = NodeId::Server(id);
+        loop {
+            if !self.adopted.is_empty() && self.adopted.contains(&at) {
+                return Origin::Child(at);
+            }
+            match self.topo.parent(at) {
+                Some(p) if p == self.me => return Origin::Child(at),
+                Some(p) => at = p,
+                // Not below this node: a link of its own.
+                None => return Origin::Child(NodeId::Server(id)),
             }
         }
-        let room = self.up.queued() < flow::QUEUE_LIMIT;
+    }
+
+    /// Sends the queued output the parent's credit allows; hands the children whose
+    /// output went their credit back; pauses or resumes local output as its queue is long
+    /// or short.
+    fn release_output(&mut self) {
+        let mut last = None;
+        while let Some((m, origin)) = self.up.pop() {
+            self.out.push_back(Output::ToParent(m));
+            if last != Some(origin) {
+                if let Some(Origin::Child(c)) = last {
+                    self.grant(c);
+                }
+                last = Some(origin);
+            }
+        }
+        if let Some(Origin::Child(c)) = last {
+            self.grant(c);
+        }
+        let room = self.up.queued_from(Origin::Local) < flow::QUEUE_LIMIT;
         if self.me.server().is_some() && self.local_paused == room {
             self.local_paused = !room;
             self.out.push_back(if room {
@@ -339,6 +388,14 @@ impl Node {
             } else {
                 Output::PauseLocal
             });
+        }
+    }
+
+    /// Hands child `c` back the credit for what it sent that no longer waits here.
+    fn grant(&mut self, c: NodeId) {
+        let waiting = self.up.queued_from(Origin::Child(c));
+        if let Some(credit) = self.down.get_mut(&c).and_then(|w| w.grant(waiting)) {
+            self.out.push_back(Output::ToChild(c, credit));
         }
     }
 
@@ -671,8 +728,9 @@ impl Node {
                         }
                     }
                 }
-                // Credit for it goes back now if it went up at once.
+                // Credit for it goes back now if it went up at once (or merged).
                 self.release_output();
+                self.grant(child);
             }
             _ => {
                 tracing::warn!(node = %self.me, %child, kind = ?msg.kind, "refused frame from child");
