@@ -31,6 +31,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
+use rustc_hash::FxBuildHasher;
 use sdm_proto::{Control, Kind, Message};
 use sdm_topology::NodeId;
 
@@ -134,8 +135,8 @@ struct SharedFrame {
 pub struct SendWindow {
     credit: i64,
     lanes: Vec<Lane>,
-    by_origin: HashMap<Origin, usize>,
-    shared: HashMap<u64, SharedFrame>,
+    by_origin: HashMap<Origin, usize, FxBuildHasher>,
+    shared: HashMap<u64, SharedFrame, FxBuildHasher>,
     next_shared: u64,
     /// Lanes whose head can go, by virtual start time (then lane, so ties are stable).
     ready: BinaryHeap<Reverse<(u128, usize)>>,
@@ -150,8 +151,8 @@ impl Default for SendWindow {
         Self {
             credit: WINDOW,
             lanes: Vec::new(),
-            by_origin: HashMap::new(),
-            shared: HashMap::new(),
+            by_origin: HashMap::default(),
+            shared: HashMap::default(),
             next_shared: 0,
             ready: BinaryHeap::new(),
             now: 0,

@@ -314,9 +314,31 @@ impl Node {
     /// Queues output for the parent, behind what came before from the same origins, and
     /// sends what its credit allows.
     fn send_bulk(&mut self, m: Message) {
-        let origins = self.origins(&m.source);
-        self.up.push(&origins, m);
+        match m.source.first() {
+            // One rank (most lines): its origin, without a list.
+            Some(id) if m.source.len() == 1 => {
+                let o = if self.me.server() == Some(id) {
+                    Origin::Local
+                } else {
+                    self.origin_of(id)
+                };
+                let servers = self.servers_behind(o);
+                self.up.push(&[(o, servers)], m);
+            }
+            _ => {
+                let origins = self.origins(&m.source);
+                self.up.push(&origins, m);
+            }
+        }
         self.release_output();
+    }
+
+    /// The servers `o` stands for: its share of this node's credit.
+    fn servers_behind(&self, o: Origin) -> u64 {
+        match o {
+            Origin::Child(c) => self.down.get(&c).map_or(1, RecvWindow::servers),
+            Origin::Local => 1,
+        }
     }
 
     /// Whose output a line from `sources` is, with each origin's weight (the servers it
@@ -332,11 +354,7 @@ impl Node {
         }
         while let Some(id) = left.first() {
             let o = self.origin_of(id);
-            let servers = match o {
-                Origin::Child(c) => self.down.get(&c).map_or(1, RecvWindow::servers),
-                Origin::Local => 1,
-            };
-            out.push((o, servers));
+            out.push((o, self.servers_behind(o)));
             match o {
                 Origin::Child(c) if left.len() > 1 => left.difference_with(&self.topo.subtree(c)),
                 _ => {}
