@@ -204,8 +204,25 @@ impl Coalescer {
         if self.groups.is_empty() {
             self.last.clear();
             self.by_payload.clear();
+        } else if self.by_payload.len() > 2 * self.groups.len() + 64 {
+            // The index keeps (about) only groups still here: under a flood that never
+            // empties the buffer it would otherwise grow by a key per line. Swept when
+            // twice the buffer, so a sweep's cost is spread over the lines that left.
+            let base = self.base;
+            self.by_payload.retain(|_, seqs| {
+                while seqs.front().is_some_and(|&s| s < base) {
+                    seqs.pop_front();
+                }
+                !seqs.is_empty()
+            });
         }
         g.line
+    }
+
+    /// Keys in the payload index (each has a group still buffered).
+    #[cfg(test)]
+    fn indexed(&self) -> usize {
+        self.by_payload.len()
     }
 
     /// Whether the front group may leave at `now`.
@@ -336,6 +353,40 @@ mod tests {
             }
         }
         assert_eq!(out.first(), Some(&line("[0]", "only mine")));
+    }
+
+    /// Two ranks flooding different lines, the buffer never empty: what left is swept from
+    /// the payload index, which stays within twice the buffer (it grew by a key per line),
+    /// and identical lines still merge.
+    #[test]
+    fn the_index_holds_only_what_is_buffered_under_a_flood() {
+        let t = Instant::now();
+        let mut c = Coalescer::with_limits(ms(20), ms(40), 1 << 16);
+        let mut out = Vec::new();
+        for i in 0..2_500u64 {
+            let now = t + Duration::from_micros(200 * i);
+            for r in 0..2u32 {
+                let mut l = line(&format!("[{r}]"), &format!("line {i}"));
+                l.index = i;
+                out.extend(c.push(now, l));
+            }
+            out.extend(c.expire(now));
+            assert!(!c.is_empty());
+            assert!(
+                c.indexed() <= 2 * c.len() + 64,
+                "{} keys for {} groups",
+                c.indexed(),
+                c.len()
+            );
+        }
+        out.extend(c.drain());
+        // Both ranks' copies of each line merged: one group per line, carrying both.
+        assert_eq!(out.len(), 2_500);
+        assert!(
+            out.iter().all(|l| l.sources == "[0-1]".parse().unwrap()),
+            "{:?}",
+            &out[..3]
+        );
     }
 
     #[test]
