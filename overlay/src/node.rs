@@ -20,8 +20,10 @@
 //! ([`Output::LinkDead`]) from [`Node::handle_timeout`], like any other deadline. It also
 //! keeps the flow-control windows of output going up ([`crate::flow`]): stdio and events
 //! leave as [`Output::ToParent`] only as the parent's credit allows (replies never wait),
-//! children get credit back once their output has gone up, and [`Output::PauseLocal`] / [`Output::ResumeLocal`] tell the driver when to stop
-//! and restart reading this server's own output.
+//! shared between this server's program and each child's subtree by the servers behind
+//! each ([`flow::SendWindow`]); a child gets credit back for what of its output no longer
+//! waits here, and [`Output::PauseLocal`] / [`Output::ResumeLocal`] tell the driver when
+//! to stop and restart reading this server's own output.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, LazyLock};
