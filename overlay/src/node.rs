@@ -301,16 +301,26 @@ impl Node {
     /// coalescing).
     pub fn set_stdio_window(&mut self, window: Duration) {
         for l in self.stdio.as_mut().map(|c| c.drain()).unwrap_or_default() {
-            self.push_stdio(l);
+            self.push_stdio(l, None);
         }
         self.stdio = (!window.is_zero()).then(|| Box::new(Coalescer::new(window)));
     }
 
-    fn push_stdio(&mut self, l: StdioLine) {
+    /// Queues a line for the parent: `via`, the link it came in on if it did not go
+    /// through the coalescing buffer (which merges lines of several links), says whose it
+    /// is; otherwise its sources do.
+    fn push_stdio(&mut self, l: StdioLine, via: Option<Origin>) {
         let mut m = Message::reply(l.index, l.sources, Status::Replied, l.payload);
         m.kind = l.kind;
         m.aggregate.status = None;
-        self.send_bulk(m);
+        match via {
+            Some(o) => {
+                let servers = self.servers_behind(o);
+                self.up.push(&[(o, servers)], m);
+                self.release_output();
+            }
+            None => self.send_bulk(m),
+        }
     }
 
     /// Queues output for the parent, behind what came before from the same origins, and
@@ -357,8 +367,12 @@ impl Node {
         while let Some(id) = left.first() {
             let o = self.origin_of(id);
             out.push((o, self.servers_behind(o)));
+            // The rest of that child's subtree comes the same way, unless part of it was
+            // adopted here (then each id is looked up).
             match o {
-                Origin::Child(c) if left.len() > 1 => left.difference_with(&self.topo.subtree(c)),
+                Origin::Child(c) if left.len() > 1 && self.adopted.is_empty() => {
+                    left.difference_with(&self.topo.subtree(c))
+                }
                 _ => {}
             }
             left.remove(id);
@@ -371,7 +385,12 @@ impl Node {
     fn origin_of(&self, id: u32) -> Origin {
         let mut at = NodeId::Server(id);
         loop {
-            if !self.adopted.is_empty() && self.adopted.contains(&at) {
+            // A live adopted descendant has a link of its own (a dead one's ranks come
+            // through whoever adopted them since).
+            if !self.adopted.is_empty()
+                && self.adopted.contains(&at)
+                && !self.dead.contains_key(&at)
+            {
                 return Origin::Child(at);
             }
             match self.topo.parent(at) {
@@ -741,10 +760,10 @@ impl Node {
                     payload: msg.payload,
                 };
                 match self.stdio.as_mut() {
-                    None => self.push_stdio(line),
+                    None => self.push_stdio(line, Some(Origin::Child(child))),
                     Some(c) => {
                         for l in c.push(now, line) {
-                            self.push_stdio(l);
+                            self.push_stdio(l, None);
                         }
                     }
                 }
@@ -893,7 +912,7 @@ impl Node {
             .map(|c| c.expire(now))
             .unwrap_or_default()
         {
-            self.push_stdio(l);
+            self.push_stdio(l, None);
         }
         while let Some(&(d, op)) = self.timers.first() {
             if d > now {
