@@ -1217,8 +1217,9 @@ mod tests {
         let (node, mut parent_there) = run_master(near);
         let mut before = Vec::new();
         let busy = 3u32;
+        let n = 30;
         // Event `i` from the busy child, sent, and seen at the parent.
-        for i in 0..=30u64 {
+        for i in 0..=n as u64 {
             let mut m = Message::reply(
                 i,
                 IdSet::single(busy),
@@ -1240,7 +1241,6 @@ mod tests {
             before.iter().all(|&n| n >= 1),
             "every link read once: {before:?}"
         );
-        let n = 30;
         let after: Vec<usize> = polls.iter().map(|c| c.load(Ordering::SeqCst)).collect();
         for k in 0..8 {
             if k == busy as usize {

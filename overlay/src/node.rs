@@ -313,31 +313,23 @@ impl Node {
         let mut m = Message::reply(l.index, l.sources, Status::Replied, l.payload);
         m.kind = l.kind;
         m.aggregate.status = None;
-        match via {
+        self.send_bulk(m, via);
+    }
+
+    /// Queues output for the parent, behind what came before from the same origins (`via`,
+    /// or those of its sources), and sends what its credit allows.
+    fn send_bulk(&mut self, m: Message, via: Option<Origin>) {
+        // One origin (most lines): without a list or a copy of the id-set.
+        let one = via.or_else(|| match m.source.first() {
+            Some(id) if m.source.len() == 1 => Some(self.origin_of(id)),
+            _ => None,
+        });
+        match one {
             Some(o) => {
                 let servers = self.servers_behind(o);
                 self.up.push(&[(o, servers)], m);
-                self.release_output();
             }
-            None => self.send_bulk(m),
-        }
-    }
-
-    /// Queues output for the parent, behind what came before from the same origins, and
-    /// sends what its credit allows.
-    fn send_bulk(&mut self, m: Message) {
-        match m.source.first() {
-            // One rank (most lines): its origin, without a list.
-            Some(id) if m.source.len() == 1 => {
-                let o = if self.me.server() == Some(id) {
-                    Origin::Local
-                } else {
-                    self.origin_of(id)
-                };
-                let servers = self.servers_behind(o);
-                self.up.push(&[(o, servers)], m);
-            }
-            _ => {
+            None => {
                 let origins = self.origins(&m.source);
                 self.up.push(&origins, m);
             }
@@ -359,11 +351,6 @@ impl Node {
     fn origins(&self, sources: &IdSet) -> Vec<(Origin, u64)> {
         let mut out = Vec::with_capacity(1);
         let mut left = sources.clone();
-        if let Some(me) = self.me.server()
-            && left.remove(me)
-        {
-            out.push((Origin::Local, 1));
-        }
         while let Some(id) = left.first() {
             let o = self.origin_of(id);
             out.push((o, self.servers_behind(o)));
@@ -380,9 +367,12 @@ impl Node {
         out
     }
 
-    /// The link server `id`'s output comes up through: the child (or adopted descendant)
-    /// nearest it on its way here.
+    /// Whose server `id`'s output is here: this server's own, or that of the link it comes
+    /// up through (the child, or adopted descendant, nearest it on its way here).
     fn origin_of(&self, id: u32) -> Origin {
+        if self.me.server() == Some(id) {
+            return Origin::Local;
+        }
         let mut at = NodeId::Server(id);
         loop {
             // A live adopted descendant has a link of its own (a dead one's ranks come
@@ -794,7 +784,7 @@ impl Node {
         let mut m = Message::reply(index, IdSet::single(me), Status::Replied, payload);
         m.kind = kind;
         m.aggregate.status = None;
-        self.send_bulk(m);
+        self.send_bulk(m, Some(Origin::Local));
     }
 
     /// The local command `op` produced `payload`.
