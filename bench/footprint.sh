@@ -15,25 +15,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${1:-300}
-command -v valgrind >/dev/null || { echo "footprint.sh: needs valgrind" >&2; exit 1; }
-cargo build --release -p sdm -p sdm-bench
-B=$(realpath "${CARGO_TARGET_DIR:-target}/release")
-D=$(mktemp -d)
-trap 'rm -rf "$D"' EXIT
-
-# Every `sdm server` (the local launcher's supervisor and the copies it forks) under lackey.
-cat > "$D/sdm" <<EOF
-#!/bin/sh
-if [ "\$1" = server ]; then
-  exec valgrind --tool=lackey --trace-mem=yes --trace-syscalls=yes --log-file=$D/sdm.%p.log $B/sdm "\$@"
-fi
-exec $B/sdm "\$@"
-EOF
+# Every `sdm server` under lackey.
+. bench/valgrind-servers.sh footprint.sh --tool=lackey --trace-mem=yes --trace-syscalls=yes \
+  --log-file=@D@/sdm.%p.log
 cat > "$D/relay" <<EOF
 #!/bin/sh
 exec valgrind --tool=lackey --trace-mem=yes --trace-syscalls=yes --log-file=$D/relay.%p.log $B/sdm-relay "\$@"
 EOF
-chmod +x "$D/sdm" "$D/relay"
+chmod +x "$D/relay"
 SDM_BIN=$D/sdm "$B/sdm-bench" rtt -n 4 --iters "$ITERS" --timeout 600 > "$D/sdm.json"
 SDM_RELAY_BIN=$D/relay "$B/sdm-bench" rtt -n 4 --iters "$ITERS" --timeout 600 --baseline > "$D/relay.json"
 
