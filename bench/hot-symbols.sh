@@ -70,14 +70,36 @@ import collections, glob, re, subprocess, sys
 binary, out, dirs = sys.argv[1], sys.argv[2], sys.argv[3:]
 
 def cost(path):
-    """Self cost per function of the sdm binary in one callgrind file."""
-    text = subprocess.run(["callgrind_annotate", "--threshold=100", "--inclusive=no", path],
-                          capture_output=True, text=True, check=True).stdout
+    """Self cost per function of the sdm binary in one callgrind file (read directly:
+    callgrind_annotate leaves the object off some lines)."""
+    names = {"ob": {}, "fn": {}}
+    ob = fn = None
+    after_call = False
     d = collections.Counter()
-    for line in text.splitlines():
-        m = re.match(r"\s*([\d,]+) \([ \d.]+%\)\s+\S+:(\S+) \[(.*)\]", line)
-        if m and m.group(3) == binary:
-            d[m.group(2)] += int(m.group(1).replace(",", ""))
+    for line in open(path):
+        key, _, rest = line.rstrip("\n").partition("=")
+        if key in ("ob", "fn", "cob", "cfn"):
+            kind = key[-2:]
+            m = re.match(r"\((\d+)\)(?: (.*))?", rest)
+            if m:
+                if m.group(2) is not None:
+                    names[kind][m.group(1)] = m.group(2)
+                value = names[kind].get(m.group(1))
+            else:
+                value = rest
+            if key == "ob":
+                ob = value
+            elif key == "fn":
+                fn = value
+            continue
+        if key == "calls":
+            after_call = True
+            continue
+        if line[:1].isdigit() or line[:1] in "+-*":
+            if after_call:
+                after_call = False  # the callee's inclusive cost, not this function's
+            elif ob == binary and fn:
+                d[fn] += int(line.split()[1])
     return d
 
 def files(d):
