@@ -13,9 +13,15 @@
 //! byte in each 64-byte line of a private K KiB buffer (per thread) for every frame it
 //! reads, to measure what the cache lines a wake-up touches cost (BENCHMARKS.md, "Per-hop
 //! cost, sixth pass").
+//!
+//! Another: `SDM_RELAY_EPOLL=1` relays on one thread waiting on `epoll` with non-blocking
+//! sockets, the shape of a daemon that multiplexes its links without a runtime, instead of
+//! blocking reads on a thread per direction (BENCHMARKS.md, "Per-hop cost, seventh pass").
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::collections::VecDeque;
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::thread;
 
 use sdm_bench::wire::{ACK_OP, FRAME, Frame, read_frame};
@@ -43,6 +49,40 @@ fn touch(buf: &mut [u8]) {
         line[0] = line[0].wrapping_add(1);
     }
     std::hint::black_box(buf);
+}
+
+/// The k-th replies of all children (links keep order, so they are for the same op),
+/// summed with this node's value.
+struct Sum {
+    op: Option<u64>,
+    value: u64,
+}
+
+impl Sum {
+    fn new(value: u64) -> Self {
+        Self { op: None, value }
+    }
+
+    /// Adds one child's reply; an error if it is for another op than the others'.
+    fn add(&mut self, f: Frame) -> io::Result<()> {
+        if self.op.is_some_and(|o| o != f.op) {
+            return Err(invalid(format!(
+                "children out of step: ops {:?} and {}",
+                self.op, f.op
+            )));
+        }
+        self.op = Some(f.op);
+        self.value = self.value.wrapping_add(f.value);
+        Ok(())
+    }
+
+    /// The reply that goes up.
+    fn frame(self) -> Frame {
+        Frame {
+            op: self.op.unwrap_or_default(),
+            value: self.value,
+        }
+    }
 }
 
 fn invalid(msg: String) -> io::Error {
@@ -104,6 +144,17 @@ fn run() -> io::Result<()> {
         .encode(),
     )?;
 
+    if std::env::var_os("SDM_RELAY_EPOLL").is_some_and(|v| v == "1") {
+        // The children's readers held only their acks (replies come after commands).
+        if replies.iter().any(|r| !r.buffer().is_empty()) {
+            return Err(invalid(
+                "a child sent more than its ack before any command".into(),
+            ));
+        }
+        drop(replies);
+        return relay_epoll(down.into_inner(), up, children, value, lines);
+    }
+
     if children.is_empty() {
         // A leaf answers each frame with its own value.
         let mut out = Vec::with_capacity(64 * FRAME);
@@ -123,26 +174,14 @@ fn run() -> io::Result<()> {
         let mut out = Vec::with_capacity(64 * FRAME);
         loop {
             touch(&mut up_lines);
-            let mut sum = value;
-            let mut op = None;
+            let mut sum = Sum::new(value);
             for r in &mut replies {
                 let Some(f) = read_frame(r)? else {
                     return Ok(());
                 };
-                if op.is_some_and(|o| o != f.op) {
-                    return Err(invalid(format!(
-                        "children out of step: ops {op:?} and {}",
-                        f.op
-                    )));
-                }
-                op = Some(f.op);
-                sum = sum.wrapping_add(f.value);
+                sum.add(f)?;
             }
-            Frame {
-                op: op.unwrap_or_default(),
-                value: sum,
-            }
-            .put(&mut out);
+            sum.frame().put(&mut out);
             if replies.iter().any(|r| r.buffer().len() < FRAME) {
                 up.write_all(&out)?;
                 out.clear();
@@ -168,4 +207,154 @@ fn run() -> io::Result<()> {
     upward
         .join()
         .map_err(|_| invalid("the upward thread panicked".into()))?
+}
+
+/// Reads what `s` has now into `buf`; false once the stream has ended.
+fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<bool> {
+    let mut chunk = [0u8; 64 * FRAME];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if n < chunk.len() {
+                    return Ok(true);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes all of `b` to a non-blocking socket (a full socket buffer is waited out).
+fn send(s: &mut TcpStream, mut b: &[u8]) -> io::Result<()> {
+    while !b.is_empty() {
+        match s.write(b) {
+            Ok(n) => b = &b[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::yield_now(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Whole frames at the front of `buf`, decoded and removed.
+fn take_frames(buf: &mut Vec<u8>) -> io::Result<Vec<Frame>> {
+    let whole = buf.len() / FRAME * FRAME;
+    let frames = buf[..whole]
+        .chunks_exact(FRAME)
+        .map(|b| Frame::decode(b.try_into().expect("chunks of FRAME bytes")))
+        .collect::<io::Result<Vec<_>>>()?;
+    buf.drain(..whole);
+    Ok(frames)
+}
+
+/// `epoll_ctl(op)` of `fd`, with the link's index as its tag.
+fn ctl(ep: i32, op: i32, fd: i32, tag: u64) -> io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: tag,
+    };
+    // SAFETY: `ev` outlives the call; the kernel copies it.
+    if unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The relay loop on one thread: `epoll_wait`, then read whatever link woke it. Tag 0 is
+/// the parent; tag `i + 1` is child `i`. Frames from the parent go to every child at once
+/// (a leaf answers them); the k-th replies of all children go up as soon as each child's
+/// has arrived.
+fn relay_epoll(
+    mut parent: TcpStream,
+    mut up: TcpStream,
+    mut children: Vec<TcpStream>,
+    value: u64,
+    mut lines: Vec<u8>,
+) -> io::Result<()> {
+    parent.set_nonblocking(true)?;
+    for c in &children {
+        c.set_nonblocking(true)?;
+    }
+    // SAFETY: no pointers; the result is checked.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    ctl(ep, libc::EPOLL_CTL_ADD, parent.as_raw_fd(), 0)?;
+    for (i, c) in children.iter().enumerate() {
+        ctl(ep, libc::EPOLL_CTL_ADD, c.as_raw_fd(), i as u64 + 1)?;
+    }
+    let mut from_parent = Vec::new();
+    let mut from_child = vec![Vec::new(); children.len()];
+    let mut replies = vec![VecDeque::new(); children.len()];
+    let mut out = Vec::with_capacity(64 * FRAME);
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    let mut parent_open = true;
+    let mut children_open = children.len();
+    while parent_open || children_open > 0 {
+        // SAFETY: `events` holds as many entries as the call is told.
+        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, -1) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        for ev in &events[..n as usize] {
+            touch(&mut lines);
+            let tag = ev.u64 as usize;
+            out.clear();
+            if tag == 0 {
+                let open = fill(&mut parent, &mut from_parent)?;
+                let frames = take_frames(&mut from_parent)?;
+                if children.is_empty() {
+                    for f in frames {
+                        Frame { op: f.op, value }.put(&mut out);
+                    }
+                    send(&mut up, &out)?;
+                } else if !frames.is_empty() {
+                    for f in frames {
+                        f.put(&mut out);
+                    }
+                    for c in &mut children {
+                        send(c, &out)?;
+                    }
+                }
+                if !open {
+                    parent_open = false;
+                    ctl(ep, libc::EPOLL_CTL_DEL, parent.as_raw_fd(), 0)?;
+                    for c in &children {
+                        let _ = c.shutdown(Shutdown::Write);
+                    }
+                }
+            } else {
+                let i = tag - 1;
+                let open = fill(&mut children[i], &mut from_child[i])?;
+                replies[i].extend(take_frames(&mut from_child[i])?);
+                while replies.iter().all(|q| !q.is_empty()) {
+                    let mut sum = Sum::new(value);
+                    for q in &mut replies {
+                        sum.add(q.pop_front().expect("not empty"))?;
+                    }
+                    sum.frame().put(&mut out);
+                }
+                if !out.is_empty() && parent_open {
+                    send(&mut up, &out)?;
+                }
+                if !open {
+                    children_open -= 1;
+                    ctl(ep, libc::EPOLL_CTL_DEL, children[i].as_raw_fd(), 0)?;
+                }
+            }
+        }
+    }
+    // SAFETY: `ep` is this function's descriptor, closed once.
+    unsafe { libc::close(ep) };
+    Ok(())
 }
