@@ -15,14 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${1:-300}
-# Every `sdm server` under lackey.
-. bench/valgrind-servers.sh footprint.sh --tool=lackey --trace-mem=yes --trace-syscalls=yes \
-  --log-file=@D@/sdm.%p.log
-cat > "$D/relay" <<EOF
-#!/bin/sh
-exec valgrind --tool=lackey --trace-mem=yes --trace-syscalls=yes --log-file=$D/relay.%p.log $B/sdm-relay "\$@"
-EOF
-chmod +x "$D/relay"
+# Every `sdm server`, and every relay, under lackey.
+LACKEY="--tool=lackey --trace-mem=yes --trace-syscalls=yes"
+# shellcheck disable=SC2086
+. bench/valgrind-servers.sh footprint.sh $LACKEY --log-file=@D@/sdm.%p.log
+# shellcheck disable=SC2086
+valgrind_wrapper "$D/relay" "$B/sdm-relay" "" $LACKEY --log-file=@D@/relay.%p.log
 SDM_BIN=$D/sdm "$B/sdm-bench" rtt -n 4 --iters "$ITERS" --timeout 600 > "$D/sdm.json"
 SDM_RELAY_BIN=$D/relay "$B/sdm-bench" rtt -n 4 --iters "$ITERS" --timeout 600 --baseline > "$D/relay.json"
 

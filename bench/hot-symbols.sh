@@ -33,7 +33,7 @@ for line in sys.stdin:
 here = [(n, *syms[n]) for n in listed if n in syms]
 print(f"hot-symbols: {len(here)} of {len(listed)} listed functions in {sys.argv[2]}")
 bad = 0
-if len(here) < 0.9 * len(listed):
+if not here or len(here) < 0.9 * len(listed):
     print("hot-symbols: the list is stale (another toolchain, Cargo.lock or profile?): "
           "regenerate it with bench/hot-symbols.sh", file=sys.stderr)
     bad = 1
@@ -54,9 +54,11 @@ fi
 # Every `sdm server` under callgrind, each run's files in its own $SDM_CG_DIR.
 . bench/valgrind-servers.sh hot-symbols.sh -q --tool=callgrind --demangle=no \
   '--callgrind-out-file=$SDM_CG_DIR/cg.%p.out'
+SHORT=200
+LONG=1000
 runs=()
 for bench in "rtt --iters" "throughput --waves"; do
-  for len in 200 1000; do  # 800 waves more: "extra" below
+  for len in $SHORT $LONG; do
     dir="$D/${bench%% *}.$len"
     mkdir -p "$dir"
     # shellcheck disable=SC2086
@@ -64,10 +66,10 @@ for bench in "rtt --iters" "throughput --waves"; do
     runs+=("$dir")
   done
 done
-python3 - "$B/sdm" "$LIST" "${runs[@]}" <<'PY'
+python3 - "$B/sdm" "$LIST" $((LONG - SHORT)) "${runs[@]}" <<'PY'
 import collections, glob, re, subprocess, sys
 
-binary, out, dirs = sys.argv[1], sys.argv[2], sys.argv[3:]
+binary, out, extra, dirs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 
 def cost(path):
     """Self cost per function of the sdm binary in one callgrind file (read directly:
@@ -116,7 +118,6 @@ for short, long in zip(dirs[::2], dirs[1::2]):
 # Instructions per extra wave, summed over the servers and the two benchmarks; below one, a
 # function is not on the per-frame path (only timing moved it between the two runs). Rounded,
 # so that a second run writes the same list.
-extra = 800
 names = [n for n, _ in sorted(((n, round(v / extra)) for n, v in growth.items()
                                if v >= extra), key=lambda x: (-x[1], x[0]))]
 if not names:

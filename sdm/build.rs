@@ -35,9 +35,14 @@ fn main() {
     if !list.is_file() {
         return;
     }
+    // The linker reads a copy in OUT_DIR, which lives as long as this script's output: a
+    // target directory shared by two checkouts may keep the output of the other's build,
+    // whose checkout can be gone since.
+    let copy = Path::new(&env::var("OUT_DIR").expect("cargo sets it")).join("hot-symbols.txt");
+    std::fs::copy(&list, &copy).expect("hot-symbols.txt copies into OUT_DIR");
     println!(
         "cargo::rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
-        list.display()
+        copy.display()
     );
     // Names of another build (debug, another toolchain) are not an error.
     println!("cargo::rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");

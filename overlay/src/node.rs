@@ -781,10 +781,13 @@ impl Node {
             }
             _ => 0,
         };
-        let mut m = Message::reply(index, IdSet::single(me), Status::Replied, payload);
-        m.kind = kind;
-        m.aggregate.status = None;
-        self.send_bulk(m, Some(Origin::Local));
+        let line = StdioLine {
+            kind,
+            sources: IdSet::single(me),
+            index,
+            payload,
+        };
+        self.push_stdio(line, Some(Origin::Local));
     }
 
     /// The local command `op` produced `payload`.

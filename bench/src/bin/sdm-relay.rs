@@ -241,15 +241,15 @@ fn send(s: &mut TcpStream, mut b: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Whole frames at the front of `buf`, decoded and removed.
-fn take_frames(buf: &mut Vec<u8>) -> io::Result<Vec<Frame>> {
+/// Hands each whole frame at the front of `buf` to `each`, then removes them (no list of
+/// them in between: this runs per wake-up).
+fn take_frames(buf: &mut Vec<u8>, mut each: impl FnMut(Frame)) -> io::Result<()> {
     let whole = buf.len() / FRAME * FRAME;
-    let frames = buf[..whole]
-        .chunks_exact(FRAME)
-        .map(|b| Frame::decode(b.try_into().expect("chunks of FRAME bytes")))
-        .collect::<io::Result<Vec<_>>>()?;
+    for b in buf[..whole].chunks_exact(FRAME) {
+        each(Frame::decode(b.try_into().expect("chunks of FRAME bytes"))?);
+    }
     buf.drain(..whole);
-    Ok(frames)
+    Ok(())
 }
 
 /// `epoll_ctl(op)` of `fd`, with the link's index as its tag.
@@ -312,16 +312,15 @@ fn relay_epoll(
             out.clear();
             if tag == 0 {
                 let open = fill(&mut parent, &mut from_parent)?;
-                let frames = take_frames(&mut from_parent)?;
-                if children.is_empty() {
-                    for f in frames {
-                        Frame { op: f.op, value }.put(&mut out);
-                    }
+                // A leaf answers each frame; a node passes them on to every child.
+                let leaf = children.is_empty();
+                take_frames(&mut from_parent, |f| {
+                    let f = if leaf { Frame { op: f.op, value } } else { f };
+                    f.put(&mut out);
+                })?;
+                if leaf {
                     send(&mut up, &out)?;
-                } else if !frames.is_empty() {
-                    for f in frames {
-                        f.put(&mut out);
-                    }
+                } else if !out.is_empty() {
                     for c in &mut children {
                         send(c, &out)?;
                     }
@@ -336,7 +335,7 @@ fn relay_epoll(
             } else {
                 let i = tag - 1;
                 let open = fill(&mut children[i], &mut from_child[i])?;
-                replies[i].extend(take_frames(&mut from_child[i])?);
+                take_frames(&mut from_child[i], |f| replies[i].push_back(f))?;
                 while replies.iter().all(|q| !q.is_empty()) {
                     let mut sum = Sum::new(value);
                     for q in &mut replies {
