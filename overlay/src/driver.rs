@@ -18,6 +18,8 @@ use sdm_proto::{Control, FrameCodec, Kind, Message, WireError};
 use sdm_topology::NodeId;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
+
+use crate::poller;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::error::LinkError;
@@ -306,11 +308,13 @@ struct LinkIo {
 
 impl LinkIo {
     fn new(link: Link, waker: Waker) -> Self {
+        // On a node's own loop, a tcp link is read and written there.
         let Link {
             reader,
             writer,
             peer,
-        } = link;
+            ..
+        } = crate::poller::take_over(link);
         Self {
             reader,
             writer,
@@ -443,6 +447,44 @@ impl Children {
     }
 }
 
+/// The node's timer: tokio's, or on a node's own loop ([`poller`]) the loop's deadline.
+enum Timer {
+    Tokio(Pin<Box<Sleep>>),
+    Own,
+}
+
+impl Timer {
+    fn new() -> Self {
+        if poller::active() {
+            Timer::Own
+        } else {
+            Timer::Tokio(Box::pin(tokio::time::sleep_until(Instant::now())))
+        }
+    }
+
+    /// Sets the timer to `at`.
+    fn reset(&mut self, at: Instant) {
+        match self {
+            Timer::Tokio(sleep) => sleep.as_mut().reset(at),
+            Timer::Own => poller::set_deadline(at.into_std()),
+        }
+    }
+
+    /// Whether the timer, set to `at`, is due (if not, the task is woken when it is).
+    fn due(&mut self, cx: &mut Context<'_>, at: Instant) -> bool {
+        match self {
+            Timer::Tokio(sleep) => sleep.as_mut().poll(cx).is_ready(),
+            Timer::Own => {
+                if Instant::now() >= at {
+                    return true;
+                }
+                poller::set_deadline(at.into_std());
+                false
+            }
+        }
+    }
+}
+
 /// What a turn of the node's task ended with.
 enum Turn {
     /// Something was handled: look again (tokio's cooperative budget makes the task yield
@@ -541,7 +583,7 @@ impl Driver {
     /// the task): one turn per wake-up. `Busy` only when a source may have more than the
     /// turn took (a drain limit, the tokio budget), or the turn's end changed what must be
     /// looked at (a link failed, local output resumed, the timer is already due).
-    fn poll_turn(&mut self, cx: &mut Context<'_>, mut timer: Pin<&mut Sleep>) -> Poll<Turn> {
+    fn poll_turn(&mut self, cx: &mut Context<'_>, timer: &mut Timer) -> Poll<Turn> {
         // What the last turn queued goes out before this one reads (reads use the task's
         // tokio budget too, and may leave none for the writes at the end).
         self.inbox.enter();
@@ -569,7 +611,7 @@ impl Driver {
         }
         self.dispatch();
         more |= self.take_replies();
-        if self.armed.is_some() && timer.as_mut().poll(cx).is_ready() {
+        if self.armed.is_some_and(|at| timer.due(cx, at)) {
             self.armed = None;
             self.node.handle_timeout(now());
         }
@@ -619,8 +661,8 @@ impl Driver {
         if let Some(why) = self.parent_gone.take() {
             return Poll::Ready(Turn::ParentGone(why));
         }
-        self.arm(timer.as_mut());
-        more |= self.armed.is_some() && timer.poll(cx).is_ready();
+        self.arm(timer);
+        more |= self.armed.is_some_and(|at| timer.due(cx, at));
         // Everything the node asked for was handed to a link before the last writes (a
         // frame left in the node now would wait for an unrelated wake-up).
         debug_assert!(
@@ -750,7 +792,7 @@ impl Driver {
 
     /// Moves the timer to the node's deadline, if that changed (a new registration per
     /// frame would cost more than the frame).
-    fn arm(&mut self, timer: Pin<&mut Sleep>) {
+    fn arm(&mut self, timer: &mut Timer) {
         let deadline = self.node.poll_timeout().map(Instant::from_std);
         if deadline != self.armed {
             if let Some(d) = deadline {
@@ -891,12 +933,16 @@ pub async fn run_node_full(
         want,
     };
     // One timer for the node's deadline, moved only when the deadline changes.
-    let timer = tokio::time::sleep_until(Instant::now());
-    tokio::pin!(timer);
+    let mut timer = Timer::new();
     loop {
         d.dispatch();
-        d.arm(timer.as_mut());
-        let why = match std::future::poll_fn(|cx| d.poll_turn(cx, timer.as_mut())).await {
+        d.arm(&mut timer);
+        let why = match std::future::poll_fn(|cx| d.poll_turn(cx, &mut timer)).await {
+            Turn::Busy if poller::active() => {
+                // Look at the sockets between turns, as tokio's budget makes a task do.
+                poller::yield_now().await;
+                continue;
+            }
             Turn::Busy => {
                 // Give the runtime back once the task's budget is spent: quic streams do
                 // not count against it, and their connections' tasks must run.
@@ -927,6 +973,51 @@ pub async fn run_node_full(
             }
         }
     }
+}
+
+/// Environment variable: `tokio` keeps a daemon's node on the process's tokio runtime
+/// instead of a loop of its own ([`run_node_spawned`]), to compare the two.
+pub const NODE_LOOP_ENV: &str = "SDM_NODE_LOOP";
+
+/// [`run_node_full`] where it costs least. When every link is a plain tcp stream, on a
+/// thread of its own that waits on epoll for them ([`poller`]): an event reaches the node
+/// without the runtime's driver, scheduler and task harness in between. The calling
+/// runtime keeps everything else (the handler's spawned work, the local program's output,
+/// re-attaching), entered by that thread. Otherwise, or with [`NODE_LOOP_ENV`] set to
+/// `tokio`, as a task of the calling runtime (a wake-up polls it from the runtime's loop,
+/// not through the frames of the caller).
+pub async fn run_node_spawned(
+    node: Node,
+    parent: Link,
+    children: Vec<(NodeId, Result<Link, LinkError>)>,
+    handler: LocalHandler,
+    events: LocalEvents,
+    recovery: Recovery,
+) -> io::Result<()> {
+    let all_tcp = parent.tcp.is_some()
+        && children
+            .iter()
+            .all(|(_, l)| !matches!(l, Ok(l) if l.tcp.is_none()));
+    let own = all_tcp && std::env::var(NODE_LOOP_ENV).map_or(true, |v| v != "tokio");
+    if !own {
+        let task = tokio::spawn(run_node_full(
+            node, parent, children, handler, events, recovery,
+        ));
+        return task
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(format!("the node's task failed: {e}"))));
+    }
+    let runtime = tokio::runtime::Handle::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("sdm-node".into())
+        .spawn(move || {
+            let _entered = runtime.enter();
+            let node = run_node_full(node, parent, children, handler, events, recovery);
+            let _ = tx.send(poller::block_on(node).and_then(|r| r));
+        })?;
+    rx.await
+        .unwrap_or_else(|_| Err(io::Error::other("the node's thread failed")))
 }
 
 #[cfg(test)]
@@ -1141,6 +1232,152 @@ mod tests {
             assert!(seen.insert(m.op), "op {} answered twice", m.op);
         }
         task.abort();
+    }
+
+    /// A master on its own loop ([`super::run_node_spawned`]) over tcp links: a child's
+    /// frames queued before the node ran (read ahead by the link's first reader) all go up
+    /// in order; a command to both children gets every id back, the child whose far end
+    /// is gone as lost; when the front-end goes, the master says goodbye to its children
+    /// and closes their links, and ends cleanly.
+    #[tokio::test]
+    async fn a_master_on_its_own_loop_relays_over_tcp_and_says_goodbye() {
+        use crate::poller::tests::tcp_pair;
+        let (c0_here, mut c0_there) = tcp_pair().await;
+        let (c1_here, c1_there) = tcp_pair().await;
+        let (parent_here, mut parent_there) = tcp_pair().await;
+        assert!(c0_here.tcp.is_some() && parent_here.tcp.is_some());
+        let n = 200u64;
+        queue_events(&mut c0_there, 0, n).await;
+        drop(c1_there);
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(2));
+        let children = vec![
+            (NodeId::Server(0), Ok(c0_here)),
+            (NodeId::Server(1), Ok(c1_here)),
+        ];
+        let (_events_tx, events) = tokio::sync::mpsc::channel(1);
+        let task = tokio::spawn(super::run_node_spawned(
+            Node::new(NodeId::Master, topo),
+            parent_here,
+            children,
+            Box::new(|_| {}),
+            events,
+            super::Recovery::default(),
+        ));
+        let mut next = 0;
+        while next < n {
+            let m = parent_there.reader.next().await.unwrap().unwrap();
+            if m.kind == Kind::Event {
+                assert_eq!(&m.payload[..], format!("event {next}").as_bytes());
+                next += 1;
+            }
+        }
+        let cmd = Message::command(7, IdSet::all(2), SyncMode::WaitAll, "ping");
+        parent_there.writer.send(&cmd).await.unwrap();
+        let got = c0_there.reader.next().await.unwrap().unwrap();
+        assert_eq!((got.kind, got.op), (Kind::Command, 7));
+        let r = Message::reply(7, IdSet::single(0), Status::Replied, "pong".into());
+        c0_there.writer.send(&r).await.unwrap();
+        let mut seen = IdSet::new();
+        while seen != IdSet::all(2) {
+            let m = parent_there.reader.next().await.unwrap().unwrap();
+            if m.kind != Kind::Reply {
+                continue;
+            }
+            let status = m.aggregate.status.unwrap_or(Status::Replied);
+            let want = if m.source.contains(0) {
+                Status::Replied
+            } else {
+                Status::Lost
+            };
+            assert_eq!(status, want, "{m:?}");
+            assert!(m.source.is_disjoint(&seen), "an id twice: {m:?}");
+            seen.union_with(&m.source);
+        }
+        drop(parent_there);
+        let mut said_goodbye = false;
+        while let Some(m) = c0_there.reader.next().await {
+            let m = m.unwrap();
+            said_goodbye |= m.kind == Kind::Control
+                && matches!(
+                    sdm_proto::Control::from_message(&m),
+                    Ok(sdm_proto::Control::Goodbye)
+                );
+        }
+        assert!(said_goodbye, "the child's link closed without a goodbye");
+        task.await.unwrap().unwrap();
+    }
+
+    /// A server on its own loop: its handler runs on the node's thread; commands answered
+    /// at once and from tasks the handler spawned on the runtime (woken across threads)
+    /// each get their one reply, and output sent from the runtime through a small channel
+    /// (so the sender waits on the node) all goes up, in order.
+    #[tokio::test]
+    async fn a_server_on_its_own_loop_takes_replies_and_output_from_the_runtime() {
+        use crate::poller::tests::tcp_pair;
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(1));
+        let node = Node::new(NodeId::Server(0), topo);
+        let (parent_here, mut parent_there) = tcp_pair().await;
+        let handler = Box::new(|d: super::Delivery| {
+            let thread = std::thread::current().name().unwrap_or("").to_owned();
+            let answer = format!("answer {} on {thread}", d.op);
+            if d.op.is_multiple_of(2) {
+                d.reply.send(answer);
+            } else {
+                tokio::spawn(async move {
+                    tokio::task::yield_now().await;
+                    d.reply.send(answer);
+                });
+            }
+        });
+        let (events_tx, events) = tokio::sync::mpsc::channel(4);
+        let task = tokio::spawn(super::run_node_spawned(
+            node,
+            parent_here,
+            Vec::new(),
+            handler,
+            events,
+            super::Recovery::default(),
+        ));
+        let n_events = 300u64;
+        let output = tokio::spawn(async move {
+            for i in 0..n_events {
+                let line = bytes::Bytes::from(format!("line {i}"));
+                events_tx.send((Kind::Event, line)).await.unwrap();
+            }
+        });
+        let n = 200u64;
+        for op in 1..=n {
+            let cmd = Message::command(op, IdSet::single(0), SyncMode::WaitAll, "ask");
+            parent_there.writer.feed(&cmd).await.unwrap();
+        }
+        parent_there.writer.flush().await.unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut next_line = 0;
+        while seen.len() < n as usize || next_line < n_events {
+            let next = tokio::time::timeout(Duration::from_secs(60), parent_there.reader.next());
+            let Ok(m) = next.await else {
+                panic!(
+                    "nothing for 60 s: {} replies, {next_line} lines",
+                    seen.len()
+                );
+            };
+            let m = m.unwrap().unwrap();
+            match m.kind {
+                Kind::Reply => {
+                    let want = format!("answer {} on sdm-node", m.op);
+                    assert_eq!(&m.payload[..], want.as_bytes());
+                    assert!(seen.insert(m.op), "op {} answered twice", m.op);
+                }
+                Kind::Event => {
+                    assert_eq!(&m.payload[..], format!("line {next_line}").as_bytes());
+                    next_line += 1;
+                }
+                _ => {}
+            }
+        }
+        output.await.unwrap();
+        drop(parent_there);
+        task.await.unwrap().unwrap();
     }
 
     /// A waker for a task that only counts how often it was woken (`count.0`).

@@ -65,6 +65,7 @@ pub mod init;
 pub mod liveness;
 pub mod logging;
 pub mod node;
+pub mod poller;
 pub mod recover;
 pub mod route;
 pub mod setup;

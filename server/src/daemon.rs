@@ -102,18 +102,9 @@ async fn serve(
         &policy,
         listener,
     );
-    // The node's task of its own: a wake-up polls it from the runtime's loop, not through
-    // the frames of this function and its callers (several KiB of stack each).
-    let task = tokio::spawn(driver::run_node_full(
-        node, parent, children, handler, events, recovery,
-    ));
-    match task.await {
-        Ok(r) => r.map_err(|e| Error::new(ErrorKind::Link, format!("{me}: {e}"))),
-        Err(e) => Err(Error::new(
-            ErrorKind::Link,
-            format!("{me}: the node's task failed: {e}"),
-        )),
-    }
+    driver::run_node_spawned(node, parent, children, handler, events, recovery)
+        .await
+        .map_err(|e| Error::new(ErrorKind::Link, format!("{me}: {e}")))
 }
 
 /// `sdm master --frontend ADDR`: connects to the front-end (a bounded number of tries),

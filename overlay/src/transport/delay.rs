@@ -127,6 +127,7 @@ impl Link {
             reader: self.reader,
             writer: FramedWrite::new(writer, FrameCodec::new(max)),
             peer: self.peer,
+            tcp: None,
         }
     }
 }
