@@ -257,11 +257,25 @@ impl MonitorHandle {
         f: impl FnOnce(&mut Monitor) -> R + Send + 'static,
     ) -> oneshot::Receiver<R> {
         let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |m| {
-            let _ = tx.send(f(m));
+        self.submit_then(f, move |r| {
+            let _ = tx.send(r);
         });
-        self.send(job);
         rx
+    }
+
+    /// Queues `f` like [`MonitorHandle::submit`], and has the monitor thread hand its result
+    /// to `then`: a service's answer goes from there straight to the node (a [`Reply`]
+    /// may be sent from any thread), with no task on the runtime in between. If the
+    /// monitor never runs the job, `then` is dropped unrun (a reply it holds then answers
+    /// with an error).
+    ///
+    /// [`Reply`]: crate::service::Reply
+    pub fn submit_then<R>(
+        &self,
+        f: impl FnOnce(&mut Monitor) -> R + Send + 'static,
+        then: impl FnOnce(R) + Send + 'static,
+    ) {
+        self.send(Box::new(move |m| then(f(m))));
     }
 
     /// Runs `f` on the monitor thread and returns its result.

@@ -412,19 +412,14 @@ fn sdm_service(req: Request, reply: Reply) {
 }
 
 /// [`OMIS`]: the request runs on the monitor thread, queued now, in delivery order (a stop
-/// and a cont sent back to back run in order).
+/// and a cont sent back to back run in order), which answers it.
 fn omis_service(req: Request, reply: Reply) {
     let text = String::from_utf8_lossy(&req.payload).into_owned();
     let reg = Arc::clone(&req.ctx.omis);
-    let rx = req
-        .monitor()
-        .submit(move |m| crate::services::execute(&reg, m, &text));
-    tokio::spawn(async move {
-        let answer = rx
-            .await
-            .unwrap_or_else(|_| "0 [] error(\"monitor gone\")".into());
-        reply.send(answer);
-    });
+    req.monitor().submit_then(
+        move |m| crate::services::execute(&reg, m, &text),
+        move |answer| reply.send(answer),
+    );
 }
 
 /// [`COUNTERS`]: the program's own counters as a JSON object.
@@ -434,20 +429,19 @@ fn counters_service(req: Request, reply: Reply) {
 
 /// [`PROCSTAT`]: the program's metrics as a JSON object (the `stats` filter's leaf input).
 fn procstat_service(req: Request, reply: Reply) {
-    let rx = req.monitor().submit(|m| m.procstat());
-    tokio::spawn(async move {
-        match rx.await {
-            Ok(Ok(pairs)) => {
+    req.monitor().submit_then(
+        |m| m.procstat(),
+        move |got| match got {
+            Ok(pairs) => {
                 let map: serde_json::Map<String, serde_json::Value> = pairs
                     .into_iter()
                     .map(|(k, v)| (k.to_owned(), serde_json::json!(v)))
                     .collect();
                 reply.send(serde_json::Value::Object(map).to_string());
             }
-            Ok(Err(e)) => reply.send(format!("error: procstat: {e}")),
-            Err(_) => reply.send("error: procstat: monitor gone"),
-        }
-    });
+            Err(e) => reply.send(format!("error: procstat: {e}")),
+        },
+    );
 }
 
 /// [`EVALUATE`]: the payload is an expression, evaluated by the symbolic debugger in the
@@ -456,17 +450,16 @@ fn procstat_service(req: Request, reply: Reply) {
 fn evaluate_service(req: Request, reply: Reply) {
     let expr = String::from_utf8_lossy(req.payload()).into_owned();
     let asked = expr.clone();
-    let rx = req.monitor().submit(move |m| m.evaluate(&asked));
-    tokio::spawn(async move {
-        match rx.await {
-            Ok(Ok(v)) if v.parse::<sdm_overlay::filters::Decimal>().is_ok() => {
+    req.monitor().submit_then(
+        move |m| m.evaluate(&asked),
+        move |got| match got {
+            Ok(v) if v.parse::<sdm_overlay::filters::Decimal>().is_ok() => {
                 reply.send(serde_json::json!({ expr: v }).to_string())
             }
-            Ok(Ok(v)) => reply.send(format!("error: {expr} = {v} is not a number")),
-            Ok(Err(e)) => reply.send(format!("error: {e}")),
-            Err(_) => reply.send("error: evaluate: monitor gone"),
-        }
-    });
+            Ok(v) => reply.send(format!("error: {expr} = {v} is not a number")),
+            Err(e) => reply.send(format!("error: {e}")),
+        },
+    );
 }
 
 #[cfg(test)]
