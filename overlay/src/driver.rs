@@ -1,5 +1,8 @@
 //! The tokio driver of a [`Node`]: one task per node reading and writing all its links
 //! itself, a timer, and local delivery to a handler. Links come from [`crate::setup`].
+//! A daemon runs the same task on a loop of its own when its links are plain tcp
+//! ([`run_node_spawned`], [`crate::poller`]): the links are then read and written there, and
+//! the timer is the loop's deadline.
 //!
 //! The driver owns no routing logic: it only turns `poll_output` into socket writes and
 //! socket events into `handle_*` calls, like quinn's driver around quinn-proto.

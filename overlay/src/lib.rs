@@ -30,7 +30,8 @@
 //!
 //! - [`node`]: the sans-IO state machine (routing down, merging up through the op's
 //!   [`filters`], timeouts, lost links).
-//! - [`driver`]: runs a [`node::Node`] over real links with tokio.
+//! - [`driver`]: runs a [`node::Node`] over real links with tokio, or (a daemon whose links
+//!   are all tcp) on a thread of its own waiting on epoll, [`poller`].
 //! - [`setup`] and [`auth`]: connecting the tree; the session-key challenge-response;
 //!   [`LinkError`] says why a link could not be set up.
 //! - [`logging`]: the binaries' log set-up; refused connections logged without flooding.
