@@ -205,11 +205,7 @@ fn guard(f: impl FnOnce() -> Result<(), Failure>) -> c_int {
             code
         }
         Err(p) => {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
+            let what = sdm_overlay::logging::panic_text(&*p);
             set_last_error(&format!("internal error in libsdm: {what}"));
             SDM_ERR_PANIC
         }

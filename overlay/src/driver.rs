@@ -1017,7 +1017,17 @@ pub async fn run_node_spawned(
         .spawn(move || {
             let _entered = runtime.enter();
             let node = run_node_full(node, parent, children, handler, events, recovery);
-            let _ = tx.send(poller::block_on(node).and_then(|r| r));
+            let run = std::panic::AssertUnwindSafe(|| poller::block_on(node));
+            let r = match std::panic::catch_unwind(run) {
+                Ok(r) => r.and_then(|r| r),
+                Err(panic) => {
+                    let what = crate::logging::panic_text(&*panic);
+                    Err(io::Error::other(format!(
+                        "the node's thread panicked: {what}"
+                    )))
+                }
+            };
+            let _ = tx.send(r);
         })?;
     rx.await
         .unwrap_or_else(|_| Err(io::Error::other("the node's thread failed")))

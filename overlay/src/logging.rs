@@ -2,7 +2,8 @@
 //! installs ([`init`]: colour only when standard error is a terminal), and [`Refusals`],
 //! which keeps connections a stranger can open at will from flooding the log: the first
 //! refusal is a warning as always, the ones after it within an interval are counted (and
-//! logged at debug level) and reported in one summary line per interval.
+//! logged at debug level) and reported in one summary line per interval; and
+//! [`panic_text`], what a caught panic said.
 
 use std::fmt::Display;
 #[cfg(feature = "log-init")]
@@ -181,6 +182,16 @@ impl Drop for Refusals {
         let rest = self.lock().take(Instant::now());
         self.report(rest);
     }
+}
+
+/// The message a caught panic carried (`panic!("...")` with or without arguments), or
+/// nothing for another payload: for reporting a panic that was caught instead of lost.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::pin::{Pin, pin};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
@@ -50,6 +50,9 @@ const EVENTS: usize = 256;
 #[derive(Default)]
 struct Source {
     readable: AtomicBool,
+    /// The peer ended its side, or the connection failed: reported once (edge-triggered),
+    /// so never cleared; reads go on until they say so themselves.
+    closed: AtomicBool,
     writable: AtomicBool,
     read: AtomicWaker,
     write: AtomicWaker,
@@ -57,6 +60,8 @@ struct Source {
 
 /// The loop's state on its thread: the epoll set, the sockets in it, the deadline.
 struct Reactor {
+    /// Which loop this is (sockets remember the one they are registered with).
+    id: u64,
     epoll: Epoll,
     /// Sockets by slot (token minus one).
     sources: RefCell<Vec<Option<Arc<Source>>>>,
@@ -138,7 +143,9 @@ pub fn block_on<F: Future>(fut: F) -> io::Result<F::Output> {
         fd.as_fd(),
         EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, WAKE_TOKEN),
     )?;
+    static LOOPS: AtomicU64 = AtomicU64::new(0);
     let reactor = Rc::new(Reactor {
+        id: LOOPS.fetch_add(1, Ordering::Relaxed),
         epoll,
         sources: RefCell::default(),
         free: RefCell::default(),
@@ -182,7 +189,7 @@ impl Reactor {
             Some(at) => {
                 // Rounded up: waking before the deadline would only wait again.
                 let left = at.saturating_duration_since(Instant::now());
-                let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+                let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
                 EpollTimeout::try_from(ms).unwrap_or(EpollTimeout::NONE)
             }
         };
@@ -209,6 +216,9 @@ impl Reactor {
             let Some(source) = source else { continue };
             let flags = ev.events();
             let gone = EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR;
+            if flags.intersects(EpollFlags::EPOLLRDHUP | gone) {
+                source.closed.store(true, Ordering::Relaxed);
+            }
             if flags.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | gone) {
                 source.readable.store(true, Ordering::Relaxed);
                 source.read.wake();
@@ -255,13 +265,16 @@ struct Socket {
     fd: OwnedFd,
     source: Arc<Source>,
     slot: usize,
+    /// The loop whose epoll set has it.
+    reactor: u64,
 }
 
 impl Drop for Socket {
     fn drop(&mut self) {
         // On the loop's thread (where the driver drops its links), the slot is freed; the
         // descriptor is taken out first, so no event can name the slot once it is reused.
-        if let Some(r) = current() {
+        // Elsewhere closing it is all (the loop's set forgets a closed descriptor).
+        if let Some(r) = current().filter(|r| r.id == self.reactor) {
             let _ = r.epoll.delete(self.fd.as_fd());
             r.sources.borrow_mut()[self.slot] = None;
             r.free.borrow_mut().push(self.slot);
@@ -310,7 +323,9 @@ impl AsyncRead for Reader {
                 let n = n as usize;
                 unsafe { buf.assume_init(n) };
                 buf.advance(n);
-                if n > 0 && n < len {
+                // A short read drained the socket, unless the peer has closed: then the end of
+                // the stream is still to be read, and no other event will say so.
+                if n > 0 && n < len && !source.closed.load(Ordering::Relaxed) {
                     source.readable.store(false, Ordering::Relaxed);
                 }
                 return Poll::Ready(Ok(()));
@@ -381,8 +396,9 @@ impl AsyncWrite for Writer {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        let bufs = &bufs[..bufs.len().min(libc::UIO_MAXIOV as usize)];
         let want = bufs.iter().map(|b| b.len()).sum();
-        let count = bufs.len().min(libc::UIO_MAXIOV as usize) as libc::c_int;
+        let count = bufs.len() as libc::c_int;
         self.poll_op(cx, want, |fd| {
             // SAFETY: `IoSlice` is ABI-compatible with `iovec`, and `count` of them are valid.
             unsafe { libc::writev(fd, bufs.as_ptr().cast(), count) }
@@ -414,7 +430,7 @@ impl AsyncWrite for Writer {
     }
 }
 
-/// On a thread running [`block_on`], moves a plain tcp link ([`Link::tcp`]) onto the
+/// On a thread running [`block_on`], moves a plain tcp link (one the tcp transport made) onto the
 /// loop: a copy of its socket goes into the epoll set, the tokio halves are dropped (which
 /// takes the socket out of the runtime's reactor), and bytes the old reader had already
 /// read come first from the new one. Any other link, or on any other thread, is returned
@@ -447,14 +463,22 @@ pub fn take_over(link: Link) -> Link {
             return link;
         }
     };
-    let socket = Arc::new(Socket { fd, source, slot });
+    let socket = Arc::new(Socket {
+        fd,
+        source,
+        slot,
+        reactor: reactor.id,
+    });
     let Link {
-        reader,
+        mut reader,
         writer,
         peer,
         ..
     } = link;
     let max = reader.decoder().max_frame();
+    // The decoder goes with the bytes read ahead: it may be in the middle of a frame whose
+    // header it already took from them.
+    let decoder = std::mem::replace(reader.decoder_mut(), sdm_proto::FrameCodec::new(max));
     let leftover = reader.read_buffer().clone().freeze();
     let unwritten = writer.write_buffer().clone();
     // The old halves go (the runtime stops watching the socket, and the descriptor they
@@ -471,10 +495,7 @@ pub fn take_over(link: Link) -> Link {
     // Frames the old writer had buffered and not flushed go first.
     writer.write_buffer_mut().extend_from_slice(&unwritten);
     Link {
-        reader: FramedRead::new(
-            Box::new(Reader { socket, leftover }),
-            sdm_proto::FrameCodec::new(max),
-        ),
+        reader: FramedRead::new(Box::new(Reader { socket, leftover }), decoder),
         writer,
         peer,
         tcp: None,
@@ -580,6 +601,47 @@ pub(crate) mod tests {
             assert!(a.reader.next().await.is_none(), "the stream did not end");
         });
         node.join().unwrap();
+    }
+
+    /// The peer's last frame and the end of its stream arrive together while the loop is
+    /// busy, so one event reports both: the frame comes up, then the end (the short read
+    /// of the frame must not put the socket back to sleep, as no other event will come).
+    #[test]
+    fn a_last_frame_and_the_close_in_one_event_both_come_up() {
+        within_a_minute(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let (mut a, b) = rt.block_on(tcp_pair());
+            let (go_tx, go_rx) = tokio::sync::oneshot::channel();
+            let (sent_tx, sent_rx) = std::sync::mpsc::channel();
+            let runtime = rt.handle().clone();
+            let node = std::thread::spawn(move || {
+                let _entered = runtime.enter();
+                block_on(async move {
+                    let mut b = take_over(b);
+                    // Nothing to read yet: the socket's readiness is cleared.
+                    let first =
+                        std::future::poll_fn(|cx| Poll::Ready(b.reader.poll_next_unpin(cx)));
+                    assert!(first.await.is_pending());
+                    go_tx.send(()).unwrap();
+                    // The loop is busy while the frame and the close arrive.
+                    sent_rx.recv().unwrap();
+                    let m = b.reader.next().await.unwrap().unwrap();
+                    assert_eq!(m.op, 1);
+                    assert!(b.reader.next().await.is_none(), "the end was not seen");
+                })
+                .unwrap();
+            });
+            rt.block_on(async move {
+                go_rx.await.unwrap();
+                a.writer.send(&frame(1)).await.unwrap();
+                drop(a);
+            });
+            sent_tx.send(()).unwrap();
+            node.join().unwrap();
+        });
     }
 
     /// The loop's wait ends for a wake from another thread (through the eventfd) and for

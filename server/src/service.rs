@@ -348,11 +348,7 @@ impl Services {
             ctx: Arc::clone(ctx),
         };
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| handler.call(req, reply))) {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
+            let what = sdm_overlay::logging::panic_text(&*panic);
             tracing::error!("server {}: service {name:?} panicked: {what}", ctx.id);
         }
     }

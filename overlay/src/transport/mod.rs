@@ -194,14 +194,14 @@ pub struct Link {
     pub peer: String,
     /// Set when the link is a plain tcp stream: what a node's own loop needs to take it
     /// over ([`crate::poller::take_over`]). `None` for any other transport, or a wrapped one.
-    pub tcp: Option<TcpHandover>,
+    pub(crate) tcp: Option<TcpHandover>,
 }
 
 /// The socket under a plain tcp [`Link`]'s halves, and the switch that makes dropping its
 /// writer leave the stream open (normally that sends FIN) when the socket moves to a
 /// node's own loop.
 #[derive(Debug, Clone)]
-pub struct TcpHandover {
+pub(crate) struct TcpHandover {
     /// Open while the link's halves are.
     pub(crate) fd: std::os::fd::RawFd,
     pub(crate) keep_open: std::sync::Arc<std::sync::atomic::AtomicBool>,
