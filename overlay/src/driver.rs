@@ -477,13 +477,8 @@ impl Timer {
     fn due(&mut self, cx: &mut Context<'_>, at: Instant) -> bool {
         match self {
             Timer::Tokio(sleep) => sleep.as_mut().poll(cx).is_ready(),
-            Timer::Own => {
-                if Instant::now() >= at {
-                    return true;
-                }
-                poller::set_deadline(at.into_std());
-                false
-            }
+            // The loop keeps the deadline `reset` gave it until it has passed.
+            Timer::Own => Instant::now() >= at,
         }
     }
 }
@@ -1078,6 +1073,55 @@ mod tests {
         (task, parent_there)
     }
 
+    /// No keepalives: their timer would wake the node and hide a reply (or an output line)
+    /// that did not.
+    fn quiet() -> super::Recovery {
+        super::Recovery {
+            liveness: Some(super::Liveness {
+                interval: Duration::from_secs(3600),
+                dead_after: Duration::from_secs(7200),
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Commands 1..=`n` for server 0, sent down `parent` at once.
+    async fn ask(parent: &mut Link, n: u64) {
+        for op in 1..=n {
+            let cmd = Message::command(op, IdSet::single(0), SyncMode::WaitAll, "ask");
+            parent.writer.feed(&cmd).await.unwrap();
+        }
+        parent.writer.flush().await.unwrap();
+    }
+
+    /// Command `op` for servers 0 and 1 of a flat tree, down `parent`; child 0 (the far end
+    /// `c0`) answers it and child 1's link is gone: server 0's reply and server 1 lost go
+    /// up, every id once.
+    async fn ping_with_child_1_gone(op: u64, parent: &mut Link, c0: &mut Link) {
+        let cmd = Message::command(op, IdSet::all(2), SyncMode::WaitAll, "ping");
+        parent.writer.send(&cmd).await.unwrap();
+        let got = c0.reader.next().await.unwrap().unwrap();
+        assert_eq!((got.kind, got.op), (Kind::Command, op));
+        let r = Message::reply(op, IdSet::single(0), Status::Replied, "pong".into());
+        c0.writer.send(&r).await.unwrap();
+        let mut seen = IdSet::new();
+        while seen != IdSet::all(2) {
+            let m = parent.reader.next().await.unwrap().unwrap();
+            if m.kind != Kind::Reply {
+                continue;
+            }
+            let status = m.aggregate.status.unwrap_or(Status::Replied);
+            let want = if m.source.contains(0) {
+                Status::Replied
+            } else {
+                Status::Lost
+            };
+            assert_eq!(status, want, "{m:?}");
+            assert!(m.source.is_disjoint(&seen), "an id twice: {m:?}");
+            seen.union_with(&m.source);
+        }
+    }
+
     /// `n` events from server `id`, queued on `link` and flushed.
     async fn queue_events(link: &mut Link, id: u32, n: u64) {
         for i in 0..n {
@@ -1102,28 +1146,7 @@ mod tests {
         let (c1_here, c1_there) = pair();
         drop(c1_there);
         let (node, mut parent_there) = run_master(vec![c0_here, c1_here]);
-        let cmd = Message::command(5, IdSet::all(2), SyncMode::WaitAll, "ping");
-        parent_there.writer.send(&cmd).await.unwrap();
-        let got = c0_there.reader.next().await.unwrap().unwrap();
-        assert_eq!((got.kind, got.op), (Kind::Command, 5));
-        let r = Message::reply(5, IdSet::single(0), Status::Replied, "pong".into());
-        c0_there.writer.send(&r).await.unwrap();
-        let mut seen = IdSet::new();
-        while seen != IdSet::all(2) {
-            let m = parent_there.reader.next().await.unwrap().unwrap();
-            if m.kind != Kind::Reply {
-                continue;
-            }
-            let status = m.aggregate.status.unwrap_or(Status::Replied);
-            let want = if m.source.contains(0) {
-                Status::Replied
-            } else {
-                Status::Lost
-            };
-            assert_eq!(status, want, "{m:?}");
-            assert!(m.source.is_disjoint(&seen), "an id twice: {m:?}");
-            seen.union_with(&m.source);
-        }
+        ping_with_child_1_gone(5, &mut parent_there, &mut c0_there).await;
         node.abort();
     }
 
@@ -1208,14 +1231,6 @@ mod tests {
                 });
             }
         });
-        // No keepalives: their timer would wake the node and hide a reply that did not.
-        let quiet = super::Recovery {
-            liveness: Some(super::Liveness {
-                interval: Duration::from_secs(3600),
-                dead_after: Duration::from_secs(7200),
-            }),
-            ..Default::default()
-        };
         let (_events_tx, events) = tokio::sync::mpsc::channel(1);
         let task = tokio::spawn(super::run_node_full(
             node,
@@ -1223,14 +1238,10 @@ mod tests {
             Vec::new(),
             handler,
             events,
-            quiet,
+            quiet(),
         ));
         let n = 200u64;
-        for op in 1..=n {
-            let cmd = Message::command(op, IdSet::single(0), SyncMode::WaitAll, "ask");
-            parent_there.writer.feed(&cmd).await.unwrap();
-        }
-        parent_there.writer.flush().await.unwrap();
+        ask(&mut parent_there, n).await;
         let mut seen = std::collections::BTreeSet::new();
         while seen.len() < n as usize {
             // Generous: a reply that never woke the node would otherwise hang the test.
@@ -1284,28 +1295,7 @@ mod tests {
                 next += 1;
             }
         }
-        let cmd = Message::command(7, IdSet::all(2), SyncMode::WaitAll, "ping");
-        parent_there.writer.send(&cmd).await.unwrap();
-        let got = c0_there.reader.next().await.unwrap().unwrap();
-        assert_eq!((got.kind, got.op), (Kind::Command, 7));
-        let r = Message::reply(7, IdSet::single(0), Status::Replied, "pong".into());
-        c0_there.writer.send(&r).await.unwrap();
-        let mut seen = IdSet::new();
-        while seen != IdSet::all(2) {
-            let m = parent_there.reader.next().await.unwrap().unwrap();
-            if m.kind != Kind::Reply {
-                continue;
-            }
-            let status = m.aggregate.status.unwrap_or(Status::Replied);
-            let want = if m.source.contains(0) {
-                Status::Replied
-            } else {
-                Status::Lost
-            };
-            assert_eq!(status, want, "{m:?}");
-            assert!(m.source.is_disjoint(&seen), "an id twice: {m:?}");
-            seen.union_with(&m.source);
-        }
+        ping_with_child_1_gone(7, &mut parent_there, &mut c0_there).await;
         drop(parent_there);
         let mut said_goodbye = false;
         while let Some(m) = c0_there.reader.next().await {
@@ -1349,7 +1339,7 @@ mod tests {
             Vec::new(),
             handler,
             events,
-            super::Recovery::default(),
+            quiet(),
         ));
         let n_events = 300u64;
         let output = tokio::spawn(async move {
@@ -1359,11 +1349,7 @@ mod tests {
             }
         });
         let n = 200u64;
-        for op in 1..=n {
-            let cmd = Message::command(op, IdSet::single(0), SyncMode::WaitAll, "ask");
-            parent_there.writer.feed(&cmd).await.unwrap();
-        }
-        parent_there.writer.flush().await.unwrap();
+        ask(&mut parent_there, n).await;
         let mut seen = std::collections::BTreeSet::new();
         let mut next_line = 0;
         while seen.len() < n as usize || next_line < n_events {

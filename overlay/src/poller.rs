@@ -23,12 +23,12 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io::{self, IoSlice};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::pin::{Pin, pin};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Wake, Waker, ready};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes};
@@ -197,15 +197,13 @@ impl Reactor {
         if task.woken.load(Ordering::SeqCst) {
             timeout = EpollTimeout::ZERO;
         }
-        let n = match self.epoll.wait(events, timeout) {
+        let waited = self.epoll.wait(events, timeout);
+        task.waiting.store(false, Ordering::SeqCst);
+        let n = match waited {
             Ok(n) => n,
             Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => {
-                task.waiting.store(false, Ordering::SeqCst);
-                return Err(e.into());
-            }
+            Err(e) => return Err(e.into()),
         };
-        task.waiting.store(false, Ordering::SeqCst);
         for ev in &events[..n] {
             let token = ev.data();
             if token == WAKE_TOKEN {
@@ -282,9 +280,67 @@ impl Drop for Socket {
     }
 }
 
-/// Whether a result is "would block".
-fn would_block(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::WouldBlock
+/// One direction of a [`Source`]: its readiness and who waits for it.
+struct Direction<'a> {
+    ready: &'a AtomicBool,
+    waiter: &'a AtomicWaker,
+    /// A short transfer leaves the readiness set (the read side once the peer closed: the
+    /// end of the stream is still to be read, and no other event will say so).
+    keep_on_short: bool,
+}
+
+impl Direction<'_> {
+    /// Runs `op` (a system call moving up to `want` bytes, returning how many or -1) while
+    /// the socket is ready this way. Would-block clears the readiness and waits for the next
+    /// event; so does a short transfer, which means the socket has nothing more (or no
+    /// more room), as tokio does.
+    fn poll(
+        &self,
+        cx: &Context<'_>,
+        want: usize,
+        mut op: impl FnMut() -> isize,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            if !self.ready.load(Ordering::Relaxed) {
+                self.waiter.register(cx.waker());
+                if !self.ready.load(Ordering::Relaxed) {
+                    return Poll::Pending;
+                }
+            }
+            let n = op();
+            if n >= 0 {
+                let n = n as usize;
+                if n > 0 && n < want && !self.keep_on_short {
+                    self.ready.store(false, Ordering::Relaxed);
+                }
+                return Poll::Ready(Ok(n));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => self.ready.store(false, Ordering::Relaxed),
+                io::ErrorKind::Interrupted => {}
+                _ => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl Source {
+    fn reading(&self) -> Direction<'_> {
+        Direction {
+            ready: &self.readable,
+            waiter: &self.read,
+            keep_on_short: self.closed.load(Ordering::Relaxed),
+        }
+    }
+
+    fn writing(&self) -> Direction<'_> {
+        Direction {
+            ready: &self.writable,
+            waiter: &self.write,
+            keep_on_short: false,
+        }
+    }
 }
 
 /// The read half: first what the link's previous reader had read and not framed yet.
@@ -305,38 +361,20 @@ impl AsyncRead for Reader {
             self.leftover.advance(n);
             return Poll::Ready(Ok(()));
         }
-        let source = &self.socket.source;
-        loop {
-            if !source.readable.load(Ordering::Relaxed) {
-                source.read.register(cx.waker());
-                if !source.readable.load(Ordering::Relaxed) {
-                    return Poll::Pending;
-                }
-            }
-            let fd = self.socket.fd.as_raw_fd();
-            // SAFETY: `recv` writes at most `len` bytes into the unfilled part of `buf`,
-            // which are then marked initialized and filled.
-            let unfilled = unsafe { buf.unfilled_mut() };
-            let len = unfilled.len();
-            let n = unsafe { libc::recv(fd, unfilled.as_mut_ptr().cast(), len, 0) };
-            if n >= 0 {
-                let n = n as usize;
-                unsafe { buf.assume_init(n) };
-                buf.advance(n);
-                // A short read drained the socket, unless the peer has closed: then the end of
-                // the stream is still to be read, and no other event will say so.
-                if n > 0 && n < len && !source.closed.load(Ordering::Relaxed) {
-                    source.readable.store(false, Ordering::Relaxed);
-                }
-                return Poll::Ready(Ok(()));
-            }
-            let e = io::Error::last_os_error();
-            if would_block(&e) {
-                source.readable.store(false, Ordering::Relaxed);
-            } else if e.kind() != io::ErrorKind::Interrupted {
-                return Poll::Ready(Err(e));
-            }
-        }
+        let fd = self.socket.fd.as_raw_fd();
+        // SAFETY: `recv` writes at most `len` bytes into the unfilled part of `buf`, which
+        // are then marked initialized and filled.
+        let unfilled = unsafe { buf.unfilled_mut() };
+        let (at, len) = (unfilled.as_mut_ptr(), unfilled.len());
+        let n = ready!(
+            self.socket
+                .source
+                .reading()
+                .poll(cx, len, || unsafe { libc::recv(fd, at.cast(), len, 0) })
+        )?;
+        unsafe { buf.assume_init(n) };
+        buf.advance(n);
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -345,47 +383,14 @@ struct Writer {
     socket: Arc<Socket>,
 }
 
-impl Writer {
-    /// Runs `op` while the socket is writable; a short write clears the readiness.
-    fn poll_op(
-        &self,
-        cx: &mut Context<'_>,
-        want: usize,
-        op: impl Fn(RawFd) -> isize,
-    ) -> Poll<io::Result<usize>> {
-        let source = &self.socket.source;
-        loop {
-            if !source.writable.load(Ordering::Relaxed) {
-                source.write.register(cx.waker());
-                if !source.writable.load(Ordering::Relaxed) {
-                    return Poll::Pending;
-                }
-            }
-            let n = op(self.socket.fd.as_raw_fd());
-            if n >= 0 {
-                let n = n as usize;
-                if n < want {
-                    source.writable.store(false, Ordering::Relaxed);
-                }
-                return Poll::Ready(Ok(n));
-            }
-            let e = io::Error::last_os_error();
-            if would_block(&e) {
-                source.writable.store(false, Ordering::Relaxed);
-            } else if e.kind() != io::ErrorKind::Interrupted {
-                return Poll::Ready(Err(e));
-            }
-        }
-    }
-}
-
 impl AsyncWrite for Writer {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.poll_op(cx, buf.len(), |fd| {
+        let fd = self.socket.fd.as_raw_fd();
+        self.socket.source.writing().poll(cx, buf.len(), || {
             // SAFETY: `buf` is valid for `buf.len()` bytes.
             unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) }
         })
@@ -399,7 +404,8 @@ impl AsyncWrite for Writer {
         let bufs = &bufs[..bufs.len().min(libc::UIO_MAXIOV as usize)];
         let want = bufs.iter().map(|b| b.len()).sum();
         let count = bufs.len() as libc::c_int;
-        self.poll_op(cx, want, |fd| {
+        let fd = self.socket.fd.as_raw_fd();
+        self.socket.source.writing().poll(cx, want, || {
             // SAFETY: `IoSlice` is ABI-compatible with `iovec`, and `count` of them are valid.
             unsafe { libc::writev(fd, bufs.as_ptr().cast(), count) }
         })
@@ -471,29 +477,27 @@ pub fn take_over(link: Link) -> Link {
     });
     let Link {
         mut reader,
-        writer,
+        mut writer,
         peer,
         ..
     } = link;
-    let max = reader.decoder().max_frame();
-    // The decoder goes with the bytes read ahead: it may be in the middle of a frame whose
-    // header it already took from them.
-    let decoder = std::mem::replace(reader.decoder_mut(), sdm_proto::FrameCodec::new(max));
-    let leftover = reader.read_buffer().clone().freeze();
-    let unwritten = writer.write_buffer().clone();
+    // The codecs move over (the decoder may be in the middle of a frame whose header it
+    // took from the bytes read ahead), and so do those bytes and any frames the old writer
+    // had buffered and not flushed.
+    let decoder = std::mem::take(reader.decoder_mut());
+    let encoder = std::mem::take(writer.encoder_mut());
+    let leftover = reader.read_buffer_mut().split().freeze();
+    let unwritten = writer.write_buffer_mut().split();
     // The old halves go (the runtime stops watching the socket, and the descriptor they
     // shared is closed) without ending the stream: the copy above carries it on.
     handover.keep_open.store(true, Ordering::SeqCst);
     drop(reader);
     drop(writer);
-    let mut writer = FramedWrite::new(
-        Box::new(Writer {
-            socket: socket.clone(),
-        }) as crate::transport::BoxWriter,
-        sdm_proto::FrameCodec::new(max),
-    );
-    // Frames the old writer had buffered and not flushed go first.
-    writer.write_buffer_mut().extend_from_slice(&unwritten);
+    let writer: crate::transport::BoxWriter = Box::new(Writer {
+        socket: socket.clone(),
+    });
+    let mut writer = FramedWrite::new(writer, encoder);
+    *writer.write_buffer_mut() = unwritten;
     Link {
         reader: FramedRead::new(Box::new(Reader { socket, leftover }), decoder),
         writer,

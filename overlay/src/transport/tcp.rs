@@ -142,7 +142,7 @@ impl AsyncWrite for TcpWriter {
     }
 
     fn is_write_vectored(&self) -> bool {
-        true
+        self.half.as_ref().is_some_and(|h| h.is_write_vectored())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
