@@ -307,17 +307,20 @@ struct LinkIo {
     weight: usize,
     /// What the reader is polled with: marks this link in the driver's [`Readiness`].
     waker: Waker,
+    /// Its socket, when the link runs on the node's own loop (which can mute its reads).
+    socket: Option<poller::SocketRef>,
 }
 
 impl LinkIo {
     fn new(link: Link, waker: Waker) -> Self {
         // On a node's own loop, a tcp link is read and written there.
+        let (link, socket) = poller::take_over_socket(link);
         let Link {
             reader,
             writer,
             peer,
             ..
-        } = crate::poller::take_over(link);
+        } = link;
         Self {
             reader,
             writer,
@@ -327,6 +330,18 @@ impl LinkIo {
             unflushed: false,
             weight: 1,
             waker,
+            socket,
+        }
+    }
+
+    /// Whether the link's reads are muted on the node's own loop.
+    fn muted(&self) -> bool {
+        self.socket.as_ref().is_some_and(poller::SocketRef::muted)
+    }
+
+    fn set_muted(&self, on: bool) {
+        if let Some(s) = &self.socket {
+            s.set_muted(on);
         }
     }
 
@@ -501,6 +516,26 @@ const DRAIN: usize = 32;
 /// thousand children still reads its parent and runs its timer between batches).
 const TURN_FRAMES: usize = 256;
 
+/// Which children's reads a node on its own loop mutes while it waits for their replies
+/// ([`Node::reply_waits`], [`poller::SocketRef::set_muted`]): all but the one it expects
+/// last (the anchor), read whenever the loop wakes. A child stays muted once it answered,
+/// until the node waits for no child at all (no system call per reply). A wait that ran
+/// out with nothing from them ([`poller::MUTE_POLL`]: an op that takes long) pauses
+/// muting until the anchor sends a frame, so a long wait costs one extra wake-up and not
+/// one per poll.
+#[derive(Default)]
+struct Mute {
+    /// The children in flight ops wait for, the anchor first.
+    waits: Vec<NodeId>,
+    anchor: Option<NodeId>,
+    paused: bool,
+    /// Since the loop last waited: a frame came from the anchor, from a muted child.
+    anchor_spoke: bool,
+    muted_spoke: bool,
+    /// A child is muted.
+    any: bool,
+}
+
 /// A node and everything its task drives: the links, the local handler and its replies,
 /// the timer.
 struct Driver {
@@ -528,6 +563,8 @@ struct Driver {
     /// The wakers of the local events and of the adoptions.
     events_waker: Waker,
     adoptions_waker: Waker,
+    /// The children's muted reads, on the node's own loop (`None` elsewhere).
+    mute: Option<Mute>,
 }
 
 impl Driver {
@@ -661,6 +698,9 @@ impl Driver {
         }
         self.arm(timer);
         more |= self.armed.is_some_and(|at| timer.due(cx, at));
+        if !more {
+            self.mute_children();
+        }
         // Everything the node asked for was handed to a link before the last writes (a
         // frame left in the node now would wait for an unrelated wake-up).
         debug_assert!(
@@ -727,6 +767,10 @@ impl Driver {
                 match link.poll_frame() {
                     Poll::Ready(Ok(m)) => {
                         taken += 1;
+                        if let Some(mute) = &mut self.mute {
+                            mute.muted_spoke |= link.muted();
+                            mute.anchor_spoke |= mute.anchor == Some(c);
+                        }
                         self.node.handle_from_child(Instant::now().into_std(), c, m);
                     }
                     Poll::Ready(Err(mut why)) => {
@@ -788,6 +832,40 @@ impl Driver {
         any
     }
 
+    /// Before the loop waits: mutes the children the node waits for but the anchor, and
+    /// hears the others ([`Mute`]).
+    fn mute_children(&mut self) {
+        let Some(mute) = &mut self.mute else {
+            return;
+        };
+        // With one child (a leaf has none) there is nothing to mute.
+        if self.children.index.len() < 2 && !mute.any {
+            return;
+        }
+        if poller::take_mute_lapsed() && !mute.muted_spoke {
+            mute.paused = true;
+        }
+        self.node.reply_waits(&mut mute.waits);
+        let anchor = mute.waits.first().copied();
+        if mute.anchor_spoke || anchor != mute.anchor {
+            mute.paused = false;
+        }
+        mute.anchor = anchor;
+        mute.anchor_spoke = false;
+        mute.muted_spoke = false;
+        let waits = &mute.waits;
+        mute.any = false;
+        for (c, link) in self.children.links_mut() {
+            let on = if mute.paused || waits.is_empty() || anchor == Some(*c) {
+                false
+            } else {
+                link.muted() || waits.contains(c)
+            };
+            link.set_muted(on);
+            mute.any |= link.muted();
+        }
+    }
+
     /// Moves the timer to the node's deadline, if that changed (a new registration per
     /// frame would cost more than the frame).
     fn arm(&mut self, timer: &mut Timer) {
@@ -806,6 +884,7 @@ impl Driver {
     /// parent.
     async fn goodbye(mut self, grace: std::time::Duration) {
         for (_, link) in self.children.links_mut() {
+            link.set_muted(false);
             link.push(Control::Goodbye.to_message());
         }
         let mut closed = vec![false; self.children.slots.len()];
@@ -929,6 +1008,7 @@ pub async fn run_node_full(
         adoptions_waker: ready.waker(ADOPTIONS),
         ready,
         want,
+        mute: (poller::active() && muting_wanted()).then(Mute::default),
     };
     // One timer for the node's deadline, moved only when the deadline changes.
     let mut timer = Timer::new();
@@ -976,6 +1056,16 @@ pub async fn run_node_full(
 /// Environment variable: `tokio` keeps a daemon's node on the process's tokio runtime
 /// instead of a loop of its own ([`run_node_spawned`]), to compare the two.
 pub const NODE_LOOP_ENV: &str = "SDM_NODE_LOOP";
+
+/// Environment variable: `0` makes a node on its own loop hear every child at all times
+/// instead of muting those it is not waiting on last ([`crate::poller`]), to compare the
+/// two.
+pub const MUTE_ENV: &str = "SDM_MUTE";
+
+/// Whether a node on its own loop mutes children ([`MUTE_ENV`]).
+fn muting_wanted() -> bool {
+    std::env::var_os(MUTE_ENV).is_none_or(|v| v != "0")
+}
 
 /// [`run_node_full`] where it costs least. When every link is a plain tcp stream, on a
 /// thread of its own that waits on epoll for them ([`poller`]): an event reaches the node
@@ -1307,6 +1397,144 @@ mod tests {
                 );
         }
         assert!(said_goodbye, "the child's link closed without a goodbye");
+        task.await.unwrap().unwrap();
+    }
+
+    /// A master on its own loop mutes the children it is not waiting on last (all three
+    /// have one server; server 2 is the anchor) while commands are in flight: 100
+    /// pipelined commands each get every id back once, merged, with the muted children's
+    /// output in order beside them; and while the anchor keeps a command waiting, the
+    /// others' replies stay below (the command waits for all) but their output still goes
+    /// up (the muted links are read at the poll).
+    #[test]
+    fn a_master_on_its_own_loop_mutes_children_and_loses_nothing() {
+        crate::poller::tests::within_a_minute(|| {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(mutes_children_and_loses_nothing());
+        });
+    }
+
+    async fn mutes_children_and_loses_nothing() {
+        use crate::poller::tests::tcp_pair;
+        let mut here = Vec::new();
+        let mut there = Vec::new();
+        for id in 0..3 {
+            let (h, t) = tcp_pair().await;
+            here.push((NodeId::Server(id), Ok(h)));
+            there.push(t);
+        }
+        let (parent_here, mut parent) = tcp_pair().await;
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(3));
+        let (_events_tx, events) = tokio::sync::mpsc::channel(1);
+        let task = tokio::spawn(super::run_node_spawned(
+            Node::new(NodeId::Master, topo),
+            parent_here,
+            here,
+            Box::new(|_| {}),
+            events,
+            quiet(),
+        ));
+        let event = |id: u32, i: u64| {
+            let mut m = Message::reply(
+                i,
+                IdSet::single(id),
+                Status::Replied,
+                format!("event {i}").into(),
+            );
+            m.kind = Kind::Event;
+            m
+        };
+        // What the front-end got: per op the ids replied, per server the next event.
+        #[derive(Default)]
+        struct Got {
+            replied: std::collections::HashMap<u64, IdSet>,
+            next_event: [u64; 3],
+        }
+        impl Got {
+            fn take(&mut self, m: Message) {
+                match m.kind {
+                    Kind::Reply => {
+                        let status = m.aggregate.status.unwrap_or(Status::Replied);
+                        assert_eq!(status, Status::Replied);
+                        assert_eq!(&m.payload[..], b"pong", "{m:?}");
+                        let ids = self.replied.entry(m.op).or_default();
+                        assert!(ids.is_disjoint(&m.source), "an id twice: {m:?}");
+                        ids.union_with(&m.source);
+                    }
+                    Kind::Event => {
+                        let id = m.source.first().unwrap() as usize;
+                        assert_eq!(
+                            m.op, self.next_event[id],
+                            "server {id}'s output out of order"
+                        );
+                        self.next_event[id] += 1;
+                    }
+                    _ => {}
+                }
+            }
+            fn complete(&self, op: u64) -> bool {
+                self.replied
+                    .get(&op)
+                    .is_some_and(|ids| *ids == IdSet::all(3))
+            }
+        }
+        let mut got = Got::default();
+        // 100 commands at once; servers 0 and 1 answer each with an output line after it,
+        // then server 2 answers them all.
+        let n = 100u64;
+        for op in 1..=n {
+            let cmd = Message::command(op, IdSet::all(3), SyncMode::WaitAll, "ping");
+            parent.writer.feed(&cmd).await.unwrap();
+        }
+        parent.writer.flush().await.unwrap();
+        for (id, child) in there.iter_mut().enumerate() {
+            for op in 1..=n {
+                let cmd = child.reader.next().await.unwrap().unwrap();
+                assert_eq!((cmd.kind, cmd.op), (Kind::Command, op));
+                let r =
+                    Message::reply(op, IdSet::single(id as u32), Status::Replied, "pong".into());
+                child.writer.feed(&r).await.unwrap();
+                if id < 2 {
+                    child.writer.feed(&event(id as u32, op - 1)).await.unwrap();
+                }
+            }
+            child.writer.flush().await.unwrap();
+        }
+        while !((1..=n).all(|op| got.complete(op)) && got.next_event[..2] == [n, n]) {
+            got.take(parent.reader.next().await.unwrap().unwrap());
+        }
+        // One more command, which server 2 keeps waiting: the others answer and print 20
+        // lines each, and the lines come up while the command waits.
+        let op = n + 1;
+        let cmd = Message::command(op, IdSet::all(3), SyncMode::WaitAll, "ping");
+        parent.writer.send(&cmd).await.unwrap();
+        for (id, child) in there.iter_mut().enumerate().take(2) {
+            let cmd = child.reader.next().await.unwrap().unwrap();
+            assert_eq!((cmd.kind, cmd.op), (Kind::Command, op));
+            let r = Message::reply(op, IdSet::single(id as u32), Status::Replied, "pong".into());
+            child.writer.feed(&r).await.unwrap();
+            for i in 0..20 {
+                child.writer.feed(&event(id as u32, n + i)).await.unwrap();
+            }
+            child.writer.flush().await.unwrap();
+        }
+        while got.next_event[..2] != [n + 20, n + 20] {
+            got.take(parent.reader.next().await.unwrap().unwrap());
+        }
+        let early = got.replied.contains_key(&op);
+        assert!(!early, "a command went up before every id answered");
+        let cmd = there[2].reader.next().await.unwrap().unwrap();
+        assert_eq!((cmd.kind, cmd.op), (Kind::Command, op));
+        let r = Message::reply(op, IdSet::single(2), Status::Replied, "pong".into());
+        there[2].writer.send(&r).await.unwrap();
+        while !got.complete(op) {
+            got.take(parent.reader.next().await.unwrap().unwrap());
+        }
+        drop(parent);
         task.await.unwrap().unwrap();
     }
 

@@ -940,6 +940,35 @@ impl Node {
         }
     }
 
+    /// The children whose replies the ops in flight still wait for, the one expected last
+    /// (the most servers below it) first, into `out`; none unless every op waits for all
+    /// its ids ([`SyncMode::WaitAll`]): with a timeout a reply must be read by the
+    /// deadline, and without waiting each one goes up at once. Until that first child
+    /// answers, no reply of the others completes an op: a node's own loop reads them only
+    /// when it wakes for something else ([`crate::poller`]).
+    pub fn reply_waits(&self, out: &mut Vec<NodeId>) {
+        out.clear();
+        for p in self.ops.values() {
+            if p.sync != SyncMode::WaitAll {
+                out.clear();
+                return;
+            }
+            for (s, ids) in &p.outstanding {
+                if let Source::Child(c) = *s
+                    && !ids.is_empty()
+                    && !out.contains(&c)
+                {
+                    out.push(c);
+                }
+            }
+        }
+        let servers = |c: &NodeId| self.down.get(c).map_or(1, RecvWindow::servers);
+        let last = (0..out.len()).max_by_key(|&i| (servers(&out[i]), out[i]));
+        if let Some(i) = last {
+            out.swap(0, i);
+        }
+    }
+
     /// When [`Node::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let op = self.timers.first().map(|&(d, _)| d);

@@ -19,6 +19,13 @@
 //! socket's readiness, the next event sets it again. Like tokio, a read that fills less
 //! than the buffer clears it too (the socket has nothing more), which saves the `recv`
 //! that would only say so.
+//!
+//! A socket's reads can be muted (`SocketRef::set_muted`): its arriving bytes no longer
+//! end the wait, and it is read whenever the loop wakes for anything else, or after
+//! [`MUTE_POLL`] at the latest. A node waiting for all its children's replies mutes all but
+//! the child it expects last, as a blocking relay reads its children in turn: one wake-up
+//! where there was one per child (BENCHMARKS.md, "Per-hop cost, ninth pass"). Closes and
+//! errors still end the wait.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -46,6 +53,16 @@ const WAKE_TOKEN: u64 = 0;
 /// Events taken per `epoll_wait`.
 const EVENTS: usize = 256;
 
+/// How long a wait lasts at most while a socket is muted: a muted socket is read at least
+/// this often, so what it carries besides the replies it was muted for (a child's output,
+/// its keepalives) is late by at most this much, no more than an interior node's usual
+/// output merge window holds a line anyway. Longer than most round trips, so a wait
+/// seldom runs out in the middle of one.
+pub const MUTE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// What every socket's interest holds: its close or failure ends a wait, muted or not.
+const ALWAYS: EpollFlags = EpollFlags::EPOLLRDHUP.union(EpollFlags::EPOLLET);
+
 /// Whether a socket can be read or written, and who waits for that.
 #[derive(Default)]
 struct Source {
@@ -70,6 +87,10 @@ struct Reactor {
     deadline: Cell<Option<Instant>>,
     /// The task yielded: look for events without waiting, then poll it again.
     yielded: Cell<bool>,
+    /// The sockets whose reads are muted: read after every wait that ended for a reason.
+    muted: RefCell<Vec<Arc<Source>>>,
+    /// The last wait ended because [`MUTE_POLL`] ran out, with nothing else to report.
+    lapsed: Cell<bool>,
 }
 
 thread_local! {
@@ -83,6 +104,12 @@ fn current() -> Option<Rc<Reactor>> {
 /// Whether this thread runs a node's own loop ([`block_on`]).
 pub fn active() -> bool {
     REACTOR.with(|r| r.borrow().is_some())
+}
+
+/// Whether the last wait of this thread's loop ended only because a muted socket was due
+/// to be read ([`MUTE_POLL`]); clears it.
+pub(crate) fn take_mute_lapsed() -> bool {
+    current().is_some_and(|r| r.lapsed.replace(false))
 }
 
 /// Sets the time by which the loop polls its task again (the node's timer).
@@ -151,6 +178,8 @@ pub fn block_on<F: Future>(fut: F) -> io::Result<F::Output> {
         free: RefCell::default(),
         deadline: Cell::new(None),
         yielded: Cell::new(false),
+        muted: RefCell::default(),
+        lapsed: Cell::new(false),
     });
     REACTOR.with(|r| *r.borrow_mut() = Some(reactor.clone()));
     // Uninstalled however the future ends, so sockets dropped afterwards only close.
@@ -183,20 +212,29 @@ impl Reactor {
     /// Waits for events (not at all if the task was woken or yielded, at most until the
     /// deadline), and hands them to the sockets' wakers.
     fn wait(&self, task: &TaskWake, events: &mut [EpollEvent]) -> io::Result<()> {
-        let mut timeout = match self.deadline.get() {
-            _ if self.yielded.replace(false) => EpollTimeout::ZERO,
-            None => EpollTimeout::NONE,
+        // Milliseconds (`None`: no end), rounded up: waking before the deadline would only
+        // wait again.
+        let mut ms = match self.deadline.get() {
+            _ if self.yielded.replace(false) => Some(0),
+            None => None,
             Some(at) => {
-                // Rounded up: waking before the deadline would only wait again.
                 let left = at.saturating_duration_since(Instant::now());
-                let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-                EpollTimeout::try_from(ms).unwrap_or(EpollTimeout::NONE)
+                Some(left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as u32)
             }
         };
+        let poll = MUTE_POLL.as_millis() as u32;
+        let muting = !self.muted.borrow().is_empty();
+        let for_muted = muting && ms.is_none_or(|ms| ms > poll);
+        if for_muted {
+            ms = Some(poll);
+        }
         task.waiting.store(true, Ordering::SeqCst);
         if task.woken.load(Ordering::SeqCst) {
-            timeout = EpollTimeout::ZERO;
+            ms = Some(0);
         }
+        let timeout = ms.map_or(EpollTimeout::NONE, |ms| {
+            EpollTimeout::try_from(ms).unwrap_or(EpollTimeout::NONE)
+        });
         let waited = self.epoll.wait(events, timeout);
         task.waiting.store(false, Ordering::SeqCst);
         let n = match waited {
@@ -204,6 +242,15 @@ impl Reactor {
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(e.into()),
         };
+        // Whatever woke the loop (not a look without waiting), the muted sockets are read
+        // too: their bytes did not end the wait, and may be there.
+        if muting && (n > 0 || ms != Some(0)) {
+            self.lapsed.set(n == 0 && for_muted);
+            for source in self.muted.borrow().iter() {
+                source.readable.store(true, Ordering::Relaxed);
+                source.read.wake();
+            }
+        }
         for ev in &events[..n] {
             let token = ev.data();
             if token == WAKE_TOKEN {
@@ -244,11 +291,8 @@ impl Reactor {
                 s.len() - 1
             }
         };
-        let flags = EpollFlags::EPOLLIN
-            | EpollFlags::EPOLLOUT
-            | EpollFlags::EPOLLRDHUP
-            | EpollFlags::EPOLLET;
-        if let Err(e) = self.epoll.add(fd, EpollEvent::new(flags, slot as u64 + 1)) {
+        let heard = ALWAYS | EpollFlags::EPOLLIN;
+        if let Err(e) = self.epoll.add(fd, EpollEvent::new(heard, slot as u64 + 1)) {
             self.free.borrow_mut().push(slot);
             return Err(e.into());
         }
@@ -265,6 +309,48 @@ struct Socket {
     slot: usize,
     /// The loop whose epoll set has it.
     reactor: u64,
+    /// Its reads are muted ([`SocketRef::set_muted`]).
+    muted: AtomicBool,
+    /// A write would have blocked once: room to write is in its interest from then on.
+    /// (Not before: a change of interest, muting or hearing, reports what is ready at
+    /// once, and an idle socket always has room, so each change would end the next wait
+    /// for nothing.)
+    write_blocked: AtomicBool,
+}
+
+impl Socket {
+    /// What its events are for now.
+    fn interest(&self) -> EpollFlags {
+        let mut flags = ALWAYS;
+        if !self.muted.load(Ordering::Relaxed) {
+            flags |= EpollFlags::EPOLLIN;
+        }
+        if self.write_blocked.load(Ordering::Relaxed) {
+            flags |= EpollFlags::EPOLLOUT;
+        }
+        flags
+    }
+
+    /// Gives the loop's epoll set the socket's interest; whether it took it. Only on the
+    /// loop's own thread.
+    fn reinterest(&self) -> bool {
+        let Some(r) = current().filter(|r| r.id == self.reactor) else {
+            return false;
+        };
+        let mut ev = EpollEvent::new(self.interest(), self.slot as u64 + 1);
+        r.epoll.modify(self.fd.as_fd(), &mut ev).is_ok()
+    }
+
+    /// After a write that would block: room to write is reported from now on.
+    fn write_would_block(&self) {
+        if !self.write_blocked.swap(true, Ordering::Relaxed) && !self.reinterest() {
+            // Without the interest nothing would say when it can write: it is tried
+            // again at once (as if it had room), which can only spin, never hang.
+            self.write_blocked.store(false, Ordering::Relaxed);
+            self.source.writable.store(true, Ordering::Relaxed);
+            self.source.write.wake();
+        }
+    }
 }
 
 impl Drop for Socket {
@@ -276,7 +362,46 @@ impl Drop for Socket {
             let _ = r.epoll.delete(self.fd.as_fd());
             r.sources.borrow_mut()[self.slot] = None;
             r.free.borrow_mut().push(self.slot);
+            if self.muted.load(Ordering::Relaxed) {
+                r.muted
+                    .borrow_mut()
+                    .retain(|s| !Arc::ptr_eq(s, &self.source));
+            }
         }
+    }
+}
+
+/// A link's socket on a node's own loop ([`take_over_socket`]), to mute its reads.
+#[derive(Clone)]
+pub(crate) struct SocketRef(Arc<Socket>);
+
+impl SocketRef {
+    /// Mutes (or hears again) the socket's reads: while muted, bytes arriving on it do not
+    /// end the loop's wait; it is read whenever the loop wakes for anything else, and after
+    /// [`MUTE_POLL`] at the latest. Heard again, what arrived while it was muted is
+    /// reported by the next wait, at once. Only on the loop's own thread; elsewhere, or if
+    /// the epoll set refuses the change, nothing changes.
+    pub(crate) fn set_muted(&self, on: bool) {
+        let s = &self.0;
+        if s.muted.swap(on, Ordering::Relaxed) == on {
+            return;
+        }
+        if !s.reinterest() {
+            s.muted.store(!on, Ordering::Relaxed);
+            return;
+        }
+        let Some(r) = current() else { return };
+        let mut muted = r.muted.borrow_mut();
+        if on {
+            muted.push(s.source.clone());
+        } else {
+            muted.retain(|m| !Arc::ptr_eq(m, &s.source));
+        }
+    }
+
+    /// Whether its reads are muted.
+    pub(crate) fn muted(&self) -> bool {
+        self.0.muted.load(Ordering::Relaxed)
     }
 }
 
@@ -383,6 +508,16 @@ struct Writer {
     socket: Arc<Socket>,
 }
 
+impl Writer {
+    /// A write that would block makes room to write part of the socket's interest.
+    fn waits_if_pending(&self, sent: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if sent.is_pending() {
+            self.socket.write_would_block();
+        }
+        sent
+    }
+}
+
 impl AsyncWrite for Writer {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -390,10 +525,11 @@ impl AsyncWrite for Writer {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let fd = self.socket.fd.as_raw_fd();
-        self.socket.source.writing().poll(cx, buf.len(), || {
+        let sent = self.socket.source.writing().poll(cx, buf.len(), || {
             // SAFETY: `buf` is valid for `buf.len()` bytes.
             unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) }
-        })
+        });
+        self.waits_if_pending(sent)
     }
 
     fn poll_write_vectored(
@@ -405,10 +541,11 @@ impl AsyncWrite for Writer {
         let want = bufs.iter().map(|b| b.len()).sum();
         let count = bufs.len() as libc::c_int;
         let fd = self.socket.fd.as_raw_fd();
-        self.socket.source.writing().poll(cx, want, || {
+        let sent = self.socket.source.writing().poll(cx, want, || {
             // SAFETY: `IoSlice` is ABI-compatible with `iovec`, and `count` of them are valid.
             unsafe { libc::writev(fd, bufs.as_ptr().cast(), count) }
-        })
+        });
+        self.waits_if_pending(sent)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -442,19 +579,24 @@ impl AsyncWrite for Writer {
 /// read come first from the new one. Any other link, or on any other thread, is returned
 /// as it is (it keeps working through the runtime, woken from its thread).
 pub fn take_over(link: Link) -> Link {
+    take_over_socket(link).0
+}
+
+/// [`take_over`], with the socket the link now runs on (`None` if it stayed as it was).
+pub(crate) fn take_over_socket(link: Link) -> (Link, Option<SocketRef>) {
     let Some(handover) = link.tcp.clone() else {
-        return link;
+        return (link, None);
     };
     let raw = handover.fd;
     let Some(reactor) = current() else {
-        return link;
+        return (link, None);
     };
     // SAFETY: `raw` is the socket under the link's halves, open while they are alive.
     let fd = match unsafe { BorrowedFd::borrow_raw(raw) }.try_clone_to_owned() {
         Ok(fd) => fd,
         Err(e) => {
             tracing::debug!("keeping the link to {} on the runtime: {e}", link.peer);
-            return link;
+            return (link, None);
         }
     };
     let source = Arc::new(Source {
@@ -466,7 +608,7 @@ pub fn take_over(link: Link) -> Link {
         Ok(slot) => slot,
         Err(e) => {
             tracing::debug!("keeping the link to {} on the runtime: {e}", link.peer);
-            return link;
+            return (link, None);
         }
     };
     let socket = Arc::new(Socket {
@@ -474,6 +616,8 @@ pub fn take_over(link: Link) -> Link {
         source,
         slot,
         reactor: reactor.id,
+        muted: AtomicBool::new(false),
+        write_blocked: AtomicBool::new(false),
     });
     let Link {
         mut reader,
@@ -498,12 +642,14 @@ pub fn take_over(link: Link) -> Link {
     });
     let mut writer = FramedWrite::new(writer, encoder);
     *writer.write_buffer_mut() = unwritten;
-    Link {
+    let handle = SocketRef(socket.clone());
+    let link = Link {
         reader: FramedRead::new(Box::new(Reader { socket, leftover }), decoder),
         writer,
         peer,
         tcp: None,
-    }
+    };
+    (link, Some(handle))
 }
 
 impl Drop for Writer {
@@ -542,9 +688,30 @@ pub(crate) mod tests {
         )
     }
 
+    /// A runtime for the far ends of the links (and for the loop's thread to enter).
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// Runs the future `make` returns on a node's own loop, on a thread of its own that
+    /// has `rt` entered (as a daemon's node thread has its process's runtime).
+    fn on_own_loop<F: Future + 'static>(
+        rt: &tokio::runtime::Runtime,
+        make: impl FnOnce() -> F + Send + 'static,
+    ) -> std::thread::JoinHandle<()> {
+        let runtime = rt.handle().clone();
+        std::thread::spawn(move || {
+            let _entered = runtime.enter();
+            block_on(make()).unwrap();
+        })
+    }
+
     /// Runs `f` on a thread of its own and fails if it has not returned within 60 s (a
     /// wake-up the loop missed would otherwise hang the test).
-    fn within_a_minute(f: impl FnOnce() + Send + 'static) {
+    pub(crate) fn within_a_minute(f: impl FnOnce() + Send + 'static) {
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
             f();
@@ -564,10 +731,7 @@ pub(crate) mod tests {
     /// dropping the taken-over link does.
     #[test]
     fn a_taken_over_link_keeps_its_stream_and_what_was_read_ahead() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let (mut a, mut b) = rt.block_on(tcp_pair());
         rt.block_on(async {
             for op in 0..3 {
@@ -581,21 +745,16 @@ pub(crate) mod tests {
             !b.reader.read_buffer().is_empty(),
             "the reader read only one frame of the three written at once"
         );
-        let runtime = rt.handle().clone();
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-        let node = std::thread::spawn(move || {
-            let _entered = runtime.enter();
-            block_on(async move {
-                let mut b = take_over(b);
-                assert!(b.tcp.is_none(), "taken over twice");
-                started_tx.send(()).unwrap();
-                for op in 1..4 {
-                    let m = b.reader.next().await.unwrap().unwrap();
-                    assert_eq!(m.op, op);
-                }
-                b.writer.send(&frame(100)).await.unwrap();
-            })
-            .unwrap();
+        let node = on_own_loop(&rt, move || async move {
+            let mut b = take_over(b);
+            assert!(b.tcp.is_none(), "taken over twice");
+            started_tx.send(()).unwrap();
+            for op in 1..4 {
+                let m = b.reader.next().await.unwrap().unwrap();
+                assert_eq!(m.op, op);
+            }
+            b.writer.send(&frame(100)).await.unwrap();
         });
         rt.block_on(async {
             started_rx.await.unwrap();
@@ -613,30 +772,21 @@ pub(crate) mod tests {
     #[test]
     fn a_last_frame_and_the_close_in_one_event_both_come_up() {
         within_a_minute(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
+            let rt = runtime();
             let (mut a, b) = rt.block_on(tcp_pair());
             let (go_tx, go_rx) = tokio::sync::oneshot::channel();
             let (sent_tx, sent_rx) = std::sync::mpsc::channel();
-            let runtime = rt.handle().clone();
-            let node = std::thread::spawn(move || {
-                let _entered = runtime.enter();
-                block_on(async move {
-                    let mut b = take_over(b);
-                    // Nothing to read yet: the socket's readiness is cleared.
-                    let first =
-                        std::future::poll_fn(|cx| Poll::Ready(b.reader.poll_next_unpin(cx)));
-                    assert!(first.await.is_pending());
-                    go_tx.send(()).unwrap();
-                    // The loop is busy while the frame and the close arrive.
-                    sent_rx.recv().unwrap();
-                    let m = b.reader.next().await.unwrap().unwrap();
-                    assert_eq!(m.op, 1);
-                    assert!(b.reader.next().await.is_none(), "the end was not seen");
-                })
-                .unwrap();
+            let node = on_own_loop(&rt, move || async move {
+                let mut b = take_over(b);
+                // Nothing to read yet: the socket's readiness is cleared.
+                let first = std::future::poll_fn(|cx| Poll::Ready(b.reader.poll_next_unpin(cx)));
+                assert!(first.await.is_pending());
+                go_tx.send(()).unwrap();
+                // The loop is busy while the frame and the close arrive.
+                sent_rx.recv().unwrap();
+                let m = b.reader.next().await.unwrap().unwrap();
+                assert_eq!(m.op, 1);
+                assert!(b.reader.next().await.is_none(), "the end was not seen");
             });
             rt.block_on(async move {
                 go_rx.await.unwrap();
@@ -644,6 +794,129 @@ pub(crate) mod tests {
                 drop(a);
             });
             sent_tx.send(()).unwrap();
+            node.join().unwrap();
+        });
+    }
+
+    /// A muted socket's bytes do not end the loop's wait: it is read when the wait runs
+    /// out ([`MUTE_POLL`], a lapse) or when the loop wakes for another socket; its close
+    /// still comes up; heard again, what arrived while it was muted ends the next wait.
+    #[test]
+    fn a_muted_socket_is_read_when_the_loop_wakes_for_something_else() {
+        within_a_minute(|| {
+            let rt = runtime();
+            let (a, b) = rt.block_on(tcp_pair());
+            let (mut c, d) = rt.block_on(tcp_pair());
+            // Steps: the loop says it is ready for step k, the test then sends.
+            let (step_tx, step_rx) = std::sync::mpsc::channel::<u32>();
+            let (sent_tx, sent_rx) = std::sync::mpsc::channel::<u32>();
+            let node = on_own_loop(&rt, move || async move {
+                let (mut b, sb) = take_over_socket(b);
+                let (mut d, sd) = take_over_socket(d);
+                let (sb, sd) = (sb.unwrap(), sd.unwrap());
+                let once = |r: &mut Link| {
+                    let mut cx = Context::from_waker(Waker::noop());
+                    match r.reader.poll_next_unpin(&mut cx) {
+                        Poll::Ready(Some(m)) => Some(m.unwrap().op),
+                        Poll::Ready(None) => panic!("the stream ended"),
+                        Poll::Pending => None,
+                    }
+                };
+                assert_eq!(once(&mut b), None);
+                sb.set_muted(true);
+                assert!(sb.muted());
+                // 1: a frame on the muted socket alone. The wait that brings it in ran
+                // out: the bytes did not end it.
+                step_tx.send(1).unwrap();
+                assert_eq!(b.reader.next().await.unwrap().unwrap().op, 1);
+                assert!(
+                    take_mute_lapsed(),
+                    "the muted socket's bytes ended the wait"
+                );
+                // 2: a frame on the muted socket, then one on the heard one: the wake
+                // for the second reads the first.
+                assert_eq!(once(&mut b), None);
+                step_tx.send(2).unwrap();
+                assert_eq!(d.reader.next().await.unwrap().unwrap().op, 3);
+                assert_eq!(once(&mut b), Some(2), "the muted socket was not read");
+                // 3: hearing a socket again reads what came while it was muted.
+                assert_eq!(once(&mut d), None);
+                sd.set_muted(true);
+                step_tx.send(3).unwrap();
+                while sent_rx.recv().unwrap() != 3 {}
+                sd.set_muted(false);
+                assert!(!sd.muted());
+                assert_eq!(d.reader.next().await.unwrap().unwrap().op, 4);
+                assert!(
+                    !take_mute_lapsed(),
+                    "unmuted, the socket waited for the poll"
+                );
+                // 4: the muted socket's close comes up.
+                step_tx.send(4).unwrap();
+                assert!(b.reader.next().await.is_none());
+            });
+            rt.block_on(async move {
+                let mut a = Some(a);
+                while let Ok(step) = step_rx.recv() {
+                    match step {
+                        1 => a.as_mut().unwrap().writer.send(&frame(1)).await.unwrap(),
+                        2 => {
+                            a.as_mut().unwrap().writer.send(&frame(2)).await.unwrap();
+                            c.writer.send(&frame(3)).await.unwrap();
+                        }
+                        3 => c.writer.send(&frame(4)).await.unwrap(),
+                        _ => drop(a.take()),
+                    }
+                    let _ = sent_tx.send(step);
+                }
+            });
+            node.join().unwrap();
+        });
+    }
+
+    /// Room to write is in a socket's interest only once a write would have blocked: a
+    /// writer that filled the socket (the peer reads nothing yet) goes on when the peer
+    /// reads, and every frame arrives, in order.
+    #[test]
+    fn a_write_that_would_block_goes_on_when_the_peer_reads() {
+        within_a_minute(|| {
+            let rt = runtime();
+            let (mut a, b) = rt.block_on(tcp_pair());
+            let (blocked_tx, blocked_rx) = std::sync::mpsc::channel();
+            let big = |op: u64| {
+                let payload = Bytes::from(vec![op as u8; 64 * 1024]);
+                Message::reply(op, IdSet::single(0), Status::Replied, payload)
+            };
+            let node = on_own_loop(&rt, move || async move {
+                let (mut b, sb) = take_over_socket(b);
+                let sb = sb.unwrap();
+                assert!(!sb.0.write_blocked.load(Ordering::Relaxed));
+                // Frames until the socket takes no more.
+                let mut n = 0;
+                loop {
+                    let ready =
+                        std::future::poll_fn(|cx| Poll::Ready(b.writer.poll_ready_unpin(cx)));
+                    match ready.await {
+                        Poll::Ready(r) => r.unwrap(),
+                        Poll::Pending => break,
+                    }
+                    b.writer.start_send_unpin(&big(n)).unwrap();
+                    n += 1;
+                }
+                assert!(sb.0.write_blocked.load(Ordering::Relaxed));
+                blocked_tx.send(n).unwrap();
+                b.writer.flush().await.unwrap();
+                b.writer.send(&frame(u64::MAX)).await.unwrap();
+            });
+            let n = blocked_rx.recv().unwrap();
+            rt.block_on(async move {
+                for op in 0..n {
+                    let m = a.reader.next().await.unwrap().unwrap();
+                    assert_eq!(m.op, op);
+                    assert_eq!(m.payload, big(op).payload);
+                }
+                assert_eq!(a.reader.next().await.unwrap().unwrap().op, u64::MAX);
+            });
             node.join().unwrap();
         });
     }
