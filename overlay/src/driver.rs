@@ -512,21 +512,28 @@ enum Turn {
 /// children and the timer are looked at again.
 const DRAIN: usize = 32;
 
+/// Children a node may have and still mute some of them ([`Mute`]).
+const MUTE_MAX_CHILDREN: usize = 32;
+
 /// Frames taken from all the children together in one turn, at most (a node with a
 /// thousand children still reads its parent and runs its timer between batches).
 const TURN_FRAMES: usize = 256;
 
 /// Which children's reads a node on its own loop mutes while it waits for their replies
-/// ([`Node::reply_waits`], [`poller::SocketRef::set_muted`]): all but the one it expects
-/// last (the anchor), read whenever the loop wakes. A child stays muted once it answered,
-/// until the node waits for no child at all (no system call per reply). A wait that ran
-/// out with nothing from them ([`poller::MUTE_POLL`]: an op that takes long) pauses
-/// muting until the anchor sends a frame, so a long wait costs one extra wake-up and not
-/// one per poll.
+/// ([`Node::reply_waits`], [`poller::SocketRef::set_muted`]): those it waits for but the
+/// one it expects last (the anchor), read whenever the loop wakes, except a child that an
+/// op not sent to the anchor waits for (its reply may complete that op). A child stays muted
+/// once it answered, until the node waits for no child at all (no system call per reply).
+/// A wait that ran out with nothing from them ([`poller::MUTE_POLL`]: an op that takes
+/// long) pauses muting until the anchor sends a frame, so a long wait costs one extra
+/// wake-up and not one per poll. A node with more than [`MUTE_MAX_CHILDREN`] children
+/// mutes none.
 #[derive(Default)]
 struct Mute {
-    /// The children in flight ops wait for, the anchor first.
+    /// The children in flight ops wait for, sorted.
     waits: Vec<NodeId>,
+    /// Those of them an op waits for without the anchor, sorted.
+    heard: Vec<NodeId>,
     anchor: Option<NodeId>,
     paused: bool,
     /// Since the loop last waited: a frame came from the anchor, from a muted child.
@@ -838,31 +845,44 @@ impl Driver {
         let Some(mute) = &mut self.mute else {
             return;
         };
-        // With one child (a leaf has none) there is nothing to mute.
-        if self.children.index.len() < 2 && !mute.any {
+        // With one child (a leaf has none) there is nothing to mute; with many, muting
+        // and hearing them again would cost more system calls than the wake-ups it saves.
+        let fan = self.children.index.len();
+        let fits = (2..=MUTE_MAX_CHILDREN).contains(&fan);
+        if !fits && !mute.any {
             return;
         }
         if poller::take_mute_lapsed() && !mute.muted_spoke {
             mute.paused = true;
         }
-        self.node.reply_waits(&mut mute.waits);
-        let anchor = mute.waits.first().copied();
+        let anchor = if fits {
+            self.node.reply_waits(&mut mute.waits, &mut mute.heard)
+        } else {
+            None
+        };
         if mute.anchor_spoke || anchor != mute.anchor {
             mute.paused = false;
         }
         mute.anchor = anchor;
         mute.anchor_spoke = false;
         mute.muted_spoke = false;
-        let waits = &mute.waits;
         mute.any = false;
         for (c, link) in self.children.links_mut() {
-            let on = if mute.paused || waits.is_empty() || anchor == Some(*c) {
-                false
-            } else {
-                link.muted() || waits.contains(c)
+            let on = match anchor {
+                Some(a) if !mute.paused && a != *c && mute.heard.binary_search(c).is_err() => {
+                    link.muted() || mute.waits.binary_search(c).is_ok()
+                }
+                _ => false,
             };
+            #[cfg(test)]
+            let was = link.muted();
             link.set_muted(on);
-            mute.any |= link.muted();
+            let now = link.muted();
+            #[cfg(test)]
+            if now && !was {
+                tests::MUTINGS.fetch_add(1, Ordering::Relaxed);
+            }
+            mute.any |= now;
         }
     }
 
@@ -1121,7 +1141,7 @@ pub async fn run_node_spawned(
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     use std::time::Duration;
 
     use futures::{SinkExt, StreamExt};
@@ -1131,6 +1151,10 @@ mod tests {
     use super::run_node;
     use crate::node::Node;
     use crate::transport::Link;
+
+    /// Children a node on its own loop muted (a child heard again and muted again counts
+    /// twice), in this process.
+    pub(super) static MUTINGS: AtomicU64 = AtomicU64::new(0);
 
     /// Two ends of an in-memory link.
     fn pair() -> (Link, Link) {
@@ -1420,6 +1444,7 @@ mod tests {
 
     async fn mutes_children_and_loses_nothing() {
         use crate::poller::tests::tcp_pair;
+        let mutings = MUTINGS.load(Ordering::Relaxed);
         let mut here = Vec::new();
         let mut there = Vec::new();
         for id in 0..3 {
@@ -1534,6 +1559,10 @@ mod tests {
         while !got.complete(op) {
             got.take(parent.reader.next().await.unwrap().unwrap());
         }
+        // Servers 0 and 1 were muted at least for the last command (the turn that sent it
+        // down muted them before any reply could be read).
+        let muted = MUTINGS.load(Ordering::Relaxed) - mutings;
+        assert!(muted >= 2, "{muted} children muted");
         drop(parent);
         task.await.unwrap().unwrap();
     }

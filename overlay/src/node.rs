@@ -940,33 +940,49 @@ impl Node {
         }
     }
 
-    /// The children whose replies the ops in flight still wait for, the one expected last
-    /// (the most servers below it) first, into `out`; none unless every op waits for all
-    /// its ids ([`SyncMode::WaitAll`]): with a timeout a reply must be read by the
-    /// deadline, and without waiting each one goes up at once. Until that first child
-    /// answers, no reply of the others completes an op: a node's own loop reads them only
-    /// when it wakes for something else ([`crate::poller`]).
-    pub fn reply_waits(&self, out: &mut Vec<NodeId>) {
-        out.clear();
+    /// What a node's own loop may mute while replies are due ([`crate::poller`]): the
+    /// children the ops in flight still wait for go into `waits` (sorted), and the one of
+    /// them expected last (the most servers below it) is returned, the anchor; `heard`
+    /// gets those that an op not sent to the anchor at all waits for (sorted): their
+    /// replies may complete it while the anchor has nothing to say. Of an op the anchor
+    /// has already answered, the others wait to be read until the node wakes (the anchor
+    /// answering later ops, or the poll).
+    /// `None`, with both empty, unless every op waits for all its ids
+    /// ([`SyncMode::WaitAll`]): with a timeout a reply must be read by the deadline, and
+    /// without waiting each one goes up at once.
+    pub fn reply_waits(&self, waits: &mut Vec<NodeId>, heard: &mut Vec<NodeId>) -> Option<NodeId> {
+        fn children(p: &PendingOp) -> impl Iterator<Item = NodeId> + '_ {
+            p.outstanding.iter().filter_map(|(s, ids)| match *s {
+                Source::Child(c) if !ids.is_empty() => Some(c),
+                _ => None,
+            })
+        }
+        waits.clear();
+        heard.clear();
         for p in self.ops.values() {
             if p.sync != SyncMode::WaitAll {
-                out.clear();
-                return;
+                waits.clear();
+                return None;
             }
-            for (s, ids) in &p.outstanding {
-                if let Source::Child(c) = *s
-                    && !ids.is_empty()
-                    && !out.contains(&c)
-                {
-                    out.push(c);
-                }
-            }
+            waits.extend(children(p));
         }
+        waits.sort_unstable();
+        waits.dedup();
         let servers = |c: &NodeId| self.down.get(c).map_or(1, RecvWindow::servers);
-        let last = (0..out.len()).max_by_key(|&i| (servers(&out[i]), out[i]));
-        if let Some(i) = last {
-            out.swap(0, i);
+        let anchor = waits.iter().copied().max_by_key(|c| (servers(c), *c))?;
+        let to_anchor = |p: &PendingOp| {
+            p.outstanding
+                .binary_search_by_key(&Source::Child(anchor), |(s, _)| *s)
+                .is_ok()
+        };
+        for p in self.ops.values() {
+            if !to_anchor(p) {
+                heard.extend(children(p));
+            }
         }
+        heard.sort_unstable();
+        heard.dedup();
+        Some(anchor)
     }
 
     /// When [`Node::handle_timeout`] should next be called.

@@ -91,6 +91,8 @@ struct Reactor {
     muted: RefCell<Vec<Arc<Source>>>,
     /// The last wait ended because [`MUTE_POLL`] ran out, with nothing else to report.
     lapsed: Cell<bool>,
+    /// When the muted sockets were last read.
+    swept: Cell<Instant>,
 }
 
 thread_local! {
@@ -180,6 +182,7 @@ pub fn block_on<F: Future>(fut: F) -> io::Result<F::Output> {
         yielded: Cell::new(false),
         muted: RefCell::default(),
         lapsed: Cell::new(false),
+        swept: Cell::new(Instant::now()),
     });
     REACTOR.with(|r| *r.borrow_mut() = Some(reactor.clone()));
     // Uninstalled however the future ends, so sockets dropped afterwards only close.
@@ -242,9 +245,12 @@ impl Reactor {
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(e.into()),
         };
-        // Whatever woke the loop (not a look without waiting), the muted sockets are read
-        // too: their bytes did not end the wait, and may be there.
-        if muting && (n > 0 || ms != Some(0)) {
+        // Whatever woke the loop, the muted sockets are read too: their bytes did not end
+        // the wait, and may be there. (Not after a look without waiting that found
+        // nothing, unless they are due: a task that keeps yielding still reads them.)
+        let due = || self.swept.get().elapsed() >= MUTE_POLL;
+        if muting && (n > 0 || ms != Some(0) || due()) {
+            self.swept.set(Instant::now());
             self.lapsed.set(n == 0 && for_muted);
             for source in self.muted.borrow().iter() {
                 source.readable.store(true, Ordering::Relaxed);
@@ -709,6 +715,22 @@ pub(crate) mod tests {
         })
     }
 
+    /// Waits until everything written on tcp link `l` was acknowledged by its peer (is in
+    /// the peer's socket).
+    fn acknowledged(l: &Link) {
+        let fd = l.tcp.as_ref().expect("a tcp link").fd;
+        loop {
+            let mut unacked: libc::c_int = 0;
+            // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int.
+            let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut unacked) };
+            assert_eq!(r, 0, "SIOCOUTQ: {}", io::Error::last_os_error());
+            if unacked == 0 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Runs `f` on a thread of its own and fails if it has not returned within 60 s (a
     /// wake-up the loop missed would otherwise hang the test).
     pub(crate) fn within_a_minute(f: impl FnOnce() + Send + 'static) {
@@ -861,7 +883,11 @@ pub(crate) mod tests {
                     match step {
                         1 => a.as_mut().unwrap().writer.send(&frame(1)).await.unwrap(),
                         2 => {
-                            a.as_mut().unwrap().writer.send(&frame(2)).await.unwrap();
+                            let a = a.as_mut().unwrap();
+                            a.writer.send(&frame(2)).await.unwrap();
+                            // Frame 2 is in the muted socket before frame 3 is sent: the
+                            // peer acknowledged it (two connections keep no order).
+                            acknowledged(a);
                             c.writer.send(&frame(3)).await.unwrap();
                         }
                         3 => c.writer.send(&frame(4)).await.unwrap(),

@@ -914,3 +914,50 @@ fn queued_copies_of_a_command_are_tailored_to_whom_they_go() {
     }
     assert_eq!((children, local), (kids.len(), 1));
 }
+
+/// What a node's own loop may mute: with every op waiting for every server, the anchor is
+/// the child with the most servers below it and no child must be heard; an op that does
+/// not wait for the anchor makes its children heard (their replies complete it); an op
+/// that does not wait for all its ids mutes nothing.
+#[test]
+fn reply_waits_names_the_anchor_and_the_children_an_op_needs_without_it() {
+    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Binomial.build(7));
+    let mut master = Node::new(NodeId::Master, topo.clone());
+    let now = Instant::now();
+    let kids = topo.children(NodeId::Master);
+    for &c in &kids {
+        master.handle_link_open(now, crate::liveness::Peer::Child(c), true);
+    }
+    let biggest = *kids.iter().max_by_key(|&&c| topo.subtree(c).len()).unwrap();
+    assert!(topo.subtree(biggest).len() > 1, "{kids:?}");
+    let (mut waits, mut heard) = (Vec::new(), Vec::new());
+    assert_eq!(master.reply_waits(&mut waits, &mut heard), None);
+    master.handle_from_parent(
+        now,
+        Message::command(1, IdSet::all(7), SyncMode::WaitAll, "q"),
+    );
+    while master.poll_output().is_some() {}
+    assert_eq!(master.reply_waits(&mut waits, &mut heard), Some(biggest));
+    let mut sorted = kids.clone();
+    sorted.sort_unstable();
+    assert_eq!(waits, sorted);
+    assert!(heard.is_empty(), "{heard:?}");
+    // An op for one server outside the anchor's subtree: its child must be heard.
+    let other = *kids.iter().find(|&&c| c != biggest).unwrap();
+    let one = topo.subtree(other).first().unwrap();
+    master.handle_from_parent(
+        now,
+        Message::command(2, IdSet::single(one), SyncMode::WaitAll, "q"),
+    );
+    while master.poll_output().is_some() {}
+    assert_eq!(master.reply_waits(&mut waits, &mut heard), Some(biggest));
+    assert_eq!(heard, vec![other]);
+    // An op that does not wait for all: nothing is muted.
+    master.handle_from_parent(
+        now,
+        Message::command(3, IdSet::all(7), SyncMode::DontWait, "q"),
+    );
+    while master.poll_output().is_some() {}
+    assert_eq!(master.reply_waits(&mut waits, &mut heard), None);
+    assert!(waits.is_empty() && heard.is_empty());
+}
