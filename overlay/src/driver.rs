@@ -1239,16 +1239,40 @@ mod tests {
     /// `n` events from server `id`, queued on `link` and flushed.
     async fn queue_events(link: &mut Link, id: u32, n: u64) {
         for i in 0..n {
-            let mut m = Message::reply(
-                i,
-                IdSet::single(id),
-                Status::Replied,
-                format!("event {i}").into(),
-            );
-            m.kind = Kind::Event;
-            link.writer.feed(&m).await.unwrap();
+            link.writer.feed(&event(id, i)).await.unwrap();
         }
         link.writer.flush().await.unwrap();
+    }
+
+    /// Event `i` of server `id` (its text says `i`).
+    fn event(id: u32, i: u64) -> Message {
+        let mut m = Message::reply(
+            i,
+            IdSet::single(id),
+            Status::Replied,
+            format!("event {i}").into(),
+        );
+        m.kind = Kind::Event;
+        m
+    }
+
+    /// A master of a flat tree over `children` on its own loop ([`super::run_node_spawned`]),
+    /// with a handler that answers nothing and no local output.
+    fn spawn_own_master(
+        parent: Link,
+        children: Vec<(NodeId, Result<Link, crate::error::LinkError>)>,
+        recovery: super::Recovery,
+    ) -> tokio::task::JoinHandle<std::io::Result<()>> {
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(children.len() as u32));
+        let (_events_tx, events) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(super::run_node_spawned(
+            Node::new(NodeId::Master, topo),
+            parent,
+            children,
+            Box::new(|_| {}),
+            events,
+            recovery,
+        ))
     }
 
     /// A command to two children, one of whose links is gone (its far end dropped): the
@@ -1387,20 +1411,11 @@ mod tests {
         let n = 200u64;
         queue_events(&mut c0_there, 0, n).await;
         drop(c1_there);
-        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(2));
         let children = vec![
             (NodeId::Server(0), Ok(c0_here)),
             (NodeId::Server(1), Ok(c1_here)),
         ];
-        let (_events_tx, events) = tokio::sync::mpsc::channel(1);
-        let task = tokio::spawn(super::run_node_spawned(
-            Node::new(NodeId::Master, topo),
-            parent_here,
-            children,
-            Box::new(|_| {}),
-            events,
-            super::Recovery::default(),
-        ));
+        let task = spawn_own_master(parent_here, children, super::Recovery::default());
         let mut next = 0;
         while next < n {
             let m = parent_there.reader.next().await.unwrap().unwrap();
@@ -1453,26 +1468,7 @@ mod tests {
             there.push(t);
         }
         let (parent_here, mut parent) = tcp_pair().await;
-        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(3));
-        let (_events_tx, events) = tokio::sync::mpsc::channel(1);
-        let task = tokio::spawn(super::run_node_spawned(
-            Node::new(NodeId::Master, topo),
-            parent_here,
-            here,
-            Box::new(|_| {}),
-            events,
-            quiet(),
-        ));
-        let event = |id: u32, i: u64| {
-            let mut m = Message::reply(
-                i,
-                IdSet::single(id),
-                Status::Replied,
-                format!("event {i}").into(),
-            );
-            m.kind = Kind::Event;
-            m
-        };
+        let task = spawn_own_master(parent_here, here, quiet());
         // What the front-end got: per op the ids replied, per server the next event.
         #[derive(Default)]
         struct Got {
