@@ -25,6 +25,7 @@
 //! waits here, and [`Output::PauseLocal`] / [`Output::ResumeLocal`] tell the driver when
 //! to stop and restart reading this server's own output.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -132,7 +133,77 @@ struct PendingOp {
     deadline: Option<Instant>,
 }
 
+thread_local! {
+    /// Boxes of retired ops kept for the next ops this thread takes in (each with its
+    /// `outstanding` vector's room), so that an op costs a node no allocation of its own: a
+    /// daemon's node runs on one thread, and the simulator's nodes share its pool.
+    #[allow(clippy::vec_box, reason = "the boxes are what is kept for reuse")]
+    pub(crate) static SPARE_OPS: RefCell<Vec<Box<PendingOp>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// At most this many spare op boxes per thread (a window of ops in flight).
+pub(crate) const SPARE_OPS_MAX: usize = 64;
+
 impl PendingOp {
+    /// A new op expecting `expected`, with room for `sources` sources: a spare box if this
+    /// thread has one.
+    fn boxed(
+        sync: SyncMode,
+        filter: Result<Box<dyn Filter>, Bytes>,
+        expected: IdSet,
+        sources: usize,
+    ) -> Box<Self> {
+        match SPARE_OPS.with_borrow_mut(Vec::pop) {
+            Some(mut op) => {
+                op.outstanding.reserve(sources);
+                *op = PendingOp {
+                    sync,
+                    filter,
+                    expected,
+                    outstanding: std::mem::take(&mut op.outstanding),
+                    ..PendingOp::empty()
+                };
+                op
+            }
+            None => Box::new(PendingOp {
+                sync,
+                filter,
+                expected,
+                outstanding: Vec::with_capacity(sources),
+                ..PendingOp::empty()
+            }),
+        }
+    }
+
+    fn empty() -> Self {
+        PendingOp {
+            sync: SyncMode::WaitAll,
+            filter: Err(Bytes::new()),
+            expected: IdSet::new(),
+            sent: IdSet::new(),
+            outstanding: Vec::new(),
+            left: 0,
+            groups: Vec::new(),
+            deadline: None,
+        }
+    }
+
+    /// Gives a retired op's box back to this thread's spares (its filter and id-sets
+    /// dropped now, its vector's room kept).
+    fn retire(mut self: Box<Self>) {
+        let mut outstanding = std::mem::take(&mut self.outstanding);
+        outstanding.clear();
+        *self = PendingOp {
+            outstanding,
+            ..PendingOp::empty()
+        };
+        SPARE_OPS.with_borrow_mut(|spare| {
+            if spare.len() < SPARE_OPS_MAX {
+                spare.push(self);
+            }
+        });
+    }
+
     fn done(&self) -> bool {
         self.left == 0
     }
@@ -550,6 +621,41 @@ impl Node {
         }
     }
 
+    /// Each child's share less the subtrees of its descendants adopted here (orphaned
+    /// while it was dead), which go to them, whether or not the child came back since: they
+    /// are no longer linked below it. The deepest first, so an adoptee inside another's
+    /// subtree keeps its share.
+    fn split_adoptees(&self, shares: Vec<(NodeId, IdSet)>) -> Vec<(NodeId, IdSet)> {
+        let mut forward = Vec::with_capacity(shares.len());
+        for (child, share) in shares {
+            let mut rest = share;
+            let under = self.topo.subtree(child);
+            let mut adoptees: Vec<(u64, NodeId, IdSet)> = self
+                .adopted
+                .iter()
+                .filter(|a| {
+                    **a != child
+                        && a.server().is_some_and(|s| under.contains(s))
+                        && !self.dead.contains_key(a)
+                })
+                .map(|&a| {
+                    let sub = self.topo.subtree(a);
+                    (sub.len(), a, sub)
+                })
+                .collect();
+            adoptees.sort_by_key(|(len, a, _)| (*len, *a));
+            for (_, a, sub) in adoptees {
+                let part = &rest & &sub;
+                if !part.is_empty() {
+                    rest = &rest - &part;
+                    forward.push((a, part));
+                }
+            }
+            forward.push((child, rest));
+        }
+        forward
+    }
+
     fn handle_command(&mut self, now: Instant, mut msg: Message) {
         self.stats.commands += 1;
         let op = msg.op;
@@ -588,16 +694,12 @@ impl Node {
                 filter_failure(&e)
             }),
         };
-        let mut pending = Box::new(PendingOp {
-            sync: msg.aggregate.sync,
+        let mut pending = PendingOp::boxed(
+            msg.aggregate.sync,
             filter,
-            expected: reach,
-            sent: IdSet::new(),
-            outstanding: Vec::with_capacity(route.shares.len() + usize::from(route.local)),
-            left: 0,
-            groups: Vec::new(),
-            deadline: None,
-        });
+            reach,
+            route.shares.len() + usize::from(route.local),
+        );
         if !unreachable.is_empty() {
             let why = if self.me == NodeId::Master {
                 format!("no such server: the tree has {} servers", self.topo.size())
@@ -619,45 +721,20 @@ impl Node {
             }
             s => s,
         };
-        let mut forward = Vec::new();
-        for (child, share) in route.shares {
-            // Descendants of this child adopted here (orphaned while it was dead) take
-            // their own subtrees, whether or not the child came back since: they are no
-            // longer linked below it. The deepest first, so an adoptee inside another's
-            // subtree keeps its share.
-            let mut rest = share;
-            if !self.adopted.is_empty() {
-                let under = self.topo.subtree(child);
-                let mut adoptees: Vec<(u64, NodeId, IdSet)> = self
-                    .adopted
-                    .iter()
-                    .filter(|a| {
-                        **a != child
-                            && a.server().is_some_and(|s| under.contains(s))
-                            && !self.dead.contains_key(a)
-                    })
-                    .map(|&a| {
-                        let sub = self.topo.subtree(a);
-                        (sub.len(), a, sub)
-                    })
-                    .collect();
-                adoptees.sort_by_key(|(len, a, _)| (*len, *a));
-                for (_, a, sub) in adoptees {
-                    let part = &rest & &sub;
-                    if !part.is_empty() {
-                        rest = &rest - &part;
-                        forward.push((a, part));
-                    }
-                }
+        // The route's own vector, when no descendant was adopted here (nearly always).
+        let mut forward = if self.adopted.is_empty() {
+            route.shares
+        } else {
+            self.split_adoptees(route.shares)
+        };
+        forward.retain(|(child, share)| match self.dead.get(child) {
+            _ if share.is_empty() => false,
+            None => true,
+            Some(reason) => {
+                pending.add(Status::Lost, Bytes::from(reason.clone()), share);
+                false
             }
-            if rest.is_empty() {
-                continue;
-            }
-            match self.dead.get(&child) {
-                None => forward.push((child, rest)),
-                Some(reason) => pending.add(Status::Lost, Bytes::from(reason.clone()), &rest),
-            }
-        }
+        });
         // `msg` has no destination any more: each copy gets its child's share.
         msg.aggregate.sync = child_sync;
         for (child, share) in forward {
@@ -1031,7 +1108,9 @@ impl Node {
             if let Some(d) = p.deadline {
                 self.timers.remove(&(d, op));
             }
-            self.ops.remove(&op);
+            if let Some(p) = self.ops.remove(&op) {
+                p.retire();
+            }
         }
     }
 }

@@ -118,6 +118,25 @@ pub trait Topology: Send + Sync + fmt::Debug {
     /// The positions of `p`'s subtree (including `p`) as disjoint half-open ranges.
     fn subtree_positions(&self, p: u64) -> Vec<(u64, u64)>;
 
+    /// `p`'s subtree as one half-open range of positions, where the shape makes it one
+    /// (binomial, k-nomial, flat): routing then narrows a destination without a list.
+    /// `None` (the default) means: ask [`Topology::subtree_positions`].
+    fn subtree_range(&self, p: u64) -> Option<(u64, u64)> {
+        let _ = p;
+        None
+    }
+
+    /// Calls `each` with the children of position `p` in [`Topology::child_positions`]'
+    /// order until it returns `false`. Shapes that can walk their children without a list
+    /// override it: routing a command calls it at every hop.
+    fn for_each_child(&self, p: u64, each: &mut dyn FnMut(u64) -> bool) {
+        for c in self.child_positions(p) {
+            if !each(c) {
+                break;
+            }
+        }
+    }
+
     /// Number of positions (`N + 1`).
     fn positions(&self) -> u64 {
         u64::from(self.size()) + 1
@@ -166,16 +185,14 @@ pub trait Topology: Send + Sync + fmt::Debug {
         if left == 0 {
             return Route { local, shares };
         }
-        for c in self.child_positions(node.position()) {
+        self.for_each_child(node.position(), &mut |c| {
             let share = narrow(self, c, &mine);
             if !share.is_empty() {
                 left -= share.len();
                 shares.push((NodeId::from_position(c), share));
-                if left == 0 {
-                    break;
-                }
             }
-        }
+            left > 0
+        });
         Route { local, shares }
     }
 
@@ -193,6 +210,14 @@ pub trait Topology: Send + Sync + fmt::Debug {
 
 /// `dest ∩ subtree(p)`, range by range.
 fn narrow<T: Topology + ?Sized>(t: &T, p: u64, dest: &IdSet) -> IdSet {
+    if let Some((a, b)) = t.subtree_range(p) {
+        let a = a.max(1);
+        return if a < b {
+            dest.intersect_range((a - 1) as u32..=(b - 2) as u32)
+        } else {
+            IdSet::new()
+        };
+    }
     let mut out = IdSet::new();
     for (a, b) in t.subtree_positions(p) {
         let a = a.max(1);

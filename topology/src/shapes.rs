@@ -30,6 +30,12 @@ impl Topology for Binomial {
     fn subtree_positions(&self, p: u64) -> Vec<(u64, u64)> {
         self.0.subtree_positions(p)
     }
+    fn subtree_range(&self, p: u64) -> Option<(u64, u64)> {
+        self.0.subtree_range(p)
+    }
+    fn for_each_child(&self, p: u64, each: &mut dyn FnMut(u64) -> bool) {
+        self.0.for_each_child(p, each)
+    }
 }
 
 /// k-nomial tree: position `p`'s children are `p + j·k^i` for `1 <= j < k` and every `k^i`
@@ -82,23 +88,32 @@ impl Topology for KNomial {
         Some(p - ((p / w) % self.k) * w)
     }
     fn child_positions(&self, p: u64) -> Vec<u64> {
-        let m = self.positions();
         let mut out = Vec::new();
+        self.for_each_child(p, &mut |c| {
+            out.push(c);
+            true
+        });
+        out
+    }
+    fn subtree_positions(&self, p: u64) -> Vec<(u64, u64)> {
+        vec![(p, (p + self.weight(p)).min(self.positions()))]
+    }
+    fn subtree_range(&self, p: u64) -> Option<(u64, u64)> {
+        Some((p, (p + self.weight(p)).min(self.positions())))
+    }
+    fn for_each_child(&self, p: u64, each: &mut dyn FnMut(u64) -> bool) {
+        let m = self.positions();
         let mut w = self.weight(p) / self.k;
         // Largest subtrees first.
         while w >= 1 {
             for j in 1..self.k {
                 let c = p + j * w;
-                if c < m {
-                    out.push(c);
+                if c < m && !each(c) {
+                    return;
                 }
             }
             w /= self.k;
         }
-        out
-    }
-    fn subtree_positions(&self, p: u64) -> Vec<(u64, u64)> {
-        vec![(p, (p + self.weight(p)).min(self.positions()))]
     }
 }
 
@@ -184,10 +199,13 @@ impl Topology for Flat {
         }
     }
     fn subtree_positions(&self, p: u64) -> Vec<(u64, u64)> {
-        if p == 0 {
-            vec![(0, self.positions())]
+        vec![self.subtree_range(p).expect("a flat subtree is one range")]
+    }
+    fn subtree_range(&self, p: u64) -> Option<(u64, u64)> {
+        Some(if p == 0 {
+            (0, self.positions())
         } else {
-            vec![(p, p + 1)]
-        }
+            (p, p + 1)
+        })
     }
 }

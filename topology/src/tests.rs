@@ -92,6 +92,33 @@ proptest! {
         prop_assert_eq!(t.subtree(node), expect);
         prop_assert_eq!(t.subtree(NodeId::Master), IdSet::all(n));
     }
+
+    /// The shortcuts routing takes say what the lists say: a shape's one-range subtree is
+    /// its only range (and every binomial, k-nomial and flat subtree has one), and walking
+    /// the children visits `child_positions` in order, stopping where it is told to.
+    #[test]
+    fn subtree_range_and_for_each_child_agree_with_the_lists(
+        shape in arb_shape(),
+        n in 1u32..=1_000_000,
+        pick in any::<u32>(),
+        stop in 0usize..4,
+    ) {
+        let t = shape.build(n);
+        for p in [0, u64::from(pick % n) + 1] {
+            let ranges = t.subtree_positions(p);
+            match t.subtree_range(p) {
+                Some(r) => prop_assert_eq!(vec![r], ranges),
+                None => prop_assert!(matches!(shape, Shape::KAry(_))),
+            }
+            let all = t.child_positions(p);
+            let mut seen = Vec::new();
+            t.for_each_child(p, &mut |c| {
+                seen.push(c);
+                seen.len() <= stop
+            });
+            prop_assert_eq!(&seen[..], &all[..all.len().min(stop + 1)]);
+        }
+    }
 }
 
 #[test]

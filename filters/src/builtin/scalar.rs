@@ -46,7 +46,7 @@ impl Filter for Sum {
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
         let s = std::mem::take(self);
-        Ok(s.folded.into_groups(|| s.total.to_string()))
+        Ok(s.folded.into_groups(|| s.total.to_bytes()))
     }
 }
 
@@ -99,7 +99,7 @@ impl Filter for MinMax {
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
         let sources = std::mem::take(&mut self.sources);
         Ok(match self.best.take() {
-            Some(b) => vec![Group::new(b.to_string(), sources)],
+            Some(b) => vec![Group::new(b.to_bytes(), sources)],
             None => Vec::new(),
         })
     }

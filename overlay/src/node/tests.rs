@@ -961,3 +961,38 @@ fn reply_waits_names_the_anchor_and_the_children_an_op_needs_without_it() {
     assert_eq!(master.reply_waits(&mut waits, &mut heard), None);
     assert!(waits.is_empty() && heard.is_empty());
 }
+
+/// A retired op's box is kept for the next op this thread takes in (at most
+/// `SPARE_OPS_MAX`), and an op made from a spare starts clean: after an op with a deadline
+/// and a broadcast with a dead subtree, a command to ten ids is answered by exactly those.
+#[test]
+fn ops_reuse_retired_boxes_and_start_clean() {
+    use crate::node::{SPARE_OPS, SPARE_OPS_MAX};
+    let spare = || SPARE_OPS.with_borrow(Vec::len);
+    assert_eq!(spare(), 0, "a test thread starts with no spares");
+    let mut net = net(&Shape::Binomial, 64, same_reply());
+    // The first wave makes every box; they all retire on this thread.
+    net.command(1, IdSet::all(64), SyncMode::Timeout(5_000), "a");
+    net.run();
+    assert_partition(&net.groups(1), &IdSet::all(64));
+    // As many boxes as ops were in flight at once (a leaf's op retires before the deepest
+    // nodes take theirs in).
+    let kept = spare();
+    assert!((1..=SPARE_OPS_MAX).contains(&kept), "{kept} spare boxes");
+    net.kill(31);
+    net.command(2, IdSet::all(64), SyncMode::WaitAll, "b");
+    net.run();
+    let g = net.groups(2);
+    assert_partition(&g, &IdSet::all(64));
+    assert_eq!(ids_with(&g, Status::Replied).len(), 32);
+    assert_eq!(spare(), kept, "no op needed a new box");
+    // Ops in flight take spares; retired, they come back.
+    net.command(3, "[0-9]".parse().unwrap(), SyncMode::WaitAll, "c");
+    net.run_until(net.elapsed() + MS);
+    assert!(spare() < kept, "ops in flight took spare boxes");
+    net.run();
+    let g = net.groups(3);
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!(g[0].sources.to_string(), "[0-9]");
+    assert_eq!(spare(), kept);
+}
