@@ -427,6 +427,14 @@ impl IdSet {
     /// walks the set once, so an encoder that needs the length first measures once and
     /// writes with [`IdSet::write_form`].
     pub(crate) fn form(&self) -> Form {
+        // One range (a subtree's share, a server's own id): one run, which is never longer
+        // than roaring's form; measured without walking anything.
+        if let Repr::Range(lo, hi) = self.0 {
+            return Form {
+                runs: true,
+                len: 1 + varint_len(u64::from(lo)) + varint_len(u64::from(hi - lo)),
+            };
+        }
         let runs = self.runs_encoded_len();
         let roaring = self.roaring_len();
         if runs <= roaring {
@@ -444,7 +452,12 @@ impl IdSet {
 
     /// Writes the binary form in `form` (from [`IdSet::form`] of this set).
     pub(crate) fn write_form(&self, form: Form, out: &mut impl BufMut) {
-        if form.runs {
+        if let Repr::Range(lo, hi) = self.0 {
+            out.put_u8(TAG_RUNS);
+            put_varint(out, 1);
+            put_varint(out, u64::from(lo));
+            put_varint(out, u64::from(hi - lo));
+        } else if form.runs {
             out.put_u8(TAG_RUNS);
             let count = self.runs().count() as u64;
             put_varint(out, count);
@@ -511,6 +524,15 @@ impl IdSet {
                 // Check the whole run list before building anything (a refused input costs
                 // its length, never the size of the ranges it names), then build: two
                 // walks, no list of runs in between.
+                if count == 1 {
+                    // One run (most sets on the wire): read once, kept inline.
+                    let mut run = 0..=0;
+                    let end = walk_runs(bytes, pos, count, |r| run = r)?;
+                    if end != bytes.len() {
+                        return Err(IdSetError::Trailing(bytes.len() - end));
+                    }
+                    return Ok(Self(Repr::Range(*run.start(), *run.end())));
+                }
                 let end = walk_runs(bytes, pos, count, |_| {})?;
                 if end != bytes.len() {
                     return Err(IdSetError::Trailing(bytes.len() - end));

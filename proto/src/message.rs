@@ -343,7 +343,11 @@ impl Message {
             int32::encode(5, &(status as i32), buf);
         }
         if !self.payload.is_empty() {
-            prost::encoding::bytes::encode(7, &self.payload, buf);
+            // prost's own `bytes::encode` puts a clone of the `Bytes`, which for a payload
+            // made from a vector allocates its shared header: the slice is copied instead.
+            encode_key(7, WireType::LengthDelimited, buf);
+            encode_varint(self.payload.len() as u64, buf);
+            buf.put_slice(&self.payload);
         }
         if !self.service.is_empty() {
             string::encode(8, &self.service, buf);
