@@ -385,13 +385,21 @@ fn init(plugins: &Mutex<Plugins>, req: Request, reply: Reply) {
 
 /// [`SDM`]: `ping`, `info`, `value` (this server's id), `sleep MS`.
 fn sdm_service(req: Request, reply: Reply) {
-    let text = String::from_utf8_lossy(&req.payload);
-    let text = text.trim();
-    let (verb, arg) = text.split_once(' ').unwrap_or((text, ""));
+    // A request is a short ASCII line: read as it is, without a copy or a Unicode scan
+    // (the lossy conversion only for bytes that are not UTF-8).
+    let text = match std::str::from_utf8(&req.payload) {
+        Ok(t) => std::borrow::Cow::Borrowed(t),
+        Err(_) => String::from_utf8_lossy(&req.payload),
+    };
+    let text = text.trim_ascii();
+    let (verb, arg) = match text.bytes().position(|b| b == b' ') {
+        Some(i) => (&text[..i], &text[i + 1..]),
+        None => (text, ""),
+    };
     match verb {
         "ping" => reply.send("pong"),
         "info" => reply.send(info_line()),
-        "value" => reply.send(req.server().to_string()),
+        "value" => reply.send(id_text(req.server())),
         "sleep" => match arg.trim().parse::<u64>() {
             Ok(ms) => {
                 tokio::spawn(async move {
@@ -405,6 +413,22 @@ fn sdm_service(req: Request, reply: Reply) {
             "error: unknown request {verb:?} (expected ping, info, value or sleep MS)"
         )),
     }
+}
+
+/// A server id as decimal text, in one allocation of its length.
+fn id_text(id: u32) -> Bytes {
+    let mut buf = [0u8; 10];
+    let mut at = buf.len();
+    let mut m = id;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    Bytes::copy_from_slice(&buf[at..])
 }
 
 /// [`OMIS`]: the request runs on the monitor thread, queued now, in delivery order (a stop
@@ -515,6 +539,26 @@ mod tests {
         // "ping" tagged for OMIS is OMIS, not the built-in ping.
         assert!(ask(&s, OMIS, b"ping").await.starts_with(b"0 [] error("));
         assert_eq!(&ask(&s, COUNTERS, b"").await[..], b"{}");
+    }
+
+    /// An id prints as `to_string` prints it, at both ends of the range; a request is
+    /// trimmed, split at its first space, and one that is not UTF-8 is named in its error.
+    #[tokio::test]
+    async fn the_sdm_service_reads_a_request_line() {
+        for id in [0, 7, 10, 99, 4_000_000_000, u32::MAX] {
+            assert_eq!(&id_text(id)[..], id.to_string().as_bytes());
+        }
+        let s = Services::stock();
+        assert_eq!(&ask(&s, SDM, b"  value \n").await[..], b"3");
+        assert_eq!(&ask(&s, SDM, b"sleep 0").await[..], b"ok");
+        let text = ask(&s, SDM, b"sleep  x y").await;
+        assert_eq!(&text[..], b"error: sleep needs milliseconds, got \" x y\"");
+        let text = ask(&s, SDM, b"pi\xffng").await;
+        assert_eq!(
+            &text[..],
+            "error: unknown request \"pi\u{fffd}ng\" (expected ping, info, value or sleep MS)"
+                .as_bytes()
+        );
     }
 
     #[tokio::test]
