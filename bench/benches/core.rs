@@ -48,7 +48,7 @@ fn merge_at_master(c: &mut Criterion, name: &str, filter: &str, payload: fn(u32)
         .map(|s| Message::reply(1, IdSet::single(s), Status::Replied, payload(s)))
         .collect();
     let mut cmd = Message::command(1, IdSet::all(64), SyncMode::WaitAll, "q");
-    cmd.aggregate.filter = filter.to_owned();
+    cmd.aggregate.filter = filter.into();
     c.bench_function(name, |b| {
         b.iter(|| {
             let now = Instant::now();

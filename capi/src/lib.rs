@@ -870,7 +870,7 @@ unsafe fn command(
         Bytes::copy_from_slice(payload),
     )
     .for_service(service);
-    m.aggregate.filter = filter.to_owned();
+    m.aggregate.filter = filter.into();
     Ok(m)
 }
 

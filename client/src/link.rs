@@ -148,7 +148,7 @@ impl Handle {
         payload: impl Into<Bytes>,
     ) -> Result<u64> {
         let mut m = Message::command(0, dest.clone(), sync, payload);
-        m.aggregate.filter = filter.to_owned();
+        m.aggregate.filter = filter.into();
         self.send_command(m).await
     }
 
@@ -167,7 +167,7 @@ impl Handle {
             PendingOp {
                 tx,
                 rx: Arc::new(Mutex::new(rx)),
-                filter: (!matches!(filter.as_str(), "" | "identical")).then_some(filter),
+                filter: (!matches!(&*filter, "" | "identical")).then(|| filter.to_string()),
             },
         );
         let (done, written) = oneshot::channel();

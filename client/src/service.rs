@@ -27,7 +27,7 @@ pub fn filtered(
     payload: impl Into<Bytes>,
 ) -> Message {
     let mut m = command(service, dest, sync, payload);
-    m.aggregate.filter = filter.to_owned();
+    m.aggregate.filter = filter.into();
     m
 }
 
@@ -51,7 +51,7 @@ mod tests {
         assert_eq!(m.dest, dest);
         let m = filtered(PROCSTAT, &dest, SyncMode::Timeout(5), "stats", "");
         assert_eq!(
-            (m.service.as_str(), m.aggregate.filter.as_str()),
+            (m.service.as_str(), &*m.aggregate.filter),
             ("procstat", "stats")
         );
         assert_eq!(omis(&dest, SyncMode::WaitAll, "1 [] stop()").service, OMIS);

@@ -87,6 +87,18 @@ impl Decimal {
 
     /// Exact sum, `None` on overflow.
     pub fn checked_add(self, other: Decimal) -> Option<Decimal> {
+        if self.scale == other.scale {
+            // The same scale (all integers): no rescaling, so no 128-bit multiplications,
+            // which are library calls.
+            let m = self.mant.checked_add(other.mant)?;
+            return Some(
+                Decimal {
+                    mant: m,
+                    scale: self.scale,
+                }
+                .canonical(),
+            );
+        }
         let s = self.scale.max(other.scale);
         let m = self.mant_at(s)?.checked_add(other.mant_at(s)?)?;
         Some(Decimal { mant: m, scale: s }.canonical())
@@ -461,6 +473,13 @@ mod tests {
             let r = i128::from(b) * 10i128.pow(18 - t);
             prop_assert_eq!(x.cmp(&y), l.cmp(&r));
             prop_assert_eq!(x.checked_add(y).unwrap().checked_sub(y).unwrap(), x);
+            // The sum is exact at either scale, the same or not.
+            prop_assert_eq!(x.checked_add(y), Decimal::new(l + r, 18));
+            let z = Decimal::new(i128::from(b), s).unwrap();
+            prop_assert_eq!(
+                x.checked_add(z),
+                Decimal::new(i128::from(a) + i128::from(b), s)
+            );
         }
     }
 }

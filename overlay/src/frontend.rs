@@ -168,7 +168,7 @@ impl Frontend {
         payload: impl Into<Bytes>,
     ) -> io::Result<u64> {
         let mut m = Message::command(0, dest.clone(), sync, payload);
-        m.aggregate.filter = filter.to_owned();
+        m.aggregate.filter = filter.into();
         self.send_command(m).await
     }
 
@@ -180,8 +180,8 @@ impl Frontend {
         m.op = op;
         m.kind = Kind::Command;
         self.link.writer.send(&m).await.map_err(io::Error::other)?;
-        if !matches!(m.aggregate.filter.as_str(), "" | "identical") {
-            self.filters.insert(op, m.aggregate.filter);
+        if !matches!(&*m.aggregate.filter, "" | "identical") {
+            self.filters.insert(op, m.aggregate.filter.to_string());
         }
         Ok(op)
     }

@@ -55,7 +55,7 @@ pub enum Output {
         /// The command's kind (command or stdio).
         kind: Kind,
         /// The command's filter name.
-        filter: String,
+        filter: Arc<str>,
         /// The service the command is for (empty: the built-in `sdm` service).
         service: String,
         /// The opaque request.
@@ -686,7 +686,7 @@ impl Node {
             let unreachable = &dest - &reach;
             (reach, unreachable)
         };
-        let filter = match msg.aggregate.filter.as_str() {
+        let filter = match &*msg.aggregate.filter {
             // The default, without a registry lookup: `""` is always the identical merge.
             "" => Ok(Box::new(Identical::new()) as Box<dyn Filter>),
             spec => self.registry.create(spec).map_err(|e| {

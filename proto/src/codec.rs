@@ -1,6 +1,8 @@
 //! [`FrameCodec`]: 4-byte big-endian length prefix, a configurable maximum frame size, and
 //! envelope validation, over tokio-util's length-delimited codec.
 
+use std::sync::Arc;
+
 use bytes::{Buf, BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
@@ -19,6 +21,8 @@ pub struct FrameCodec {
     in_frame: Option<u64>,
     /// Where a small frame is encoded before it is copied into the link's buffer.
     scratch: Vec<u8>,
+    /// The filter name of the last frame decoded, shared with the next that names it.
+    last_filter: Option<Arc<str>>,
 }
 
 /// Frames whose payload is at most this size are encoded into [`FrameCodec`]'s scratch
@@ -38,6 +42,7 @@ impl FrameCodec {
             max,
             in_frame: None,
             scratch: Vec::with_capacity(SCRATCH_MAX),
+            last_filter: None,
         }
     }
 
@@ -75,7 +80,7 @@ impl Decoder for FrameCodec {
         match self.inner.decode(src)? {
             Some(frame) => {
                 self.in_frame = None;
-                Message::decode(frame.freeze()).map(Some)
+                Message::decode_sharing(frame.freeze(), &mut self.last_filter).map(Some)
             }
             None => Ok(None),
         }
@@ -156,6 +161,33 @@ mod tests {
         assert_eq!(c.decode(&mut buf).unwrap().unwrap(), a);
         assert_eq!(c.decode(&mut buf).unwrap().unwrap(), b);
         assert!(c.decode(&mut buf).unwrap().is_none());
+    }
+
+    /// Commands a link decodes one after another share their filter name while it stays
+    /// the same (one allocation, not one per frame); a new name is its own, the empty name
+    /// is the empty name, and every frame decodes to the message that was sent.
+    #[test]
+    fn frames_in_a_row_share_their_filter_name() {
+        let names = ["sum", "sum", "max", "", "max"];
+        let mut buf = BytesMut::new();
+        let mut sent = Vec::new();
+        for (i, f) in names.into_iter().enumerate() {
+            let mut m = Message::command(i as u64 + 1, IdSet::all(4), SyncMode::WaitAll, "x");
+            m.aggregate.filter = f.into();
+            FrameCodec::default().encode(&m, &mut buf).unwrap();
+            sent.push(m);
+        }
+        let mut c = FrameCodec::default();
+        let got: Vec<Message> = (0..names.len())
+            .map(|_| c.decode(&mut buf).unwrap().unwrap())
+            .collect();
+        assert_eq!(got, sent);
+        let name = |i: usize| &got[i].aggregate.filter;
+        assert!(std::sync::Arc::ptr_eq(name(0), name(1)));
+        assert!(!std::sync::Arc::ptr_eq(name(1), name(2)));
+        // The empty name in between does not make the link forget "max".
+        assert!(std::sync::Arc::ptr_eq(name(2), name(4)));
+        assert_eq!(&**name(3), "");
     }
 
     /// Frames on both sides of the scratch buffer's limit, one codec for all (its scratch

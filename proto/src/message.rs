@@ -1,6 +1,8 @@
 //! [`Message`]: a decoded and validated envelope, with its id-sets parsed, and the
 //! conversions to and from the protobuf [`crate::pb::Envelope`].
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes};
 
 use crate::idset::{IdSet, IdSetError};
@@ -50,8 +52,9 @@ pub enum Status {
 /// The aggregate element of a message (the seed's `sdm_aggregate`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Aggregate {
-    /// Filter name; empty = identical-merge.
-    pub filter: String,
+    /// Filter name; empty = identical-merge. Shared: the copies of a command for each
+    /// child, and the commands a link decodes one after another, hold one allocation.
+    pub filter: Arc<str>,
     /// Completion rule.
     pub sync: SyncMode,
     /// Upstream: XXH3-64 of the payload (a hint; merges confirm byte for byte).
@@ -139,6 +142,8 @@ struct Envelope<'a> {
     dest: &'a [u8],
     source: &'a [u8],
     agg: pb::Aggregate,
+    /// The filter name (what `agg.filter` would hold).
+    filter: Arc<str>,
     payload: Bytes,
     service: String,
 }
@@ -228,7 +233,7 @@ impl Message {
             destination: set(&self.dest),
             source: set(&self.source),
             aggregate: Some(pb::Aggregate {
-                filter: self.aggregate.filter.clone(),
+                filter: self.aggregate.filter.to_string(),
                 sync: sync as i32,
                 timeout_ms,
                 payload_hash: self.aggregate.payload_hash,
@@ -241,12 +246,12 @@ impl Message {
 
     /// Length of the nested `Aggregate` message.
     fn aggregate_len(&self, sync: pb::SyncMode, timeout_ms: u32, status: pb::Status) -> usize {
-        use prost::encoding::{fixed64, int32, string, uint32};
+        use prost::encoding::{encoded_len_varint, fixed64, int32, key_len, uint32};
         let a = &self.aggregate;
         (if a.filter.is_empty() {
             0
         } else {
-            string::encoded_len(1, &a.filter)
+            key_len(1) + encoded_len_varint(a.filter.len() as u64) + a.filter.len()
         }) + (if sync as i32 == 0 {
             0
         } else {
@@ -328,7 +333,9 @@ impl Message {
         encode_varint(self.aggregate_len(sync, timeout_ms, status) as u64, buf);
         let a = &self.aggregate;
         if !a.filter.is_empty() {
-            string::encode(1, &a.filter, buf);
+            encode_key(1, WireType::LengthDelimited, buf);
+            encode_varint(a.filter.len() as u64, buf);
+            buf.put_slice(a.filter.as_bytes());
         }
         if sync as i32 != 0 {
             int32::encode(2, &(sync as i32), buf);
@@ -368,6 +375,13 @@ impl Message {
     /// are skipped, a repeated field's last value wins and repeated `aggregate`s merge, as
     /// protobuf says; the test `the_direct_decoder_agrees_with_prost` holds it to that.
     pub fn decode(frame: Bytes) -> Result<Self, WireError> {
+        Self::decode_sharing(frame, &mut None)
+    }
+
+    /// [`Message::decode`], sharing the filter name with `last`, the name the previous
+    /// frame of the same link carried, when they are the same (then nothing is allocated
+    /// for it); `last` becomes this frame's name.
+    pub fn decode_sharing(frame: Bytes, last: &mut Option<Arc<str>>) -> Result<Self, WireError> {
         use prost::encoding::{WireType, decode_key, decode_varint};
         let mut buf: &[u8] = &frame;
         let mut version = 0u32;
@@ -376,6 +390,7 @@ impl Message {
         let mut dest: &[u8] = &[];
         let mut source: &[u8] = &[];
         let mut agg = pb::Aggregate::default();
+        let mut filter = "";
         let mut payload = 0..0;
         let mut service = "";
         while !buf.is_empty() {
@@ -392,8 +407,7 @@ impl Message {
                         let (tag, wt) = decode_key(&mut a)?;
                         match tag {
                             1 => {
-                                agg.filter =
-                                    text(delimited(wt, &mut a, "filter")?, "filter")?.to_owned();
+                                filter = text(delimited(wt, &mut a, "filter")?, "filter")?;
                             }
                             2 => agg.sync = varint(wt, &mut a)? as i32,
                             3 => agg.timeout_ms = varint(wt, &mut a)? as u32,
@@ -445,6 +459,11 @@ impl Message {
             let ctx = prost::encoding::DecodeContext::default();
             Ok(prost::encoding::skip_field(wt, tag, buf, ctx)?)
         }
+        let filter = match last {
+            _ if filter.is_empty() => Arc::default(),
+            Some(l) if **l == *filter => Arc::clone(l),
+            _ => last.insert(Arc::from(filter)).clone(),
+        };
         Self::validate(Envelope {
             version,
             kind,
@@ -452,6 +471,7 @@ impl Message {
             dest,
             source,
             agg,
+            filter,
             payload: frame.slice(payload),
             service: service.to_owned(),
         })
@@ -459,13 +479,16 @@ impl Message {
 
     /// Validates a protobuf envelope.
     pub fn from_pb(env: pb::Envelope) -> Result<Self, WireError> {
+        let mut agg = env.aggregate.unwrap_or_default();
+        let filter = Arc::from(std::mem::take(&mut agg.filter));
         Self::validate(Envelope {
             version: env.version,
             kind: env.kind,
             op: env.op_id,
             dest: &env.destination,
             source: &env.source,
-            agg: env.aggregate.unwrap_or_default(),
+            agg,
+            filter,
             payload: env.payload,
             service: env.service,
         })
@@ -511,7 +534,7 @@ impl Message {
             dest: set("destination", env.dest)?,
             source: set("source", env.source)?,
             aggregate: Aggregate {
-                filter: agg.filter,
+                filter: env.filter,
                 sync,
                 payload_hash: agg.payload_hash,
                 status,
@@ -631,7 +654,7 @@ mod tests {
                         dest,
                         source,
                         aggregate: Aggregate {
-                            filter,
+                            filter: filter.into(),
                             sync: [SyncMode::WaitAll, SyncMode::DontWait, SyncMode::Timeout(ms)]
                                 [sync],
                             payload_hash: hash,

@@ -505,7 +505,7 @@ mod tests {
         let d = Delivery {
             op: 7,
             kind: Kind::Command,
-            filter: String::new(),
+            filter: Default::default(),
             service: service.to_owned(),
             payload: Bytes::from_static(payload),
             reply: Replier::new(7, tx),
