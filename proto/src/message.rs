@@ -434,10 +434,14 @@ impl Message {
                 _ => skip(wt, tag, &mut buf)?,
             }
         }
+        // Inlined: called for every field of every frame, and a call returning a
+        // `Result` this large costs more than the field.
+        #[inline(always)]
         fn varint(wt: WireType, buf: &mut &[u8]) -> Result<u64, WireError> {
             prost::encoding::check_wire_type(WireType::Varint, wt)?;
             Ok(decode_varint(buf)?)
         }
+        #[inline(always)]
         fn delimited<'a>(
             wt: WireType,
             buf: &mut &'a [u8],
