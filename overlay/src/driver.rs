@@ -39,7 +39,7 @@ pub struct Delivery {
     /// Kind of the request (command or stdio).
     pub kind: Kind,
     /// Filter the command asked for.
-    pub filter: std::sync::Arc<str>,
+    pub filter: sdm_proto::FilterName,
     /// Service the command is for (empty: the built-in `sdm` service); see
     /// `sdm_proto::Message::service`.
     pub service: String,

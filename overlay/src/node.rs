@@ -55,7 +55,7 @@ pub enum Output {
         /// The command's kind (command or stdio).
         kind: Kind,
         /// The command's filter name.
-        filter: Arc<str>,
+        filter: sdm_proto::FilterName,
         /// The service the command is for (empty: the built-in `sdm` service).
         service: String,
         /// The opaque request.

@@ -52,15 +52,59 @@ pub enum Status {
 /// The aggregate element of a message (the seed's `sdm_aggregate`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Aggregate {
-    /// Filter name; empty = identical-merge. Shared: the copies of a command for each
-    /// child, and the commands a link decodes one after another, hold one allocation.
-    pub filter: Arc<str>,
+    /// Filter name; empty = identical-merge.
+    pub filter: FilterName,
     /// Completion rule.
     pub sync: SyncMode,
     /// Upstream: XXH3-64 of the payload (a hint; merges confirm byte for byte).
     pub payload_hash: u64,
     /// Upstream: status of the group (replies only).
     pub status: Option<Status>,
+}
+
+/// A filter name as an envelope carries it: the empty name (the identical merge, and every
+/// reply) holds nothing, so making and dropping a message touches no reference count; a
+/// named filter is shared by the copies of a command for each child and by the commands a
+/// link decodes one after another (one allocation, not one per frame). Reads as a `&str`.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct FilterName(Option<Arc<str>>);
+
+impl FilterName {
+    fn shared(name: Arc<str>) -> Self {
+        Self((!name.is_empty()).then_some(name))
+    }
+}
+
+impl std::ops::Deref for FilterName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.0.as_deref().unwrap_or("")
+    }
+}
+
+impl From<&str> for FilterName {
+    fn from(name: &str) -> Self {
+        Self((!name.is_empty()).then(|| Arc::from(name)))
+    }
+}
+
+impl From<String> for FilterName {
+    fn from(name: String) -> Self {
+        Self((!name.is_empty()).then(|| Arc::from(name)))
+    }
+}
+
+impl std::fmt::Debug for FilterName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl std::fmt::Display for FilterName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
 }
 
 /// A validated envelope.
@@ -143,7 +187,7 @@ struct Envelope<'a> {
     source: &'a [u8],
     agg: pb::Aggregate,
     /// The filter name (what `agg.filter` would hold).
-    filter: Arc<str>,
+    filter: FilterName,
     payload: Bytes,
     service: String,
 }
@@ -464,9 +508,9 @@ impl Message {
             Ok(prost::encoding::skip_field(wt, tag, buf, ctx)?)
         }
         let filter = match last {
-            _ if filter.is_empty() => Arc::default(),
-            Some(l) if **l == *filter => Arc::clone(l),
-            _ => last.insert(Arc::from(filter)).clone(),
+            _ if filter.is_empty() => FilterName::default(),
+            Some(l) if **l == *filter => FilterName::shared(Arc::clone(l)),
+            _ => FilterName::shared(last.insert(Arc::from(filter)).clone()),
         };
         Self::validate(Envelope {
             version,
@@ -484,7 +528,7 @@ impl Message {
     /// Validates a protobuf envelope.
     pub fn from_pb(env: pb::Envelope) -> Result<Self, WireError> {
         let mut agg = env.aggregate.unwrap_or_default();
-        let filter = Arc::from(std::mem::take(&mut agg.filter));
+        let filter = FilterName::from(std::mem::take(&mut agg.filter));
         Self::validate(Envelope {
             version: env.version,
             kind: env.kind,
@@ -554,6 +598,31 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use prost::Message as _;
+
+    /// The empty filter name holds nothing, however it is made; named, it reads back and
+    /// compares by its text.
+    #[test]
+    fn a_filter_name_is_empty_or_shared_text() {
+        for empty in [
+            FilterName::default(),
+            FilterName::from(""),
+            FilterName::from(String::new()),
+            FilterName::shared(Arc::from("")),
+            Message::reply(1, IdSet::single(0), Status::Replied, Bytes::new())
+                .aggregate
+                .filter,
+        ] {
+            assert!(empty.0.is_none());
+            assert_eq!(&*empty, "");
+        }
+        let sum = FilterName::from("sum");
+        assert_eq!(sum, FilterName::from(String::from("sum")));
+        assert_eq!(
+            (&*sum, format!("{sum}"), format!("{sum:?}")),
+            ("sum", "sum".into(), "\"sum\"".into())
+        );
+        assert_ne!(sum, FilterName::from("max"));
+    }
 
     #[test]
     fn round_trip_and_version() {
