@@ -319,8 +319,10 @@ pub struct Node {
     registry: Arc<Registry>,
     /// Liveness of the links (keepalives sent, silence watched).
     clocks: Clocks,
-    /// Output (stdio, events) going up, held by the parent's credit.
-    up: SendWindow,
+    /// Output (stdio, events) going up, held by the parent's credit. (Made when first
+    /// used, boxed: most nodes never send output, and a node should be small when
+    /// millions are simulated; `None` is a fresh window.)
+    up: Option<Box<SendWindow>>,
     /// Output taken in from each child, and the credit owed to it.
     down: BTreeMap<NodeId, RecvWindow>,
     /// Whether the driver was told to stop taking local output.
@@ -343,7 +345,7 @@ impl Node {
             lines_sent: None,
             clocks: Clocks::default(),
             registry: builtin_registry(),
-            up: SendWindow::default(),
+            up: None,
             down: BTreeMap::new(),
             local_paused: false,
         }
@@ -398,11 +400,11 @@ impl Node {
         match one {
             Some(o) => {
                 let servers = self.servers_behind(o);
-                self.up.push(&[(o, servers)], m);
+                self.up_mut().push(&[(o, servers)], m);
             }
             None => {
                 let origins = self.origins(&m.source);
-                self.up.push(&origins, m);
+                self.up_mut().push(&origins, m);
             }
         }
         self.release_output();
@@ -468,7 +470,7 @@ impl Node {
     /// or short.
     fn release_output(&mut self) {
         let mut last = None;
-        while let Some((m, origin)) = self.up.pop() {
+        while let Some((m, origin)) = self.up.as_mut().and_then(|u| u.pop()) {
             self.out.push_back(Output::ToParent(m));
             if last != Some(origin) {
                 if let Some(Origin::Child(c)) = last {
@@ -480,7 +482,7 @@ impl Node {
         if let Some(Origin::Child(c)) = last {
             self.grant(c);
         }
-        let room = self.up.queued_from(Origin::Local) < flow::QUEUE_LIMIT;
+        let room = self.queued_from(Origin::Local) < flow::QUEUE_LIMIT;
         if self.me.server().is_some() && self.local_paused == room {
             self.local_paused = !room;
             self.out.push_back(if room {
@@ -493,7 +495,7 @@ impl Node {
 
     /// Hands child `c` back the credit for what it sent that no longer waits here.
     fn grant(&mut self, c: NodeId) {
-        let waiting = self.up.queued_from(Origin::Child(c));
+        let waiting = self.queued_from(Origin::Child(c));
         if let Some(credit) = self.down.get_mut(&c).and_then(|w| w.grant(waiting)) {
             self.out.push_back(Output::ToChild(c, credit));
         }
@@ -506,7 +508,17 @@ impl Node {
 
     /// Bytes of output (stdio, events) waiting here for the parent's credit.
     pub fn queued_output(&self) -> i64 {
-        self.up.queued()
+        self.up.as_ref().map_or(0, |u| u.queued())
+    }
+
+    /// The window of output going up, made if this is its first use.
+    fn up_mut(&mut self) -> &mut SendWindow {
+        self.up.get_or_insert_default()
+    }
+
+    /// What of the output from `origin` waits here for the parent's credit.
+    fn queued_from(&self, origin: Origin) -> i64 {
+        self.up.as_ref().map_or(0, |u| u.queued_from(origin))
     }
 
     /// Sends keepalives and watches links for silence as `live` says (`None`, the default:
@@ -551,7 +563,8 @@ impl Node {
         match Control::from_message(msg) {
             Ok(Control::Keepalive) => {}
             Ok(Control::Credit(n)) if peer == Peer::Parent => {
-                self.up.add_credit(i64::try_from(n).unwrap_or(i64::MAX));
+                self.up_mut()
+                    .add_credit(i64::try_from(n).unwrap_or(i64::MAX));
                 self.release_output();
             }
             other => {
@@ -595,7 +608,7 @@ impl Node {
             && self.stdio.is_none()
             && self.lines_sent.is_none()
             && self.clocks.is_idle()
-            && self.up.is_idle()
+            && self.up.as_ref().is_none_or(|u| u.is_idle())
             && self.down.is_empty()
             && !self.local_paused
     }
@@ -971,7 +984,9 @@ impl Node {
         self.clocks.gone(Peer::Parent);
         self.ops.clear();
         self.timers.clear();
-        self.up.reset();
+        if let Some(u) = &mut self.up {
+            u.reset();
+        }
     }
 
     /// Time has reached `now`: operations past their deadline time out.

@@ -996,3 +996,13 @@ fn ops_reuse_retired_boxes_and_start_clean() {
     assert_eq!(g[0].sources.to_string(), "[0-9]");
     assert_eq!(spare(), kept);
 }
+
+/// A node fits mimalloc's 320-byte class, which keeps the simulator's million nodes under
+/// its memory target (BENCHMARKS.md, "Simulator after the inline id-sets and a smaller
+/// node"): state most nodes never use is boxed and made on first use.
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn a_node_is_small() {
+    let size = std::mem::size_of::<Node>();
+    assert!(size <= 320, "Node is {size} bytes");
+}
