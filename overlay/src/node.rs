@@ -144,6 +144,9 @@ thread_local! {
 /// At most this many spare op boxes per thread (a window of ops in flight).
 pub(crate) const SPARE_OPS_MAX: usize = 64;
 
+/// A spare op keeps room for at most this many sources (children and the server itself).
+const SPARE_SOURCES_MAX: usize = 64;
+
 impl PendingOp {
     /// A new op expecting `expected`, with room for `sources` sources: a spare box if this
     /// thread has one.
@@ -197,6 +200,11 @@ impl PendingOp {
             outstanding,
             ..PendingOp::empty()
         };
+        // A box whose vector has room for a wide node's children (a flat master's million)
+        // is freed, not kept: the pool holds small ops only.
+        if self.outstanding.capacity() > SPARE_SOURCES_MAX {
+            return;
+        }
         SPARE_OPS.with_borrow_mut(|spare| {
             if spare.len() < SPARE_OPS_MAX {
                 spare.push(self);

@@ -995,6 +995,15 @@ fn ops_reuse_retired_boxes_and_start_clean() {
     assert_eq!(g.len(), 1, "{g:?}");
     assert_eq!(g[0].sources.to_string(), "[0-9]");
     assert_eq!(spare(), kept);
+    // A flat master's op has room for 100 children: freed when it retires, not kept.
+    let mut flat = SimNet::new(Arc::from(Shape::Flat.build(100)), MS, same_reply());
+    flat.command(4, IdSet::all(100), SyncMode::WaitAll, "d");
+    flat.run();
+    assert_partition(&flat.groups(4), &IdSet::all(100));
+    assert!(
+        SPARE_OPS.with_borrow(|s| s.iter().all(|op| op.outstanding.capacity() <= 64)),
+        "a wide op's box was kept"
+    );
 }
 
 /// A node fits mimalloc's 320-byte class, which keeps the simulator's million nodes under
