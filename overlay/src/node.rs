@@ -157,15 +157,12 @@ impl PendingOp {
         sources: usize,
     ) -> Box<Self> {
         match SPARE_OPS.with_borrow_mut(Vec::pop) {
+            // `retire` left it empty: only what this op brings is set.
             Some(mut op) => {
+                op.sync = sync;
+                op.filter = filter;
+                op.expected = expected;
                 op.outstanding.reserve(sources);
-                *op = PendingOp {
-                    sync,
-                    filter,
-                    expected,
-                    outstanding: std::mem::take(&mut op.outstanding),
-                    ..PendingOp::empty()
-                };
                 op
             }
             None => Box::new(PendingOp {

@@ -417,18 +417,7 @@ fn sdm_service(req: Request, reply: Reply) {
 
 /// A server id as decimal text, in one allocation of its length.
 fn id_text(id: u32) -> Bytes {
-    let mut buf = [0u8; 10];
-    let mut at = buf.len();
-    let mut m = id;
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (m % 10) as u8;
-        m /= 10;
-        if m == 0 {
-            break;
-        }
-    }
-    Bytes::copy_from_slice(&buf[at..])
+    sdm_overlay::filters::Decimal::from_int(i128::from(id)).to_bytes()
 }
 
 /// [`OMIS`]: the request runs on the monitor thread, queued now, in delivery order (a stop
