@@ -301,6 +301,8 @@ struct LinkIo {
     bulk: VecDeque<Message>,
     /// Frames handed to the writer's buffer and not flushed yet.
     unflushed: bool,
+    /// A frame [`LinkIo::push`] could not encode: the link fails at its next write.
+    broken: Option<String>,
     /// Frames read from this link per turn, in [`DRAIN`]s: a child's [`flow::weight`], so
     /// the node's time is shared by the ranks behind each link, like its flow-control
     /// window.
@@ -328,6 +330,7 @@ impl LinkIo {
             ctrl: VecDeque::new(),
             bulk: VecDeque::new(),
             unflushed: false,
+            broken: None,
             weight: 1,
             waker,
             socket,
@@ -361,9 +364,21 @@ impl LinkIo {
         }
     }
 
+    ///
+    /// A control frame (commands, replies) goes straight into the writer's buffer when no
+    /// other control frame waits and the buffer takes it without a write: where
+    /// [`LinkIo::poll_write`] would put it, without moving the message through the queue.
     fn push(&mut self, m: Message) {
         if flow::is_bulk(m.kind) {
             self.bulk.push_back(m);
+        } else if self.ctrl.is_empty()
+            && self.broken.is_none()
+            && self.writer.write_buffer().len() < self.writer.backpressure_boundary()
+        {
+            match Pin::new(&mut self.writer).start_send(&m) {
+                Ok(()) => self.unflushed = true,
+                Err(e) => self.broken = Some(write_failed(e, &self.name)),
+            }
         } else {
             self.ctrl.push_back(m);
         }
@@ -371,7 +386,7 @@ impl LinkIo {
 
     /// Nothing queued and nothing buffered unwritten.
     fn idle(&self) -> bool {
-        !self.unflushed && self.ctrl.is_empty() && self.bulk.is_empty()
+        !self.unflushed && self.ctrl.is_empty() && self.bulk.is_empty() && self.broken.is_none()
     }
 
     /// The next frame from the peer (the link's own waker registered if there is none
@@ -401,7 +416,10 @@ impl LinkIo {
     /// then flushes once: several frames per system call. Never waits: what the socket does
     /// not take stays queued, and the task is woken when it can take more.
     fn poll_write(&mut self, cx: &mut Context<'_>) -> Result<(), String> {
-        let fail = |e: WireError, name: &str| format!("write to {name} failed: {e}");
+        if let Some(why) = self.broken.take() {
+            return Err(why);
+        }
+        let fail = write_failed;
         while !(self.ctrl.is_empty() && self.bulk.is_empty()) {
             match Sink::<&Message>::poll_ready(Pin::new(&mut self.writer), cx) {
                 Poll::Ready(Ok(())) => {}
@@ -426,6 +444,11 @@ impl LinkIo {
         }
         Ok(())
     }
+}
+
+/// Why a write to `name` failed.
+fn write_failed(e: WireError, name: &str) -> String {
+    format!("write to {name} failed: {e}")
 }
 
 /// The children's links, by id, in a stable order (so the turns can go round them fairly).
@@ -488,12 +511,14 @@ impl Timer {
         }
     }
 
-    /// Whether the timer, set to `at`, is due (if not, the task is woken when it is).
-    fn due(&mut self, cx: &mut Context<'_>, at: Instant) -> bool {
+    /// Whether the timer, set to `at`, is due at `now` (if not, the task is woken when it
+    /// is).
+    fn due(&mut self, cx: &mut Context<'_>, at: Instant, now: std::time::Instant) -> bool {
         match self {
             Timer::Tokio(sleep) => sleep.as_mut().poll(cx).is_ready(),
-            // The loop keeps the deadline `reset` gave it until it has passed.
-            Timer::Own => Instant::now() >= at,
+            // The loop keeps the deadline `reset` gave it until it has passed, and polls
+            // the task again then.
+            Timer::Own => now >= at.into_std(),
         }
     }
 }
@@ -572,6 +597,9 @@ struct Driver {
     adoptions_waker: Waker,
     /// The children's muted reads, on the node's own loop (`None` elsewhere).
     mute: Option<Mute>,
+    /// The time of this turn: when the loop stopped waiting ([`poller::loop_time`]), or
+    /// when the turn began. Frames, replies and the timer are handled at this time.
+    now: std::time::Instant,
 }
 
 impl Driver {
@@ -583,10 +611,7 @@ impl Driver {
                 Output::ToParent(m) => self.parent.push(m),
                 Output::ToChild(c, m) => match self.children.get_mut(c) {
                     Some(link) => link.push(m),
-                    None => {
-                        let now = Instant::now().into_std();
-                        self.node.handle_link_down(now, c, "no link");
-                    }
+                    None => self.node.handle_link_down(self.now, c, "no link"),
                 },
                 Output::Deliver {
                     op,
@@ -630,13 +655,13 @@ impl Driver {
         // tokio budget too, and may leave none for the writes at the end).
         self.inbox.enter();
         self.ready.take(&mut self.want);
+        self.now = poller::loop_time().unwrap_or_else(std::time::Instant::now);
         let mut more = self.write_all(cx);
-        let now = || Instant::now().into_std();
         if self.want[PARENT] {
             let mut drained = false;
             for _ in 0..DRAIN {
                 match self.parent.poll_frame() {
-                    Poll::Ready(Ok(m)) => self.node.handle_from_parent(now(), m),
+                    Poll::Ready(Ok(m)) => self.node.handle_from_parent(self.now, m),
                     Poll::Ready(Err(why)) => {
                         self.parent_gone.get_or_insert(why);
                         drained = true;
@@ -653,9 +678,11 @@ impl Driver {
         }
         self.dispatch();
         more |= self.take_replies();
-        if self.armed.is_some_and(|at| timer.due(cx, at)) {
+        if self.armed.is_some_and(|at| timer.due(cx, at, self.now)) {
             self.armed = None;
-            self.node.handle_timeout(now());
+            // Due by tokio's timer may be later than the turn's time.
+            self.now = self.now.max(Instant::now().into_std());
+            self.node.handle_timeout(self.now);
         }
         self.dispatch();
         if let Some(rx) = self.adoptions.as_mut().filter(|_| self.want[ADOPTIONS]) {
@@ -704,7 +731,7 @@ impl Driver {
             return Poll::Ready(Turn::ParentGone(why));
         }
         self.arm(timer);
-        more |= self.armed.is_some_and(|at| timer.due(cx, at));
+        more |= self.armed.is_some_and(|at| timer.due(cx, at, self.now));
         if !more {
             self.mute_children();
         }
@@ -730,8 +757,7 @@ impl Driver {
                 more = false;
                 break;
             };
-            self.node
-                .handle_local_reply(Instant::now().into_std(), op, payload);
+            self.node.handle_local_reply(self.now, op, payload);
         }
         self.dispatch();
         more
@@ -778,15 +804,14 @@ impl Driver {
                             mute.muted_spoke |= link.muted();
                             mute.anchor_spoke |= mute.anchor == Some(c);
                         }
-                        self.node.handle_from_child(Instant::now().into_std(), c, m);
+                        self.node.handle_from_child(self.now, c, m);
                     }
                     Poll::Ready(Err(mut why)) => {
                         if why == GOODBYE {
                             why = format!("{c} said goodbye");
                         }
                         self.children.remove(c);
-                        self.node
-                            .handle_link_down(Instant::now().into_std(), c, &why);
+                        self.node.handle_link_down(self.now, c, &why);
                     }
                     Poll::Pending => drained = true,
                 }
@@ -832,8 +857,7 @@ impl Driver {
         let any = !failed.is_empty() || self.parent_gone.is_some();
         for (c, why) in failed {
             self.children.remove(c);
-            self.node
-                .handle_link_down(Instant::now().into_std(), c, &why);
+            self.node.handle_link_down(self.now, c, &why);
             self.dispatch();
         }
         any
@@ -1029,6 +1053,7 @@ pub async fn run_node_full(
         ready,
         want,
         mute: (poller::active() && muting_wanted()).then(Mute::default),
+        now: start,
     };
     // One timer for the node's deadline, moved only when the deadline changes.
     let mut timer = Timer::new();

@@ -93,6 +93,8 @@ struct Reactor {
     lapsed: Cell<bool>,
     /// When the muted sockets were last read.
     swept: Cell<Instant>,
+    /// When the last wait ended: the time of the turn that follows ([`loop_time`]).
+    woke: Cell<Option<Instant>>,
 }
 
 thread_local! {
@@ -112,6 +114,13 @@ pub fn active() -> bool {
 /// to be read ([`MUTE_POLL`]); clears it.
 pub(crate) fn take_mute_lapsed() -> bool {
     current().is_some_and(|r| r.lapsed.replace(false))
+}
+
+/// When this thread's loop last stopped waiting (`None` off a node's own loop, or before
+/// its first wait): the time of the turn its task runs now, read once per wake-up instead
+/// of at every frame (the clock costs as much as a small frame's routing on this VM).
+pub fn loop_time() -> Option<Instant> {
+    REACTOR.with(|r| r.borrow().as_ref().and_then(|r| r.woke.get()))
 }
 
 /// Sets the time by which the loop polls its task again (the node's timer).
@@ -183,6 +192,7 @@ pub fn block_on<F: Future>(fut: F) -> io::Result<F::Output> {
         muted: RefCell::default(),
         lapsed: Cell::new(false),
         swept: Cell::new(Instant::now()),
+        woke: Cell::new(None),
     });
     REACTOR.with(|r| *r.borrow_mut() = Some(reactor.clone()));
     // Uninstalled however the future ends, so sockets dropped afterwards only close.
@@ -240,6 +250,8 @@ impl Reactor {
         });
         let waited = self.epoll.wait(events, timeout);
         task.waiting.store(false, Ordering::SeqCst);
+        let now = Instant::now();
+        self.woke.set(Some(now));
         let n = match waited {
             Ok(n) => n,
             Err(nix::errno::Errno::EINTR) => 0,
@@ -248,9 +260,9 @@ impl Reactor {
         // Whatever woke the loop, the muted sockets are read too: their bytes did not end
         // the wait, and may be there. (Not after a look without waiting that found
         // nothing, unless they are due: a task that keeps yielding still reads them.)
-        let due = || self.swept.get().elapsed() >= MUTE_POLL;
+        let due = || now.saturating_duration_since(self.swept.get()) >= MUTE_POLL;
         if muting && (n > 0 || ms != Some(0) || due()) {
-            self.swept.set(Instant::now());
+            self.swept.set(now);
             self.lapsed.set(n == 0 && for_muted);
             for source in self.muted.borrow().iter() {
                 source.readable.store(true, Ordering::Relaxed);
@@ -280,7 +292,7 @@ impl Reactor {
             }
         }
         if let Some(at) = self.deadline.get()
-            && Instant::now() >= at
+            && now >= at
         {
             self.deadline.set(None);
             task.woken.store(true, Ordering::SeqCst);
@@ -554,8 +566,11 @@ impl AsyncWrite for Writer {
         self.waits_if_pending(sent)
     }
 
+    /// No: what a link writes is one buffer (a `FramedWrite`'s), and `tokio_util`'s
+    /// `poll_write_buf` asks a vectored writer for its chunks through 64 empty slices on
+    /// the stack (a kilobyte zeroed at every flush, 16 cache lines a wake-up touches).
     fn is_write_vectored(&self) -> bool {
-        true
+        false
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
