@@ -152,6 +152,43 @@ mod tests {
         send_sync::<FilterError>();
     }
 
+    /// A filter that says it is reusable is, once flushed, as a fresh one: folding other
+    /// replies into it gives what a fresh filter gives (and it stays reusable). Which
+    /// built-ins are reusable is pinned, so a new one is added here on purpose.
+    #[test]
+    fn reusable_filters_after_a_flush_are_as_new() {
+        let r = Registry::new();
+        let first: [(&[u8], &str); 3] = [(b"7", "[0-3]"), (b"-2.5", "[4]"), (b"7", "[9]")];
+        let second: [(&[u8], &str); 3] = [(b"1", "[5]"), (b"0.25", "[6-7]"), (b"1", "[8]")];
+        let fold = |f: &mut Box<dyn Filter>, inputs: &[(&[u8], &str)]| {
+            for (payload, ids) in inputs {
+                f.fold(payload, &ids.parse().unwrap()).unwrap();
+            }
+            f.flush().unwrap()
+        };
+        let mut reusable = Vec::new();
+        for spec in Registry::BUILTIN_SPECS {
+            if !r.create(spec).unwrap().reusable() {
+                continue;
+            }
+            reusable.push(*spec);
+            let mut kept = r.create(spec).unwrap();
+            let once = fold(&mut kept, &first);
+            assert!(!once.is_empty(), "{spec}");
+            assert!(kept.reusable(), "{spec}: not reusable once flushed");
+            let again = fold(&mut kept, &second);
+            assert_eq!(again, fold(&mut r.create(spec).unwrap(), &second), "{spec}");
+            assert!(
+                kept.flush().unwrap().is_empty(),
+                "{spec}: state after a flush"
+            );
+        }
+        assert_eq!(
+            reusable,
+            ["identical", "sum", "min", "max", "count", "mean"]
+        );
+    }
+
     #[test]
     fn names_and_errors() {
         let r = Registry::new();

@@ -148,26 +148,32 @@ pub(crate) const SPARE_OPS_MAX: usize = 64;
 const SPARE_SOURCES_MAX: usize = 64;
 
 impl PendingOp {
-    /// A new op expecting `expected`, with room for `sources` sources: a spare box if this
-    /// thread has one.
+    /// A new op expecting `expected`, with room for `sources` sources, folding with the
+    /// filter `spec` names (made by `make`): a spare box if this thread has one, with the
+    /// filter of the op it last held if that was the same spec and [`Filter::reusable`].
     fn boxed(
         sync: SyncMode,
-        filter: Result<Box<dyn Filter>, Bytes>,
+        spec: &str,
+        make: impl FnOnce(&str) -> Result<Box<dyn Filter>, Bytes>,
         expected: IdSet,
         sources: usize,
     ) -> Box<Self> {
         match SPARE_OPS.with_borrow_mut(Vec::pop) {
-            // `retire` left it empty: only what this op brings is set.
+            // `retire` left it empty but for a reusable filter: only what this op brings
+            // is set.
             Some(mut op) => {
+                let name = if spec.is_empty() { "identical" } else { spec };
+                if !matches!(&op.filter, Ok(f) if f.name() == name) {
+                    op.filter = make(spec);
+                }
                 op.sync = sync;
-                op.filter = filter;
                 op.expected = expected;
                 op.outstanding.reserve(sources);
                 op
             }
             None => Box::new(PendingOp {
                 sync,
-                filter,
+                filter: make(spec),
                 expected,
                 outstanding: Vec::with_capacity(sources),
                 ..PendingOp::empty()
@@ -188,13 +194,19 @@ impl PendingOp {
         }
     }
 
-    /// Gives a retired op's box back to this thread's spares (its filter and id-sets
-    /// dropped now, its vector's room kept).
+    /// Gives a retired op's box back to this thread's spares (its id-sets dropped now, its
+    /// vector's room kept, and its filter if [`Filter::reusable`]: an op retires right
+    /// after its last flush, which emptied it).
     fn retire(mut self: Box<Self>) {
         let mut outstanding = std::mem::take(&mut self.outstanding);
         outstanding.clear();
+        let filter = match std::mem::replace(&mut self.filter, Err(Bytes::new())) {
+            Ok(f) if f.reusable() => Ok(f),
+            _ => Err(Bytes::new()),
+        };
         *self = PendingOp {
             outstanding,
+            filter,
             ..PendingOp::empty()
         };
         // A box whose vector has room for a wide node's children (a flat master's million)
@@ -704,17 +716,19 @@ impl Node {
             let unreachable = &dest - &reach;
             (reach, unreachable)
         };
-        let filter = match &*msg.aggregate.filter {
+        let (me, registry) = (self.me, &self.registry);
+        let make = |spec: &str| match spec {
             // The default, without a registry lookup: `""` is always the identical merge.
             "" => Ok(Box::new(Identical::new()) as Box<dyn Filter>),
-            spec => self.registry.create(spec).map_err(|e| {
-                tracing::debug!(node = %self.me, op, "{e}; the replies of this op go up as lost");
+            spec => registry.create(spec).map_err(|e| {
+                tracing::debug!(node = %me, op, "{e}; the replies of this op go up as lost");
                 filter_failure(&e)
             }),
         };
         let mut pending = PendingOp::boxed(
             msg.aggregate.sync,
-            filter,
+            &msg.aggregate.filter,
+            make,
             reach,
             route.shares.len() + usize::from(route.local),
         );

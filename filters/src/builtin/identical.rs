@@ -28,6 +28,9 @@ pub struct Identical {
     index: HashMap<u64, usize, BuildHasherDefault<HashIsKey>>,
 }
 
+/// The most groups an emptied filter's index may have room for and still be reused.
+const REUSE_INDEX_MAX: usize = 64;
+
 /// Hashes a key that already is a hash (XXH3-64) by taking it as it is.
 #[derive(Debug, Default)]
 struct HashIsKey(u64);
@@ -97,6 +100,12 @@ impl Identical {
 impl Filter for Identical {
     fn name(&self) -> &str {
         "identical"
+    }
+
+    /// Its flush empties it and cannot fail; kept only while its index is small (a kept
+    /// filter keeps the index's room).
+    fn reusable(&self) -> bool {
+        self.index.capacity() <= REUSE_INDEX_MAX
     }
 
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {

@@ -34,6 +34,11 @@ impl Filter for Sum {
         "sum"
     }
 
+    /// Its flush takes the whole state first and cannot fail.
+    fn reusable(&self) -> bool {
+        true
+    }
+
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
         let v = record::scalar("sum", payload, sources)?;
         self.total = self
@@ -82,6 +87,11 @@ impl Filter for MinMax {
         if self.max { "max" } else { "min" }
     }
 
+    /// Its flush takes the whole state first and cannot fail.
+    fn reusable(&self) -> bool {
+        true
+    }
+
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
         let v = record::scalar(self.name(), payload, sources)?;
         let better = match self.best {
@@ -119,6 +129,11 @@ impl Count {
 impl Filter for Count {
     fn name(&self) -> &str {
         "count"
+    }
+
+    /// Its flush takes the whole state first and cannot fail.
+    fn reusable(&self) -> bool {
+        true
     }
 
     fn fold(&mut self, _payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
@@ -161,6 +176,11 @@ impl Mean {
 impl Filter for Mean {
     fn name(&self) -> &str {
         "mean"
+    }
+
+    /// Its flush takes the whole state first and cannot fail.
+    fn reusable(&self) -> bool {
+        true
     }
 
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {

@@ -1015,3 +1015,78 @@ fn a_node_is_small() {
     let size = std::mem::size_of::<Node>();
     assert!(size <= 320, "Node is {size} bytes");
 }
+
+/// A retired op keeps a reusable filter for the next op of the same spec, which then
+/// merges exactly as a fresh one: sums after sums, then a `max` and the identical merge in
+/// between (each made anew, as the kept filter is another), and a sum again.
+#[test]
+fn retired_ops_keep_reusable_filters_and_merge_as_fresh() {
+    use crate::node::SPARE_OPS;
+    let kept = |name: &str| {
+        SPARE_OPS.with_borrow(|s| {
+            s.iter()
+                .filter(|op| matches!(&op.filter, Ok(f) if f.name() == name))
+                .count()
+        })
+    };
+    let mut net = net(
+        &Shape::Binomial,
+        100,
+        Box::new(|id, payload: &Bytes| {
+            let id = u64::from(id.server().unwrap());
+            // Replies differ between waves, so a filter that kept state would show it.
+            let wave: u64 = std::str::from_utf8(payload).unwrap().parse().unwrap();
+            Some((MS, Bytes::from((id * wave).to_string())))
+        }),
+    );
+    let run = |net: &mut SimNet, op: u64, filter: &str, wave: u64| {
+        let mut cmd = Message::command(op, IdSet::all(100), SyncMode::WaitAll, wave.to_string());
+        cmd.aggregate.filter = filter.into();
+        net.command_message(cmd);
+        net.run();
+        let g = net.groups(op);
+        assert_partition(&g, &IdSet::all(100));
+        g
+    };
+    let payload = |g: &[Group]| {
+        assert_eq!(g.len(), 1, "{g:?}");
+        String::from_utf8(g[0].payload.to_vec()).unwrap()
+    };
+    // `sum` from a registry that counts the sums it makes.
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut counted = Registry::empty();
+    counted
+        .register("sum", |_| {
+            MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(Box::new(sdm_filters::builtin::Sum::new()) as Box<dyn Filter>)
+        })
+        .unwrap();
+    counted
+        .register("max", |_| {
+            Ok(Box::new(sdm_filters::builtin::MinMax::max()) as Box<dyn Filter>)
+        })
+        .unwrap();
+    net.set_registry(Arc::new(counted));
+    let mut made = Vec::new();
+    for wave in 1..=3 {
+        let before = MADE.load(std::sync::atomic::Ordering::Relaxed);
+        let g = run(&mut net, wave, "sum", wave);
+        assert_eq!(payload(&g), (4950 * wave).to_string(), "wave {wave}");
+        assert!(kept("sum") > 0, "no retired op kept its sum");
+        made.push(MADE.load(std::sync::atomic::Ordering::Relaxed) - before);
+    }
+    // The first wave makes a sum for each node (but those taking a box a leaf retired);
+    // later waves take theirs from retired ops.
+    assert!((1..=101).contains(&made[0]), "{made:?}");
+    assert!(made[1] < made[0] / 2 && made[2] < made[0] / 2, "{made:?}");
+    assert_eq!(payload(&run(&mut net, 4, "max", 5)), "495");
+    assert!(kept("max") > 0);
+    // The identical merge: one group per distinct reply (every id's own here).
+    let g = run(&mut net, 5, "", 1);
+    assert_eq!(g.len(), 100);
+    assert!(
+        g.iter()
+            .all(|x| x.sources.len() == 1 && x.status == Status::Replied)
+    );
+    assert_eq!(payload(&run(&mut net, 6, "sum", 7)), (4950 * 7).to_string());
+}
