@@ -434,7 +434,9 @@ impl Message {
         let mut dest: &[u8] = &[];
         let mut source: &[u8] = &[];
         let mut agg = pb::Aggregate::default();
-        let mut filter = "";
+        // Checked as UTF-8 where it is replaced by a later occurrence, or at the end unless
+        // it is the previous frame's name (the usual case: then it is known to be text).
+        let mut filter: &[u8] = &[];
         let mut payload = 0..0;
         let mut service = "";
         while !buf.is_empty() {
@@ -451,7 +453,8 @@ impl Message {
                         let (tag, wt) = decode_key(&mut a)?;
                         match tag {
                             1 => {
-                                filter = text(delimited(wt, &mut a, "filter")?, "filter")?;
+                                text(filter, "filter")?;
+                                filter = delimited(wt, &mut a, "filter")?;
                             }
                             2 => agg.sync = varint(wt, &mut a)? as i32,
                             3 => agg.timeout_ms = varint(wt, &mut a)? as u32,
@@ -509,8 +512,8 @@ impl Message {
         }
         let filter = match last {
             _ if filter.is_empty() => FilterName::default(),
-            Some(l) if **l == *filter => FilterName::shared(Arc::clone(l)),
-            _ => FilterName::shared(last.insert(Arc::from(filter)).clone()),
+            Some(l) if l.as_bytes() == filter => FilterName::shared(Arc::clone(l)),
+            _ => FilterName::shared(last.insert(Arc::from(text(filter, "filter")?)).clone()),
         };
         Self::validate(Envelope {
             version,
@@ -681,6 +684,30 @@ mod tests {
             let e = Message::decode(Bytes::from(b)).unwrap_err();
             assert!(matches!(e, WireError::NotUtf8(_)), "{e}");
         }
+    }
+
+    /// A filter name is checked as UTF-8 unless it is the previous frame's name: one that is
+    /// not text is refused whatever the previous name was, and `last` keeps that name.
+    #[test]
+    fn a_filter_name_that_is_not_text_is_refused_after_a_shared_one() {
+        let mut m = Message::command(1, IdSet::single(0), SyncMode::WaitAll, "x");
+        m.aggregate.filter = "sum".into();
+        let mut last = None;
+        let first = Message::decode_sharing(m.encode(), &mut last).unwrap();
+        assert_eq!(&*first.aggregate.filter, "sum");
+        // The same frame with the name's bytes replaced by two that are not UTF-8 ("su"
+        // and "m" become 0xc3 0x28 and a trailing byte of the same length).
+        let good = m.encode().to_vec();
+        let at = good.windows(3).position(|w| w == b"sum").unwrap();
+        for bad in [[0xc3, 0x28, b'm'], [b's', 0xff, b'm']] {
+            let mut b = good.clone();
+            b[at..at + 3].copy_from_slice(&bad);
+            let e = Message::decode_sharing(Bytes::from(b), &mut last).unwrap_err();
+            assert!(matches!(e, WireError::NotUtf8("filter")), "{e}");
+            assert_eq!(last.as_deref(), Some("sum"));
+        }
+        let again = Message::decode_sharing(Bytes::from(good), &mut last).unwrap();
+        assert_eq!(again, first);
     }
 
     fn any_message() -> impl Strategy<Value = Message> {

@@ -385,32 +385,30 @@ fn init(plugins: &Mutex<Plugins>, req: Request, reply: Reply) {
 
 /// [`SDM`]: `ping`, `info`, `value` (this server's id), `sleep MS`.
 fn sdm_service(req: Request, reply: Reply) {
-    // A request is a short ASCII line: read as it is, without a copy or a Unicode scan
-    // (the lossy conversion only for bytes that are not UTF-8).
-    let text = match std::str::from_utf8(&req.payload) {
-        Ok(t) => std::borrow::Cow::Borrowed(t),
-        Err(_) => String::from_utf8_lossy(&req.payload),
+    // A request is a short ASCII line: its verb is matched as bytes, without a copy or a
+    // Unicode check (text is made, lossily, only of an argument or for an error).
+    let line = req.payload.trim_ascii();
+    let (verb, arg) = match line.iter().position(|&b| b == b' ') {
+        Some(i) => (&line[..i], &line[i + 1..]),
+        None => (line, &[][..]),
     };
-    let text = text.trim_ascii();
-    let (verb, arg) = match text.bytes().position(|b| b == b' ') {
-        Some(i) => (&text[..i], &text[i + 1..]),
-        None => (text, ""),
-    };
+    let arg = || String::from_utf8_lossy(arg);
     match verb {
-        "ping" => reply.send("pong"),
-        "info" => reply.send(info_line()),
-        "value" => reply.send(id_text(req.server())),
-        "sleep" => match arg.trim().parse::<u64>() {
+        b"ping" => reply.send("pong"),
+        b"info" => reply.send(info_line()),
+        b"value" => reply.send(id_text(req.server())),
+        b"sleep" => match arg().trim().parse::<u64>() {
             Ok(ms) => {
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     reply.send("ok");
                 });
             }
-            Err(_) => reply.send(format!("error: sleep needs milliseconds, got {arg:?}")),
+            Err(_) => reply.send(format!("error: sleep needs milliseconds, got {:?}", arg())),
         },
         _ => reply.send(format!(
-            "error: unknown request {verb:?} (expected ping, info, value or sleep MS)"
+            "error: unknown request {:?} (expected ping, info, value or sleep MS)",
+            String::from_utf8_lossy(verb)
         )),
     }
 }
