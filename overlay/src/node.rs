@@ -322,6 +322,8 @@ pub struct Node {
     /// subtrees are routed to them instead of being reported lost).
     adopted: BTreeSet<NodeId>,
     out: VecDeque<Output>,
+    /// The vector a command's route is written into, empty, kept for its room.
+    shares: Vec<(NodeId, IdSet)>,
     stats: NodeStats,
     /// Stdio lines from children waiting to merge with identical lines of other ranks.
     /// (`None`: a zero window, lines pass straight through; boxed, as most nodes never
@@ -357,6 +359,7 @@ impl Node {
             dead: BTreeMap::new(),
             adopted: BTreeSet::new(),
             out: VecDeque::new(),
+            shares: Vec::new(),
             stats: NodeStats::default(),
             stdio: None,
             lines_sent: None,
@@ -694,23 +697,23 @@ impl Node {
             self.stats.refused += 1;
             return;
         }
-        let route = self.topo.route(self.me, &msg.dest);
+        let mut shares = std::mem::take(&mut self.shares);
+        let local = self.topo.route_into(self.me, &msg.dest, &mut shares);
         // Ids the destination names that no node below here can reach. Below the master
         // the parent already narrowed the destination, so this is only ever non-empty at
         // the master (ids beyond N) or if a parent misbehaves.
         // The shares are disjoint parts of the destination, so when they (and this
         // server) count as many ids as it has, they are all of it.
         let dest = std::mem::take(&mut msg.dest);
-        let reached =
-            u64::from(route.local) + route.shares.iter().map(|(_, s)| s.len()).sum::<u64>();
+        let reached = u64::from(local) + shares.iter().map(|(_, s)| s.len()).sum::<u64>();
         let (reach, unreachable) = if reached == dest.len() {
             (dest, IdSet::new())
         } else {
             let mut reach = IdSet::new();
-            if route.local {
+            if local {
                 reach.insert(self.me.server().expect("local delivery only at servers"));
             }
-            for (_, share) in &route.shares {
+            for (_, share) in &shares {
                 reach.union_with(share);
             }
             let unreachable = &dest - &reach;
@@ -730,7 +733,7 @@ impl Node {
             &msg.aggregate.filter,
             make,
             reach,
-            route.shares.len() + usize::from(route.local),
+            shares.len() + usize::from(local),
         );
         if !unreachable.is_empty() {
             let why = if self.me == NodeId::Master {
@@ -755,9 +758,9 @@ impl Node {
         };
         // The route's own vector, when no descendant was adopted here (nearly always).
         let mut forward = if self.adopted.is_empty() {
-            route.shares
+            shares
         } else {
-            self.split_adoptees(route.shares)
+            self.split_adoptees(shares)
         };
         forward.retain(|(child, share)| match self.dead.get(child) {
             _ if share.is_empty() => false,
@@ -769,7 +772,7 @@ impl Node {
         });
         // `msg` has no destination any more: each copy gets its child's share.
         msg.aggregate.sync = child_sync;
-        for (child, share) in forward {
+        for (child, share) in forward.drain(..) {
             let fwd = Message {
                 dest: share.clone(),
                 ..msg.clone()
@@ -778,7 +781,12 @@ impl Node {
             pending.outstanding.push((Source::Child(child), share));
             self.out.push_back(Output::ToChild(child, fwd));
         }
-        if route.local {
+        // Its room is kept for the next command (not a wide node's: a flat master's
+        // million children).
+        if forward.capacity() <= SPARE_SOURCES_MAX {
+            self.shares = forward;
+        }
+        if local {
             let me = self.me.server().expect("local delivery only at servers");
             pending.left += 1;
             pending.outstanding.push((Source::Local, IdSet::single(me)));

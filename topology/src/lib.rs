@@ -178,12 +178,20 @@ pub trait Topology: Send + Sync + fmt::Debug {
     /// child's share, narrowed to its subtree. Shares are disjoint, and together with the
     /// local part they equal `dest ∩ subtree(node)`.
     fn route(&self, node: NodeId, dest: &IdSet) -> Route {
+        let mut shares = Vec::new();
+        let local = self.route_into(node, dest, &mut shares);
+        Route { local, shares }
+    }
+
+    /// [`Topology::route`] into `shares` (cleared first, its room reused: a node routing
+    /// command after command allocates no vector): whether to deliver locally.
+    fn route_into(&self, node: NodeId, dest: &IdSet, shares: &mut Vec<(NodeId, IdSet)>) -> bool {
+        shares.clear();
         let local = node.server().is_some_and(|s| dest.contains(s));
         let mine = self.reachable(node, dest);
         let mut left = mine.len() - u64::from(local);
-        let mut shares = Vec::new();
         if left == 0 {
-            return Route { local, shares };
+            return local;
         }
         self.for_each_child(node.position(), &mut |c| {
             let share = narrow(self, c, &mine);
@@ -193,7 +201,7 @@ pub trait Topology: Send + Sync + fmt::Debug {
             }
             left > 0
         });
-        Route { local, shares }
+        local
     }
 
     /// Depth of `node` (the master is 0).

@@ -60,6 +60,10 @@ fn check_route(t: &dyn Topology, node: NodeId, dest: &IdSet) -> Result<(), TestC
     }
     prop_assert_eq!(&seen, &(dest & &t.subtree(node)));
     prop_assert_eq!(t.reachable(node, dest), seen);
+    // Into a vector that held another route: the same.
+    let mut shares = vec![(NodeId::Master, IdSet::single(7)); 3];
+    prop_assert_eq!(t.route_into(node, dest, &mut shares), r.local);
+    prop_assert_eq!(&shares, &r.shares);
     Ok(())
 }
 

@@ -1090,3 +1090,22 @@ fn retired_ops_keep_reusable_filters_and_merge_as_fresh() {
     );
     assert_eq!(payload(&run(&mut net, 6, "sum", 7)), (4950 * 7).to_string());
 }
+
+/// A node keeps the vector its commands are routed into, empty, for the next command; a
+/// wide node's (a flat master's hundred children) is freed.
+#[test]
+fn a_node_keeps_its_route_vector_unless_wide() {
+    for (shape, kept) in [(Shape::Binomial, true), (Shape::Flat, false)] {
+        let mut node = Node::new(NodeId::Master, Arc::from(shape.build(100)));
+        for op in 1..=2 {
+            let cmd = Message::command(op, IdSet::all(100), SyncMode::WaitAll, "x");
+            node.handle_from_parent(Instant::now(), cmd);
+            let sent = std::iter::from_fn(|| node.poll_output())
+                .filter(|o| matches!(o, Output::ToChild(..)))
+                .count();
+            assert_eq!(sent, node.topo.children(NodeId::Master).len(), "{shape}");
+            assert!(node.shares.is_empty());
+            assert_eq!(node.shares.capacity() > 0, kept, "{shape}");
+        }
+    }
+}
