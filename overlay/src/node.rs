@@ -25,7 +25,7 @@
 //! waits here, and [`Output::PauseLocal`] / [`Output::ResumeLocal`] tell the driver when
 //! to stop and restart reading this server's own output.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -139,6 +139,11 @@ thread_local! {
     /// daemon's node runs on one thread, and the simulator's nodes share its pool.
     #[allow(clippy::vec_box, reason = "the boxes are what is kept for reuse")]
     pub(crate) static SPARE_OPS: RefCell<Vec<Box<PendingOp>>> = const { RefCell::new(Vec::new()) };
+
+    /// The vector a command's route is written into ([`Topology::route_into`]), empty,
+    /// kept for its room: one per thread (as the spare ops), not one per node, which the
+    /// simulator's million nodes would each hold.
+    pub(crate) static SPARE_SHARES: Cell<Vec<(NodeId, IdSet)>> = const { Cell::new(Vec::new()) };
 }
 
 /// At most this many spare op boxes per thread (a window of ops in flight).
@@ -322,8 +327,6 @@ pub struct Node {
     /// subtrees are routed to them instead of being reported lost).
     adopted: BTreeSet<NodeId>,
     out: VecDeque<Output>,
-    /// The vector a command's route is written into, empty, kept for its room.
-    shares: Vec<(NodeId, IdSet)>,
     stats: NodeStats,
     /// Stdio lines from children waiting to merge with identical lines of other ranks.
     /// (`None`: a zero window, lines pass straight through; boxed, as most nodes never
@@ -359,7 +362,6 @@ impl Node {
             dead: BTreeMap::new(),
             adopted: BTreeSet::new(),
             out: VecDeque::new(),
-            shares: Vec::new(),
             stats: NodeStats::default(),
             stdio: None,
             lines_sent: None,
@@ -697,7 +699,7 @@ impl Node {
             self.stats.refused += 1;
             return;
         }
-        let mut shares = std::mem::take(&mut self.shares);
+        let mut shares = SPARE_SHARES.take();
         let local = self.topo.route_into(self.me, &msg.dest, &mut shares);
         // Ids the destination names that no node below here can reach. Below the master
         // the parent already narrowed the destination, so this is only ever non-empty at
@@ -784,7 +786,7 @@ impl Node {
         // Its room is kept for the next command (not a wide node's: a flat master's
         // million children).
         if forward.capacity() <= SPARE_SOURCES_MAX {
-            self.shares = forward;
+            SPARE_SHARES.set(forward);
         }
         if local {
             let me = self.me.server().expect("local delivery only at servers");
