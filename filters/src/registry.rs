@@ -16,6 +16,15 @@ pub struct Registry {
     /// Hashed with Fx: a lookup per op at every node, by a short name (a tree of names
     /// compared byte by byte cost more than the filter it made).
     factories: std::collections::HashMap<String, Factory, rustc_hash::FxBuildHasher>,
+    /// See [`Registry::generation`].
+    generation: u64,
+}
+
+/// The last [`Registry::generation`] given out.
+static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn next_generation() -> u64 {
+    GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
 }
 
 impl std::fmt::Debug for Registry {
@@ -62,7 +71,17 @@ impl Registry {
     pub fn empty() -> Self {
         Self {
             factories: Default::default(),
+            generation: next_generation(),
         }
+    }
+
+    /// A number for what this registry makes, unique in the process: a registry gets a new
+    /// one when made and at every registration; a clone keeps it. Two registries with the
+    /// same generation make the same filter for every spec, so a filter one made may stand
+    /// for one the other would make (a node reusing a retired op's filter checks it).
+    /// Never 0.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Registers `factory` under `name` (no `:`); a name already taken is refused.
@@ -86,6 +105,7 @@ impl Registry {
             ));
         }
         self.factories.insert(name.to_owned(), Arc::new(factory));
+        self.generation = next_generation();
         Ok(())
     }
 
@@ -187,6 +207,28 @@ mod tests {
             reusable,
             ["identical", "sum", "min", "max", "count", "mean"]
         );
+    }
+
+    /// A generation is never 0, differs between registries and after a registration, and
+    /// a clone keeps it.
+    #[test]
+    fn generations_name_what_a_registry_makes() {
+        let a = Registry::new();
+        let b = Registry::new();
+        assert_ne!(a.generation(), 0);
+        assert_ne!(a.generation(), b.generation());
+        let mut c = a.clone();
+        assert_eq!(c.generation(), a.generation());
+        c.register("more", |_| {
+            Ok(Box::new(builtin::Sum::new()) as Box<dyn Filter>)
+        })
+        .unwrap();
+        assert_ne!(c.generation(), a.generation());
+        assert_ne!(c.generation(), b.generation());
+        // A refused registration changes nothing.
+        let before = c.generation();
+        assert!(c.register("sum", |_| unreachable!()).is_err());
+        assert_eq!(c.generation(), before);
     }
 
     #[test]

@@ -144,6 +144,11 @@ thread_local! {
     /// kept for its room: one per thread (as the spare ops), not one per node, which the
     /// simulator's million nodes would each hold.
     pub(crate) static SPARE_SHARES: Cell<Vec<(NodeId, IdSet)>> = const { Cell::new(Vec::new()) };
+
+    /// The [`Registry::generation`] the spare ops' filters were made from (0: none yet).
+    /// A node of another registry on this thread empties the spares of their filters
+    /// before it takes one, and keeps none of its own unless it is still this one's.
+    static SPARE_FILTERS_OF: Cell<u64> = const { Cell::new(0) };
 }
 
 /// At most this many spare op boxes per thread (a window of ops in flight).
@@ -154,15 +159,25 @@ const SPARE_SOURCES_MAX: usize = 64;
 
 impl PendingOp {
     /// A new op expecting `expected`, with room for `sources` sources, folding with the
-    /// filter `spec` names (made by `make`): a spare box if this thread has one, with the
-    /// filter of the op it last held if that was the same spec and [`Filter::reusable`].
+    /// filter `spec` names (made by `make` from the registry of generation `made_by`): a
+    /// spare box if this thread has one, with the filter of the op it last held if that was
+    /// the same spec of the same registry and [`Filter::reusable`].
     fn boxed(
         sync: SyncMode,
         spec: &str,
+        made_by: u64,
         make: impl FnOnce(&str) -> Result<Box<dyn Filter>, Bytes>,
         expected: IdSet,
         sources: usize,
     ) -> Box<Self> {
+        if SPARE_FILTERS_OF.get() != made_by {
+            SPARE_FILTERS_OF.set(made_by);
+            SPARE_OPS.with_borrow_mut(|spare| {
+                for op in spare {
+                    op.filter = Err(Bytes::new());
+                }
+            });
+        }
         match SPARE_OPS.with_borrow_mut(Vec::pop) {
             // `retire` left it empty but for a reusable filter: only what this op brings
             // is set.
@@ -200,13 +215,14 @@ impl PendingOp {
     }
 
     /// Gives a retired op's box back to this thread's spares (its id-sets dropped now, its
-    /// vector's room kept, and its filter if [`Filter::reusable`]: an op retires right
+    /// vector's room kept, and its filter if [`Filter::reusable`] and made from the
+    /// registry of generation `made_by` the spares' filters come from: an op retires right
     /// after its last flush, which emptied it).
-    fn retire(mut self: Box<Self>) {
+    fn retire(mut self: Box<Self>, made_by: u64) {
         let mut outstanding = std::mem::take(&mut self.outstanding);
         outstanding.clear();
         let filter = match std::mem::replace(&mut self.filter, Err(Bytes::new())) {
-            Ok(f) if f.reusable() => Ok(f),
+            Ok(f) if f.reusable() && SPARE_FILTERS_OF.get() == made_by => Ok(f),
             _ => Err(Bytes::new()),
         };
         *self = PendingOp {
@@ -733,6 +749,7 @@ impl Node {
         let mut pending = PendingOp::boxed(
             msg.aggregate.sync,
             &msg.aggregate.filter,
+            self.registry.generation(),
             make,
             reach,
             shares.len() + usize::from(local),
@@ -1153,7 +1170,7 @@ impl Node {
                 self.timers.remove(&(d, op));
             }
             if let Some(p) = self.ops.remove(&op) {
-                p.retire();
+                p.retire(self.registry.generation());
             }
         }
     }

@@ -1117,3 +1117,54 @@ fn a_thread_keeps_its_route_vector_unless_wide() {
         }
     }
 }
+
+/// Retired filters are shared by the nodes of one thread only while they come from one
+/// registry: nodes of a registry whose `sum` keeps the largest value (and says it is
+/// reusable) never take the built-in sums that other nodes on this thread retired, nor
+/// those nodes theirs.
+#[test]
+fn spare_filters_are_not_taken_by_nodes_of_another_registry() {
+    #[derive(Debug)]
+    struct Largest(sdm_filters::builtin::MinMax);
+    impl Filter for Largest {
+        fn name(&self) -> &str {
+            "sum"
+        }
+        fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
+            self.0.fold(payload, sources)
+        }
+        fn flush(&mut self) -> Result<Vec<sdm_filters::Group>, FilterError> {
+            self.0.flush()
+        }
+        fn reusable(&self) -> bool {
+            true
+        }
+    }
+    let mut largest = Registry::empty();
+    largest
+        .register("sum", |_| {
+            Ok(Box::new(Largest(sdm_filters::builtin::MinMax::max())) as Box<dyn Filter>)
+        })
+        .unwrap();
+    let largest = Arc::new(largest);
+    let ids = |id: NodeId, _: &Bytes| Some((MS, Bytes::from(id.server().unwrap().to_string())));
+    let sum = |net: &mut SimNet, op| {
+        let mut cmd = Message::command(op, IdSet::all(100), SyncMode::WaitAll, "value");
+        cmd.aggregate.filter = "sum".into();
+        net.command_message(cmd);
+        net.run();
+        let g = net.groups(op);
+        assert_eq!(g.len(), 1, "{g:?}");
+        assert_eq!(g[0].sources, IdSet::all(100));
+        String::from_utf8(g[0].payload.to_vec()).unwrap()
+    };
+    for round in 0..2 {
+        let mut builtin = net(&Shape::Binomial, 100, Box::new(ids));
+        assert_eq!(sum(&mut builtin, 1), "4950", "round {round}");
+        assert_eq!(sum(&mut builtin, 2), "4950", "round {round}");
+        let mut other = net(&Shape::Binomial, 100, Box::new(ids));
+        other.set_registry(Arc::clone(&largest));
+        assert_eq!(sum(&mut other, 1), "99", "round {round}");
+        assert_eq!(sum(&mut other, 2), "99", "round {round}");
+    }
+}
