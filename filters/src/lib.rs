@@ -147,9 +147,10 @@ pub trait Filter: Send {
     }
 
     /// Whether, once flushed (successfully or not), this filter is exactly as its factory
-    /// makes it, and small: a node keeps it for its next op of the same spec instead of
-    /// making another (no allocation, no registry lookup per op). The default is `false`:
-    /// a filter from elsewhere is made anew for every op.
+    /// makes it, and small: a node keeps it for its next op of the same spec from the same
+    /// registry ([`Registry::generation`]) instead of making another (no allocation, no
+    /// registry lookup per op). The default is `false`: a filter from elsewhere is made
+    /// anew for every op.
     fn reusable(&self) -> bool {
         false
     }

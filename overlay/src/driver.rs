@@ -364,10 +364,13 @@ impl LinkIo {
         }
     }
 
+    /// Hands `m` to the link: control frames go out ahead of bulk ones still queued.
     ///
     /// A control frame (commands, replies) goes straight into the writer's buffer when no
     /// other control frame waits and the buffer takes it without a write: where
     /// [`LinkIo::poll_write`] would put it, without moving the message through the queue.
+    /// (`start_send` without `poll_ready`: below the backpressure boundary tokio-util's
+    /// `poll_ready` does nothing but say ready, so the buffer is checked here instead.)
     fn push(&mut self, m: Message) {
         if flow::is_bulk(m.kind) {
             self.bulk.push_back(m);

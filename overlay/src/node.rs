@@ -111,6 +111,13 @@ pub(crate) fn builtin_registry() -> Arc<Registry> {
     Arc::clone(&BUILTIN)
 }
 
+/// The key of a filter made for `spec` by the registry of generation `generation`
+/// ([`Registry::generation`]): XXH3 of the spec, seeded with the generation. Never 0 in
+/// practice (0 stands for no filter).
+fn filter_key(generation: u64, spec: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(spec.as_bytes(), generation) | 1
+}
+
 /// An operation in flight at this node.
 #[derive(Debug)]
 struct PendingOp {
@@ -118,11 +125,15 @@ struct PendingOp {
     /// Folds the replied payloads (the command's filter); `Err` if the filter could not be
     /// made here: then every replied id goes up lost with this payload (the error).
     filter: Result<Box<dyn Filter>, Bytes>,
+    /// What made `filter`: [`filter_key`] of the registry's generation and the spec (0:
+    /// nothing). A spare op's filter is taken only by an op of the same key.
+    filter_key: u64,
     /// Every id this node answers for (`destination ∩ reach`), to account the ids of a
     /// failed flush.
     expected: IdSet,
-    /// Ids already sent up.
-    sent: IdSet,
+    /// Ids already sent up, by a don't-wait op (boxed: the other ops send once, when
+    /// done, and an op should be small, as a million are in flight in the simulator).
+    sent: Option<Box<IdSet>>,
     /// Ids still expected, per source, sorted by source (a node has few sources but
     /// many nodes have an op in flight at once: a sorted vector is the smallest map).
     outstanding: Vec<(Source, IdSet)>,
@@ -144,11 +155,6 @@ thread_local! {
     /// kept for its room: one per thread (as the spare ops), not one per node, which the
     /// simulator's million nodes would each hold.
     pub(crate) static SPARE_SHARES: Cell<Vec<(NodeId, IdSet)>> = const { Cell::new(Vec::new()) };
-
-    /// The [`Registry::generation`] the spare ops' filters were made from (0: none yet).
-    /// A node of another registry on this thread empties the spares of their filters
-    /// before it takes one, and keeps none of its own unless it is still this one's.
-    static SPARE_FILTERS_OF: Cell<u64> = const { Cell::new(0) };
 }
 
 /// At most this many spare op boxes per thread (a window of ops in flight).
@@ -159,9 +165,10 @@ const SPARE_SOURCES_MAX: usize = 64;
 
 impl PendingOp {
     /// A new op expecting `expected`, with room for `sources` sources, folding with the
-    /// filter `spec` names (made by `make` from the registry of generation `made_by`): a
-    /// spare box if this thread has one, with the filter of the op it last held if that was
-    /// the same spec of the same registry and [`Filter::reusable`].
+    /// filter `spec` names, made by `make` from the registry of generation `made_by`: a
+    /// spare box if this thread has one, with the filter of the op it last held if that
+    /// was made for the same spec by the same registry ([`filter_key`]) and is
+    /// [`Filter::reusable`].
     fn boxed(
         sync: SyncMode,
         spec: &str,
@@ -170,21 +177,14 @@ impl PendingOp {
         expected: IdSet,
         sources: usize,
     ) -> Box<Self> {
-        if SPARE_FILTERS_OF.get() != made_by {
-            SPARE_FILTERS_OF.set(made_by);
-            SPARE_OPS.with_borrow_mut(|spare| {
-                for op in spare {
-                    op.filter = Err(Bytes::new());
-                }
-            });
-        }
+        let key = filter_key(made_by, spec);
         match SPARE_OPS.with_borrow_mut(Vec::pop) {
             // `retire` left it empty but for a reusable filter: only what this op brings
             // is set.
             Some(mut op) => {
-                let name = if spec.is_empty() { "identical" } else { spec };
-                if !matches!(&op.filter, Ok(f) if f.name() == name) {
+                if op.filter_key != key || op.filter.is_err() {
                     op.filter = make(spec);
+                    op.filter_key = key;
                 }
                 op.sync = sync;
                 op.expected = expected;
@@ -194,6 +194,7 @@ impl PendingOp {
             None => Box::new(PendingOp {
                 sync,
                 filter: make(spec),
+                filter_key: key,
                 expected,
                 outstanding: Vec::with_capacity(sources),
                 ..PendingOp::empty()
@@ -205,8 +206,9 @@ impl PendingOp {
         PendingOp {
             sync: SyncMode::WaitAll,
             filter: Err(Bytes::new()),
+            filter_key: 0,
             expected: IdSet::new(),
-            sent: IdSet::new(),
+            sent: None,
             outstanding: Vec::new(),
             left: 0,
             groups: Vec::new(),
@@ -215,19 +217,19 @@ impl PendingOp {
     }
 
     /// Gives a retired op's box back to this thread's spares (its id-sets dropped now, its
-    /// vector's room kept, and its filter if [`Filter::reusable`] and made from the
-    /// registry of generation `made_by` the spares' filters come from: an op retires right
-    /// after its last flush, which emptied it).
-    fn retire(mut self: Box<Self>, made_by: u64) {
+    /// vector's room kept, and its filter, with the key of what made it, if
+    /// [`Filter::reusable`]: an op retires right after its last flush, which emptied it).
+    fn retire(mut self: Box<Self>) {
         let mut outstanding = std::mem::take(&mut self.outstanding);
         outstanding.clear();
-        let filter = match std::mem::replace(&mut self.filter, Err(Bytes::new())) {
-            Ok(f) if f.reusable() && SPARE_FILTERS_OF.get() == made_by => Ok(f),
-            _ => Err(Bytes::new()),
+        let (filter, filter_key) = match std::mem::replace(&mut self.filter, Err(Bytes::new())) {
+            Ok(f) if f.reusable() => (Ok(f), self.filter_key),
+            _ => (Err(Bytes::new()), 0),
         };
         *self = PendingOp {
             outstanding,
             filter,
+            filter_key,
             ..PendingOp::empty()
         };
         // A box whose vector has room for a wide node's children (a flat master's million)
@@ -286,7 +288,10 @@ impl PendingOp {
         let replied = match &mut self.filter {
             Ok(f) => f.flush().unwrap_or_else(|e| {
                 // The ids the filter held: answered here, not yet sent, not in a group.
-                let mut held = &self.expected - &self.sent;
+                let mut held = match &self.sent {
+                    Some(sent) => &self.expected - sent,
+                    None => self.expected.clone(),
+                };
                 for (_, ids) in &self.outstanding {
                     held.difference_with(ids);
                 }
@@ -304,11 +309,12 @@ impl PendingOp {
         // Only don't-wait ops flush more than once (others flush when done), so only they
         // need to remember what went up for the accounting of a later failed flush.
         if self.sync == SyncMode::DontWait {
+            let sent = self.sent.get_or_insert_default();
             for ids in replied.iter().map(|g| &g.sources) {
-                self.sent.union_with(ids);
+                sent.union_with(ids);
             }
             for ids in others.iter().map(|g| &g.sources) {
-                self.sent.union_with(ids);
+                sent.union_with(ids);
             }
         }
         (replied, others)
@@ -1170,7 +1176,7 @@ impl Node {
                 self.timers.remove(&(d, op));
             }
             if let Some(p) = self.ops.remove(&op) {
-                p.retire(self.registry.generation());
+                p.retire();
             }
         }
     }

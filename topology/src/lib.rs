@@ -184,7 +184,8 @@ pub trait Topology: Send + Sync + fmt::Debug {
     }
 
     /// [`Topology::route`] into `shares` (cleared first, its room reused: a node routing
-    /// command after command allocates no vector): whether to deliver locally.
+    /// command after command allocates no vector): whether to deliver locally. Nodes route
+    /// with this one: a shape with a routing of its own overrides this, not `route`.
     fn route_into(&self, node: NodeId, dest: &IdSet, shares: &mut Vec<(NodeId, IdSet)>) -> bool {
         shares.clear();
         let local = node.server().is_some_and(|s| dest.contains(s));

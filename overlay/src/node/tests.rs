@@ -1006,6 +1006,15 @@ fn ops_reuse_retired_boxes_and_start_clean() {
     );
 }
 
+/// An op fits mimalloc's 160-byte class: every node of the simulator's million has one in
+/// flight at the peak of a broadcast (32 bytes more is 32 MB more).
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn an_op_is_small() {
+    let size = std::mem::size_of::<crate::node::PendingOp>();
+    assert!(size <= 160, "PendingOp is {size} bytes");
+}
+
 /// A node fits mimalloc's 320-byte class, which keeps the simulator's million nodes under
 /// its memory target (BENCHMARKS.md, "Simulator after the inline id-sets and a smaller
 /// node"): state most nodes never use is boxed and made on first use.
@@ -1118,10 +1127,11 @@ fn a_thread_keeps_its_route_vector_unless_wide() {
     }
 }
 
-/// Retired filters are shared by the nodes of one thread only while they come from one
-/// registry: nodes of a registry whose `sum` keeps the largest value (and says it is
-/// reusable) never take the built-in sums that other nodes on this thread retired, nor
-/// those nodes theirs.
+/// Retired filters are taken only by ops of the spec and the registry that made them:
+/// nodes of a registry whose `sum` keeps the largest value (and says it is reusable) never
+/// take the built-in sums that other nodes on this thread retired, nor those nodes theirs;
+/// an op in flight across a change of registry, a filter registered under another name
+/// than its own, and `""` against an unknown `identical` do not mix either.
 #[test]
 fn spare_filters_are_not_taken_by_nodes_of_another_registry() {
     #[derive(Debug)]
@@ -1158,6 +1168,59 @@ fn spare_filters_are_not_taken_by_nodes_of_another_registry() {
         assert_eq!(g[0].sources, IdSet::all(100));
         String::from_utf8(g[0].payload.to_vec()).unwrap()
     };
+    // An op in flight when the registry changes keeps its filter, and that filter is not
+    // reused by the new registry's ops.
+    // (Servers answer late: every node has taken the op in when the registry changes.)
+    let slow =
+        |id: NodeId, _: &Bytes| Some((MS * 100, Bytes::from(id.server().unwrap().to_string())));
+    let mut switched = net(&Shape::Binomial, 100, Box::new(slow));
+    let mut cmd = Message::command(1, IdSet::all(100), SyncMode::WaitAll, "value");
+    cmd.aggregate.filter = "sum".into();
+    switched.command_message(cmd);
+    switched.run_until(switched.elapsed() + MS * 50);
+    switched.set_registry(Arc::clone(&largest));
+    // An op of the new registry starts while the old one's are in flight.
+    let mut cmd = Message::command(2, IdSet::all(100), SyncMode::WaitAll, "value");
+    cmd.aggregate.filter = "sum".into();
+    switched.command_message(cmd);
+    switched.run();
+    for (op, want) in [(1, &b"4950"[..]), (2, b"99")] {
+        let g = switched.groups(op);
+        assert_eq!(g.len(), 1, "{g:?}");
+        assert_eq!(&g[0].payload[..], want, "op {op}");
+    }
+    assert_eq!(sum(&mut switched, 3), "99");
+    assert_eq!(sum(&mut switched, 4), "99");
+    // A filter registered under another name is not taken for its own name's spec, though
+    // it calls itself `sum`; nor is the identical merge of `""` for an `identical` that
+    // the registry does not know.
+    let mut aliased = Registry::new();
+    aliased
+        .register("biggest", |_| {
+            Ok(Box::new(Largest(sdm_filters::builtin::MinMax::max())) as Box<dyn Filter>)
+        })
+        .unwrap();
+    let mut net2 = net(&Shape::Binomial, 100, Box::new(ids));
+    net2.set_registry(Arc::new(aliased));
+    let mut biggest = Message::command(1, IdSet::all(100), SyncMode::WaitAll, "value");
+    biggest.aggregate.filter = "biggest".into();
+    net2.command_message(biggest);
+    net2.run();
+    assert_eq!(&net2.groups(1)[0].payload[..], b"99");
+    assert_eq!(sum(&mut net2, 2), "4950");
+    let mut bare = net(&Shape::Binomial, 100, Box::new(ids));
+    bare.set_registry(Arc::clone(&largest));
+    for (op, filter) in [(1, ""), (2, "identical")] {
+        let mut cmd = Message::command(op, IdSet::all(100), SyncMode::WaitAll, "x");
+        cmd.aggregate.filter = filter.into();
+        bare.command_message(cmd);
+        bare.run();
+    }
+    let g = bare.groups(1);
+    assert!(g.iter().all(|x| x.status == Status::Replied), "{g:?}");
+    let g = bare.groups(2);
+    assert_partition(&g, &IdSet::all(100));
+    assert_eq!(ids_with(&g, Status::Lost), IdSet::all(100), "{g:?}");
     for round in 0..2 {
         let mut builtin = net(&Shape::Binomial, 100, Box::new(ids));
         assert_eq!(sum(&mut builtin, 1), "4950", "round {round}");
