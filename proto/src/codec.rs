@@ -1,10 +1,10 @@
 //! [`FrameCodec`]: 4-byte big-endian length prefix, a configurable maximum frame size, and
-//! envelope validation, over tokio-util's length-delimited codec.
+//! envelope validation.
 
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, BytesMut};
-use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
+use tokio_util::codec::{Decoder, Encoder};
 
 use crate::message::{Message, WireError};
 
@@ -15,9 +15,9 @@ pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 /// stream, garbage or an unknown version is an error, never a panic.
 #[derive(Debug)]
 pub struct FrameCodec {
-    inner: LengthDelimitedCodec,
     max: usize,
-    /// Length of the frame whose header the inner codec has consumed, if any.
+    /// Length of the frame whose length prefix was read (and checked against the maximum)
+    /// and whose bytes are not all there yet, if any.
     in_frame: Option<u64>,
     /// Where a small frame is encoded before it is copied into the link's buffer.
     scratch: Vec<u8>,
@@ -35,10 +35,6 @@ impl FrameCodec {
     /// A codec refusing frames larger than `max` bytes.
     pub fn new(max: usize) -> Self {
         Self {
-            inner: LengthDelimitedCodec::builder()
-                .length_field_length(4)
-                .max_frame_length(max)
-                .new_codec(),
             max,
             in_frame: None,
             scratch: Vec::with_capacity(SCRATCH_MAX),
@@ -54,7 +50,6 @@ impl FrameCodec {
     /// Changes the maximum frame size from the next frame on (e.g. a small limit while a
     /// link is still unauthenticated, the session's limit after).
     pub fn set_max_frame(&mut self, max: usize) {
-        self.inner.set_max_frame_length(max);
         self.max = max;
     }
 }
@@ -69,27 +64,40 @@ impl Decoder for FrameCodec {
     type Item = Message;
     type Error = WireError;
 
+    /// The prefix is read once (and the maximum checked then, so a new maximum counts from
+    /// the next frame on); the frame is taken when all of it is there, and room for all of
+    /// it is made at once until then.
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, WireError> {
-        if self.in_frame.is_none() && src.len() >= 4 {
-            let len = u64::from((&src[..4]).get_u32());
-            if len > self.max as u64 {
-                return Err(WireError::FrameTooLarge { len, max: self.max });
+        let len = match self.in_frame {
+            Some(len) => len as usize,
+            None => {
+                let Some(prefix) = src.first_chunk::<4>() else {
+                    return Ok(None);
+                };
+                let len = u64::from(u32::from_be_bytes(*prefix));
+                if len > self.max as u64 {
+                    return Err(WireError::FrameTooLarge { len, max: self.max });
+                }
+                self.in_frame = Some(len);
+                len as usize
             }
-            self.in_frame = Some(len);
+        };
+        if src.len() < 4 + len {
+            src.reserve(4 + len - src.len());
+            return Ok(None);
         }
-        match self.inner.decode(src)? {
-            Some(frame) => {
-                self.in_frame = None;
-                Message::decode_sharing(frame.freeze(), &mut self.last_filter).map(Some)
-            }
-            None => Ok(None),
-        }
+        self.in_frame = None;
+        src.advance(4);
+        let frame = src.split_to(len).freeze();
+        Message::decode_sharing(frame, &mut self.last_filter).map(Some)
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Message>, WireError> {
         match self.decode(src)? {
             Some(m) => Ok(Some(m)),
-            None if src.is_empty() && self.in_frame.is_none() => Ok(None),
+            None if src.is_empty() => Ok(None),
+            // Bytes of the frame received (its prefix not counted once it was read whole).
+            None if self.in_frame.is_some() => Err(WireError::Truncated(src.len() - 4)),
             None => Err(WireError::Truncated(src.len())),
         }
     }
@@ -270,6 +278,43 @@ mod tests {
             c.decode_eof(&mut half),
             Err(WireError::Truncated(_))
         ));
+    }
+
+    /// Frames fed one byte at a time decode as when whole, and a stream cut anywhere says
+    /// how much of the frame it held: the prefix's bytes, or the frame's after it.
+    #[test]
+    fn frames_arriving_byte_by_byte_and_cut_anywhere() {
+        let ms = [
+            Message::command(1, IdSet::all(4), SyncMode::WaitAll, "hello"),
+            Message::command(2, IdSet::single(3), SyncMode::DontWait, vec![7u8; 300]),
+            Message::command(3, IdSet::all(9), SyncMode::WaitAll, ""),
+        ];
+        let mut all = BytesMut::new();
+        for m in &ms {
+            all.extend_from_slice(&frame(m));
+        }
+        let mut c = FrameCodec::default();
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for &byte in all.iter() {
+            buf.extend_from_slice(&[byte]);
+            while let Some(m) = c.decode(&mut buf).unwrap() {
+                got.push(m);
+            }
+        }
+        assert_eq!(got, ms);
+        assert!(c.decode_eof(&mut buf).unwrap().is_none());
+        let one = frame(&ms[0]);
+        for cut in 1..one.len() {
+            let mut c = FrameCodec::default();
+            let mut part = BytesMut::from(&one[..cut]);
+            assert!(c.decode(&mut part).unwrap().is_none());
+            let held = if cut < 4 { cut } else { cut - 4 };
+            assert!(
+                matches!(c.decode_eof(&mut part), Err(WireError::Truncated(n)) if n == held),
+                "cut at {cut}"
+            );
+        }
     }
 
     #[test]
