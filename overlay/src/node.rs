@@ -182,7 +182,8 @@ impl PendingOp {
             // `retire` left it empty but for a reusable filter: only what this op brings
             // is set.
             Some(mut op) => {
-                if op.filter_key != key || op.filter.is_err() {
+                // (A spare holds a filter exactly when its key is not 0: `retire`.)
+                if op.filter_key != key {
                     op.filter = make(spec);
                     op.filter_key = key;
                 }
