@@ -7,11 +7,12 @@
 //! when read. Output is canonical: no exponent, no trailing fraction zeros, no `-0` (`1500`,
 //! `0.25`).
 
+use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Most fraction digits a [`Decimal`] keeps.
@@ -223,12 +224,35 @@ impl FromStr for Decimal {
     }
 }
 
+/// The size of the block a thread cuts small payloads from ([`small_payload`]).
+const SMALL_BLOCK: usize = 4096;
+
+thread_local! {
+    /// The rest of this thread's current block of small payloads.
+    static SMALL: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
+/// `text` (a few bytes) as [`Bytes`] cut from a block this thread shares among its small
+/// payloads: no allocation of its own, and its drop is a reference count's decrement, not
+/// a `free`. A block is freed (or, once every payload cut from it is dropped, reused) when
+/// its room runs out; a payload kept long keeps its block's 4 KiB.
+fn small_payload(text: &[u8]) -> Bytes {
+    SMALL.with_borrow_mut(|block| {
+        if block.capacity() < text.len() {
+            block.reserve(SMALL_BLOCK.max(text.len()));
+        }
+        block.extend_from_slice(text);
+        block.split().freeze()
+    })
+}
+
 impl Decimal {
-    /// The text form as bytes (what [`fmt::Display`] writes), made in one allocation of
-    /// its exact length: a filter's flushed payload.
+    /// The text form as bytes (what [`fmt::Display`] writes): a filter's flushed payload.
+    /// An integer of 64 bits is cut from its thread's block of small payloads (no
+    /// allocation per payload: a leaf makes two per op).
     pub fn to_bytes(&self) -> Bytes {
         match self.small_int_text(&mut [0; 20]) {
-            Some(text) => Bytes::copy_from_slice(text),
+            Some(text) => small_payload(text),
             None => Bytes::from(self.to_string()),
         }
     }
@@ -377,6 +401,30 @@ mod tests {
 
     fn d(s: &str) -> Decimal {
         s.parse().unwrap()
+    }
+
+    /// Payloads cut from the thread's blocks keep their bytes across many blocks, whether
+    /// the earlier ones are still held or were dropped (and their block reused).
+    #[test]
+    fn small_payloads_keep_their_bytes_across_blocks() {
+        let values = (-3000i128..3000).map(|v| v * 1_000_003);
+        let kept: Vec<(i128, Bytes)> = values
+            .clone()
+            .map(|v| (v, Decimal::from_int(v).to_bytes()))
+            .collect();
+        for (v, b) in &kept {
+            assert_eq!(&b[..], v.to_string().as_bytes());
+        }
+        drop(kept);
+        for v in values {
+            let b = Decimal::from_int(v).to_bytes();
+            assert_eq!(&b[..], v.to_string().as_bytes());
+        }
+        // Another thread cuts from a block of its own.
+        let other = std::thread::spawn(|| Decimal::from_int(-42).to_bytes())
+            .join()
+            .unwrap();
+        assert_eq!(&other[..], b"-42");
     }
 
     #[test]
