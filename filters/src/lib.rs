@@ -140,6 +140,15 @@ pub trait Filter: Send {
     /// Takes the groups to send upward, ordered canonically, and resets the state.
     fn flush(&mut self) -> Result<Vec<Group>, FilterError>;
 
+    /// [`flush`](Filter::flush), appending the groups to `out`: a caller keeps one vector
+    /// for all its flushes, and a filter that overrides this (the built-ins that are
+    /// [`reusable`](Filter::reusable)) allocates none per flush. On an error `out` is as it
+    /// was. The default appends what `flush` returns.
+    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
+        out.append(&mut self.flush()?);
+        Ok(())
+    }
+
     /// At the front-end, once: like [`flush`](Filter::flush), in final form (a mean instead
     /// of a sum and a count, a rendered tree). The default is `flush`.
     fn finish(&mut self) -> Result<Vec<Group>, FilterError> {
@@ -162,6 +171,13 @@ impl std::fmt::Debug for dyn Filter {
             .field("name", &self.name())
             .finish()
     }
+}
+
+/// [`Filter::flush`] of a filter that implements [`Filter::flush_into`]: into a new vector.
+pub(crate) fn flush_new(f: &mut dyn Filter) -> Result<Vec<Group>, FilterError> {
+    let mut out = Vec::new();
+    f.flush_into(&mut out)?;
+    Ok(out)
 }
 
 /// Orders groups canonically: by smallest id, then by payload.

@@ -209,6 +209,52 @@ mod tests {
         );
     }
 
+    /// `flush_into` gives every built-in's `flush`, appended after what the vector held,
+    /// twice in a row into the same vector (the reused filters' own room kept between), and
+    /// the second time as a fresh filter would.
+    #[test]
+    fn flush_into_appends_what_flush_gives() {
+        let r = Registry::new();
+        let inputs: [(&[u8], &str); 4] = [
+            (b"7", "[0-3]"),
+            (b"2", "[4]"),
+            (b"7", "[9]"),
+            (b"3", "[6-7]"),
+        ];
+        let fold = |f: &mut Box<dyn Filter>| {
+            inputs
+                .iter()
+                .try_for_each(|(payload, ids)| f.fold(payload, &ids.parse().unwrap()))
+        };
+        let marker = crate::Group::new("before", "[100]".parse().unwrap());
+        let mut covered = Vec::new();
+        for spec in Registry::BUILTIN_SPECS {
+            let mut fresh = r.create(spec).unwrap();
+            // Filters of records or key/value lines refuse numbers: their `flush_into` is
+            // the default, which appends what `flush` gives.
+            if fold(&mut fresh).is_err() {
+                continue;
+            }
+            covered.push(*spec);
+            let want = fresh.flush().unwrap();
+            let mut kept = r.create(spec).unwrap();
+            let mut out = vec![marker.clone()];
+            for round in 0..2 {
+                fold(&mut kept).unwrap();
+                out.truncate(1);
+                kept.flush_into(&mut out).unwrap();
+                assert_eq!(out[0], marker, "{spec}, round {round}");
+                assert_eq!(out[1..], want[..], "{spec}, round {round}");
+            }
+            let mut empty = vec![marker.clone()];
+            kept.flush_into(&mut empty).unwrap();
+            assert_eq!(empty, [marker.clone()], "{spec}: state after a flush");
+        }
+        for spec in ["identical", "sum", "min", "max", "count", "mean"] {
+            assert!(covered.contains(&spec), "{spec} not covered: {covered:?}");
+        }
+    }
+
     /// A generation is never 0, differs between registries and after a registration, and
     /// a clone keeps it.
     #[test]

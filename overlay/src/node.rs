@@ -155,6 +155,10 @@ thread_local! {
     /// kept for its room: one per thread (as the spare ops), not one per node, which the
     /// simulator's million nodes would each hold.
     pub(crate) static SPARE_SHARES: Cell<Vec<(NodeId, IdSet)>> = const { Cell::new(Vec::new()) };
+
+    /// The vector an op's filter is flushed into ([`Filter::flush_into`]), empty, kept for
+    /// its room as [`SPARE_SHARES`] is.
+    static SPARE_GROUPS: Cell<Vec<sdm_filters::Group>> = const { Cell::new(Vec::new()) };
 }
 
 /// At most this many spare op boxes per thread (a window of ops in flight).
@@ -283,11 +287,12 @@ impl PendingOp {
         }
     }
 
-    /// Takes everything ready to go up: the filter's flushed groups (replied) and the lost
-    /// and timed-out groups. A failed flush sends the ids it held up as lost.
-    fn take_groups(&mut self) -> (Vec<sdm_filters::Group>, Vec<Group>) {
-        let replied = match &mut self.filter {
-            Ok(f) => f.flush().unwrap_or_else(|e| {
+    /// Takes everything ready to go up: the filter's flushed groups (replied, appended to
+    /// `replied`) and the lost and timed-out groups. A failed flush sends the ids it held
+    /// up as lost.
+    fn take_groups(&mut self, replied: &mut Vec<sdm_filters::Group>) -> Vec<Group> {
+        match &mut self.filter {
+            Ok(f) => f.flush_into(replied).unwrap_or_else(|e| {
                 // The ids the filter held: answered here, not yet sent, not in a group.
                 let mut held = match &self.sent {
                     Some(sent) => &self.expected - sent,
@@ -302,10 +307,9 @@ impl PendingOp {
                 if !held.is_empty() {
                     self.add(Status::Lost, filter_failure(&e), &held);
                 }
-                Vec::new()
             }),
-            Err(_) => Vec::new(),
-        };
+            Err(_) => {}
+        }
         let others = std::mem::take(&mut self.groups);
         // Only don't-wait ops flush more than once (others flush when done), so only they
         // need to remember what went up for the accounting of a later failed flush.
@@ -318,7 +322,7 @@ impl PendingOp {
                 sent.union_with(ids);
             }
         }
-        (replied, others)
+        others
     }
 }
 
@@ -799,10 +803,7 @@ impl Node {
         // `msg` has no destination any more: each copy gets its child's share.
         msg.aggregate.sync = child_sync;
         for (child, share) in forward.drain(..) {
-            let fwd = Message {
-                dest: share.clone(),
-                ..msg.clone()
-            };
+            let fwd = msg.to(share.clone());
             pending.left += share.len();
             pending.outstanding.push((Source::Child(child), share));
             self.out.push_back(Output::ToChild(child, fwd));
@@ -1160,16 +1161,20 @@ impl Node {
         };
         let done = p.done();
         if done || p.sync == SyncMode::DontWait {
-            let (replied, others) = p.take_groups();
-            let replied = replied
-                .into_iter()
+            let mut replied = SPARE_GROUPS.take();
+            let others = p.take_groups(&mut replied);
+            let flushed = replied
+                .drain(..)
                 .map(|g| Message::reply(op, g.sources, Status::Replied, g.payload));
             let others = others
                 .into_iter()
                 .map(|g| Message::reply(op, g.sources, g.status, g.payload));
-            for m in replied.chain(others) {
+            for m in flushed.chain(others) {
                 self.stats.replies_out += 1;
                 self.out.push_back(Output::ToParent(m));
+            }
+            if replied.capacity() <= SPARE_SOURCES_MAX {
+                SPARE_GROUPS.set(replied);
             }
         }
         if done {

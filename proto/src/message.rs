@@ -214,6 +214,20 @@ impl Message {
         }
     }
 
+    /// A copy of this message for `dest` (a command's share for a child): every field but
+    /// the destination cloned, the destination not.
+    pub fn to(&self, dest: IdSet) -> Self {
+        Self {
+            kind: self.kind,
+            op: self.op,
+            dest,
+            source: self.source.clone(),
+            aggregate: self.aggregate.clone(),
+            payload: self.payload.clone(),
+            service: self.service.clone(),
+        }
+    }
+
     /// The same command addressed to `service` (see [`Message::service`]).
     pub fn for_service(mut self, service: impl Into<String>) -> Self {
         self.service = service.into();

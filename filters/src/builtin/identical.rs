@@ -124,6 +124,15 @@ impl Filter for Identical {
         sort_groups(&mut out);
         Ok(out)
     }
+
+    /// Moves the groups out and keeps the vector's room for the next op.
+    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
+        self.index.clear();
+        let start = out.len();
+        out.append(&mut self.groups);
+        sort_groups(&mut out[start..]);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -52,9 +52,19 @@ impl FoldedIds {
     /// A flush: no groups if nothing was folded, else one group of `payload()` from every
     /// folded id.
     pub(crate) fn into_groups<B: Into<Bytes>>(self, payload: impl FnOnce() -> B) -> Vec<Group> {
-        match self.take() {
-            Some(ids) => vec![Group::new(payload(), ids)],
-            None => Vec::new(),
+        let mut out = Vec::new();
+        self.push_group(&mut out, payload);
+        out
+    }
+
+    /// [`FoldedIds::into_groups`], appended to `out`.
+    pub(crate) fn push_group<B: Into<Bytes>>(
+        self,
+        out: &mut Vec<Group>,
+        payload: impl FnOnce() -> B,
+    ) {
+        if let Some(ids) = self.take() {
+            out.push(Group::new(payload(), ids));
         }
     }
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::FoldedIds;
 use crate::decimal::Decimal;
 use crate::record::{self, overflow};
-use crate::{Filter, FilterError, Group};
+use crate::{Filter, FilterError, Group, flush_new};
 
 /// Adds decimal numbers exactly.
 #[derive(Debug, Default)]
@@ -50,8 +50,13 @@ impl Filter for Sum {
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
+        flush_new(self)
+    }
+
+    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
         let s = std::mem::take(self);
-        Ok(s.folded.into_groups(|| s.total.to_bytes()))
+        s.folded.push_group(out, || s.total.to_bytes());
+        Ok(())
     }
 }
 
@@ -107,11 +112,15 @@ impl Filter for MinMax {
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
+        flush_new(self)
+    }
+
+    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
         let sources = std::mem::take(&mut self.sources);
-        Ok(match self.best.take() {
-            Some(b) => vec![Group::new(b.to_bytes(), sources)],
-            None => Vec::new(),
-        })
+        if let Some(b) = self.best.take() {
+            out.push(Group::new(b.to_bytes(), sources));
+        }
+        Ok(())
     }
 }
 
@@ -142,10 +151,17 @@ impl Filter for Count {
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
-        Ok(match std::mem::take(&mut self.0).take() {
-            Some(ids) => vec![Group::new(ids.len().to_string(), ids)],
-            None => Vec::new(),
-        })
+        flush_new(self)
+    }
+
+    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
+        if let Some(ids) = std::mem::take(&mut self.0).take() {
+            out.push(Group::new(
+                Decimal::from_int(i128::from(ids.len())).to_bytes(),
+                ids,
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -209,12 +225,17 @@ impl Filter for Mean {
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
+        flush_new(self)
+    }
+
+    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
         let s = std::mem::take(self);
         let rec = MeanRecord {
             sum: s.sum,
             count: s.count,
         };
-        Ok(s.folded.into_groups(|| record::encode("mean", &rec)))
+        s.folded.push_group(out, || record::encode("mean", &rec));
+        Ok(())
     }
 
     fn finish(&mut self) -> Result<Vec<Group>, FilterError> {
