@@ -291,24 +291,23 @@ impl PendingOp {
     /// `replied`) and the lost and timed-out groups. A failed flush sends the ids it held
     /// up as lost.
     fn take_groups(&mut self, replied: &mut Vec<sdm_filters::Group>) -> Vec<Group> {
-        match &mut self.filter {
-            Ok(f) => f.flush_into(replied).unwrap_or_else(|e| {
-                // The ids the filter held: answered here, not yet sent, not in a group.
-                let mut held = match &self.sent {
-                    Some(sent) => &self.expected - sent,
-                    None => self.expected.clone(),
-                };
-                for (_, ids) in &self.outstanding {
-                    held.difference_with(ids);
-                }
-                for g in &self.groups {
-                    held.difference_with(&g.sources);
-                }
-                if !held.is_empty() {
-                    self.add(Status::Lost, filter_failure(&e), &held);
-                }
-            }),
-            Err(_) => {}
+        if let Ok(f) = &mut self.filter
+            && let Err(e) = f.flush_into(replied)
+        {
+            // The ids the filter held: answered here, not yet sent, not in a group.
+            let mut held = match &self.sent {
+                Some(sent) => &self.expected - sent,
+                None => self.expected.clone(),
+            };
+            for (_, ids) in &self.outstanding {
+                held.difference_with(ids);
+            }
+            for g in &self.groups {
+                held.difference_with(&g.sources);
+            }
+            if !held.is_empty() {
+                self.add(Status::Lost, filter_failure(&e), &held);
+            }
         }
         let others = std::mem::take(&mut self.groups);
         // Only don't-wait ops flush more than once (others flush when done), so only they
