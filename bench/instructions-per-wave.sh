@@ -6,9 +6,12 @@
 # machine is not: the figure to compare a change against.
 #
 # Usage: bench/instructions-per-wave.sh [DIR [SHORT LONG]]
-#   DIR    a directory holding a release `sdm` and `sdm-bench` to measure (default: this
-#          checkout's release build, made first); e.g. an older build, for before/after
+#   DIR    a directory holding a release `sdm` whose daemons to measure (default: this
+#          checkout's release build, made first); e.g. an older build, for before/after.
+#          The front-end is always this checkout's `sdm-bench` (it is not measured).
 #   SHORT LONG   waves of the two runs (1000 5000)
+# More `sdm-bench throughput` arguments may be given in $THROUGHPUT_ARGS (e.g.
+# `--service sdm`).
 # Prints one line per daemon, in pid order: the supervisor (0: it only forks), then the
 # servers 0-3 (forked in id order). In the binomial tree over the master and 4 servers,
 # server 1 is the one interior server (server 2 is below it) and the others are leaves.
@@ -18,16 +21,16 @@ cd "$(dirname "$0")/.."
 . bench/valgrind-servers.sh instructions-per-wave.sh -q --tool=callgrind \
   '--callgrind-out-file=$SDM_CG_DIR/cg.%p.out'
 if [ -n "${1:-}" ]; then
-  B=$(realpath "$1")
-  valgrind_wrapper "$D/sdm" "$B/sdm" server -q --tool=callgrind \
+  valgrind_wrapper "$D/sdm" "$(realpath "$1")/sdm" server -q --tool=callgrind \
     '--callgrind-out-file=$SDM_CG_DIR/cg.%p.out'
 fi
 SHORT=${2:-1000}
 LONG=${3:-5000}
 for len in "$SHORT" "$LONG"; do
   mkdir -p "$D/$len"
+  # shellcheck disable=SC2086
   SDM_CG_DIR=$D/$len SDM_BIN=$D/sdm "$B/sdm-bench" throughput -n 4 --waves "$len" \
-    --timeout 600 > "$D/$len/bench.json"
+    --timeout 600 ${THROUGHPUT_ARGS:-} > "$D/$len/bench.json"
 done
 python3 - "$D/$SHORT" "$D/$LONG" $((LONG - SHORT)) <<'PY'
 import glob, re, sys

@@ -45,15 +45,12 @@ mod tests {
         let dest = IdSet::all(4);
         let m = command("checksum", &dest, SyncMode::WaitAll, &b"\x00\xff"[..]);
         assert_eq!(
-            (m.service.as_str(), &m.payload[..]),
+            (&*m.service, &m.payload[..]),
             ("checksum", &b"\x00\xff"[..])
         );
         assert_eq!(m.dest, dest);
         let m = filtered(PROCSTAT, &dest, SyncMode::Timeout(5), "stats", "");
-        assert_eq!(
-            (m.service.as_str(), &*m.aggregate.filter),
-            ("procstat", "stats")
-        );
+        assert_eq!((&*m.service, &*m.aggregate.filter), ("procstat", "stats"));
         assert_eq!(omis(&dest, SyncMode::WaitAll, "1 [] stop()").service, OMIS);
     }
 }

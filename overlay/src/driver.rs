@@ -42,7 +42,7 @@ pub struct Delivery {
     pub filter: sdm_proto::FilterName,
     /// Service the command is for (empty: the built-in `sdm` service); see
     /// `sdm_proto::Message::service`.
-    pub service: String,
+    pub service: sdm_proto::ServiceName,
     /// Opaque request bytes.
     pub payload: Bytes,
     /// Where the answer goes.

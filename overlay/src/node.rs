@@ -57,7 +57,7 @@ pub enum Output {
         /// The command's filter name.
         filter: sdm_proto::FilterName,
         /// The service the command is for (empty: the built-in `sdm` service).
-        service: String,
+        service: sdm_proto::ServiceName,
         /// The opaque request.
         payload: Bytes,
     },

@@ -1,12 +1,10 @@
 //! [`FrameCodec`]: 4-byte big-endian length prefix, a configurable maximum frame size, and
 //! envelope validation.
 
-use std::sync::Arc;
-
 use bytes::{Buf, BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::message::{Message, WireError};
+use crate::message::{LastNames, Message, WireError};
 
 /// Default maximum frame: 64 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
@@ -22,7 +20,7 @@ pub struct FrameCodec {
     /// Where a small frame is encoded before it is copied into the link's buffer.
     scratch: Vec<u8>,
     /// The filter name of the last frame decoded, shared with the next that names it.
-    last_filter: Option<Arc<str>>,
+    last_names: LastNames,
 }
 
 /// Frames whose payload is at most this size are encoded into [`FrameCodec`]'s scratch
@@ -38,7 +36,7 @@ impl FrameCodec {
             max,
             in_frame: None,
             scratch: Vec::with_capacity(SCRATCH_MAX),
-            last_filter: None,
+            last_names: LastNames::default(),
         }
     }
 
@@ -89,7 +87,7 @@ impl Decoder for FrameCodec {
         self.in_frame = None;
         src.advance(4);
         let frame = src.split_to(len).freeze();
-        Message::decode_sharing(frame, &mut self.last_filter).map(Some)
+        Message::decode_sharing(frame, &mut self.last_names).map(Some)
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Message>, WireError> {

@@ -62,20 +62,47 @@ pub struct Aggregate {
     pub status: Option<Status>,
 }
 
-/// A filter name as an envelope carries it: the empty name (the identical merge, and every
-/// reply) holds nothing, so making and dropping a message touches no reference count; a
-/// named filter is shared by the copies of a command for each child and by the commands a
-/// link decodes one after another (one allocation, not one per frame). Reads as a `&str`.
+/// A name as an envelope carries it, a filter's or a service's: the empty name (the
+/// identical merge and the built-in service, and every reply) holds nothing, so making and
+/// dropping a message touches no reference count; a given name is shared by the copies of a
+/// command for each child and by the commands a link decodes one after another (one
+/// allocation, not one per frame or per child). Reads as a `&str`.
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct FilterName(Option<Arc<str>>);
+pub struct Name(Option<Arc<str>>);
 
-impl FilterName {
+/// A command's filter name ([`Aggregate::filter`]).
+pub type FilterName = Name;
+
+/// A command's service name ([`Message::service`]).
+pub type ServiceName = Name;
+
+impl Name {
     fn shared(name: Arc<str>) -> Self {
         Self((!name.is_empty()).then_some(name))
     }
+
+    /// `bytes` as a name, shared with `last` (the name the same field of the previous
+    /// frame of a link carried) when they are equal, else checked as UTF-8 and made the
+    /// new `last`.
+    fn share(
+        bytes: &[u8],
+        last: &mut Option<Arc<str>>,
+        field: &'static str,
+    ) -> Result<Self, WireError> {
+        Ok(match last {
+            _ if bytes.is_empty() => Name::default(),
+            Some(l) if l.as_bytes() == bytes => Name::shared(Arc::clone(l)),
+            _ => Name::shared(last.insert(Arc::from(utf8(bytes, field)?)).clone()),
+        })
+    }
 }
 
-impl std::ops::Deref for FilterName {
+/// `b` as text, or the error naming `field`.
+fn utf8<'a>(b: &'a [u8], field: &'static str) -> Result<&'a str, WireError> {
+    std::str::from_utf8(b).map_err(|_| WireError::NotUtf8(field))
+}
+
+impl std::ops::Deref for Name {
     type Target = str;
 
     fn deref(&self) -> &str {
@@ -83,28 +110,54 @@ impl std::ops::Deref for FilterName {
     }
 }
 
-impl From<&str> for FilterName {
+impl From<&str> for Name {
     fn from(name: &str) -> Self {
         Self((!name.is_empty()).then(|| Arc::from(name)))
     }
 }
 
-impl From<String> for FilterName {
+impl From<&String> for Name {
+    fn from(name: &String) -> Self {
+        Self::from(name.as_str())
+    }
+}
+
+impl From<String> for Name {
     fn from(name: String) -> Self {
         Self((!name.is_empty()).then(|| Arc::from(name)))
     }
 }
 
-impl std::fmt::Debug for FilterName {
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for Name {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Debug::fmt(&**self, f)
     }
 }
 
-impl std::fmt::Display for FilterName {
+impl std::fmt::Display for Name {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self)
     }
+}
+
+/// The names the previous frame of a link carried ([`Message::decode_sharing`]): a frame
+/// with the same filter or service name shares it, with no allocation or UTF-8 check.
+#[derive(Debug, Clone, Default)]
+pub struct LastNames {
+    filter: Option<Arc<str>>,
+    service: Option<Arc<str>>,
 }
 
 /// A validated envelope.
@@ -124,7 +177,7 @@ pub struct Message {
     pub payload: Bytes,
     /// Commands: the service that answers the payload at each server; empty means the
     /// built-in `sdm` service (see `sdm.proto`).
-    pub service: String,
+    pub service: ServiceName,
 }
 
 /// Why a frame was refused. The connection it came on is closed; nothing else is touched.
@@ -189,7 +242,7 @@ struct Envelope<'a> {
     /// The filter name (what `agg.filter` would hold).
     filter: FilterName,
     payload: Bytes,
-    service: String,
+    service: ServiceName,
 }
 
 /// XXH3-64 of a payload: the merge hash carried upstream.
@@ -210,7 +263,7 @@ impl Message {
                 ..Aggregate::default()
             },
             payload: payload.into(),
-            service: String::new(),
+            service: ServiceName::default(),
         }
     }
 
@@ -229,7 +282,7 @@ impl Message {
     }
 
     /// The same command addressed to `service` (see [`Message::service`]).
-    pub fn for_service(mut self, service: impl Into<String>) -> Self {
+    pub fn for_service(mut self, service: impl Into<ServiceName>) -> Self {
         self.service = service.into();
         self
     }
@@ -247,7 +300,7 @@ impl Message {
                 ..Aggregate::default()
             },
             payload,
-            service: String::new(),
+            service: ServiceName::default(),
         }
     }
 
@@ -298,7 +351,7 @@ impl Message {
                 status: status as i32,
             }),
             payload: self.payload.clone(),
-            service: self.service.clone(),
+            service: self.service.to_string(),
         }
     }
 
@@ -331,7 +384,7 @@ impl Message {
 
     /// Size of the encoded envelope (without the length prefix).
     pub fn encoded_len(&self) -> usize {
-        use prost::encoding::{encoded_len_varint, int32, key_len, string, uint32, uint64};
+        use prost::encoding::{encoded_len_varint, int32, key_len, uint32, uint64};
         let (kind, sync, timeout_ms, status) = self.wire_enums();
         let set = |tag, s: &IdSet| {
             if s.is_empty() {
@@ -362,7 +415,7 @@ impl Message {
             + (if self.service.is_empty() {
                 0
             } else {
-                string::encoded_len(8, &self.service)
+                key_len(8) + encoded_len_varint(self.service.len() as u64) + self.service.len()
             })
     }
 
@@ -371,7 +424,7 @@ impl Message {
     /// (the id-sets are serialized into the buffer, the payload copied once).
     pub fn encode_to(&self, buf: &mut impl BufMut) {
         use prost::encoding::{
-            WireType, encode_key, encode_varint, fixed64, int32, string, uint32, uint64,
+            WireType, encode_key, encode_varint, fixed64, int32, uint32, uint64,
         };
         let (kind, sync, timeout_ms, status) = self.wire_enums();
         uint32::encode(1, &WIRE_VERSION, buf);
@@ -415,7 +468,9 @@ impl Message {
             buf.put_slice(&self.payload);
         }
         if !self.service.is_empty() {
-            string::encode(8, &self.service, buf);
+            encode_key(8, WireType::LengthDelimited, buf);
+            encode_varint(self.service.len() as u64, buf);
+            buf.put_slice(self.service.as_bytes());
         }
     }
 
@@ -433,13 +488,13 @@ impl Message {
     /// are skipped, a repeated field's last value wins and repeated `aggregate`s merge, as
     /// protobuf says; the test `the_direct_decoder_agrees_with_prost` holds it to that.
     pub fn decode(frame: Bytes) -> Result<Self, WireError> {
-        Self::decode_sharing(frame, &mut None)
+        Self::decode_sharing(frame, &mut LastNames::default())
     }
 
     /// [`Message::decode`], sharing the filter name with `last`, the name the previous
     /// frame of the same link carried, when they are the same (then nothing is allocated
     /// for it); `last` becomes this frame's name.
-    pub fn decode_sharing(frame: Bytes, last: &mut Option<Arc<str>>) -> Result<Self, WireError> {
+    pub fn decode_sharing(frame: Bytes, last: &mut LastNames) -> Result<Self, WireError> {
         use prost::encoding::{WireType, decode_key, decode_varint};
         let mut buf: &[u8] = &frame;
         let mut version = 0u32;
@@ -452,7 +507,8 @@ impl Message {
         // it is the previous frame's name (the usual case: then it is known to be text).
         let mut filter: &[u8] = &[];
         let mut payload = 0..0;
-        let mut service = "";
+        // Checked as the filter name is.
+        let mut service: &[u8] = &[];
         while !buf.is_empty() {
             let (tag, wt) = decode_key(&mut buf)?;
             match tag {
@@ -467,7 +523,7 @@ impl Message {
                         let (tag, wt) = decode_key(&mut a)?;
                         match tag {
                             1 => {
-                                text(filter, "filter")?;
+                                utf8(filter, "filter")?;
                                 filter = delimited(wt, &mut a, "filter")?;
                             }
                             2 => agg.sync = varint(wt, &mut a)? as i32,
@@ -491,7 +547,10 @@ impl Message {
                     payload = at..at + p.len();
                 }
                 // Each occurrence must be UTF-8, as prost checks it, not only the last.
-                8 => service = text(delimited(wt, &mut buf, "service")?, "service")?,
+                8 => {
+                    utf8(service, "service")?;
+                    service = delimited(wt, &mut buf, "service")?;
+                }
                 _ => skip(wt, tag, &mut buf)?,
             }
         }
@@ -517,18 +576,12 @@ impl Message {
             *buf = rest;
             Ok(v)
         }
-        fn text<'a>(b: &'a [u8], field: &'static str) -> Result<&'a str, WireError> {
-            std::str::from_utf8(b).map_err(|_| WireError::NotUtf8(field))
-        }
         fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), WireError> {
             let ctx = prost::encoding::DecodeContext::default();
             Ok(prost::encoding::skip_field(wt, tag, buf, ctx)?)
         }
-        let filter = match last {
-            _ if filter.is_empty() => FilterName::default(),
-            Some(l) if l.as_bytes() == filter => FilterName::shared(Arc::clone(l)),
-            _ => FilterName::shared(last.insert(Arc::from(text(filter, "filter")?)).clone()),
-        };
+        let filter = Name::share(filter, &mut last.filter, "filter")?;
+        let service = Name::share(service, &mut last.service, "service")?;
         Self::validate(Envelope {
             version,
             kind,
@@ -538,7 +591,7 @@ impl Message {
             agg,
             filter,
             payload: frame.slice(payload),
-            service: service.to_owned(),
+            service,
         })
     }
 
@@ -555,7 +608,7 @@ impl Message {
             agg,
             filter,
             payload: env.payload,
-            service: env.service,
+            service: ServiceName::from(env.service),
         })
     }
 
@@ -700,25 +753,35 @@ mod tests {
         }
     }
 
-    /// A filter name is checked as UTF-8 unless it is the previous frame's name: one that is
-    /// not text is refused whatever the previous name was, and `last` keeps that name.
+    /// A filter or service name is checked as UTF-8 unless it is the previous frame's: one
+    /// that is not text is refused whatever the previous name was, and `last` keeps that
+    /// name; an equal name is shared, not made again (one allocation per link, not per
+    /// frame).
     #[test]
-    fn a_filter_name_that_is_not_text_is_refused_after_a_shared_one() {
-        let mut m = Message::command(1, IdSet::single(0), SyncMode::WaitAll, "x");
+    fn names_that_are_not_text_are_refused_after_shared_ones() {
+        let mut m =
+            Message::command(1, IdSet::single(0), SyncMode::WaitAll, "x").for_service("omis");
         m.aggregate.filter = "sum".into();
-        let mut last = None;
+        let mut last = LastNames::default();
         let first = Message::decode_sharing(m.encode(), &mut last).unwrap();
         assert_eq!(&*first.aggregate.filter, "sum");
-        // The same frame with the name's bytes replaced by two that are not UTF-8 ("su"
-        // and "m" become 0xc3 0x28 and a trailing byte of the same length).
+        assert_eq!(first.service, "omis");
+        let second = Message::decode_sharing(m.encode(), &mut last).unwrap();
+        let same = |a: &Name, b: &Name| Arc::ptr_eq(a.0.as_ref().unwrap(), b.0.as_ref().unwrap());
+        assert!(same(&first.aggregate.filter, &second.aggregate.filter));
+        assert!(same(&first.service, &second.service));
+        // The same frame with two bytes of a name replaced by two that are not UTF-8.
         let good = m.encode().to_vec();
-        let at = good.windows(3).position(|w| w == b"sum").unwrap();
-        for bad in [[0xc3, 0x28, b'm'], [b's', 0xff, b'm']] {
-            let mut b = good.clone();
-            b[at..at + 3].copy_from_slice(&bad);
-            let e = Message::decode_sharing(Bytes::from(b), &mut last).unwrap_err();
-            assert!(matches!(e, WireError::NotUtf8("filter")), "{e}");
-            assert_eq!(last.as_deref(), Some("sum"));
+        for (field, name) in [("filter", &b"sum"[..]), ("service", &b"omis"[..])] {
+            let at = good.windows(name.len()).position(|w| w == name).unwrap();
+            for bad in [[0xc3, 0x28], [0xff, b'm']] {
+                let mut b = good.clone();
+                b[at..at + 2].copy_from_slice(&bad);
+                let e = Message::decode_sharing(Bytes::from(b), &mut last).unwrap_err();
+                assert!(matches!(e, WireError::NotUtf8(f) if f == field), "{e}");
+                assert_eq!(last.filter.as_deref(), Some("sum"));
+                assert_eq!(last.service.as_deref(), Some("omis"));
+            }
         }
         let again = Message::decode_sharing(Bytes::from(good), &mut last).unwrap();
         assert_eq!(again, first);
@@ -780,7 +843,7 @@ mod tests {
                             ][status],
                         },
                         payload: Bytes::from(payload),
-                        service,
+                        service: service.into(),
                     }
                 },
             )

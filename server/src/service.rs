@@ -314,7 +314,7 @@ impl Services {
         let name = if d.service.is_empty() {
             SDM
         } else {
-            d.service.as_str()
+            &d.service
         };
         // The table's own name is shared with the request and the reply: a command for a
         // registered service allocates nothing here.
@@ -493,7 +493,7 @@ mod tests {
             op: 7,
             kind: Kind::Command,
             filter: Default::default(),
-            service: service.to_owned(),
+            service: service.into(),
             payload: Bytes::from_static(payload),
             reply: Replier::new(7, tx),
         };

@@ -14,7 +14,7 @@ use sdm_bench::baseline::{RelayTree, find_relay_binary};
 use sdm_bench::stats::summarize;
 use sdm_client::session::{Progress, Session, SessionOptions, find_sdm_binary};
 use sdm_deploy::LauncherKind;
-use sdm_proto::{IdSet, Status, SyncMode};
+use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::Shape;
 use serde_json::{Value, json};
 
@@ -67,6 +67,11 @@ enum Bench {
         /// Untimed waves first (the window is full when timing starts).
         #[arg(long, default_value_t = 32)]
         warmup: u32,
+        /// The service the waves' `value` requests name (sdm only; empty: the built-in
+        /// service, unnamed). `--service sdm` names the built-in one, so that every command
+        /// carries a service name, as a tool's OMIS commands do.
+        #[arg(long, default_value = "")]
+        service: String,
     },
 }
 
@@ -268,6 +273,7 @@ async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
             waves,
             window,
             warmup,
+            service,
         } => {
             let (s, wall) = launch_all_ready(c).await?;
             let all = s.all();
@@ -285,10 +291,10 @@ async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
             let result: anyhow::Result<()> = async {
                 while done < total {
                     while sent < total && inflight.len() < *window as usize {
-                        inflight.push_back(
-                            s.send_filtered(&all, SyncMode::WaitAll, "sum", "value")
-                                .await?,
-                        );
+                        let mut m = Message::command(0, all.clone(), SyncMode::WaitAll, "value")
+                            .for_service(service);
+                        m.aggregate.filter = "sum".into();
+                        inflight.push_back(s.send_command(m).await?);
                         sent += 1;
                     }
                     let op = inflight.pop_front().expect("a wave is in flight");
@@ -431,6 +437,7 @@ fn baseline(cmd: &Bench) -> anyhow::Result<Value> {
             waves,
             window,
             warmup,
+            ..
         } => {
             let mut t = RelayTree::launch(&relay, c.n).context("starting the relay tree")?;
             let want = t.expected_sum();
