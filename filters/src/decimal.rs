@@ -234,8 +234,10 @@ thread_local! {
 
 /// `text` (a few bytes) as [`Bytes`] cut from a block this thread shares among its small
 /// payloads: no allocation of its own, and its drop is a reference count's decrement, not
-/// a `free`. A block is freed (or, once every payload cut from it is dropped, reused) when
-/// its room runs out; a payload kept long keeps its block's 4 KiB.
+/// a `free`. When a block's room runs out the next payload starts another, unless every
+/// payload cut from it was dropped (then it is reused in place); a block is freed with the
+/// last payload cut from it, so a payload kept long keeps its block's 4 KiB (the front-end
+/// copies the results it hands to a tool).
 fn small_payload(text: &[u8]) -> Bytes {
     SMALL.with_borrow_mut(|block| {
         if block.capacity() < text.len() {
@@ -420,6 +422,16 @@ mod tests {
             let b = Decimal::from_int(v).to_bytes();
             assert_eq!(&b[..], v.to_string().as_bytes());
         }
+        // One payload after another from the same block: of ten, at most one starts a new
+        // block (each is a few bytes of 4 KiB), so at least eight follow the one before.
+        let ten: Vec<Bytes> = (1..=10)
+            .map(|v| Decimal::from_int(v * 11).to_bytes())
+            .collect();
+        let adjacent = ten
+            .windows(2)
+            .filter(|w| w[1].as_ptr() == w[0].as_ptr().wrapping_add(w[0].len()))
+            .count();
+        assert!(adjacent >= 8, "{adjacent} of 9 adjacent");
         // Another thread cuts from a block of its own.
         let other = std::thread::spawn(|| Decimal::from_int(-42).to_bytes())
             .join()

@@ -142,8 +142,9 @@ pub trait Filter: Send {
 
     /// [`flush`](Filter::flush), appending the groups to `out`: a caller keeps one vector
     /// for all its flushes, and a filter that overrides this (the built-ins that are
-    /// [`reusable`](Filter::reusable)) allocates none per flush. On an error `out` is as it
-    /// was. The default appends what `flush` returns.
+    /// [`reusable`](Filter::reusable)) allocates no vector per flush (only, if need be, its
+    /// payload). On an error `out` should be as it was; a node drops what was appended
+    /// anyway. The default appends what `flush` returns.
     fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
         out.append(&mut self.flush()?);
         Ok(())

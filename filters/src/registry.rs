@@ -253,6 +253,17 @@ mod tests {
         for spec in ["identical", "sum", "min", "max", "count", "mean"] {
             assert!(covered.contains(&spec), "{spec} not covered: {covered:?}");
         }
+        // The built-ins' `flush` goes through their `flush_into`: pin what the scalar ones
+        // give (7 + 2 + 7 + 3 from 8 ids).
+        for (spec, want) in [("sum", "19"), ("min", "2"), ("max", "7"), ("count", "8")] {
+            let mut f = r.create(spec).unwrap();
+            fold(&mut f).unwrap();
+            let mut out = Vec::new();
+            f.flush_into(&mut out).unwrap();
+            assert_eq!(out.len(), 1, "{spec}");
+            assert_eq!(&out[0].payload[..], want.as_bytes(), "{spec}");
+            assert_eq!(out[0].sources.to_string(), "[0-4,6-7,9]", "{spec}");
+        }
     }
 
     /// A generation is never 0, differs between registries and after a registration, and

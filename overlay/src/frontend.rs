@@ -72,10 +72,13 @@ pub fn finish(registry: &Registry, filter: &str, groups: Vec<ReplyGroup>) -> Vec
                 }
             }
             match f.finish() {
+                // A result goes to the tool, which may keep it: a small payload is copied
+                // out of the block it was cut from (`Decimal::to_bytes`), which it would
+                // otherwise keep alive.
                 Ok(groups) => out.extend(groups.into_iter().map(|g| ReplyGroup {
                     status: Status::Replied,
                     sources: g.sources,
-                    payload: g.payload,
+                    payload: Bytes::copy_from_slice(&g.payload),
                 })),
                 Err(e) if !folded.is_empty() => failed.push(lost(&e, folded)),
                 Err(_) => {}

@@ -167,6 +167,10 @@ pub(crate) const SPARE_OPS_MAX: usize = 64;
 /// A spare op keeps room for at most this many sources (children and the server itself).
 const SPARE_SOURCES_MAX: usize = 64;
 
+/// The thread's flush vector ([`SPARE_GROUPS`]) is kept only while it has room for at most
+/// this many groups (a flush makes one group per distinct payload).
+const SPARE_GROUPS_MAX: usize = 64;
+
 impl PendingOp {
     /// A new op expecting `expected`, with room for `sources` sources, folding with the
     /// filter `spec` names, made by `make` from the registry of generation `made_by`: a
@@ -289,11 +293,14 @@ impl PendingOp {
 
     /// Takes everything ready to go up: the filter's flushed groups (replied, appended to
     /// `replied`) and the lost and timed-out groups. A failed flush sends the ids it held
-    /// up as lost.
+    /// up as lost, and nothing of what it appended (a filter of a tool's own may append,
+    /// then fail).
     fn take_groups(&mut self, replied: &mut Vec<sdm_filters::Group>) -> Vec<Group> {
+        let start = replied.len();
         if let Ok(f) = &mut self.filter
             && let Err(e) = f.flush_into(replied)
         {
+            replied.truncate(start);
             // The ids the filter held: answered here, not yet sent, not in a group.
             let mut held = match &self.sent {
                 Some(sent) => &self.expected - sent,
@@ -314,7 +321,7 @@ impl PendingOp {
         // need to remember what went up for the accounting of a later failed flush.
         if self.sync == SyncMode::DontWait {
             let sent = self.sent.get_or_insert_default();
-            for ids in replied.iter().map(|g| &g.sources) {
+            for ids in replied[start..].iter().map(|g| &g.sources) {
                 sent.union_with(ids);
             }
             for ids in others.iter().map(|g| &g.sources) {
@@ -1172,7 +1179,7 @@ impl Node {
                 self.stats.replies_out += 1;
                 self.out.push_back(Output::ToParent(m));
             }
-            if replied.capacity() <= SPARE_SOURCES_MAX {
+            if replied.capacity() <= SPARE_GROUPS_MAX {
                 SPARE_GROUPS.set(replied);
             }
         }

@@ -19,7 +19,8 @@ pub struct FrameCodec {
     in_frame: Option<u64>,
     /// Where a small frame is encoded before it is copied into the link's buffer.
     scratch: Vec<u8>,
-    /// The filter name of the last frame decoded, shared with the next that names it.
+    /// The filter and service names of the last frames decoded, shared with the next that
+    /// carry them.
     last_names: LastNames,
 }
 

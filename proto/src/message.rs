@@ -491,9 +491,9 @@ impl Message {
         Self::decode_sharing(frame, &mut LastNames::default())
     }
 
-    /// [`Message::decode`], sharing the filter name with `last`, the name the previous
-    /// frame of the same link carried, when they are the same (then nothing is allocated
-    /// for it); `last` becomes this frame's name.
+    /// [`Message::decode`], sharing the filter and the service name each with `last`'s,
+    /// the names the previous frame of the same link carried, when they are the same (then
+    /// nothing is allocated or checked for it); `last` keeps this frame's names.
     pub fn decode_sharing(frame: Bytes, last: &mut LastNames) -> Result<Self, WireError> {
         use prost::encoding::{WireType, decode_key, decode_varint};
         let mut buf: &[u8] = &frame;

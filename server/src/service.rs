@@ -413,7 +413,8 @@ fn sdm_service(req: Request, reply: Reply) {
     }
 }
 
-/// A server id as decimal text, in one allocation of its length.
+/// A server id as decimal text, cut from the thread's block of small payloads
+/// ([`sdm_overlay::filters::Decimal::to_bytes`]).
 fn id_text(id: u32) -> Bytes {
     sdm_overlay::filters::Decimal::from_int(i128::from(id)).to_bytes()
 }

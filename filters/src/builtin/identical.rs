@@ -103,7 +103,7 @@ impl Filter for Identical {
     }
 
     /// Its flush empties it and cannot fail; kept only while its index is small (a kept
-    /// filter keeps the index's room).
+    /// filter keeps the index's room, and that of its vector of groups).
     fn reusable(&self) -> bool {
         self.index.capacity() <= REUSE_INDEX_MAX
     }
