@@ -43,6 +43,19 @@ impl ReplyGroup {
     }
 }
 
+/// A result goes to the tool, which may keep it: a small payload is copied out of the
+/// buffer it shares (a block of small payloads, `Decimal::to_bytes`, or a received frame's
+/// read buffer), which it would otherwise keep alive; a large one is kept as it is.
+fn own_if_small(payload: Bytes) -> Bytes {
+    /// At most this many bytes are copied.
+    const SMALL: usize = 64;
+    if payload.len() <= SMALL {
+        Bytes::copy_from_slice(&payload)
+    } else {
+        payload
+    }
+}
+
 /// Runs the front-end end of filter `filter` over the final groups of one op: the replied
 /// groups are folded into a fresh filter from `registry` and replaced by its
 /// [`finish`](sdm_filters::Filter::finish); lost and timed-out groups follow unchanged.
@@ -72,13 +85,10 @@ pub fn finish(registry: &Registry, filter: &str, groups: Vec<ReplyGroup>) -> Vec
                 }
             }
             match f.finish() {
-                // A result goes to the tool, which may keep it: a small payload is copied
-                // out of the block it was cut from (`Decimal::to_bytes`), which it would
-                // otherwise keep alive.
                 Ok(groups) => out.extend(groups.into_iter().map(|g| ReplyGroup {
                     status: Status::Replied,
                     sources: g.sources,
-                    payload: Bytes::copy_from_slice(&g.payload),
+                    payload: own_if_small(g.payload),
                 })),
                 Err(e) if !folded.is_empty() => failed.push(lost(&e, folded)),
                 Err(_) => {}

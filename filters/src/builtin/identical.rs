@@ -13,7 +13,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use bytes::Bytes;
 use sdm_proto::{IdSet, payload_hash};
 
-use crate::{Filter, FilterError, Group, sort_groups};
+use crate::{Filter, FilterError, Group, flush_new, sort_groups};
 
 /// Up to this many groups a fold compares payloads one by one; beyond, it finds them by hash.
 const SCAN_LIMIT: usize = 8;
@@ -119,10 +119,7 @@ impl Filter for Identical {
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
-        self.index.clear();
-        let mut out = std::mem::take(&mut self.groups);
-        sort_groups(&mut out);
-        Ok(out)
+        flush_new(self)
     }
 
     /// Moves the groups out and keeps the vector's room for the next op.
