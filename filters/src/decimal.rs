@@ -259,6 +259,22 @@ impl Decimal {
         }
     }
 
+    /// Whether `text` is exactly what [`to_bytes`](Decimal::to_bytes) writes for the value
+    /// [`parse`](Decimal::parse) reads from it: a plain integer of up to 18 digits, no sign
+    /// but a `-`, no leading zero, no space, not `-0`. A filter whose result is one of its
+    /// inputs (a sum of one value, a minimum) can then send that input as it is instead of
+    /// formatting the same bytes again. Other canonical forms (fractions, longer integers)
+    /// answer `false`, which only costs the formatting.
+    pub fn is_canonical_text(text: &[u8]) -> bool {
+        let digits = text.strip_prefix(b"-").unwrap_or(text);
+        match digits {
+            [] => false,
+            [b'0'] => digits.len() == text.len(),
+            [b'0', ..] => false,
+            _ => digits.len() <= 18 && digits.iter().all(u8::is_ascii_digit),
+        }
+    }
+
     /// An integer that fits 64 bits, as text in the end of `buf`: `-` and digits.
     fn small_int_text<'a>(&self, buf: &'a mut [u8; 20]) -> Option<&'a [u8]> {
         if self.scale != 0 {
@@ -515,6 +531,23 @@ mod tests {
             // Asked for a width or a sign, an integer gets them as an integer would.
             prop_assert_eq!(format!("{:>42}", Decimal::from_int(m)), format!("{m:>42}"));
             prop_assert_eq!(format!("{:+}", Decimal::from_int(m)), format!("{m:+}"));
+        }
+
+        /// Text called canonical is what the value it reads as prints as, byte for byte,
+        /// and every integer's own text is called canonical (up to 18 digits).
+        #[test]
+        fn canonical_text_is_what_to_bytes_writes(
+            m in any::<i64>(),
+            junk in proptest::collection::vec(
+                proptest::sample::select(b" +-0123456789.e".to_vec()), 0..8),
+        ) {
+            let own = m.to_string();
+            let digits = own.trim_start_matches('-').len();
+            prop_assert_eq!(Decimal::is_canonical_text(own.as_bytes()), digits <= 18);
+            if Decimal::is_canonical_text(&junk) {
+                let d = Decimal::parse(&junk).unwrap();
+                prop_assert_eq!(&d.to_bytes()[..], &junk[..]);
+            }
         }
 
         #[test]

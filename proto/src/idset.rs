@@ -614,8 +614,22 @@ fn varint_len(v: u64) -> usize {
     prost::encoding::encoded_len_varint(v)
 }
 
-fn put_varint(out: &mut impl BufMut, v: u64) {
-    prost::encoding::encode_varint(v, out);
+/// Writes `v` as a protobuf varint: the one byte of a value below 128 (nearly every key,
+/// enum, length and run of a frame) inline, anything longer through prost's encoder, which
+/// the compiler keeps out of line.
+#[inline(always)]
+pub(crate) fn put_varint(out: &mut impl BufMut, v: u64) {
+    if v < 0x80 {
+        out.put_u8(v as u8);
+    } else {
+        prost::encoding::encode_varint(v, out);
+    }
+}
+
+/// Writes a protobuf field key (`tag` and wire type), as prost's `encode_key` does.
+#[inline(always)]
+pub(crate) fn put_key(out: &mut impl BufMut, tag: u32, wire_type: prost::encoding::WireType) {
+    put_varint(out, u64::from((tag << 3) | wire_type as u32));
 }
 
 fn get_varint(b: &[u8], pos: &mut usize) -> Result<u64, IdSetError> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
 
-use crate::idset::{IdSet, IdSetError};
+use crate::idset::{IdSet, IdSetError, put_key, put_varint};
 use crate::pb;
 
 /// The wire version this build speaks; frames of any other version are refused.
@@ -423,53 +423,60 @@ impl Message {
     /// `buf`: no protobuf struct in between, so nothing is cloned or allocated per frame
     /// (the id-sets are serialized into the buffer, the payload copied once).
     pub fn encode_to(&self, buf: &mut impl BufMut) {
-        use prost::encoding::{
-            WireType, encode_key, encode_varint, fixed64, int32, uint32, uint64,
-        };
+        use prost::encoding::WireType::{LengthDelimited, SixtyFourBit, Varint};
         let (kind, sync, timeout_ms, status) = self.wire_enums();
-        uint32::encode(1, &WIRE_VERSION, buf);
-        int32::encode(2, &(kind as i32), buf);
+        // Enums as prost writes an `int32`: sign-extended (all of ours are non-negative).
+        let enum_value = |v: i32| i64::from(v) as u64;
+        put_key(buf, 1, Varint);
+        put_varint(buf, u64::from(WIRE_VERSION));
+        put_key(buf, 2, Varint);
+        put_varint(buf, enum_value(kind as i32));
         if self.op != 0 {
-            uint64::encode(3, &self.op, buf);
+            put_key(buf, 3, Varint);
+            put_varint(buf, self.op);
         }
         for (tag, s) in [(4, &self.dest), (5, &self.source)] {
             if !s.is_empty() {
                 let form = s.form();
-                encode_key(tag, WireType::LengthDelimited, buf);
-                encode_varint(1 + form.len as u64, buf);
+                put_key(buf, tag, LengthDelimited);
+                put_varint(buf, 1 + form.len as u64);
                 s.write_form(form, buf);
             }
         }
-        encode_key(6, WireType::LengthDelimited, buf);
-        encode_varint(self.aggregate_len(sync, timeout_ms, status) as u64, buf);
+        put_key(buf, 6, LengthDelimited);
+        put_varint(buf, self.aggregate_len(sync, timeout_ms, status) as u64);
         let a = &self.aggregate;
         if !a.filter.is_empty() {
-            encode_key(1, WireType::LengthDelimited, buf);
-            encode_varint(a.filter.len() as u64, buf);
+            put_key(buf, 1, LengthDelimited);
+            put_varint(buf, a.filter.len() as u64);
             buf.put_slice(a.filter.as_bytes());
         }
         if sync as i32 != 0 {
-            int32::encode(2, &(sync as i32), buf);
+            put_key(buf, 2, Varint);
+            put_varint(buf, enum_value(sync as i32));
         }
         if timeout_ms != 0 {
-            uint32::encode(3, &timeout_ms, buf);
+            put_key(buf, 3, Varint);
+            put_varint(buf, u64::from(timeout_ms));
         }
         if a.payload_hash != 0 {
-            fixed64::encode(4, &a.payload_hash, buf);
+            put_key(buf, 4, SixtyFourBit);
+            buf.put_u64_le(a.payload_hash);
         }
         if status as i32 != 0 {
-            int32::encode(5, &(status as i32), buf);
+            put_key(buf, 5, Varint);
+            put_varint(buf, enum_value(status as i32));
         }
         if !self.payload.is_empty() {
             // prost's own `bytes::encode` puts a clone of the `Bytes`, which for a payload
             // made from a vector allocates its shared header: the slice is copied instead.
-            encode_key(7, WireType::LengthDelimited, buf);
-            encode_varint(self.payload.len() as u64, buf);
+            put_key(buf, 7, LengthDelimited);
+            put_varint(buf, self.payload.len() as u64);
             buf.put_slice(&self.payload);
         }
         if !self.service.is_empty() {
-            encode_key(8, WireType::LengthDelimited, buf);
-            encode_varint(self.service.len() as u64, buf);
+            put_key(buf, 8, LengthDelimited);
+            put_varint(buf, self.service.len() as u64);
             buf.put_slice(self.service.as_bytes());
         }
     }

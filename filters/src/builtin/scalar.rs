@@ -7,6 +7,7 @@
 //! and sends upward the record `{"sdm":1,"type":"mean","sum":"<decimal>","count":<n>}`;
 //! its `finish` gives `sum / count` as a scalar, rounded half-to-even to 18 fraction digits.
 
+use bytes::Bytes;
 use sdm_proto::IdSet;
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +21,12 @@ use crate::{Filter, FilterError, Group, flush_new};
 pub struct Sum {
     total: Decimal,
     folded: FoldedIds,
+    /// Values folded since the last flush.
+    values: u32,
+    /// The first value's payload, if it is the text `total` would flush as
+    /// ([`Decimal::is_canonical_text`]): a sum of that one value (a leaf's, every op) sends
+    /// it on as it is.
+    first: Option<Bytes>,
 }
 
 impl Sum {
@@ -46,6 +53,15 @@ impl Filter for Sum {
             .checked_add(v)
             .ok_or_else(|| overflow("sum", sources))?;
         self.folded.add(sources);
+        self.values += 1;
+        Ok(())
+    }
+
+    fn fold_bytes(&mut self, payload: Bytes, sources: &IdSet) -> Result<(), FilterError> {
+        self.fold(&payload, sources)?;
+        if self.values == 1 && Decimal::is_canonical_text(&payload) {
+            self.first = Some(payload);
+        }
         Ok(())
     }
 
@@ -55,7 +71,9 @@ impl Filter for Sum {
 
     fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
         let s = std::mem::take(self);
-        s.folded.push_group(out, || s.total.to_bytes());
+        let (total, first) = (s.total, s.first.filter(|_| s.values == 1));
+        s.folded
+            .push_group(out, || first.unwrap_or_else(|| total.to_bytes()));
         Ok(())
     }
 }
@@ -65,6 +83,9 @@ impl Filter for Sum {
 pub struct MinMax {
     max: bool,
     best: Option<Decimal>,
+    /// The best value's payload, if it is the text `best` would flush as
+    /// ([`Decimal::is_canonical_text`]): sent on as it is.
+    best_text: Option<Bytes>,
     sources: IdSet,
 }
 
@@ -74,6 +95,7 @@ impl MinMax {
         Self {
             max: false,
             best: None,
+            best_text: None,
             sources: IdSet::new(),
         }
     }
@@ -98,16 +120,14 @@ impl Filter for MinMax {
     }
 
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
-        let v = record::scalar(self.name(), payload, sources)?;
-        let better = match self.best {
-            None => true,
-            Some(b) if self.max => v > b,
-            Some(b) => v < b,
-        };
-        if better {
-            self.best = Some(v);
+        self.fold_value(payload, sources)?;
+        Ok(())
+    }
+
+    fn fold_bytes(&mut self, payload: Bytes, sources: &IdSet) -> Result<(), FilterError> {
+        if self.fold_value(&payload, sources)? && Decimal::is_canonical_text(&payload) {
+            self.best_text = Some(payload);
         }
-        self.sources.union_with(sources);
         Ok(())
     }
 
@@ -117,10 +137,30 @@ impl Filter for MinMax {
 
     fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
         let sources = std::mem::take(&mut self.sources);
+        let text = self.best_text.take();
         if let Some(b) = self.best.take() {
-            out.push(Group::new(b.to_bytes(), sources));
+            out.push(Group::new(text.unwrap_or_else(|| b.to_bytes()), sources));
         }
         Ok(())
+    }
+}
+
+impl MinMax {
+    /// Folds one value; whether it is the new best (then any payload kept as the best's
+    /// text is no longer its text, and is dropped).
+    fn fold_value(&mut self, payload: &[u8], sources: &IdSet) -> Result<bool, FilterError> {
+        let v = record::scalar(self.name(), payload, sources)?;
+        let better = match self.best {
+            None => true,
+            Some(b) if self.max => v > b,
+            Some(b) => v < b,
+        };
+        if better {
+            self.best = Some(v);
+            self.best_text = None;
+        }
+        self.sources.union_with(sources);
+        Ok(better)
     }
 }
 
@@ -253,6 +293,52 @@ mod tests {
 
     fn ids(s: &str) -> IdSet {
         s.parse().unwrap()
+    }
+
+    /// A sum of one value and a minimum or maximum send on the payload that holds their
+    /// result when it is already in canonical form (the same bytes, not formatted again);
+    /// any other input is formatted, and a payload kept is never sent for another value.
+    #[test]
+    fn a_result_already_in_canonical_form_is_sent_as_it_is() {
+        let same = |g: &[Group], p: &Bytes| g[0].payload.as_ptr() == p.as_ptr();
+        let p = |t: &'static str| Bytes::from_static(t.as_bytes());
+        let mut sum = Sum::new();
+        let one = p("-17");
+        sum.fold_bytes(one.clone(), &ids("[4]")).unwrap();
+        let g = sum.flush().unwrap();
+        assert!(same(&g, &one));
+        assert_eq!((&g[0].payload[..], &g[0].sources), (&b"-17"[..], &ids("[4]")));
+        // Not canonical: formatted.
+        for (text, want) in [("+5", "5"), ("05", "5"), (" 5\n", "5"), ("-0", "0"), ("2.50", "2.5")] {
+            sum.fold_bytes(p(text), &ids("[0]")).unwrap();
+            assert_eq!(&sum.flush().unwrap()[0].payload[..], want.as_bytes(), "{text:?}");
+        }
+        // Two values: their sum, whatever the first was.
+        sum.fold_bytes(p("40"), &ids("[0]")).unwrap();
+        sum.fold_bytes(p("2"), &ids("[1]")).unwrap();
+        assert_eq!(&sum.flush().unwrap()[0].payload[..], b"42");
+        // The first folded without its bytes: formatted.
+        sum.fold(b"7", &ids("[0]")).unwrap();
+        assert_eq!(&sum.flush().unwrap()[0].payload[..], b"7");
+
+        let (mut min, mut max) = (MinMax::min(), MinMax::max());
+        let (low, high) = (p("3"), p("9"));
+        for f in [&mut min, &mut max] {
+            f.fold_bytes(p("5"), &ids("[0]")).unwrap();
+            f.fold_bytes(low.clone(), &ids("[1]")).unwrap();
+            f.fold_bytes(high.clone(), &ids("[2]")).unwrap();
+        }
+        let (gmin, gmax) = (min.flush().unwrap(), max.flush().unwrap());
+        assert!(same(&gmin, &low) && same(&gmax, &high));
+        assert_eq!(gmin[0].sources, ids("[0-2]"));
+        // A better value in a form that is not canonical replaces the kept payload.
+        min.fold_bytes(p("3"), &ids("[0]")).unwrap();
+        min.fold_bytes(p("+1"), &ids("[1]")).unwrap();
+        min.fold(b"2", &ids("[2]")).unwrap();
+        assert_eq!(&min.flush().unwrap()[0].payload[..], b"1");
+        max.fold_bytes(p("3"), &ids("[0]")).unwrap();
+        max.fold(b"8", &ids("[1]")).unwrap();
+        assert_eq!(&max.flush().unwrap()[0].payload[..], b"8");
     }
 
     #[test]
