@@ -71,6 +71,11 @@ impl Decimal {
     }
 
     fn canonical(mut self) -> Self {
+        // An integer is canonical as it is. Said first: the compiler would otherwise
+        // compute the 128-bit `% 10` below (a library call) before looking at the scale.
+        if self.scale == 0 {
+            return self;
+        }
         if self.mant == 0 {
             self.scale = 0;
         }

@@ -287,12 +287,12 @@ pub(crate) async fn run_server_with(
     ));
     let socket = counters_socket.clone();
     monitor.prepare(move |m| m.counters = Some(socket));
-    let ctx = Arc::new(ServerContext {
+    let ctx = Arc::new(ServerContext::new(
         id,
-        monitor: monitor.clone(),
-        omis: crate::services::registry(),
+        monitor.clone(),
+        crate::services::registry(),
         counters,
-    });
+    ));
     // Event actions run on the monitor thread with the same services.
     let reg = ctx.omis.clone();
     monitor.prepare(move |m| m.registry = Some(reg));

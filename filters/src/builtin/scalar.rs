@@ -307,11 +307,24 @@ mod tests {
         sum.fold_bytes(one.clone(), &ids("[4]")).unwrap();
         let g = sum.flush().unwrap();
         assert!(same(&g, &one));
-        assert_eq!((&g[0].payload[..], &g[0].sources), (&b"-17"[..], &ids("[4]")));
+        assert_eq!(
+            (&g[0].payload[..], &g[0].sources),
+            (&b"-17"[..], &ids("[4]"))
+        );
         // Not canonical: formatted.
-        for (text, want) in [("+5", "5"), ("05", "5"), (" 5\n", "5"), ("-0", "0"), ("2.50", "2.5")] {
+        for (text, want) in [
+            ("+5", "5"),
+            ("05", "5"),
+            (" 5\n", "5"),
+            ("-0", "0"),
+            ("2.50", "2.5"),
+        ] {
             sum.fold_bytes(p(text), &ids("[0]")).unwrap();
-            assert_eq!(&sum.flush().unwrap()[0].payload[..], want.as_bytes(), "{text:?}");
+            assert_eq!(
+                &sum.flush().unwrap()[0].payload[..],
+                want.as_bytes(),
+                "{text:?}"
+            );
         }
         // Two values: their sum, whatever the first was.
         sum.fold_bytes(p("40"), &ids("[0]")).unwrap();
