@@ -84,13 +84,26 @@ impl Name {
     /// `bytes` as a name, shared with `last` (the name the same field of the previous
     /// frame of a link carried) when they are equal, else checked as UTF-8 and made the
     /// new `last`.
+    #[inline(always)]
     fn share(
         bytes: &[u8],
         last: &mut Option<Arc<str>>,
         field: &'static str,
     ) -> Result<Self, WireError> {
+        // The empty name (most frames' service, every reply's filter) without a call.
+        if bytes.is_empty() {
+            return Ok(Name::default());
+        }
+        Self::share_given(bytes, last, field)
+    }
+
+    /// [`Name::share`] of a name that is not empty.
+    fn share_given(
+        bytes: &[u8],
+        last: &mut Option<Arc<str>>,
+        field: &'static str,
+    ) -> Result<Self, WireError> {
         Ok(match last {
-            _ if bytes.is_empty() => Name::default(),
             Some(l) if l.as_bytes() == bytes => Name::shared(Arc::clone(l)),
             _ => Name::shared(last.insert(Arc::from(utf8(bytes, field)?)).clone()),
         })
@@ -243,6 +256,233 @@ struct Envelope<'a> {
     filter: FilterName,
     payload: Bytes,
     service: ServiceName,
+}
+
+/// An envelope's fields where they lie in a frame, before they are checked: what
+/// [`Message::decode_sharing`] reads.
+#[derive(Debug, Default, PartialEq)]
+struct Fields<'a> {
+    version: u32,
+    kind: i32,
+    op: u64,
+    dest: &'a [u8],
+    source: &'a [u8],
+    /// The aggregate's fields but its filter name.
+    agg: pb::Aggregate,
+    /// Checked as UTF-8 (or found equal to the last frame's name) afterwards.
+    filter: &'a [u8],
+    /// Where the payload lies in the frame.
+    payload: std::ops::Range<usize>,
+    /// Checked as the filter name is.
+    service: &'a [u8],
+}
+
+impl<'a> Fields<'a> {
+    /// The fields of a frame laid out as an encoder writes one (this crate's
+    /// [`Message::encode_to`] or prost's): each field at most once, in field order, with
+    /// one-byte keys of the expected wire types, and no other field. `None` for anything else, which [`Fields::any_order`] reads (it reads these
+    /// too, the same way: the test `the_direct_decoder_agrees_with_prost` compares both with
+    /// prost). Straight-line code, without the general loop's dispatch on each key and its
+    /// error at every step: the path of every frame a link carries.
+    #[inline]
+    fn in_order(frame: &'a [u8]) -> Option<Self> {
+        let mut f = Fields::default();
+        let mut r = Reader { b: frame, at: 0 };
+        if r.tag(0x08) {
+            f.version = r.varint()? as u32;
+        }
+        if r.tag(0x10) {
+            f.kind = r.varint()? as i32;
+        }
+        if r.tag(0x18) {
+            f.op = r.varint()?;
+        }
+        if r.tag(0x22) {
+            f.dest = r.delimited()?;
+        }
+        if r.tag(0x2a) {
+            f.source = r.delimited()?;
+        }
+        if r.tag(0x32) {
+            let mut a = Reader {
+                b: r.delimited()?,
+                at: 0,
+            };
+            if a.tag(0x0a) {
+                f.filter = a.delimited()?;
+            }
+            if a.tag(0x10) {
+                f.agg.sync = a.varint()? as i32;
+            }
+            if a.tag(0x18) {
+                f.agg.timeout_ms = a.varint()? as u32;
+            }
+            if a.tag(0x21) {
+                let (hash, _) = a.b.get(a.at..)?.split_first_chunk::<8>()?;
+                f.agg.payload_hash = u64::from_le_bytes(*hash);
+                a.at += 8;
+            }
+            if a.tag(0x28) {
+                f.agg.status = a.varint()? as i32;
+            }
+            if a.at != a.b.len() {
+                return None;
+            }
+        }
+        if r.tag(0x3a) {
+            let p = r.delimited()?;
+            f.payload = r.at - p.len()..r.at;
+        }
+        if r.tag(0x42) {
+            f.service = r.delimited()?;
+        }
+        (r.at == frame.len()).then_some(f)
+    }
+
+    /// The fields of any envelope protobuf allows (unknown fields skipped, a repeated
+    /// field's last value kept, repeated aggregates merged), or why it is not one.
+    fn any_order(frame: &'a [u8]) -> Result<Self, WireError> {
+        use prost::encoding::{WireType, decode_key, decode_varint};
+        let mut buf: &[u8] = frame;
+        let mut version = 0u32;
+        let mut kind = 0i32;
+        let mut op = 0u64;
+        let mut dest: &[u8] = &[];
+        let mut source: &[u8] = &[];
+        let mut agg = pb::Aggregate::default();
+        // Checked as UTF-8 where it is replaced by a later occurrence, or at the end unless
+        // it is the previous frame's name (the usual case: then it is known to be text).
+        let mut filter: &[u8] = &[];
+        let mut payload = 0..0;
+        // Checked as the filter name is.
+        let mut service: &[u8] = &[];
+        while !buf.is_empty() {
+            let (tag, wt) = decode_key(&mut buf)?;
+            match tag {
+                1 => version = varint(wt, &mut buf)? as u32,
+                2 => kind = varint(wt, &mut buf)? as i32,
+                3 => op = varint(wt, &mut buf)?,
+                4 => dest = delimited(wt, &mut buf, "destination")?,
+                5 => source = delimited(wt, &mut buf, "source")?,
+                6 => {
+                    let mut a = delimited(wt, &mut buf, "aggregate")?;
+                    while !a.is_empty() {
+                        let (tag, wt) = decode_key(&mut a)?;
+                        match tag {
+                            1 => {
+                                utf8(filter, "filter")?;
+                                filter = delimited(wt, &mut a, "filter")?;
+                            }
+                            2 => agg.sync = varint(wt, &mut a)? as i32,
+                            3 => agg.timeout_ms = varint(wt, &mut a)? as u32,
+                            4 => {
+                                prost::encoding::check_wire_type(WireType::SixtyFourBit, wt)?;
+                                let (b, rest) = a
+                                    .split_first_chunk::<8>()
+                                    .ok_or(WireError::Malformed("payload_hash", 8, a.len()))?;
+                                agg.payload_hash = u64::from_le_bytes(*b);
+                                a = rest;
+                            }
+                            5 => agg.status = varint(wt, &mut a)? as i32,
+                            _ => skip(wt, tag, &mut a)?,
+                        }
+                    }
+                }
+                7 => {
+                    let p = delimited(wt, &mut buf, "payload")?;
+                    let at = p.as_ptr() as usize - frame.as_ptr() as usize;
+                    payload = at..at + p.len();
+                }
+                // Each occurrence must be UTF-8, as prost checks it, not only the last.
+                8 => {
+                    utf8(service, "service")?;
+                    service = delimited(wt, &mut buf, "service")?;
+                }
+                _ => skip(wt, tag, &mut buf)?,
+            }
+        }
+        // Inlined: called for every field of every frame, and a call returning a
+        // `Result` this large costs more than the field.
+        #[inline(always)]
+        fn varint(wt: WireType, buf: &mut &[u8]) -> Result<u64, WireError> {
+            prost::encoding::check_wire_type(WireType::Varint, wt)?;
+            Ok(decode_varint(buf)?)
+        }
+        #[inline(always)]
+        fn delimited<'a>(
+            wt: WireType,
+            buf: &mut &'a [u8],
+            field: &'static str,
+        ) -> Result<&'a [u8], WireError> {
+            prost::encoding::check_wire_type(WireType::LengthDelimited, wt)?;
+            let len = decode_varint(buf)?;
+            if len > buf.len() as u64 {
+                return Err(WireError::Malformed(field, len, buf.len()));
+            }
+            let (v, rest) = buf.split_at(len as usize);
+            *buf = rest;
+            Ok(v)
+        }
+        fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), WireError> {
+            let ctx = prost::encoding::DecodeContext::default();
+            Ok(prost::encoding::skip_field(wt, tag, buf, ctx)?)
+        }
+        Ok(Fields {
+            version,
+            kind,
+            op,
+            dest,
+            source,
+            agg,
+            filter,
+            payload,
+            service,
+        })
+    }
+}
+
+/// A cursor over a frame for [`Fields::in_order`].
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// Whether the next byte is `key` (then it is taken).
+    #[inline(always)]
+    fn tag(&mut self, key: u8) -> bool {
+        let hit = self.b.get(self.at) == Some(&key);
+        self.at += usize::from(hit);
+        hit
+    }
+
+    /// A varint, as prost reads one; `None` past the end, or where prost finds it invalid
+    /// (a tenth byte above 1).
+    #[inline(always)]
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *self.b.get(self.at)?;
+            if shift == 63 && b > 1 {
+                return None;
+            }
+            self.at += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// A length and that many bytes.
+    #[inline(always)]
+    fn delimited(&mut self) -> Option<&'a [u8]> {
+        let len = usize::try_from(self.varint()?).ok()?;
+        let v = self.b.get(self.at..self.at.checked_add(len)?)?;
+        self.at += len;
+        Some(v)
+    }
 }
 
 /// XXH3-64 of a payload: the merge hash carried upstream.
@@ -502,102 +742,21 @@ impl Message {
     /// the names the previous frame of the same link carried, when they are the same (then
     /// nothing is allocated or checked for it); `last` keeps this frame's names.
     pub fn decode_sharing(frame: Bytes, last: &mut LastNames) -> Result<Self, WireError> {
-        use prost::encoding::{WireType, decode_key, decode_varint};
-        let mut buf: &[u8] = &frame;
-        let mut version = 0u32;
-        let mut kind = 0i32;
-        let mut op = 0u64;
-        let mut dest: &[u8] = &[];
-        let mut source: &[u8] = &[];
-        let mut agg = pb::Aggregate::default();
-        // Checked as UTF-8 where it is replaced by a later occurrence, or at the end unless
-        // it is the previous frame's name (the usual case: then it is known to be text).
-        let mut filter: &[u8] = &[];
-        let mut payload = 0..0;
-        // Checked as the filter name is.
-        let mut service: &[u8] = &[];
-        while !buf.is_empty() {
-            let (tag, wt) = decode_key(&mut buf)?;
-            match tag {
-                1 => version = varint(wt, &mut buf)? as u32,
-                2 => kind = varint(wt, &mut buf)? as i32,
-                3 => op = varint(wt, &mut buf)?,
-                4 => dest = delimited(wt, &mut buf, "destination")?,
-                5 => source = delimited(wt, &mut buf, "source")?,
-                6 => {
-                    let mut a = delimited(wt, &mut buf, "aggregate")?;
-                    while !a.is_empty() {
-                        let (tag, wt) = decode_key(&mut a)?;
-                        match tag {
-                            1 => {
-                                utf8(filter, "filter")?;
-                                filter = delimited(wt, &mut a, "filter")?;
-                            }
-                            2 => agg.sync = varint(wt, &mut a)? as i32,
-                            3 => agg.timeout_ms = varint(wt, &mut a)? as u32,
-                            4 => {
-                                prost::encoding::check_wire_type(WireType::SixtyFourBit, wt)?;
-                                let (b, rest) = a
-                                    .split_first_chunk::<8>()
-                                    .ok_or(WireError::Malformed("payload_hash", 8, a.len()))?;
-                                agg.payload_hash = u64::from_le_bytes(*b);
-                                a = rest;
-                            }
-                            5 => agg.status = varint(wt, &mut a)? as i32,
-                            _ => skip(wt, tag, &mut a)?,
-                        }
-                    }
-                }
-                7 => {
-                    let p = delimited(wt, &mut buf, "payload")?;
-                    let at = p.as_ptr() as usize - frame.as_ptr() as usize;
-                    payload = at..at + p.len();
-                }
-                // Each occurrence must be UTF-8, as prost checks it, not only the last.
-                8 => {
-                    utf8(service, "service")?;
-                    service = delimited(wt, &mut buf, "service")?;
-                }
-                _ => skip(wt, tag, &mut buf)?,
-            }
-        }
-        // Inlined: called for every field of every frame, and a call returning a
-        // `Result` this large costs more than the field.
-        #[inline(always)]
-        fn varint(wt: WireType, buf: &mut &[u8]) -> Result<u64, WireError> {
-            prost::encoding::check_wire_type(WireType::Varint, wt)?;
-            Ok(decode_varint(buf)?)
-        }
-        #[inline(always)]
-        fn delimited<'a>(
-            wt: WireType,
-            buf: &mut &'a [u8],
-            field: &'static str,
-        ) -> Result<&'a [u8], WireError> {
-            prost::encoding::check_wire_type(WireType::LengthDelimited, wt)?;
-            let len = decode_varint(buf)?;
-            if len > buf.len() as u64 {
-                return Err(WireError::Malformed(field, len, buf.len()));
-            }
-            let (v, rest) = buf.split_at(len as usize);
-            *buf = rest;
-            Ok(v)
-        }
-        fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), WireError> {
-            let ctx = prost::encoding::DecodeContext::default();
-            Ok(prost::encoding::skip_field(wt, tag, buf, ctx)?)
-        }
-        let filter = Name::share(filter, &mut last.filter, "filter")?;
-        let service = Name::share(service, &mut last.service, "service")?;
+        let f = match Fields::in_order(&frame) {
+            Some(f) => f,
+            None => Fields::any_order(&frame)?,
+        };
+        let filter = Name::share(f.filter, &mut last.filter, "filter")?;
+        let service = Name::share(f.service, &mut last.service, "service")?;
         Self::validate(Envelope {
-            version,
-            kind,
-            op,
-            dest,
-            source,
-            agg,
+            version: f.version,
+            kind: f.kind,
+            op: f.op,
+            dest: f.dest,
+            source: f.source,
+            agg: f.agg,
             filter,
-            payload: frame.slice(payload),
+            payload: frame.slice(f.payload),
             service,
         })
     }
@@ -863,6 +1022,17 @@ mod tests {
             prop_assert_eq!(&direct[..], &m.to_pb().encode_to_vec()[..]);
             prop_assert_eq!(direct.len(), m.encoded_len());
             prop_assert_eq!(Message::decode(direct).unwrap(), m);
+        }
+
+        /// Every frame an encoder writes, this crate's or prost's, is read by the straight
+        /// path, to the same fields as the general loop reads.
+        #[test]
+        fn every_encoded_frame_takes_the_straight_path(m in any_message()) {
+            for b in [m.encode().to_vec(), pb::Envelope::encode_to_vec(&m.to_pb())] {
+                let straight = Fields::in_order(&b);
+                prop_assert!(straight.is_some(), "{m:?}");
+                prop_assert_eq!(straight.unwrap(), Fields::any_order(&b).unwrap());
+            }
         }
 
         /// The direct decoder and prost's envelope (with [`Message::from_pb`]) accept the
