@@ -134,8 +134,10 @@ struct PendingOp {
     /// Ids already sent up, by a don't-wait op (boxed: the other ops send once, when
     /// done, and an op should be small, as a million are in flight in the simulator).
     sent: Option<Box<IdSet>>,
-    /// Ids still expected, per source, sorted by source (a node has few sources but
-    /// many nodes have an op in flight at once: a sorted vector is the smallest map).
+    /// Ids still expected, per source (a node has few sources but many nodes have an op
+    /// in flight at once: a vector is the smallest map). Sorted by source when it holds
+    /// more than [`SCANNED_SOURCES`], searched in order otherwise
+    /// ([`PendingOp::source_index`]).
     outstanding: Vec<(Source, IdSet)>,
     /// How many ids `outstanding` holds in all.
     left: u64,
@@ -143,6 +145,11 @@ struct PendingOp {
     groups: Vec<Group>,
     deadline: Option<Instant>,
 }
+
+/// Sources an op looks through in order ([`PendingOp::source_index`]): more than a
+/// binomial tree gives a server below a master of 10^6 servers (its children and itself),
+/// and few enough that a search by halves would not be quicker.
+const SCANNED_SOURCES: usize = 24;
 
 thread_local! {
     /// Boxes of retired ops kept for the next ops this thread takes in (each with its
@@ -259,11 +266,28 @@ impl PendingOp {
 
     /// The ids still expected from `from`, if it is a source of this op.
     fn outstanding_mut(&mut self, from: Source) -> Option<&mut IdSet> {
-        let i = self
-            .outstanding
-            .binary_search_by_key(&from, |(s, _)| *s)
-            .ok()?;
+        let i = self.source_index(from)?;
         Some(&mut self.outstanding[i].1)
+    }
+
+    /// Where `from` is in `outstanding`: looked for in order among a few sources (a
+    /// server's children and itself), searched for by halves among more.
+    fn source_index(&self, from: Source) -> Option<usize> {
+        if self.outstanding.len() <= SCANNED_SOURCES {
+            self.outstanding.iter().position(|(s, _)| *s == from)
+        } else {
+            self.outstanding
+                .binary_search_by_key(&from, |(s, _)| *s)
+                .ok()
+        }
+    }
+
+    /// Makes `outstanding` searchable once all its sources are in: sorted if it holds more
+    /// than [`SCANNED_SOURCES`].
+    fn sources_complete(&mut self) {
+        if self.outstanding.len() > SCANNED_SOURCES {
+            self.outstanding.sort_unstable_by_key(|(s, _)| *s);
+        }
     }
 
     /// Adds `ids` with `status`/`payload`: replies are folded into the filter; other groups
@@ -831,7 +855,7 @@ impl Node {
                 payload: msg.payload,
             });
         }
-        pending.outstanding.sort_unstable_by_key(|(s, _)| *s);
+        pending.sources_complete();
         if let Some(d) = pending.deadline {
             self.timers.insert((d, op));
         }
@@ -1122,11 +1146,7 @@ impl Node {
         waits.dedup();
         let servers = |c: &NodeId| self.down.get(c).map_or(1, RecvWindow::servers);
         let anchor = waits.iter().copied().max_by_key(|c| (servers(c), *c))?;
-        let to_anchor = |p: &PendingOp| {
-            p.outstanding
-                .binary_search_by_key(&Source::Child(anchor), |(s, _)| *s)
-                .is_ok()
-        };
+        let to_anchor = |p: &PendingOp| p.source_index(Source::Child(anchor)).is_some();
         for p in self.ops.values() {
             if !to_anchor(p) {
                 heard.extend(children(p));
