@@ -341,8 +341,9 @@ impl Decimal {
             Some(b'+') => (false, &t[1..]),
             _ => (false, t),
         };
-        // A plain integer of up to 18 digits (most counters and ids): no exponent, no
-        // fraction, nothing to round; the general path below gives the same value.
+        // A plain integer of up to 18 digits with spaces around it or a `+` (the bare
+        // form went through `plain_int` above): no exponent, no fraction, nothing to
+        // round; the general path below gives the same value.
         if !t.is_empty() && t.len() <= 18 && t.iter().all(u8::is_ascii_digit) {
             let m = t.iter().fold(0i64, |m, &c| m * 10 + i64::from(c - b'0'));
             let m = i128::from(m);

@@ -280,10 +280,12 @@ struct Fields<'a> {
 impl<'a> Fields<'a> {
     /// The fields of a frame laid out as an encoder writes one (this crate's
     /// [`Message::encode_to`] or prost's): each field at most once, in field order, with
-    /// one-byte keys of the expected wire types, and no other field. `None` for anything else, which [`Fields::any_order`] reads (it reads these
-    /// too, the same way: the test `the_direct_decoder_agrees_with_prost` compares both with
-    /// prost). Straight-line code, without the general loop's dispatch on each key and its
-    /// error at every step: the path of every frame a link carries.
+    /// one-byte keys of the expected wire types, and no other field. `None` for anything
+    /// else, which [`Fields::any_order`] reads (it reads these too, to the same fields:
+    /// the tests `every_encoded_frame_takes_the_straight_path` and
+    /// `the_straight_path_reads_what_the_general_loop_reads`). Straight-line code, without
+    /// the general loop's dispatch on each key and its error at every step: the path of
+    /// every frame a link carries.
     #[inline]
     fn in_order(frame: &'a [u8]) -> Option<Self> {
         let mut f = Fields::default();
@@ -730,10 +732,14 @@ impl Message {
 
     /// Decodes and validates one frame body: what [`Message::from_pb`] of prost's
     /// [`pb::Envelope`] gives, read straight from the frame (no envelope struct in between:
-    /// the id-sets are parsed where they lie, the payload is a slice of the frame, and the
-    /// keys and varints go through prost's own decoders over a byte slice). Unknown fields
-    /// are skipped, a repeated field's last value wins and repeated `aggregate`s merge, as
-    /// protobuf says; the test `the_direct_decoder_agrees_with_prost` holds it to that.
+    /// the id-sets are parsed where they lie, the payload is a slice of the frame). A frame
+    /// laid out as an encoder writes one is read in straight-line code
+    /// (`Fields::in_order`); any other by a general loop over prost's own key and varint
+    /// decoders (`Fields::any_order`). Unknown fields are skipped, a repeated field's last
+    /// value wins and repeated `aggregate`s merge, as protobuf says; the test
+    /// `the_direct_decoder_agrees_with_prost` holds it to that, and
+    /// `the_straight_path_reads_what_the_general_loop_reads` holds the two paths to each
+    /// other.
     pub fn decode(frame: Bytes) -> Result<Self, WireError> {
         Self::decode_sharing(frame, &mut LastNames::default())
     }
@@ -1022,6 +1028,36 @@ mod tests {
             prop_assert_eq!(&direct[..], &m.to_pb().encode_to_vec()[..]);
             prop_assert_eq!(direct.len(), m.encoded_len());
             prop_assert_eq!(Message::decode(direct).unwrap(), m);
+        }
+
+        /// Whatever the straight path reads, from a valid frame with bytes inserted (a
+        /// continuation byte, a key, a key of the wrong wire type), changed or cut off, or
+        /// from bytes that look like keys, the general loop reads the same way.
+        #[test]
+        fn the_straight_path_reads_what_the_general_loop_reads(
+            m in any_message(),
+            at in any::<prop::sample::Index>(),
+            insert in prop::sample::select(vec![0x80u8, 0xff, 0x08, 0x0a, 0x18, 0x1a, 0x32, 0x00]),
+            byte in any::<u8>(),
+            keys in prop::collection::vec(
+                prop::sample::select(vec![0x08u8, 0x10, 0x18, 0x22, 0x2a, 0x32, 0x3a, 0x42, 0x21, 0x01, 0x02, 0x80, 0x7f]),
+                0..24),
+            how in 0usize..4,
+        ) {
+            let mut b = m.encode().to_vec();
+            let i = at.index(b.len() + 1);
+            match how {
+                0 => b.insert(i, insert),
+                1 if !b.is_empty() => {
+                    let last = b.len() - 1;
+                    b[i.min(last)] = byte;
+                }
+                2 => b.truncate(i),
+                _ => b = keys,
+            }
+            if let Some(straight) = Fields::in_order(&b) {
+                prop_assert_eq!(Some(straight), Fields::any_order(&b).ok());
+            }
         }
 
         /// Every frame an encoder writes, this crate's or prost's, is read by the straight

@@ -53,8 +53,8 @@ pub fn info_line() -> String {
 /// program's counters.
 #[derive(Clone)]
 pub struct ServerContext {
-    /// This server's id.
-    pub id: u32,
+    /// This server's id (fixed: [`ServerContext::id`]).
+    id: u32,
     /// The node-local monitor.
     pub monitor: MonitorHandle,
     /// The OMIS services the monitor runs.
@@ -80,6 +80,11 @@ impl ServerContext {
             counters,
             id_text: Bytes::from(id.to_string()),
         }
+    }
+
+    /// This server's id.
+    pub fn id(&self) -> u32 {
+        self.id
     }
 }
 

@@ -53,7 +53,8 @@ impl Filter for Sum {
             .checked_add(v)
             .ok_or_else(|| overflow("sum", sources))?;
         self.folded.add(sources);
-        self.values += 1;
+        // Saturating: past 2^32 values it still says "more than one".
+        self.values = self.values.saturating_add(1);
         Ok(())
     }
 
