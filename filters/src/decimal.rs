@@ -229,6 +229,25 @@ impl FromStr for Decimal {
     }
 }
 
+/// The value of `digits` if they are 1 to 18 ASCII digits (so it fits an `i64`): the plain
+/// integers [`Decimal::parse`] reads without its general path, and what
+/// [`Decimal::is_canonical_text`] accepts.
+#[inline]
+fn digits_value(digits: &[u8]) -> Option<i64> {
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut m = 0i64;
+    for &c in digits {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        m = m * 10 + i64::from(d);
+    }
+    Some(m)
+}
+
 /// The size of the block a thread cuts small payloads from ([`small_payload`]).
 const SMALL_BLOCK: usize = 4096;
 
@@ -269,22 +288,10 @@ impl Decimal {
     /// this reads one).
     #[inline]
     fn plain_int(text: &[u8]) -> Option<i64> {
-        let (neg, digits) = match text {
-            [b'-', rest @ ..] => (true, rest),
-            _ => (false, text),
-        };
-        if digits.is_empty() || digits.len() > 18 {
-            return None;
+        match text {
+            [b'-', digits @ ..] => digits_value(digits).map(|m| -m),
+            _ => digits_value(text),
         }
-        let mut m = 0i64;
-        for &c in digits {
-            let d = c.wrapping_sub(b'0');
-            if d > 9 {
-                return None;
-            }
-            m = m * 10 + i64::from(d);
-        }
-        Some(if neg { -m } else { m })
     }
 
     /// Whether `text` is exactly what [`to_bytes`](Decimal::to_bytes) writes for the value
@@ -296,10 +303,9 @@ impl Decimal {
     pub fn is_canonical_text(text: &[u8]) -> bool {
         let digits = text.strip_prefix(b"-").unwrap_or(text);
         match digits {
-            [] => false,
             [b'0'] => digits.len() == text.len(),
             [b'0', ..] => false,
-            _ => digits.len() <= 18 && digits.iter().all(u8::is_ascii_digit),
+            _ => digits_value(digits).is_some(),
         }
     }
 
@@ -344,8 +350,7 @@ impl Decimal {
         // A plain integer of up to 18 digits with spaces around it or a `+` (the bare
         // form went through `plain_int` above): no exponent, no fraction, nothing to
         // round; the general path below gives the same value.
-        if !t.is_empty() && t.len() <= 18 && t.iter().all(u8::is_ascii_digit) {
-            let m = t.iter().fold(0i64, |m, &c| m * 10 + i64::from(c - b'0'));
+        if let Some(m) = digits_value(t) {
             let m = i128::from(m);
             return Ok(Decimal {
                 mant: if neg { -m } else { m },

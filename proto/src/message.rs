@@ -243,25 +243,11 @@ pub enum WireError {
     },
 }
 
-/// An envelope's fields as read from the wire, before they are checked: what
-/// [`Message::decode`] reads from a frame and [`Message::from_pb`] takes from prost's struct.
-struct Envelope<'a> {
-    version: u32,
-    kind: i32,
-    op: u64,
-    dest: &'a [u8],
-    source: &'a [u8],
-    agg: pb::Aggregate,
-    /// The filter name (what `agg.filter` would hold).
-    filter: FilterName,
-    payload: Bytes,
-    service: ServiceName,
-}
-
-/// An envelope's fields where they lie in a frame, before they are checked: what
-/// [`Message::decode_sharing`] reads.
+/// An envelope's fields but its names and payload, as read from the wire and not yet
+/// checked: what [`Message::validate`] checks, whether read from a frame ([`Fields`]) or
+/// taken from prost's struct ([`Message::from_pb`]).
 #[derive(Debug, Default, PartialEq)]
-struct Fields<'a> {
+struct Head<'a> {
     version: u32,
     kind: i32,
     op: u64,
@@ -269,6 +255,13 @@ struct Fields<'a> {
     source: &'a [u8],
     /// The aggregate's fields but its filter name.
     agg: pb::Aggregate,
+}
+
+/// An envelope's fields where they lie in a frame, before they are checked: what
+/// [`Message::decode_sharing`] reads.
+#[derive(Debug, Default, PartialEq)]
+struct Fields<'a> {
+    head: Head<'a>,
     /// Checked as UTF-8 (or found equal to the last frame's name) afterwards.
     filter: &'a [u8],
     /// Where the payload lies in the frame.
@@ -291,19 +284,19 @@ impl<'a> Fields<'a> {
         let mut f = Fields::default();
         let mut r = Reader { b: frame, at: 0 };
         if r.tag(0x08) {
-            f.version = r.varint()? as u32;
+            f.head.version = r.varint()? as u32;
         }
         if r.tag(0x10) {
-            f.kind = r.varint()? as i32;
+            f.head.kind = r.varint()? as i32;
         }
         if r.tag(0x18) {
-            f.op = r.varint()?;
+            f.head.op = r.varint()?;
         }
         if r.tag(0x22) {
-            f.dest = r.delimited()?;
+            f.head.dest = r.delimited()?;
         }
         if r.tag(0x2a) {
-            f.source = r.delimited()?;
+            f.head.source = r.delimited()?;
         }
         if r.tag(0x32) {
             let mut a = Reader {
@@ -314,18 +307,18 @@ impl<'a> Fields<'a> {
                 f.filter = a.delimited()?;
             }
             if a.tag(0x10) {
-                f.agg.sync = a.varint()? as i32;
+                f.head.agg.sync = a.varint()? as i32;
             }
             if a.tag(0x18) {
-                f.agg.timeout_ms = a.varint()? as u32;
+                f.head.agg.timeout_ms = a.varint()? as u32;
             }
             if a.tag(0x21) {
                 let (hash, _) = a.b.get(a.at..)?.split_first_chunk::<8>()?;
-                f.agg.payload_hash = u64::from_le_bytes(*hash);
+                f.head.agg.payload_hash = u64::from_le_bytes(*hash);
                 a.at += 8;
             }
             if a.tag(0x28) {
-                f.agg.status = a.varint()? as i32;
+                f.head.agg.status = a.varint()? as i32;
             }
             if a.at != a.b.len() {
                 return None;
@@ -430,12 +423,14 @@ impl<'a> Fields<'a> {
             Ok(prost::encoding::skip_field(wt, tag, buf, ctx)?)
         }
         Ok(Fields {
-            version,
-            kind,
-            op,
-            dest,
-            source,
-            agg,
+            head: Head {
+                version,
+                kind,
+                op,
+                dest,
+                source,
+                agg,
+            },
             filter,
             payload,
             service,
@@ -754,38 +749,32 @@ impl Message {
         };
         let filter = Name::share(f.filter, &mut last.filter, "filter")?;
         let service = Name::share(f.service, &mut last.service, "service")?;
-        Self::validate(Envelope {
-            version: f.version,
-            kind: f.kind,
-            op: f.op,
-            dest: f.dest,
-            source: f.source,
-            agg: f.agg,
-            filter,
-            payload: frame.slice(f.payload),
-            service,
-        })
+        Self::validate(f.head, filter, frame.slice(f.payload), service)
     }
 
     /// Validates a protobuf envelope.
     pub fn from_pb(env: pb::Envelope) -> Result<Self, WireError> {
         let mut agg = env.aggregate.unwrap_or_default();
         let filter = FilterName::from(std::mem::take(&mut agg.filter));
-        Self::validate(Envelope {
+        let head = Head {
             version: env.version,
             kind: env.kind,
             op: env.op_id,
             dest: &env.destination,
             source: &env.source,
             agg,
-            filter,
-            payload: env.payload,
-            service: ServiceName::from(env.service),
-        })
+        };
+        Self::validate(head, filter, env.payload, ServiceName::from(env.service))
     }
 
-    /// Checks an envelope's version and enums and parses its id-sets.
-    fn validate(env: Envelope<'_>) -> Result<Self, WireError> {
+    /// Checks an envelope's version and enums and parses its id-sets: the message of
+    /// `env` with these names and payload.
+    fn validate(
+        env: Head<'_>,
+        filter: FilterName,
+        payload: Bytes,
+        service: ServiceName,
+    ) -> Result<Self, WireError> {
         if env.version != WIRE_VERSION {
             return Err(WireError::Version { got: env.version });
         }
@@ -824,13 +813,13 @@ impl Message {
             dest: set("destination", env.dest)?,
             source: set("source", env.source)?,
             aggregate: Aggregate {
-                filter: env.filter,
+                filter,
                 sync,
                 payload_hash: agg.payload_hash,
                 status,
             },
-            payload: env.payload,
-            service: env.service,
+            payload,
+            service,
         })
     }
 }

@@ -78,7 +78,7 @@ impl ServerContext {
             monitor,
             omis,
             counters,
-            id_text: Bytes::from(id.to_string()),
+            id_text: id_text(id),
         }
     }
 
@@ -440,6 +440,11 @@ fn sdm_service(req: Request, reply: Reply) {
     }
 }
 
+/// A server id as decimal text (made once per server: [`ServerContext::new`]).
+fn id_text(id: u32) -> Bytes {
+    Bytes::from(id.to_string())
+}
+
 /// [`OMIS`]: the request runs on the monitor thread, queued now, in delivery order (a stop
 /// and a cont sent back to back run in order), which answers it.
 fn omis_service(req: Request, reply: Reply) {
@@ -550,10 +555,14 @@ mod tests {
         assert_eq!(&ask(&s, COUNTERS, b"").await[..], b"{}");
     }
 
-    /// `value` answers the id's text; a request is trimmed, split at its first space, and
-    /// one that is not UTF-8 is named in its error.
+    /// An id prints as `to_string` prints it, at both ends of the range, and `value`
+    /// answers it; a request is trimmed, split at its first space, and one that is not
+    /// UTF-8 is named in its error.
     #[tokio::test]
     async fn the_sdm_service_reads_a_request_line() {
+        for id in [0, 7, 10, 99, 4_000_000_000, u32::MAX] {
+            assert_eq!(&id_text(id)[..], id.to_string().as_bytes());
+        }
         let s = Services::stock();
         let (a, b) = (
             ask(&s, SDM, b"  value \n").await,
