@@ -26,7 +26,7 @@
 //! to stop and restart reading this server's own output.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,7 @@ use crate::flow::{self, Origin, RecvWindow, SendWindow};
 use crate::liveness::{Clocks, Liveness, Peer};
 
 use crate::coalesce::{Coalescer, StdioLine};
+use ops::OpTable;
 
 /// What a node asks its driver to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -362,20 +363,13 @@ fn filter_failure(e: &FilterError) -> Bytes {
     Bytes::from(e.to_string())
 }
 
-/// How a node hashes op ids: Fx, a builder of no size and a few instructions per id
-/// (SipHash was a tenth of a server's instructions per round trip). Op ids come from the
-/// authenticated front-end, so nobody can pick ids that collide.
-type OpHasher = rustc_hash::FxBuildHasher;
-
 /// The routing and aggregation state machine of one node.
 #[derive(Debug)]
 pub struct Node {
     me: NodeId,
     topo: Arc<dyn Topology>,
-    /// Boxed: a node's table keeps a few slots even for one op, and an op is large. The
-    /// hasher has no per-table state (op ids come from the authenticated front-end), which
-    /// keeps a node in a smaller allocation class when millions are simulated.
-    ops: HashMap<u64, Box<PendingOp>, OpHasher>,
+    /// Boxed: a table keeps room for a few ops even when it holds one, and an op is large.
+    ops: OpTable<Box<PendingOp>>,
     /// (deadline, op) for every op with a deadline.
     timers: BTreeSet<(Instant, u64)>,
     /// Children whose link died, with the reason.
@@ -414,7 +408,7 @@ impl Node {
         Self {
             me,
             topo,
-            ops: HashMap::default(),
+            ops: OpTable::default(),
             timers: BTreeSet::new(),
             dead: BTreeMap::new(),
             adopted: BTreeSet::new(),
@@ -751,7 +745,7 @@ impl Node {
     fn handle_command(&mut self, now: Instant, mut msg: Message) {
         self.stats.commands += 1;
         let op = msg.op;
-        if self.ops.contains_key(&op) {
+        if self.ops.contains_key(op) {
             tracing::warn!(node = %self.me, op, "refused command: op id already in flight");
             self.stats.refused += 1;
             return;
@@ -979,7 +973,7 @@ impl Node {
 
     /// Accounts `ids` from `from`: only ids still outstanding from that source count.
     fn accept(&mut self, op: u64, from: Source, status: Status, payload: Bytes, ids: &IdSet) {
-        let Some(p) = self.ops.get_mut(&op) else {
+        let Some(p) = self.ops.get_mut(op) else {
             self.stats.stray_ids += ids.len();
             tracing::debug!(node = %self.me, op, %ids, "reply for an op no longer in flight");
             return;
@@ -1013,9 +1007,8 @@ impl Node {
         self.down.remove(&child);
         let reason = format!("link to server {child} lost: {reason}");
         tracing::info!(node = %self.me, "{reason}");
-        let ops: Vec<u64> = self.ops.keys().copied().collect();
-        for op in ops {
-            let p = self.ops.get_mut(&op).expect("listed above");
+        for op in self.ops.ids() {
+            let p = self.ops.get_mut(op).expect("listed above");
             if let Some(ids) = p.outstanding_mut(Source::Child(child)) {
                 let lost = std::mem::take(ids);
                 p.left -= lost.len();
@@ -1088,7 +1081,7 @@ impl Node {
                 break;
             }
             self.timers.pop_first();
-            if let Some(p) = self.ops.get_mut(&op) {
+            if let Some(p) = self.ops.get_mut(op) {
                 let mut missing = IdSet::new();
                 for (_, ids) in &mut p.outstanding {
                     missing.union_with(&std::mem::take(ids));
@@ -1182,7 +1175,7 @@ impl Node {
 
     /// Sends what is ready for `op` upward and retires it when every id is accounted.
     fn progress(&mut self, op: u64) {
-        let Some(p) = self.ops.get_mut(&op) else {
+        let Some(p) = self.ops.get_mut(op) else {
             return;
         };
         let done = p.done();
@@ -1207,12 +1200,13 @@ impl Node {
             if let Some(d) = p.deadline {
                 self.timers.remove(&(d, op));
             }
-            if let Some(p) = self.ops.remove(&op) {
+            if let Some(p) = self.ops.remove(op) {
                 p.retire();
             }
         }
     }
 }
 
+mod ops;
 #[cfg(test)]
 mod tests;
