@@ -363,6 +363,22 @@ fn filter_failure(e: &FilterError) -> Bytes {
     Bytes::from(e.to_string())
 }
 
+/// What a node keeps of its lost children ([`Node`]'s `losses`).
+#[derive(Debug, Default)]
+struct Losses {
+    /// Children whose link died, with the reason.
+    dead: BTreeMap<NodeId, String>,
+    /// Descendants below a dead child that re-attached straight to this node (their
+    /// subtrees are routed to them instead of being reported lost).
+    adopted: BTreeSet<NodeId>,
+}
+
+/// The losses of a node that has none.
+static NO_LOSSES: Losses = Losses {
+    dead: BTreeMap::new(),
+    adopted: BTreeSet::new(),
+};
+
 /// The routing and aggregation state machine of one node.
 #[derive(Debug)]
 pub struct Node {
@@ -372,11 +388,10 @@ pub struct Node {
     ops: OpTable<Box<PendingOp>>,
     /// (deadline, op) for every op with a deadline.
     timers: BTreeSet<(Instant, u64)>,
-    /// Children whose link died, with the reason.
-    dead: BTreeMap<NodeId, String>,
-    /// Descendants below a dead child that re-attached straight to this node (their
-    /// subtrees are routed to them instead of being reported lost).
-    adopted: BTreeSet<NodeId>,
+    /// Dead children and adopted descendants (`None`: neither; boxed, made when a child
+    /// is first lost, as most nodes never lose one and a node should be small when
+    /// millions are simulated).
+    losses: Option<Box<Losses>>,
     out: VecDeque<Output>,
     stats: NodeStats,
     /// Stdio lines from children waiting to merge with identical lines of other ranks.
@@ -410,8 +425,7 @@ impl Node {
             topo,
             ops: OpTable::default(),
             timers: BTreeSet::new(),
-            dead: BTreeMap::new(),
-            adopted: BTreeSet::new(),
+            losses: None,
             out: VecDeque::new(),
             stats: NodeStats::default(),
             stdio: None,
@@ -503,7 +517,7 @@ impl Node {
             // The rest of that child's subtree comes the same way, unless part of it was
             // adopted here (then each id is looked up).
             match o {
-                Origin::Child(c) if left.len() > 1 && self.adopted.is_empty() => {
+                Origin::Child(c) if left.len() > 1 && self.losses().adopted.is_empty() => {
                     left.difference_with(&self.topo.subtree(c))
                 }
                 _ => {}
@@ -523,9 +537,10 @@ impl Node {
         loop {
             // A live adopted descendant has a link of its own (a dead one's ranks come
             // through whoever adopted them since).
-            if !self.adopted.is_empty()
-                && self.adopted.contains(&at)
-                && !self.dead.contains_key(&at)
+            let losses = self.losses();
+            if !losses.adopted.is_empty()
+                && losses.adopted.contains(&at)
+                && !losses.dead.contains_key(&at)
             {
                 return Origin::Child(at);
             }
@@ -675,8 +690,7 @@ impl Node {
     pub fn is_idle(&self) -> bool {
         self.ops.is_empty()
             && self.timers.is_empty()
-            && self.dead.is_empty()
-            && self.adopted.is_empty()
+            && self.losses.is_none()
             && self.out.is_empty()
             && self.stdio.is_none()
             && self.lines_sent.is_none()
@@ -716,13 +730,14 @@ impl Node {
         for (child, share) in shares {
             let mut rest = share;
             let under = self.topo.subtree(child);
-            let mut adoptees: Vec<(u64, NodeId, IdSet)> = self
+            let losses = self.losses();
+            let mut adoptees: Vec<(u64, NodeId, IdSet)> = losses
                 .adopted
                 .iter()
                 .filter(|a| {
                     **a != child
                         && a.server().is_some_and(|s| under.contains(s))
-                        && !self.dead.contains_key(a)
+                        && !losses.dead.contains_key(a)
                 })
                 .map(|&a| {
                     let sub = self.topo.subtree(a);
@@ -811,12 +826,12 @@ impl Node {
             s => s,
         };
         // The route's own vector, when no descendant was adopted here (nearly always).
-        let mut forward = if self.adopted.is_empty() {
+        let mut forward = if self.losses().adopted.is_empty() {
             shares
         } else {
             self.split_adoptees(shares)
         };
-        forward.retain(|(child, share)| match self.dead.get(child) {
+        forward.retain(|(child, share)| match self.losses().dead.get(child) {
             _ if share.is_empty() => false,
             None => true,
             Some(reason) => {
@@ -899,7 +914,7 @@ impl Node {
                 );
             }
             Kind::Stdio | Kind::Event => {
-                if self.dead.contains_key(&child) {
+                if self.losses().dead.contains_key(&child) {
                     // Output still in flight from a link already declared dead.
                     return;
                 }
@@ -1018,12 +1033,15 @@ impl Node {
                 }
             }
         }
-        self.dead.insert(child, reason);
+        self.losses
+            .get_or_insert_default()
+            .dead
+            .insert(child, reason);
     }
 
     /// A link to `child` is (again) usable.
     pub fn handle_link_up(&mut self, child: NodeId) {
-        self.dead.remove(&child);
+        self.forget_dead(child);
         self.down.remove(&child);
     }
 
@@ -1037,14 +1055,17 @@ impl Node {
         let direct = self.topo.children(self.me).contains(&descendant);
         if descendant == self.me
             || !self.topo.subtree(self.me).contains(s)
-            || (direct && !self.dead.contains_key(&descendant))
+            || (direct && !self.losses().dead.contains_key(&descendant))
         {
             return false;
         }
-        self.dead.remove(&descendant);
+        self.forget_dead(descendant);
         self.down.remove(&descendant);
         if !direct {
-            self.adopted.insert(descendant);
+            self.losses
+                .get_or_insert_default()
+                .adopted
+                .insert(descendant);
         }
         tracing::info!(node = %self.me, "adopted server {descendant}");
         true
@@ -1052,7 +1073,22 @@ impl Node {
 
     /// Children currently marked dead, with the reason.
     pub fn dead_children(&self) -> impl Iterator<Item = (&NodeId, &String)> {
-        self.dead.iter()
+        self.losses().dead.iter()
+    }
+
+    /// The node's dead children and adopted descendants (none, for most nodes).
+    fn losses(&self) -> &Losses {
+        self.losses.as_deref().unwrap_or(&NO_LOSSES)
+    }
+
+    /// `c` is no longer a dead child (its box dropped once it holds nothing).
+    fn forget_dead(&mut self, c: NodeId) {
+        if let Some(l) = &mut self.losses {
+            l.dead.remove(&c);
+            if l.dead.is_empty() && l.adopted.is_empty() {
+                self.losses = None;
+            }
+        }
     }
 
     /// The parent link died: nothing can be answered any more; all state is dropped but

@@ -1021,14 +1021,14 @@ fn an_op_is_small() {
     assert!(size <= 160, "PendingOp is {size} bytes");
 }
 
-/// A node fits mimalloc's 320-byte class, which keeps the simulator's million nodes under
+/// A node fits mimalloc's 256-byte class, which keeps the simulator's million nodes under
 /// its memory target (BENCHMARKS.md, "Simulator after the inline id-sets and a smaller
 /// node"): state most nodes never use is boxed and made on first use.
 #[cfg(target_pointer_width = "64")]
 #[test]
 fn a_node_is_small() {
     let size = std::mem::size_of::<Node>();
-    assert!(size <= 320, "Node is {size} bytes");
+    assert!(size <= 256, "Node is {size} bytes");
 }
 
 /// A retired op keeps a reusable filter for the next op of the same spec, which then
