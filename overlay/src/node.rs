@@ -363,7 +363,8 @@ fn filter_failure(e: &FilterError) -> Bytes {
     Bytes::from(e.to_string())
 }
 
-/// What a node keeps of its lost children ([`Node`]'s `losses`).
+/// What a node keeps of its lost children and of the descendants that re-attached to it
+/// ([`Node`]'s `losses`).
 #[derive(Debug, Default)]
 struct Losses {
     /// Children whose link died, with the reason.
@@ -384,13 +385,13 @@ static NO_LOSSES: Losses = Losses {
 pub struct Node {
     me: NodeId,
     topo: Arc<dyn Topology>,
-    /// Boxed: a table keeps room for a few ops even when it holds one, and an op is large.
+    /// Boxed: an op is large, and a box keeps the table's entries small and cheap to move.
     ops: OpTable<Box<PendingOp>>,
     /// (deadline, op) for every op with a deadline.
     timers: BTreeSet<(Instant, u64)>,
-    /// Dead children and adopted descendants (`None`: neither; boxed, made when a child
-    /// is first lost, as most nodes never lose one and a node should be small when
-    /// millions are simulated).
+    /// Dead children and adopted descendants (`None`: neither; boxed, made at the first
+    /// loss or adoption, as most nodes never see one and a node should be small when
+    /// millions are simulated; dropped when it holds neither again).
     losses: Option<Box<Losses>>,
     out: VecDeque<Output>,
     stats: NodeStats,
@@ -700,9 +701,9 @@ impl Node {
             && !self.local_paused
     }
 
-    /// Gives back the spare capacity of the node's queues (a driver of very many nodes
-    /// calls it once their output is drained, so a node waiting for replies holds only
-    /// what it needs).
+    /// Gives back the spare capacity of the node's queues, and makes its op table a vector
+    /// again if it holds a few ops (a driver of very many nodes calls it once their output
+    /// is drained, so a node waiting for replies holds only what it needs).
     pub fn shrink_to_fit(&mut self) {
         self.out.shrink_to_fit();
         self.ops.shrink_to_fit();

@@ -5,8 +5,9 @@
 //! trips one at a time has one: a vector of them costs no hash per lookup and no table (a
 //! hash table keeps at least four slots and a control block even for one op). A node with
 //! more in flight at once (a front-end's window of commands) finds them by hash, and keeps
-//! its table while it runs: a leaf whose every wake-up takes in a window of commands and
-//! answers them all would otherwise make and free a table per wake-up.
+//! its table until it is shrunk ([`OpTable::shrink_to_fit`], which a daemon never calls
+//! and the simulator calls after each event): a leaf whose every wake-up takes in a window
+//! of commands and answers them all would otherwise make and free a table per wake-up.
 
 use std::collections::HashMap;
 
@@ -73,6 +74,7 @@ impl<V> OpTable<V> {
                     v.push((op, value));
                     return None;
                 }
+                // Room for a front-end's default window of 16 ops without growing.
                 let mut m: HashMap<u64, V, OpHasher> =
                     HashMap::with_capacity_and_hasher(4 * FEW, OpHasher::default());
                 m.extend(v.drain(..));
@@ -100,7 +102,8 @@ impl<V> OpTable<V> {
         *self = Self::default();
     }
 
-    /// The ids of the ops in, in the order they came while there are few.
+    /// The ids of the ops in: in the order they came while there are few (by id after a
+    /// move back from a hash table), in no order while there are many.
     pub(crate) fn ids(&self) -> Vec<u64> {
         match self {
             Self::Few(v) => v.iter().map(|(k, _)| *k).collect(),
@@ -108,7 +111,7 @@ impl<V> OpTable<V> {
         }
     }
 
-    /// The ops in, in the order they came while there are few.
+    /// The ops in, in the order of [`OpTable::ids`].
     pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
         let (few, many) = match self {
             Self::Few(v) => (Some(v.iter().map(|(_, p)| p)), None),
@@ -185,13 +188,23 @@ mod tests {
                         order.retain(|&k| k != op);
                     }
                     Step::Get(op) => {
-                        prop_assert_eq!(t.get_mut(op).copied(), model.get(&op).copied());
                         prop_assert_eq!(t.contains_key(op), model.contains_key(&op));
+                        // Written through, as a node updates its op.
+                        match (t.get_mut(op), model.get_mut(&op)) {
+                            (Some(v), Some(w)) => {
+                                prop_assert_eq!(*v, *w);
+                                *v += 1000;
+                                *w += 1000;
+                            }
+                            (None, None) => {}
+                            (v, w) => prop_assert!(false, "table {:?}, map {:?}", v, w),
+                        }
                     }
                     Step::Clear => {
                         t.clear();
                         model.clear();
                         order.clear();
+                        prop_assert!(matches!(&t, OpTable::Few(v) if v.is_empty()));
                     }
                     Step::Shrink => {
                         let was_many = matches!(t, OpTable::Many(_));
@@ -199,6 +212,9 @@ mod tests {
                         if was_many {
                             // A table made a vector again lists its ops by id.
                             order.sort_unstable();
+                        }
+                        if model.len() <= FEW {
+                            prop_assert!(matches!(t, OpTable::Few(_)), "few ops, shrunk: a vector");
                         }
                     }
                 }
@@ -213,16 +229,15 @@ mod tests {
                 let mut want: Vec<u64> = model.keys().copied().collect();
                 want.sort_unstable();
                 prop_assert_eq!(ids, want);
-                let mut values: Vec<u64> = t.values().copied().collect();
-                values.sort_unstable();
-                let mut want: Vec<u64> = model.values().copied().collect();
-                want.sort_unstable();
+                // The values come in the order of the ids.
+                let values: Vec<u64> = t.values().copied().collect();
+                let want: Vec<u64> = t.ids().iter().map(|k| model[k]).collect();
                 prop_assert_eq!(values, want);
             }
         }
     }
 
-    /// Past FEW ops the table hashes them; emptied, it is a vector again.
+    /// Past FEW ops the table hashes them; emptied and shrunk, it is a vector again.
     #[test]
     fn many_ops_move_to_a_hash_table_and_back() {
         let mut t: OpTable<u64> = OpTable::default();
@@ -237,5 +252,15 @@ mod tests {
         assert!(matches!(&t, OpTable::Many(m) if m.is_empty()));
         t.shrink_to_fit();
         assert!(matches!(&t, OpTable::Few(v) if v.is_empty()));
+        // Shrunk while it holds a few: a vector of them, by id.
+        for op in [9, 3, 7, 1, 5, 8] {
+            t.insert(op, op);
+        }
+        assert!(matches!(t, OpTable::Many(_)));
+        t.remove(8);
+        t.remove(5);
+        t.shrink_to_fit();
+        assert_eq!(t.ids(), vec![1, 3, 7, 9]);
+        assert!(matches!(t, OpTable::Few(_)));
     }
 }

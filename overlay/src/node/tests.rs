@@ -635,6 +635,34 @@ fn an_adopted_descendant_keeps_its_share_after_its_old_parent_returns() {
     );
 }
 
+/// A node's losses are kept only while it has some: a child lost makes the node hold state
+/// (the simulator keeps it), the child's return or adoption gives it up again (the node is
+/// idle, and the simulator drops it); an adopted descendant is state to keep.
+#[test]
+fn losses_are_kept_only_while_there_are_some() {
+    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Binomial.build(16));
+    let now = Instant::now();
+    let mut node = Node::new(NodeId::Server(3), Arc::clone(&topo));
+    assert!(node.is_idle());
+    node.handle_link_down(now, NodeId::Server(5), "cut");
+    assert!(!node.is_idle(), "a dead child is state");
+    assert_eq!(node.dead_children().count(), 1);
+    node.handle_link_up(NodeId::Server(5));
+    assert!(node.is_idle(), "the child is back: nothing is kept");
+    assert_eq!(node.dead_children().count(), 0);
+
+    node.handle_link_down(now, NodeId::Server(5), "cut");
+    assert!(node.handle_adopt(NodeId::Server(5)));
+    assert!(
+        node.is_idle(),
+        "the dead child re-attached: nothing is kept"
+    );
+
+    let mut node = Node::new(NodeId::Server(3), topo);
+    assert!(node.handle_adopt(NodeId::Server(6)));
+    assert!(!node.is_idle(), "an adopted grandchild is state");
+}
+
 // ---- output flow control ------------------------------------------------------------------
 
 /// The stdio payloads server `s`'s program prints: `n` numbered lines on stdout.
