@@ -539,10 +539,7 @@ impl Node {
             // A live adopted descendant has a link of its own (a dead one's ranks come
             // through whoever adopted them since).
             let losses = self.losses();
-            if !losses.adopted.is_empty()
-                && losses.adopted.contains(&at)
-                && !losses.dead.contains_key(&at)
-            {
+            if losses.adopted.contains(&at) && !losses.dead.contains_key(&at) {
                 return Origin::Child(at);
             }
             match self.topo.parent(at) {
@@ -1060,14 +1057,15 @@ impl Node {
         {
             return false;
         }
-        self.forget_dead(descendant);
-        self.down.remove(&descendant);
+        // Adopted first: the box is then kept, not dropped and made again.
         if !direct {
             self.losses
                 .get_or_insert_default()
                 .adopted
                 .insert(descendant);
         }
+        self.forget_dead(descendant);
+        self.down.remove(&descendant);
         tracing::info!(node = %self.me, "adopted server {descendant}");
         true
     }
