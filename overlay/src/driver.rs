@@ -293,7 +293,7 @@ const GOODBYE: &str = "the parent ended the session";
 /// never stuck behind output waiting for the same link; how much bulk is queued at all is
 /// the node's flow control ([`flow`]): at most a window beyond what the receiver took in.
 struct LinkIo {
-    reader: FramedRead<BoxReader, FrameCodec>,
+    reader: Frames,
     writer: FramedWrite<BoxWriter, FrameCodec>,
     /// The peer, for errors.
     name: String,
@@ -313,16 +313,21 @@ struct LinkIo {
     socket: Option<poller::SocketRef>,
 }
 
+/// Where a link's frames come from.
+enum Frames {
+    /// Straight from its socket, on the node's own loop.
+    Own(poller::FrameReader),
+    /// Through the runtime (a link of another transport, or off the node's own loop).
+    Framed(FramedRead<BoxReader, FrameCodec>),
+}
+
 impl LinkIo {
     fn new(link: Link, waker: Waker) -> Self {
         // On a node's own loop, a tcp link is read and written there.
-        let (link, socket) = poller::take_over_socket(link);
-        let Link {
-            reader,
-            writer,
-            peer,
-            ..
-        } = link;
+        let (reader, writer, peer, socket) = match poller::take_over_parts(link) {
+            Ok(t) => (Frames::Own(t.frames), t.writer, t.peer, Some(t.socket)),
+            Err(link) => (Frames::Framed(link.reader), link.writer, link.peer, None),
+        };
         Self {
             reader,
             writer,
@@ -397,10 +402,14 @@ impl LinkIo {
     /// frame, or said goodbye).
     fn poll_frame(&mut self) -> Poll<Result<Message, String>> {
         let mut cx = Context::from_waker(&self.waker);
-        let m = match ready!(self.reader.poll_next_unpin(&mut cx)) {
-            Some(Ok(m)) => m,
-            Some(Err(e)) => return Poll::Ready(Err(format!("bad frame from {}: {e}", self.name))),
-            None => return Poll::Ready(Err(format!("{} closed the connection", self.name))),
+        let next = match &mut self.reader {
+            Frames::Own(r) => r.poll_frame(&cx),
+            Frames::Framed(r) => r.poll_next_unpin(&mut cx).map(Option::transpose),
+        };
+        let m = match ready!(next) {
+            Ok(Some(m)) => m,
+            Err(e) => return Poll::Ready(Err(format!("bad frame from {}: {e}", self.name))),
+            Ok(None) => return Poll::Ready(Err(format!("{} closed the connection", self.name))),
         };
         if m.kind == Kind::Control {
             match Control::from_message(&m) {

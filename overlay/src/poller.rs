@@ -38,12 +38,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Wake, Waker, ready};
 use std::time::Instant;
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use futures::task::AtomicWaker;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
+use sdm_proto::{FrameCodec, Message, WireError};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::{Decoder, FramedRead, FramedWrite};
 
 use crate::transport::Link;
 
@@ -492,6 +493,19 @@ struct Reader {
     leftover: Bytes,
 }
 
+impl Reader {
+    /// Receives into the `len` bytes at `at` while the socket is readable: how many came
+    /// (0 at the end of the stream).
+    fn poll_recv_into(&self, cx: &Context<'_>, at: *mut u8, len: usize) -> Poll<io::Result<usize>> {
+        let fd = self.socket.fd.as_raw_fd();
+        self.socket
+            .source
+            .reading()
+            // SAFETY: the caller lends `len` writable bytes at `at` for the call.
+            .poll(cx, len, || unsafe { libc::recv(fd, at.cast(), len, 0) })
+    }
+}
+
 impl AsyncRead for Reader {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -504,20 +518,85 @@ impl AsyncRead for Reader {
             self.leftover.advance(n);
             return Poll::Ready(Ok(()));
         }
-        let fd = self.socket.fd.as_raw_fd();
         // SAFETY: `recv` writes at most `len` bytes into the unfilled part of `buf`, which
         // are then marked initialized and filled.
         let unfilled = unsafe { buf.unfilled_mut() };
         let (at, len) = (unfilled.as_mut_ptr(), unfilled.len());
-        let n = ready!(
-            self.socket
-                .source
-                .reading()
-                .poll(cx, len, || unsafe { libc::recv(fd, at.cast(), len, 0) })
-        )?;
+        let n = ready!(self.poll_recv_into(cx, at.cast(), len))?;
         unsafe { buf.assume_init(n) };
         buf.advance(n);
         Poll::Ready(Ok(()))
+    }
+}
+
+/// A link's frames, read straight from its socket on the node's own loop into the link's
+/// buffer and cut there by its codec: what a `FramedRead` over the socket's [`Reader`]
+/// gives, frame for frame and error for error, without the `AsyncRead` and `FramedRead`
+/// layers in between (their state, a call through a `dyn` reader and a `ReadBuf` per
+/// read: BENCHMARKS.md, "Per-hop cost, fifteenth pass").
+pub(crate) struct FrameReader {
+    reader: Reader,
+    /// Bytes read and not framed yet (the frames cut from it share its allocation).
+    buf: BytesMut,
+    codec: FrameCodec,
+    /// The socket reported the end of the stream: what is left is framed by `decode_eof`.
+    eof: bool,
+    /// The stream ended, or a frame was bad: nothing more comes.
+    done: bool,
+}
+
+/// Room a link's read buffer starts with (a `FramedRead`'s).
+const READ_BUFFER: usize = 8 * 1024;
+
+impl FrameReader {
+    /// The next frame, `None` once the stream ended; an error (a bad frame, a failed read,
+    /// a frame cut short by the end of the stream) is the last thing it gives. (The
+    /// decoder's own result type, so a frame is decoded where the caller takes it, not
+    /// moved once more on the way.)
+    #[inline(always)]
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &Context<'_>,
+    ) -> Poll<Result<Option<Message>, WireError>> {
+        loop {
+            if self.done {
+                return Poll::Ready(Ok(None));
+            }
+            let next = if self.eof {
+                self.codec.decode_eof(&mut self.buf)
+            } else {
+                self.codec.decode(&mut self.buf)
+            };
+            match &next {
+                Ok(Some(_)) => return Poll::Ready(next),
+                Ok(None) if !self.eof => {}
+                Ok(None) | Err(_) => {
+                    self.done = true;
+                    return Poll::Ready(next);
+                }
+            }
+            self.buf.reserve(1);
+            let spare = self.buf.spare_capacity_mut();
+            let (at, len) = (spare.as_mut_ptr(), spare.len());
+            match ready!(self.reader.poll_recv_into(cx, at.cast(), len)) {
+                Ok(0) => self.eof = true,
+                // SAFETY: `recv` initialized the first `n` spare bytes.
+                Ok(n) => unsafe { self.buf.set_len(self.buf.len() + n) },
+                Err(e) => {
+                    self.done = true;
+                    return Poll::Ready(Err(e.into()));
+                }
+            }
+        }
+    }
+
+    /// A `FramedRead` over the same socket, where the rest of the stream continues.
+    fn into_framed(self) -> FramedRead<crate::transport::BoxReader, FrameCodec> {
+        let reader = Reader {
+            socket: self.reader.socket,
+            leftover: self.buf.freeze(),
+        };
+        FramedRead::new(Box::new(reader), self.codec)
     }
 }
 
@@ -605,19 +684,51 @@ pub fn take_over(link: Link) -> Link {
 
 /// [`take_over`], with the socket the link now runs on (`None` if it stayed as it was).
 pub(crate) fn take_over_socket(link: Link) -> (Link, Option<SocketRef>) {
+    match take_over_parts(link) {
+        Ok(p) => {
+            let link = Link {
+                reader: p.frames.into_framed(),
+                writer: p.writer,
+                peer: p.peer,
+                tcp: None,
+            };
+            (link, Some(p.socket))
+        }
+        Err(link) => (link, None),
+    }
+}
+
+/// A link moved onto a node's own loop ([`take_over_parts`]).
+pub(crate) struct TakenOver {
+    /// Its frames, read straight from the socket.
+    pub(crate) frames: FrameReader,
+    pub(crate) writer: FramedWrite<crate::transport::BoxWriter, FrameCodec>,
+    /// The peer, as the link named it.
+    pub(crate) peer: String,
+    /// Its socket, to mute its reads.
+    pub(crate) socket: SocketRef,
+}
+
+/// [`take_over`], keeping the link's read side as a [`FrameReader`] (what a node's driver
+/// reads its links with); the link as it was if it stays on the runtime.
+#[allow(
+    clippy::result_large_err,
+    reason = "once per link; the link given back is the caller's to use"
+)]
+pub(crate) fn take_over_parts(link: Link) -> Result<TakenOver, Link> {
     let Some(handover) = link.tcp.clone() else {
-        return (link, None);
+        return Err(link);
     };
     let raw = handover.fd;
     let Some(reactor) = current() else {
-        return (link, None);
+        return Err(link);
     };
     // SAFETY: `raw` is the socket under the link's halves, open while they are alive.
     let fd = match unsafe { BorrowedFd::borrow_raw(raw) }.try_clone_to_owned() {
         Ok(fd) => fd,
         Err(e) => {
             tracing::debug!("keeping the link to {} on the runtime: {e}", link.peer);
-            return (link, None);
+            return Err(link);
         }
     };
     let source = Arc::new(Source {
@@ -629,7 +740,7 @@ pub(crate) fn take_over_socket(link: Link) -> (Link, Option<SocketRef>) {
         Ok(slot) => slot,
         Err(e) => {
             tracing::debug!("keeping the link to {} on the runtime: {e}", link.peer);
-            return (link, None);
+            return Err(link);
         }
     };
     let socket = Arc::new(Socket {
@@ -649,9 +760,9 @@ pub(crate) fn take_over_socket(link: Link) -> (Link, Option<SocketRef>) {
     // The codecs move over (the decoder may be in the middle of a frame whose header it
     // took from the bytes read ahead), and so do those bytes and any frames the old writer
     // had buffered and not flushed.
-    let decoder = std::mem::take(reader.decoder_mut());
+    let codec = std::mem::take(reader.decoder_mut());
     let encoder = std::mem::take(writer.encoder_mut());
-    let leftover = reader.read_buffer_mut().split().freeze();
+    let ahead = reader.read_buffer_mut().split();
     let unwritten = writer.write_buffer_mut().split();
     // The old halves go (the runtime stops watching the socket, and the descriptor they
     // shared is closed) without ending the stream: the copy above carries it on.
@@ -663,14 +774,24 @@ pub(crate) fn take_over_socket(link: Link) -> (Link, Option<SocketRef>) {
     });
     let mut writer = FramedWrite::new(writer, encoder);
     *writer.write_buffer_mut() = unwritten;
-    let handle = SocketRef(socket.clone());
-    let link = Link {
-        reader: FramedRead::new(Box::new(Reader { socket, leftover }), decoder),
+    let mut buf = BytesMut::with_capacity(READ_BUFFER.max(ahead.len()));
+    buf.extend_from_slice(&ahead);
+    let frames = FrameReader {
+        reader: Reader {
+            socket: socket.clone(),
+            leftover: Bytes::new(),
+        },
+        buf,
+        codec,
+        eof: false,
+        done: false,
+    };
+    Ok(TakenOver {
+        frames,
         writer,
         peer,
-        tcp: None,
-    };
-    (link, Some(handle))
+        socket: SocketRef(socket),
+    })
 }
 
 impl Drop for Writer {
@@ -768,6 +889,22 @@ pub(crate) mod tests {
     /// dropping the taken-over link does.
     #[test]
     fn a_taken_over_link_keeps_its_stream_and_what_was_read_ahead() {
+        for own in [false, true] {
+            taken_over_link_keeps_its_stream(own);
+        }
+    }
+
+    /// The next frame of a [`FrameReader`], as a stream gives it.
+    async fn next_frame(r: &mut FrameReader) -> Option<Result<Message, WireError>> {
+        std::future::poll_fn(|cx| r.poll_frame(cx))
+            .await
+            .transpose()
+    }
+
+    /// [`a_taken_over_link_keeps_its_stream_and_what_was_read_ahead`], read through a
+    /// `FramedRead` ([`take_over`]) or, `own`, through the [`FrameReader`] a driver reads
+    /// with ([`take_over_parts`]).
+    fn taken_over_link_keeps_its_stream(own: bool) {
         let rt = runtime();
         let (mut a, mut b) = rt.block_on(tcp_pair());
         rt.block_on(async {
@@ -784,6 +921,18 @@ pub(crate) mod tests {
         );
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         let node = on_own_loop(&rt, move || async move {
+            if own {
+                let Ok(mut t) = take_over_parts(b) else {
+                    panic!("not taken over")
+                };
+                started_tx.send(()).unwrap();
+                for op in 1..4 {
+                    let m = next_frame(&mut t.frames).await.unwrap().unwrap();
+                    assert_eq!(m.op, op);
+                }
+                t.writer.send(&frame(100)).await.unwrap();
+                return;
+            }
             let mut b = take_over(b);
             assert!(b.tcp.is_none(), "taken over twice");
             started_tx.send(()).unwrap();
@@ -808,31 +957,96 @@ pub(crate) mod tests {
     /// of the frame must not put the socket back to sleep, as no other event will come).
     #[test]
     fn a_last_frame_and_the_close_in_one_event_both_come_up() {
-        within_a_minute(|| {
-            let rt = runtime();
-            let (mut a, b) = rt.block_on(tcp_pair());
-            let (go_tx, go_rx) = tokio::sync::oneshot::channel();
-            let (sent_tx, sent_rx) = std::sync::mpsc::channel();
-            let node = on_own_loop(&rt, move || async move {
-                let mut b = take_over(b);
-                // Nothing to read yet: the socket's readiness is cleared.
-                let first = std::future::poll_fn(|cx| Poll::Ready(b.reader.poll_next_unpin(cx)));
-                assert!(first.await.is_pending());
+        for own in [false, true] {
+            within_a_minute(move || last_frame_and_close_in_one_event(own));
+        }
+    }
+
+    /// [`a_last_frame_and_the_close_in_one_event_both_come_up`], through a `FramedRead` or,
+    /// `own`, a [`FrameReader`].
+    fn last_frame_and_close_in_one_event(own: bool) {
+        let rt = runtime();
+        let (mut a, b) = rt.block_on(tcp_pair());
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel();
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel();
+        let node = on_own_loop(&rt, move || async move {
+            if own {
+                let Ok(mut t) = take_over_parts(b) else {
+                    panic!("not taken over")
+                };
+                let cx = Context::from_waker(Waker::noop());
+                assert!(t.frames.poll_frame(&cx).is_pending());
                 go_tx.send(()).unwrap();
-                // The loop is busy while the frame and the close arrive.
                 sent_rx.recv().unwrap();
-                let m = b.reader.next().await.unwrap().unwrap();
+                let m = next_frame(&mut t.frames).await.unwrap().unwrap();
                 assert_eq!(m.op, 1);
-                assert!(b.reader.next().await.is_none(), "the end was not seen");
-            });
-            rt.block_on(async move {
-                go_rx.await.unwrap();
-                a.writer.send(&frame(1)).await.unwrap();
-                drop(a);
-            });
-            sent_tx.send(()).unwrap();
-            node.join().unwrap();
+                assert!(
+                    next_frame(&mut t.frames).await.is_none(),
+                    "the end was not seen"
+                );
+                return;
+            }
+            let mut b = take_over(b);
+            // Nothing to read yet: the socket's readiness is cleared.
+            let first = std::future::poll_fn(|cx| Poll::Ready(b.reader.poll_next_unpin(cx)));
+            assert!(first.await.is_pending());
+            go_tx.send(()).unwrap();
+            // The loop is busy while the frame and the close arrive.
+            sent_rx.recv().unwrap();
+            let m = b.reader.next().await.unwrap().unwrap();
+            assert_eq!(m.op, 1);
+            assert!(b.reader.next().await.is_none(), "the end was not seen");
         });
+        rt.block_on(async move {
+            go_rx.await.unwrap();
+            a.writer.send(&frame(1)).await.unwrap();
+            drop(a);
+        });
+        sent_tx.send(()).unwrap();
+        node.join().unwrap();
+    }
+
+    /// A [`FrameReader`] gives what a `FramedRead` gives at a bad end: a frame cut short by
+    /// the close is an error naming the bytes that came, and so is a frame that does not
+    /// decode; after either, the stream has ended.
+    #[test]
+    fn a_frame_reader_ends_with_the_error_of_a_cut_or_bad_frame() {
+        // (bytes after a good frame, whether they are a frame cut short)
+        let ends = [
+            (&b"\0\0\0\x10abc"[..], true),
+            (&b"\0\0\0\x03\xff\xff\xff"[..], false),
+        ];
+        for (bad, cut) in ends {
+            within_a_minute(move || {
+                let rt = runtime();
+                let (a, b) = rt.block_on(tcp_pair());
+                let node = on_own_loop(&rt, move || async move {
+                    let Ok(mut t) = take_over_parts(b) else {
+                        panic!("not taken over")
+                    };
+                    let m = next_frame(&mut t.frames).await.unwrap().unwrap();
+                    assert_eq!(m.op, 7);
+                    let e = next_frame(&mut t.frames).await.unwrap().unwrap_err();
+                    if cut {
+                        assert!(matches!(e, WireError::Truncated(3)), "{e}");
+                    } else {
+                        assert!(!matches!(e, WireError::Truncated(_)), "{e}");
+                    }
+                    assert!(
+                        next_frame(&mut t.frames).await.is_none(),
+                        "more after the error"
+                    );
+                });
+                rt.block_on(async move {
+                    let mut a = a;
+                    a.writer.send(&frame(7)).await.unwrap();
+                    a.writer.write_buffer_mut().extend_from_slice(bad);
+                    a.writer.flush().await.unwrap();
+                    drop(a);
+                });
+                node.join().unwrap();
+            });
+        }
     }
 
     /// A muted socket's bytes do not end the loop's wait: it is read when the wait runs
