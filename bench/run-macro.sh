@@ -9,7 +9,10 @@
 #                  `sdm-relay`, e.g. from `git worktree add /tmp/old OLD && cargo build
 #                  --release -p sdm -p sdm-bench` there), as system `sdm-old`: before and
 #                  after in one sitting.
-# Environment: SIZES ("64 256 1024"), REPS (3), ITERS (200), WAVES (2000), WINDOW (16).
+# Environment: SIZES ("64 256 1024"), REPS (3), ITERS (200), WINDOW (16), WAVES (by size:
+# 2048000 / n, at least 2000, so each throughput run lasts seconds, not a tenth of one: at
+# 64 servers a run of 2000 waves takes the relay 0.15 s, and its CPU per wave then spreads
+# by 30% from run to run, against 10% over 32000 waves; a number fixes it for every size).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +27,7 @@ fi
 SIZES=${SIZES:-"64 256 1024"}
 REPS=${REPS:-3}
 ITERS=${ITERS:-200}
-WAVES=${WAVES:-2000}
+WAVES=${WAVES:-}
 WINDOW=${WINDOW:-16}
 OUT=${1:-target/macro-$(date -u +%Y%m%dT%H%M%SZ).jsonl}
 
@@ -39,9 +42,10 @@ echo "# sdm $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) core
 # One system's three benchmarks at size $1; $2: sdm-bench binary; $3: extra flag; $4: label.
 run() {
   local n=$1 bin=$2 flag=$3 label=$4
+  local waves=${WAVES:-$((2048000 / n > 2000 ? 2048000 / n : 2000))}
   echo "# n=$n rep=$rep $label" >&2
   for args in "startup -n $n" "rtt -n $n --iters $ITERS" \
-              "throughput -n $n --waves $WAVES --window $WINDOW"; do
+              "throughput -n $n --waves $waves --window $WINDOW"; do
     # shellcheck disable=SC2086
     if [ "$label" = sdm-old ]; then
       SDM_BIN="$OLD/sdm" "$bin" $args $flag | sed 's/"system":"sdm"/"system":"sdm-old"/' | tee -a "$OUT"
