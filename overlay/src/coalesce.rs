@@ -135,7 +135,10 @@ impl Coalescer {
         }
     }
 
-    /// Adds a line; returns lines that must leave now (window zero, or buffer full).
+    /// Adds a line; returns lines that must leave now (window zero, or buffer full). (Out
+    /// of line: a node's driver reads its children's replies and their output in one loop,
+    /// and this, inlined there, would lie among the replies' instructions.)
+    #[inline(never)]
     pub fn push(&mut self, now: Instant, line: StdioLine) -> Vec<StdioLine> {
         if self.window.is_zero() {
             return vec![line];

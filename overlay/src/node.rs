@@ -320,26 +320,33 @@ impl PendingOp {
     /// `replied`) and the lost and timed-out groups. A failed flush sends the ids it held
     /// up as lost, and nothing of what it appended (a filter of a tool's own may append,
     /// then fail).
+    /// After a failed flush: the ids the filter held (answered here, not yet sent, not in
+    /// a group) go up as lost, with the filter's error. (Cold, out of line.)
+    #[cold]
+    #[inline(never)]
+    fn flush_failed(&mut self, e: &FilterError) {
+        let mut held = match &self.sent {
+            Some(sent) => &self.expected - sent,
+            None => self.expected.clone(),
+        };
+        for (_, ids) in &self.outstanding {
+            held.difference_with(ids);
+        }
+        for g in &self.groups {
+            held.difference_with(&g.sources);
+        }
+        if !held.is_empty() {
+            self.add(Status::Lost, filter_failure(e), &held);
+        }
+    }
+
     fn take_groups(&mut self, replied: &mut Vec<sdm_filters::Group>) -> Vec<Group> {
         let start = replied.len();
         if let Ok(f) = &mut self.filter
             && let Err(e) = f.flush_into(replied)
         {
             replied.truncate(start);
-            // The ids the filter held: answered here, not yet sent, not in a group.
-            let mut held = match &self.sent {
-                Some(sent) => &self.expected - sent,
-                None => self.expected.clone(),
-            };
-            for (_, ids) in &self.outstanding {
-                held.difference_with(ids);
-            }
-            for g in &self.groups {
-                held.difference_with(&g.sources);
-            }
-            if !held.is_empty() {
-                self.add(Status::Lost, filter_failure(&e), &held);
-            }
+            self.flush_failed(&e);
         }
         let others = std::mem::take(&mut self.groups);
         // Only don't-wait ops flush more than once (others flush when done), so only they
@@ -755,12 +762,86 @@ impl Node {
         forward
     }
 
+    /// A command whose op id is already in flight here is refused (cold, out of line, as
+    /// the other rare paths of [`Node::handle_command`] are: kept inline, their code would
+    /// lie among the route's few instructions, which then take twice the cache lines;
+    /// BENCHMARKS.md, "Per-hop cost, fifteenth pass").
+    #[cold]
+    #[inline(never)]
+    fn refuse_duplicate(&mut self, op: u64) {
+        tracing::warn!(node = %self.me, op, "refused command: op id already in flight");
+        self.stats.refused += 1;
+    }
+
+    /// The part of `dest` this node reaches (this server if `local`, and the children's
+    /// `shares`), and the rest, which none below it can.
+    #[cold]
+    #[inline(never)]
+    fn split_unreachable(
+        &self,
+        local: bool,
+        shares: &[(NodeId, IdSet)],
+        dest: &IdSet,
+    ) -> (IdSet, IdSet) {
+        let mut reach = IdSet::new();
+        if local {
+            reach.insert(self.me.server().expect("local delivery only at servers"));
+        }
+        for (_, share) in shares {
+            reach.union_with(share);
+        }
+        let unreachable = dest - &reach;
+        (reach, unreachable)
+    }
+
+    /// Ids of op `op` that no node below here can reach: lost at the master (no such
+    /// server), only logged below it (the parent already narrowed the destination).
+    #[cold]
+    #[inline(never)]
+    fn account_unreachable(&self, op: u64, pending: &mut PendingOp, unreachable: &IdSet) {
+        let why = if self.me == NodeId::Master {
+            format!("no such server: the tree has {} servers", self.topo.size())
+        } else {
+            format!("not in the subtree of server {}", self.me)
+        };
+        if self.me == NodeId::Master {
+            pending.add(Status::Lost, Bytes::from(why), unreachable);
+        } else {
+            tracing::warn!(node = %self.me, op, ids = %unreachable, "{why}");
+        }
+    }
+
+    /// The children's `shares` at a node that lost a child or adopted a descendant: the
+    /// adoptees' subtrees go to them, and a dead child's share is accounted to `pending` as
+    /// lost, with the reason, instead of being sent.
+    #[cold]
+    #[inline(never)]
+    fn route_around_losses(
+        &self,
+        shares: Vec<(NodeId, IdSet)>,
+        pending: &mut PendingOp,
+    ) -> Vec<(NodeId, IdSet)> {
+        let mut forward = if self.losses().adopted.is_empty() {
+            shares
+        } else {
+            self.split_adoptees(shares)
+        };
+        forward.retain(|(child, share)| match self.losses().dead.get(child) {
+            _ if share.is_empty() => false,
+            None => true,
+            Some(reason) => {
+                pending.add(Status::Lost, Bytes::from(reason.clone()), share);
+                false
+            }
+        });
+        forward
+    }
+
     fn handle_command(&mut self, now: Instant, mut msg: Message) {
         self.stats.commands += 1;
         let op = msg.op;
         if self.ops.contains_key(op) {
-            tracing::warn!(node = %self.me, op, "refused command: op id already in flight");
-            self.stats.refused += 1;
+            self.refuse_duplicate(op);
             return;
         }
         let mut shares = SPARE_SHARES.take();
@@ -775,15 +856,7 @@ impl Node {
         let (reach, unreachable) = if reached == dest.len() {
             (dest, IdSet::new())
         } else {
-            let mut reach = IdSet::new();
-            if local {
-                reach.insert(self.me.server().expect("local delivery only at servers"));
-            }
-            for (_, share) in &shares {
-                reach.union_with(share);
-            }
-            let unreachable = &dest - &reach;
-            (reach, unreachable)
+            self.split_unreachable(local, &shares, &dest)
         };
         let (me, registry) = (self.me, &self.registry);
         let make = |spec: &str| match spec {
@@ -803,16 +876,7 @@ impl Node {
             shares.len() + usize::from(local),
         );
         if !unreachable.is_empty() {
-            let why = if self.me == NodeId::Master {
-                format!("no such server: the tree has {} servers", self.topo.size())
-            } else {
-                format!("not in the subtree of server {}", self.me)
-            };
-            if self.me == NodeId::Master {
-                pending.add(Status::Lost, Bytes::from(why), &unreachable);
-            } else {
-                tracing::warn!(node = %self.me, op, ids = %unreachable, "{why}");
-            }
+            self.account_unreachable(op, &mut pending, &unreachable);
         }
         // Children's deadlines end a little before ours, so their precise timed-out
         // groups reach us before our own timer fires.
@@ -823,20 +887,13 @@ impl Node {
             }
             s => s,
         };
-        // The route's own vector, when no descendant was adopted here (nearly always).
-        let mut forward = if self.losses().adopted.is_empty() {
-            shares
-        } else {
-            self.split_adoptees(shares)
+        // The route's own vector, when this node lost no child and adopted no descendant
+        // (nearly always).
+        let mut forward = match self.losses {
+            None => shares,
+            Some(_) => self.route_around_losses(shares, &mut pending),
         };
-        forward.retain(|(child, share)| match self.losses().dead.get(child) {
-            _ if share.is_empty() => false,
-            None => true,
-            Some(reason) => {
-                pending.add(Status::Lost, Bytes::from(reason.clone()), share);
-                false
-            }
-        });
+        forward.retain(|(_, share)| !share.is_empty());
         // `msg` has no destination any more: each copy gets its child's share.
         msg.aggregate.sync = child_sync;
         for (child, share) in forward.drain(..) {
@@ -1101,7 +1158,9 @@ impl Node {
         }
     }
 
-    /// Time has reached `now`: operations past their deadline time out.
+    /// Time has reached `now`: operations past their deadline time out. (Out of line: a
+    /// driver calls it in the turn that frames go through, at most once a timer.)
+    #[inline(never)]
     pub fn handle_timeout(&mut self, now: Instant) {
         for l in self
             .stdio

@@ -20,8 +20,24 @@ pub type Id = u32;
 /// passes around) is held inline, without a bitmap: making, copying, comparing, routing
 /// and encoding it allocate nothing and cost the same whatever its length (a roaring
 /// bitmap keeps a range of 1024 ids as an array of 1024 entries).
-#[derive(Clone)]
 pub struct IdSet(Repr);
+
+impl Clone for IdSet {
+    /// A range by value, inline; a bitmap through [`clone_bitmap`], out of line.
+    fn clone(&self) -> Self {
+        match &self.0 {
+            Repr::Range(lo, hi) => Self(Repr::Range(*lo, *hi)),
+            Repr::Bitmap(b) => clone_bitmap(b),
+        }
+    }
+}
+
+/// A set holding a copy of bitmap `b` (out of line: cloning a range, where a command's
+/// share is copied for a child, is not spread among a bitmap's allocation and copy).
+#[inline(never)]
+fn clone_bitmap(b: &RoaringBitmap) -> IdSet {
+    IdSet(Repr::Bitmap(b.clone()))
+}
 
 #[derive(Clone)]
 enum Repr {
@@ -175,7 +191,7 @@ impl IdSet {
     pub fn len(&self) -> u64 {
         match &self.0 {
             Repr::Range(lo, hi) => u64::from(*hi) - u64::from(*lo) + 1,
-            Repr::Bitmap(b) => b.len(),
+            Repr::Bitmap(b) => bitmap_len(b),
         }
     }
 
@@ -457,7 +473,17 @@ impl IdSet {
             put_varint(out, 1);
             put_varint(out, u64::from(lo));
             put_varint(out, u64::from(hi - lo));
-        } else if form.runs {
+        } else {
+            self.write_bitmap_form(form, out);
+        }
+    }
+
+    /// [`IdSet::write_form`] of a set held as a bitmap: out of line, so a range's few
+    /// instructions are not spread among a bitmap's many where the form is written
+    /// (BENCHMARKS.md, "Per-hop cost, fifteenth pass").
+    #[inline(never)]
+    fn write_bitmap_form(&self, form: Form, out: &mut impl BufMut) {
+        if form.runs {
             out.put_u8(TAG_RUNS);
             let count = self.runs().count() as u64;
             put_varint(out, count);
@@ -612,6 +638,13 @@ fn check_roaring_header(b: &[u8]) -> Result<(), IdSetError> {
 
 fn varint_len(v: u64) -> usize {
     prost::encoding::encoded_len_varint(v)
+}
+
+/// How many ids a bitmap holds: out of line, so that [`IdSet::len`] of a range, inlined
+/// where a frame is routed, is not spread among roaring's unrolled count of its containers.
+#[inline(never)]
+fn bitmap_len(b: &RoaringBitmap) -> u64 {
+    b.len()
 }
 
 /// Writes `v` as a protobuf varint: the one byte of a value below 128 (nearly every key,

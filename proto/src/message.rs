@@ -335,7 +335,11 @@ impl<'a> Fields<'a> {
     }
 
     /// The fields of any envelope protobuf allows (unknown fields skipped, a repeated
-    /// field's last value kept, repeated aggregates merged), or why it is not one.
+    /// field's last value kept, repeated aggregates merged), or why it is not one. Cold
+    /// and out of line: an encoder's frames take the straight path, and this loop kept
+    /// inline would lie among its instructions.
+    #[cold]
+    #[inline(never)]
     fn any_order(frame: &'a [u8]) -> Result<Self, WireError> {
         use prost::encoding::{WireType, decode_key, decode_varint};
         let mut buf: &[u8] = frame;
