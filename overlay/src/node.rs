@@ -316,10 +316,6 @@ impl PendingOp {
         }
     }
 
-    /// Takes everything ready to go up: the filter's flushed groups (replied, appended to
-    /// `replied`) and the lost and timed-out groups. A failed flush sends the ids it held
-    /// up as lost, and nothing of what it appended (a filter of a tool's own may append,
-    /// then fail).
     /// After a failed flush: the ids the filter held (answered here, not yet sent, not in
     /// a group) go up as lost, with the filter's error. (Cold, out of line.)
     #[cold]
@@ -340,6 +336,10 @@ impl PendingOp {
         }
     }
 
+    /// Takes everything ready to go up: the filter's flushed groups (replied, appended to
+    /// `replied`) and the lost and timed-out groups. A failed flush sends the ids it held
+    /// up as lost, and nothing of what it appended (a filter of a tool's own may append,
+    /// then fail).
     fn take_groups(&mut self, replied: &mut Vec<sdm_filters::Group>) -> Vec<Group> {
         let start = replied.len();
         if let Ok(f) = &mut self.filter
@@ -813,8 +813,8 @@ impl Node {
 
     /// The children's `shares` at a node that lost a child or adopted a descendant: the
     /// adoptees' subtrees go to them, and a dead child's share is accounted to `pending` as
-    /// lost, with the reason, instead of being sent.
-    #[cold]
+    /// lost, with the reason, instead of being sent. (Out of line, not cold: a node that
+    /// adopted a descendant comes here for every command from then on.)
     #[inline(never)]
     fn route_around_losses(
         &self,

@@ -496,7 +496,16 @@ struct Reader {
 impl Reader {
     /// Receives into the `len` bytes at `at` while the socket is readable: how many came
     /// (0 at the end of the stream).
-    fn poll_recv_into(&self, cx: &Context<'_>, at: *mut u8, len: usize) -> Poll<io::Result<usize>> {
+    ///
+    /// # Safety
+    ///
+    /// `at` must be valid for writes of `len` bytes for the duration of the call.
+    unsafe fn poll_recv_into(
+        &self,
+        cx: &Context<'_>,
+        at: *mut u8,
+        len: usize,
+    ) -> Poll<io::Result<usize>> {
         let fd = self.socket.fd.as_raw_fd();
         self.socket
             .source
@@ -522,7 +531,8 @@ impl AsyncRead for Reader {
         // are then marked initialized and filled.
         let unfilled = unsafe { buf.unfilled_mut() };
         let (at, len) = (unfilled.as_mut_ptr(), unfilled.len());
-        let n = ready!(self.poll_recv_into(cx, at.cast(), len))?;
+        // SAFETY: `at` is the unfilled part of `buf`, `len` bytes, borrowed for the call.
+        let n = ready!(unsafe { self.poll_recv_into(cx, at.cast(), len) })?;
         unsafe { buf.assume_init(n) };
         buf.advance(n);
         Poll::Ready(Ok(()))
@@ -531,8 +541,9 @@ impl AsyncRead for Reader {
 
 /// A link's frames, read straight from its socket on the node's own loop into the link's
 /// buffer and cut there by its codec: what a `FramedRead` over the socket's [`Reader`]
-/// gives, frame for frame and error for error, without the `AsyncRead` and `FramedRead`
-/// layers in between (their state, a call through a `dyn` reader and a `ReadBuf` per
+/// gives, frame for frame and error for error, up to its first error or the end of the
+/// stream (after which it stays ended, where a `FramedRead` would read on), without the
+/// `AsyncRead` and `FramedRead` layers in between (their state, a call through a `dyn` reader and a `ReadBuf` per
 /// read: BENCHMARKS.md, "Per-hop cost, fifteenth pass").
 pub(crate) struct FrameReader {
     reader: Reader,
@@ -541,7 +552,7 @@ pub(crate) struct FrameReader {
     codec: FrameCodec,
     /// The socket reported the end of the stream: what is left is framed by `decode_eof`.
     eof: bool,
-    /// The stream ended, or a frame was bad: nothing more comes.
+    /// The stream ended, a frame was bad or a read failed: nothing more comes.
     done: bool,
 }
 
@@ -578,7 +589,9 @@ impl FrameReader {
             self.buf.reserve(1);
             let spare = self.buf.spare_capacity_mut();
             let (at, len) = (spare.as_mut_ptr(), spare.len());
-            match ready!(self.reader.poll_recv_into(cx, at.cast(), len)) {
+            // SAFETY: `at` is `buf`'s spare room, `len` bytes (at least one: reserved
+            // above), untouched until the call returns.
+            match ready!(unsafe { self.reader.poll_recv_into(cx, at.cast(), len) }) {
                 Ok(0) => self.eof = true,
                 // SAFETY: `recv` initialized the first `n` spare bytes.
                 Ok(n) => unsafe { self.buf.set_len(self.buf.len() + n) },
@@ -590,8 +603,10 @@ impl FrameReader {
         }
     }
 
-    /// A `FramedRead` over the same socket, where the rest of the stream continues.
+    /// A `FramedRead` over the same socket, where the rest of the stream continues (made
+    /// right after the take-over, before anything was read: nothing has ended).
     fn into_framed(self) -> FramedRead<crate::transport::BoxReader, FrameCodec> {
+        debug_assert!(!self.eof && !self.done, "a frame reader already read from");
         let reader = Reader {
             socket: self.reader.socket,
             leftover: self.buf.freeze(),
@@ -1006,46 +1021,228 @@ pub(crate) mod tests {
         node.join().unwrap();
     }
 
-    /// A [`FrameReader`] gives what a `FramedRead` gives at a bad end: a frame cut short by
-    /// the close is an error naming the bytes that came, and so is a frame that does not
-    /// decode; after either, the stream has ended.
+    /// A taken-over link's read side, read through a `FramedRead` ([`take_over`]) or
+    /// through the [`FrameReader`] a driver reads with ([`take_over_parts`]): the tests
+    /// below hold the two to the same frames, errors and ends.
+    enum ReadSide {
+        Framed(Link),
+        Own(TakenOver),
+    }
+
+    impl ReadSide {
+        fn take(link: Link, own: bool) -> Self {
+            if own {
+                match take_over_parts(link) {
+                    Ok(t) => ReadSide::Own(t),
+                    Err(_) => panic!("not taken over"),
+                }
+            } else {
+                ReadSide::Framed(take_over(link))
+            }
+        }
+
+        async fn next(&mut self) -> Option<Result<Message, WireError>> {
+            match self {
+                ReadSide::Framed(l) => l.reader.next().await,
+                ReadSide::Own(t) => next_frame(&mut t.frames).await,
+            }
+        }
+    }
+
+    /// At a bad end both give the same: a frame cut short by the close is an error naming
+    /// the bytes that came, and so is a frame that does not decode; after either, the
+    /// stream has ended.
     #[test]
-    fn a_frame_reader_ends_with_the_error_of_a_cut_or_bad_frame() {
+    fn a_cut_or_bad_last_frame_is_an_error_then_the_end() {
         // (bytes after a good frame, whether they are a frame cut short)
         let ends = [
             (&b"\0\0\0\x10abc"[..], true),
             (&b"\0\0\0\x03\xff\xff\xff"[..], false),
         ];
         for (bad, cut) in ends {
-            within_a_minute(move || {
-                let rt = runtime();
-                let (a, b) = rt.block_on(tcp_pair());
-                let node = on_own_loop(&rt, move || async move {
-                    let Ok(mut t) = take_over_parts(b) else {
-                        panic!("not taken over")
-                    };
-                    let m = next_frame(&mut t.frames).await.unwrap().unwrap();
-                    assert_eq!(m.op, 7);
-                    let e = next_frame(&mut t.frames).await.unwrap().unwrap_err();
-                    if cut {
-                        assert!(matches!(e, WireError::Truncated(3)), "{e}");
-                    } else {
-                        assert!(!matches!(e, WireError::Truncated(_)), "{e}");
-                    }
+            for own in [false, true] {
+                within_a_minute(move || {
+                    let rt = runtime();
+                    let (a, b) = rt.block_on(tcp_pair());
+                    let node = on_own_loop(&rt, move || async move {
+                        let mut r = ReadSide::take(b, own);
+                        assert_eq!(r.next().await.unwrap().unwrap().op, 7);
+                        let e = r.next().await.unwrap().unwrap_err();
+                        if cut {
+                            assert!(matches!(e, WireError::Truncated(3)), "{e}");
+                        } else {
+                            assert!(!matches!(e, WireError::Truncated(_)), "{e}");
+                        }
+                        assert!(r.next().await.is_none(), "more after the error");
+                    });
+                    rt.block_on(async move {
+                        let mut a = a;
+                        a.writer.send(&frame(7)).await.unwrap();
+                        a.writer.write_buffer_mut().extend_from_slice(bad);
+                        a.writer.flush().await.unwrap();
+                        drop(a);
+                    });
+                    node.join().unwrap();
+                });
+            }
+        }
+    }
+
+    /// After a frame that does not decode, a [`FrameReader`] gives nothing more, though
+    /// good frames follow and the peer is still there (the driver drops a link at its first
+    /// error; a `FramedRead` would read on).
+    #[test]
+    fn a_frame_reader_gives_nothing_after_a_bad_frame() {
+        within_a_minute(|| {
+            let rt = runtime();
+            let (a, b) = rt.block_on(tcp_pair());
+            let (checked_tx, checked_rx) = tokio::sync::oneshot::channel::<()>();
+            let node = on_own_loop(&rt, move || async move {
+                let Ok(mut t) = take_over_parts(b) else {
+                    panic!("not taken over")
+                };
+                assert_eq!(next_frame(&mut t.frames).await.unwrap().unwrap().op, 7);
+                assert!(next_frame(&mut t.frames).await.unwrap().is_err());
+                for _ in 0..3 {
+                    let cx = Context::from_waker(Waker::noop());
                     assert!(
-                        next_frame(&mut t.frames).await.is_none(),
+                        matches!(t.frames.poll_frame(&cx), Poll::Ready(Ok(None))),
                         "more after the error"
                     );
+                }
+                checked_tx.send(()).unwrap();
+            });
+            rt.block_on(async move {
+                let mut a = a;
+                a.writer.feed(&frame(7)).await.unwrap();
+                a.writer
+                    .write_buffer_mut()
+                    .extend_from_slice(b"\0\0\0\x03\xff\xff\xff");
+                a.writer.feed(&frame(8)).await.unwrap();
+                a.writer.flush().await.unwrap();
+                acknowledged(&a);
+                checked_rx.await.unwrap();
+                drop(a);
+            });
+            node.join().unwrap();
+        });
+    }
+
+    /// A reply whose frame, length prefix included, is `total` bytes.
+    fn frame_of(op: u64, total: usize) -> Message {
+        (0..total)
+            .map(|n| Message::reply(op, IdSet::single(0), Status::Replied, vec![7u8; n].into()))
+            .find(|m| 4 + m.encoded_len() == total)
+            .expect("a payload gives that size")
+    }
+
+    /// A first frame exactly the size of the read buffer (cut from it, it leaves the
+    /// buffer no room, so the next read must make some, or it would read nothing and
+    /// take that for the end), then frames small and larger than the buffer, then the
+    /// end: every frame comes up, in order, then the end, through either reader.
+    #[test]
+    fn frames_filling_the_read_buffer_and_larger_ones_all_come_up() {
+        for own in [false, true] {
+            within_a_minute(move || {
+                let rt = runtime();
+                let (mut a, b) = rt.block_on(tcp_pair());
+                let mut sent = vec![frame_of(0, READ_BUFFER)];
+                for op in 1..200u64 {
+                    let n = match op % 7 {
+                        0 => 70_000,
+                        3 => 8188,
+                        _ => 10,
+                    };
+                    let payload = vec![op as u8; n].into();
+                    sent.push(Message::reply(
+                        op,
+                        IdSet::single(0),
+                        Status::Replied,
+                        payload,
+                    ));
+                }
+                let expect = sent.clone();
+                rt.block_on(a.writer.send(&sent[0])).unwrap();
+                acknowledged(&a);
+                let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+                let node = on_own_loop(&rt, move || async move {
+                    let mut r = ReadSide::take(b, own);
+                    let mut first_tx = Some(first_tx);
+                    for m in &expect {
+                        assert_eq!(&r.next().await.unwrap().unwrap(), m);
+                        if let Some(tx) = first_tx.take() {
+                            tx.send(()).unwrap();
+                        }
+                    }
+                    assert!(r.next().await.is_none(), "the end was not seen");
                 });
                 rt.block_on(async move {
-                    let mut a = a;
-                    a.writer.send(&frame(7)).await.unwrap();
-                    a.writer.write_buffer_mut().extend_from_slice(bad);
+                    // The rest goes once the first frame was read alone.
+                    first_rx.await.unwrap();
+                    for m in &sent[1..] {
+                        a.writer.feed(m).await.unwrap();
+                    }
                     a.writer.flush().await.unwrap();
                     drop(a);
                 });
                 node.join().unwrap();
             });
+        }
+    }
+
+    /// A link taken over while its codec is inside a frame (its length prefix read): the
+    /// frame is finished from the socket, or, cut by the close, is an error counting the
+    /// bytes that came before and after the take-over, through either reader.
+    #[test]
+    fn a_link_taken_over_inside_a_frame_finishes_it_or_reports_it_cut() {
+        for own in [false, true] {
+            for close in [false, true] {
+                within_a_minute(move || {
+                    let rt = runtime();
+                    let (mut a, mut b) = rt.block_on(tcp_pair());
+                    let mut whole = BytesMut::new();
+                    tokio_util::codec::Encoder::encode(
+                        &mut FrameCodec::default(),
+                        &frame(1),
+                        &mut whole,
+                    )
+                    .unwrap();
+                    let (head, tail) = whole.split_at(9);
+                    let (head, tail) = (head.to_vec(), tail.to_vec());
+                    rt.block_on(async {
+                        a.writer.feed(&frame(0)).await.unwrap();
+                        a.writer.write_buffer_mut().extend_from_slice(&head);
+                        a.writer.flush().await.unwrap();
+                        acknowledged(&a);
+                        assert_eq!(b.reader.next().await.unwrap().unwrap().op, 0);
+                        let p =
+                            std::future::poll_fn(|cx| Poll::Ready(b.reader.poll_next_unpin(cx)))
+                                .await;
+                        assert!(p.is_pending(), "frame 1 came whole");
+                    });
+                    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+                    let node = on_own_loop(&rt, move || async move {
+                        let mut r = ReadSide::take(b, own);
+                        go_tx.send(()).unwrap();
+                        let got = r.next().await;
+                        if close {
+                            let e = got.unwrap().unwrap_err();
+                            assert!(matches!(e, WireError::Truncated(7)), "{e}");
+                        } else {
+                            assert_eq!(got.unwrap().unwrap().op, 1);
+                        }
+                    });
+                    rt.block_on(async move {
+                        go_rx.await.unwrap();
+                        let rest = if close { &tail[..2] } else { &tail[..] };
+                        a.writer.write_buffer_mut().extend_from_slice(rest);
+                        a.writer.flush().await.unwrap();
+                        acknowledged(&a);
+                        drop(a);
+                    });
+                    node.join().unwrap();
+                });
+            }
         }
     }
 

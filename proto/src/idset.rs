@@ -23,7 +23,7 @@ pub type Id = u32;
 pub struct IdSet(Repr);
 
 impl Clone for IdSet {
-    /// A range by value, inline; a bitmap through [`clone_bitmap`], out of line.
+    /// A range by value, inline; a bitmap out of line (`clone_bitmap`).
     fn clone(&self) -> Self {
         match &self.0 {
             Repr::Range(lo, hi) => Self(Repr::Range(*lo, *hi)),
