@@ -1,10 +1,9 @@
 //! Logging shared by the sdm binaries and listeners: the one tracing set-up every binary
 //! installs (`init`, with the `log-init` feature: colour only when standard error is a
-//! terminal), and [`Refusals`],
-//! which keeps connections a stranger can open at will from flooding the log: the first
-//! refusal is a warning as always, the ones after it within an interval are counted (and
-//! logged at debug level) and reported in one summary line per interval; and
-//! [`panic_text`], what a caught panic said.
+//! terminal), and [`Refusals`], which keeps connections a stranger can open at will from
+//! flooding the log: the first refusal is a warning as always, the ones after it within
+//! an interval are counted (and logged at debug level) and reported in one summary line
+//! per interval; and [`panic_text`], what a caught panic said.
 
 use std::fmt::Display;
 #[cfg(feature = "log-init")]

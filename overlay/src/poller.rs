@@ -338,6 +338,25 @@ struct Socket {
 }
 
 impl Socket {
+    /// Receives into the `len` bytes at `at` while the socket is readable: how many came
+    /// (0 at the end of the stream).
+    ///
+    /// # Safety
+    ///
+    /// `at` must be valid for writes of `len` bytes for the duration of the call.
+    unsafe fn poll_recv_into(
+        &self,
+        cx: &Context<'_>,
+        at: *mut u8,
+        len: usize,
+    ) -> Poll<io::Result<usize>> {
+        let fd = self.fd.as_raw_fd();
+        self.source
+            .reading()
+            // SAFETY: the caller lends `len` writable bytes at `at` for the call.
+            .poll(cx, len, || unsafe { libc::recv(fd, at.cast(), len, 0) })
+    }
+
     /// What its events are for now.
     fn interest(&self) -> EpollFlags {
         let mut flags = ALWAYS;
@@ -493,28 +512,6 @@ struct Reader {
     leftover: Bytes,
 }
 
-impl Reader {
-    /// Receives into the `len` bytes at `at` while the socket is readable: how many came
-    /// (0 at the end of the stream).
-    ///
-    /// # Safety
-    ///
-    /// `at` must be valid for writes of `len` bytes for the duration of the call.
-    unsafe fn poll_recv_into(
-        &self,
-        cx: &Context<'_>,
-        at: *mut u8,
-        len: usize,
-    ) -> Poll<io::Result<usize>> {
-        let fd = self.socket.fd.as_raw_fd();
-        self.socket
-            .source
-            .reading()
-            // SAFETY: the caller lends `len` writable bytes at `at` for the call.
-            .poll(cx, len, || unsafe { libc::recv(fd, at.cast(), len, 0) })
-    }
-}
-
 impl AsyncRead for Reader {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -532,7 +529,7 @@ impl AsyncRead for Reader {
         let unfilled = unsafe { buf.unfilled_mut() };
         let (at, len) = (unfilled.as_mut_ptr(), unfilled.len());
         // SAFETY: `at` is the unfilled part of `buf`, `len` bytes, borrowed for the call.
-        let n = ready!(unsafe { self.poll_recv_into(cx, at.cast(), len) })?;
+        let n = ready!(unsafe { self.socket.poll_recv_into(cx, at.cast(), len) })?;
         unsafe { buf.assume_init(n) };
         buf.advance(n);
         Poll::Ready(Ok(()))
@@ -543,10 +540,10 @@ impl AsyncRead for Reader {
 /// buffer and cut there by its codec: what a `FramedRead` over the socket's [`Reader`]
 /// gives, frame for frame and error for error, up to its first error or the end of the
 /// stream (after which it stays ended, where a `FramedRead` would read on), without the
-/// `AsyncRead` and `FramedRead` layers in between (their state, a call through a `dyn` reader and a `ReadBuf` per
-/// read: BENCHMARKS.md, "Per-hop cost, fifteenth pass").
+/// `AsyncRead` and `FramedRead` layers in between (their state, a call through a `dyn`
+/// reader and a `ReadBuf` per read: BENCHMARKS.md, "Per-hop cost, fifteenth pass").
 pub(crate) struct FrameReader {
-    reader: Reader,
+    socket: Arc<Socket>,
     /// Bytes read and not framed yet (the frames cut from it share its allocation).
     buf: BytesMut,
     codec: FrameCodec,
@@ -591,7 +588,7 @@ impl FrameReader {
             let (at, len) = (spare.as_mut_ptr(), spare.len());
             // SAFETY: `at` is `buf`'s spare room, `len` bytes (at least one: reserved
             // above), untouched until the call returns.
-            match ready!(unsafe { self.reader.poll_recv_into(cx, at.cast(), len) }) {
+            match ready!(unsafe { self.socket.poll_recv_into(cx, at.cast(), len) }) {
                 Ok(0) => self.eof = true,
                 // SAFETY: `recv` initialized the first `n` spare bytes.
                 Ok(n) => unsafe { self.buf.set_len(self.buf.len() + n) },
@@ -608,7 +605,7 @@ impl FrameReader {
     fn into_framed(self) -> FramedRead<crate::transport::BoxReader, FrameCodec> {
         debug_assert!(!self.eof && !self.done, "a frame reader already read from");
         let reader = Reader {
-            socket: self.reader.socket,
+            socket: self.socket,
             leftover: self.buf.freeze(),
         };
         FramedRead::new(Box::new(reader), self.codec)
@@ -792,10 +789,7 @@ pub(crate) fn take_over_parts(link: Link) -> Result<TakenOver, Link> {
     let mut buf = BytesMut::with_capacity(READ_BUFFER.max(ahead.len()));
     buf.extend_from_slice(&ahead);
     let frames = FrameReader {
-        reader: Reader {
-            socket: socket.clone(),
-            leftover: Bytes::new(),
-        },
+        socket: socket.clone(),
         buf,
         codec,
         eof: false,
@@ -916,9 +910,49 @@ pub(crate) mod tests {
             .transpose()
     }
 
+    /// A taken-over link, read through a `FramedRead` ([`take_over`]) or through the
+    /// [`FrameReader`] a driver reads with ([`take_over_parts`]): the tests hold the two to
+    /// the same frames, errors and ends.
+    enum ReadSide {
+        Framed(Link),
+        Own(TakenOver),
+    }
+
+    impl ReadSide {
+        fn take(link: Link, own: bool) -> Self {
+            if own {
+                match take_over_parts(link) {
+                    Ok(t) => ReadSide::Own(t),
+                    Err(_) => panic!("not taken over"),
+                }
+            } else {
+                let l = take_over(link);
+                assert!(l.tcp.is_none(), "taken over twice");
+                ReadSide::Framed(l)
+            }
+        }
+
+        fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, WireError>>> {
+            match self {
+                ReadSide::Framed(l) => l.reader.poll_next_unpin(cx),
+                ReadSide::Own(t) => t.frames.poll_frame(cx).map(Result::transpose),
+            }
+        }
+
+        async fn next(&mut self) -> Option<Result<Message, WireError>> {
+            std::future::poll_fn(|cx| self.poll(cx)).await
+        }
+
+        fn writer(&mut self) -> &mut FramedWrite<crate::transport::BoxWriter, FrameCodec> {
+            match self {
+                ReadSide::Framed(l) => &mut l.writer,
+                ReadSide::Own(t) => &mut t.writer,
+            }
+        }
+    }
+
     /// [`a_taken_over_link_keeps_its_stream_and_what_was_read_ahead`], read through a
-    /// `FramedRead` ([`take_over`]) or, `own`, through the [`FrameReader`] a driver reads
-    /// with ([`take_over_parts`]).
+    /// `FramedRead` or, `own`, through a [`FrameReader`].
     fn taken_over_link_keeps_its_stream(own: bool) {
         let rt = runtime();
         let (mut a, mut b) = rt.block_on(tcp_pair());
@@ -936,26 +970,13 @@ pub(crate) mod tests {
         );
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         let node = on_own_loop(&rt, move || async move {
-            if own {
-                let Ok(mut t) = take_over_parts(b) else {
-                    panic!("not taken over")
-                };
-                started_tx.send(()).unwrap();
-                for op in 1..4 {
-                    let m = next_frame(&mut t.frames).await.unwrap().unwrap();
-                    assert_eq!(m.op, op);
-                }
-                t.writer.send(&frame(100)).await.unwrap();
-                return;
-            }
-            let mut b = take_over(b);
-            assert!(b.tcp.is_none(), "taken over twice");
+            let mut b = ReadSide::take(b, own);
             started_tx.send(()).unwrap();
             for op in 1..4 {
-                let m = b.reader.next().await.unwrap().unwrap();
+                let m = b.next().await.unwrap().unwrap();
                 assert_eq!(m.op, op);
             }
-            b.writer.send(&frame(100)).await.unwrap();
+            b.writer().send(&frame(100)).await.unwrap();
         });
         rt.block_on(async {
             started_rx.await.unwrap();
@@ -985,32 +1006,16 @@ pub(crate) mod tests {
         let (go_tx, go_rx) = tokio::sync::oneshot::channel();
         let (sent_tx, sent_rx) = std::sync::mpsc::channel();
         let node = on_own_loop(&rt, move || async move {
-            if own {
-                let Ok(mut t) = take_over_parts(b) else {
-                    panic!("not taken over")
-                };
-                let cx = Context::from_waker(Waker::noop());
-                assert!(t.frames.poll_frame(&cx).is_pending());
-                go_tx.send(()).unwrap();
-                sent_rx.recv().unwrap();
-                let m = next_frame(&mut t.frames).await.unwrap().unwrap();
-                assert_eq!(m.op, 1);
-                assert!(
-                    next_frame(&mut t.frames).await.is_none(),
-                    "the end was not seen"
-                );
-                return;
-            }
-            let mut b = take_over(b);
+            let mut b = ReadSide::take(b, own);
             // Nothing to read yet: the socket's readiness is cleared.
-            let first = std::future::poll_fn(|cx| Poll::Ready(b.reader.poll_next_unpin(cx)));
+            let first = std::future::poll_fn(|cx| Poll::Ready(b.poll(cx)));
             assert!(first.await.is_pending());
             go_tx.send(()).unwrap();
             // The loop is busy while the frame and the close arrive.
             sent_rx.recv().unwrap();
-            let m = b.reader.next().await.unwrap().unwrap();
+            let m = b.next().await.unwrap().unwrap();
             assert_eq!(m.op, 1);
-            assert!(b.reader.next().await.is_none(), "the end was not seen");
+            assert!(b.next().await.is_none(), "the end was not seen");
         });
         rt.block_on(async move {
             go_rx.await.unwrap();
@@ -1019,34 +1024,6 @@ pub(crate) mod tests {
         });
         sent_tx.send(()).unwrap();
         node.join().unwrap();
-    }
-
-    /// A taken-over link's read side, read through a `FramedRead` ([`take_over`]) or
-    /// through the [`FrameReader`] a driver reads with ([`take_over_parts`]): the tests
-    /// below hold the two to the same frames, errors and ends.
-    enum ReadSide {
-        Framed(Link),
-        Own(TakenOver),
-    }
-
-    impl ReadSide {
-        fn take(link: Link, own: bool) -> Self {
-            if own {
-                match take_over_parts(link) {
-                    Ok(t) => ReadSide::Own(t),
-                    Err(_) => panic!("not taken over"),
-                }
-            } else {
-                ReadSide::Framed(take_over(link))
-            }
-        }
-
-        async fn next(&mut self) -> Option<Result<Message, WireError>> {
-            match self {
-                ReadSide::Framed(l) => l.reader.next().await,
-                ReadSide::Own(t) => next_frame(&mut t.frames).await,
-            }
-        }
     }
 
     /// At a bad end both give the same: a frame cut short by the close is an error naming
