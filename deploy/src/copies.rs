@@ -44,6 +44,10 @@ pub enum Copies {
 /// uses for a server that cannot start; the others still run. Without the variable,
 /// returns [`Copies::Serve`] at once.
 ///
+/// Before forking, the process moves its code onto transparent huge pages, which the
+/// copies then share ([`crate::text_on_huge_pages`]; `SDM_HUGE_TEXT=0` keeps the file's
+/// pages).
+///
 /// Call it before the process starts a thread (a runtime, a logging worker): a forked copy
 /// has only the thread that forked.
 pub fn fork_copies() -> Result<Copies, LaunchError> {
@@ -57,6 +61,11 @@ pub fn fork_copies() -> Result<Copies, LaunchError> {
     // SAFETY: the process has one thread (this function's precondition), so nothing reads
     // the environment while it changes.
     unsafe { std::env::remove_var(COPIES_ENV) };
+    // The copies share the code on huge pages (one thread: the precondition of both).
+    match crate::text_on_huge_pages() {
+        Ok(moved) => tracing::debug!(?moved, "code of the local servers"),
+        Err(e) => tracing::debug!("code of the local servers stays on 4 KiB pages: {e}"),
+    }
     let supervisor = getpid();
     let mut started = 0u32;
     for id in 0..n {

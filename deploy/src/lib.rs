@@ -39,8 +39,10 @@
 pub mod hostlist;
 
 mod copies;
+mod hugetext;
 
 pub use copies::{COPIES_ENV, Copies, fork_copies};
+pub use hugetext::{HUGE_TEXT_ENV, HugeText, text_on_huge_pages};
 
 use std::io;
 use std::path::PathBuf;

@@ -80,6 +80,83 @@ fn parent_of(pid: u32) -> Option<u32> {
         .ok()
 }
 
+/// The anonymous executable mappings of `pid` (no file, not the vDSO): where
+/// `sdm_deploy::text_on_huge_pages` moved the code.
+fn anonymous_code(pid: u32) -> Vec<(u64, u64)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    maps.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 5 && f[1] == "r-xp" && f[4] == "0").then(|| {
+                let (a, b) = f[0].split_once('-').unwrap();
+                (
+                    u64::from_str_radix(a, 16).unwrap(),
+                    u64::from_str_radix(b, 16).unwrap(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The copies of one server process run their code from 2 MiB-aligned anonymous memory
+/// the supervisor moved it to before forking (on huge pages where the kernel gives them),
+/// the same ranges in every copy; `SDM_HUGE_TEXT=0`, or a kernel without transparent huge
+/// pages, keeps it on the file's pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_run_their_code_from_memory_moved_to_huge_pages() {
+    let key = sdm_overlay::auth::SessionKey::generate().to_hex();
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let thp = thp.contains("[always]") || thp.contains("[madvise]");
+    for huge_text in [None, Some("0")] {
+        let mut cmd = Command::new(sdm_e2e::sdm());
+        cmd.args(["server", "--port", "0", "--parent-timeout", "600"])
+            .env("SDM_SESSION_KEY", &key)
+            .env("SDM_ID", "0")
+            .env(sdm_deploy::COPIES_ENV, "2")
+            .env_remove(sdm_deploy::HUGE_TEXT_ENV)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(v) = huge_text {
+            cmd.env(sdm_deploy::HUGE_TEXT_ENV, v);
+        }
+        let mut sup = cmd.spawn().unwrap();
+        let mut out = std::io::BufReader::new(sup.stdout.take().unwrap());
+        let mut pids = Vec::new();
+        for _ in 0..2 {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+            let f: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(f.first(), Some(&"SDM-LISTEN"), "{line}");
+            pids.push(f[4].parse::<u32>().unwrap());
+        }
+        let moved = anonymous_code(sup.id());
+        for &pid in &pids {
+            assert_eq!(
+                anonymous_code(pid),
+                moved,
+                "copy {pid} against its supervisor"
+            );
+        }
+        if huge_text.is_none() && thp {
+            assert!(!moved.is_empty(), "no code moved");
+            for &(a, b) in &moved {
+                assert_eq!(a % (2 << 20), 0, "{a:x}-{b:x} is not 2 MiB-aligned");
+                assert_eq!(
+                    (b - a) % (2 << 20),
+                    0,
+                    "{a:x}-{b:x} is not whole 2 MiB pages"
+                );
+            }
+        } else {
+            assert!(moved.is_empty(), "{huge_text:?}: code moved to {moved:x?}");
+        }
+        sup.kill().unwrap();
+        sup.wait().unwrap();
+        wait_gone(&pids).await;
+    }
+}
+
 /// `sdm server` started once with `SDM_COPIES=3`, as the local launcher starts its
 /// servers: three servers forked from that process, ids 0-2 with a pid each, all its
 /// children; killed, it takes them with it. Copies that never get a parent end, and the
