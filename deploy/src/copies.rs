@@ -44,9 +44,8 @@ pub enum Copies {
 /// uses for a server that cannot start; the others still run. Without the variable,
 /// returns [`Copies::Serve`] at once.
 ///
-/// Before forking, the process moves its code onto transparent huge pages, which the
-/// copies then share ([`crate::text_on_huge_pages`]; `SDM_HUGE_TEXT=0` keeps the file's
-/// pages).
+/// Before forking two or more, the process moves its code onto transparent huge pages,
+/// which the copies then share (`SDM_HUGE_TEXT=0` keeps the file's pages).
 ///
 /// Call it before the process starts a thread (a runtime, a logging worker): a forked copy
 /// has only the thread that forked.
@@ -61,10 +60,21 @@ pub fn fork_copies() -> Result<Copies, LaunchError> {
     // SAFETY: the process has one thread (this function's precondition), so nothing reads
     // the environment while it changes.
     unsafe { std::env::remove_var(COPIES_ENV) };
-    // The copies share the code on huge pages (one thread: the precondition of both).
-    match crate::text_on_huge_pages() {
-        Ok(moved) => tracing::debug!(?moved, "code of the local servers"),
-        Err(e) => tracing::debug!("code of the local servers stays on 4 KiB pages: {e}"),
+    // Two or more copies share the code on huge pages.
+    if n >= 2 {
+        // SAFETY: one thread (this function's precondition), and nothing writes the code.
+        match unsafe { crate::hugetext::text_on_huge_pages() } {
+            crate::hugetext::HugeText::Moved { bytes, error: None } => {
+                tracing::debug!(bytes, "the copies' code is on huge pages")
+            }
+            crate::hugetext::HugeText::Moved {
+                bytes,
+                error: Some(e),
+            } => tracing::info!(bytes, "part of the copies' code stays on 4 KiB pages: {e}"),
+            crate::hugetext::HugeText::Off(why) => {
+                tracing::debug!("the copies' code stays on 4 KiB pages: {why}")
+            }
+        }
     }
     let supervisor = getpid();
     let mut started = 0u32;

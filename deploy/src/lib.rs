@@ -42,7 +42,7 @@ mod copies;
 mod hugetext;
 
 pub use copies::{COPIES_ENV, Copies, fork_copies};
-pub use hugetext::{HUGE_TEXT_ENV, HugeText, text_on_huge_pages};
+pub use hugetext::HUGE_TEXT_ENV;
 
 use std::io;
 use std::path::PathBuf;

@@ -98,30 +98,48 @@ fn anonymous_code(pid: u32) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// Whether the mapping of `pid` at `start` is advised for huge pages (`hg` in its
+/// `VmFlags`) and is one (`AnonHugePages: 2048 kB`).
+fn huge_flags(pid: u32, start: u64) -> (bool, bool) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let head = format!("{start:x}-");
+    let (mut inside, mut hg, mut huge) = (false, false, false);
+    for l in smaps.lines() {
+        let first = l.split_whitespace().next().unwrap_or("");
+        if !first.ends_with(':') {
+            // A mapping's first line: `START-END PERMS ...`.
+            inside = first.starts_with(&head);
+        } else if inside && first == "VmFlags:" {
+            hg = l.split_whitespace().any(|f| f == "hg");
+        } else if inside && first == "AnonHugePages:" {
+            huge = l.split_whitespace().nth(1) == Some("2048");
+        }
+    }
+    (hg, huge)
+}
+
 /// The copies of one server process run their code from 2 MiB-aligned anonymous memory
-/// the supervisor moved it to before forking (on huge pages where the kernel gives them),
-/// the same ranges in every copy; `SDM_HUGE_TEXT=0`, or a kernel without transparent huge
-/// pages, keeps it on the file's pages.
+/// the supervisor moved it to before forking, on huge pages, the same ranges in every
+/// copy; `SDM_HUGE_TEXT=0` keeps it on the file's pages. Where the kernel gives no huge
+/// pages the supervisor says why, and nothing moves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_run_their_code_from_memory_moved_to_huge_pages() {
     let key = sdm_overlay::auth::SessionKey::generate().to_hex();
-    let thp =
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    let thp = thp.contains("[always]") || thp.contains("[madvise]");
     for huge_text in [None, Some("0")] {
         let mut cmd = Command::new(sdm_e2e::sdm());
         cmd.args(["server", "--port", "0", "--parent-timeout", "600"])
             .env("SDM_SESSION_KEY", &key)
             .env("SDM_ID", "0")
+            .env("RUST_LOG", "sdm_deploy=debug")
             .env(sdm_deploy::COPIES_ENV, "2")
             .env_remove(sdm_deploy::HUGE_TEXT_ENV)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(Stdio::piped());
         if let Some(v) = huge_text {
             cmd.env(sdm_deploy::HUGE_TEXT_ENV, v);
         }
-        let mut sup = cmd.spawn().unwrap();
-        let mut out = std::io::BufReader::new(sup.stdout.take().unwrap());
+        let mut sup = KillOnDrop(cmd.spawn().unwrap());
+        let mut out = std::io::BufReader::new(sup.0.stdout.take().unwrap());
         let mut pids = Vec::new();
         for _ in 0..2 {
             let mut line = String::new();
@@ -130,30 +148,43 @@ async fn copies_run_their_code_from_memory_moved_to_huge_pages() {
             assert_eq!(f.first(), Some(&"SDM-LISTEN"), "{line}");
             pids.push(f[4].parse::<u32>().unwrap());
         }
-        let moved = anonymous_code(sup.id());
-        for &pid in &pids {
-            assert_eq!(
-                anonymous_code(pid),
-                moved,
-                "copy {pid} against its supervisor"
-            );
+        let moved = anonymous_code(sup.0.id());
+        let copies: Vec<_> = pids.iter().map(|&p| anonymous_code(p)).collect();
+        let flags: Vec<_> = moved.iter().map(|&(a, _)| huge_flags(pids[0], a)).collect();
+        let _ = sup.0.kill();
+        let _ = sup.0.wait();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut sup.0.stderr.take().unwrap(), &mut err).unwrap();
+        wait_gone(&pids).await;
+
+        for (pid, code) in pids.iter().zip(&copies) {
+            assert_eq!(code, &moved, "copy {pid} against its supervisor");
         }
-        if huge_text.is_none() && thp {
-            assert!(!moved.is_empty(), "no code moved");
-            for &(a, b) in &moved {
+        if huge_text.is_some() {
+            assert!(
+                moved.is_empty(),
+                "SDM_HUGE_TEXT=0, yet code moved to {moved:x?}"
+            );
+            assert!(
+                err.contains("stays on 4 KiB pages: SDM_HUGE_TEXT=0"),
+                "{err}"
+            );
+        } else if moved.is_empty() {
+            // Only a reason from the kernel's side may keep the code where it was.
+            assert!(err.contains("stays on 4 KiB pages"), "nothing moved: {err}");
+            assert!(!err.contains("SDM_HUGE_TEXT"), "{err}");
+        } else {
+            assert!(err.contains("code is on huge pages"), "{err}");
+            for (&(a, b), &(hg, huge)) in moved.iter().zip(&flags) {
                 assert_eq!(a % (2 << 20), 0, "{a:x}-{b:x} is not 2 MiB-aligned");
                 assert_eq!(
                     (b - a) % (2 << 20),
                     0,
                     "{a:x}-{b:x} is not whole 2 MiB pages"
                 );
+                assert!(hg && huge, "{a:x}-{b:x}: advised {hg}, a huge page {huge}");
             }
-        } else {
-            assert!(moved.is_empty(), "{huge_text:?}: code moved to {moved:x?}");
         }
-        sup.kill().unwrap();
-        sup.wait().unwrap();
-        wait_gone(&pids).await;
     }
 }
 
