@@ -205,8 +205,16 @@ fn is_huge(at: usize) -> bool {
     };
     let head = format!("{at:x}-");
     smaps
-        .split_once(&head)
-        .and_then(|(_, rest)| rest.lines().find(|l| l.starts_with("AnonHugePages:")))
+        .lines()
+        .skip_while(|l| !l.starts_with(&head))
+        .skip(1)
+        // The mapping's fields, up to the next mapping's first line.
+        .take_while(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|f| f.ends_with(':'))
+        })
+        .find(|l| l.starts_with("AnonHugePages:"))
         .is_some_and(|l| l.split_whitespace().nth(1) == Some("2048"))
 }
 
