@@ -85,7 +85,7 @@ impl StackTree {
         for f in frames {
             let n = level.entry(f.to_owned()).or_default();
             n.ids.union_with(ids);
-            n.count += count;
+            n.count = n.count.saturating_add(count);
             level = &mut n.children;
         }
     }
@@ -131,7 +131,7 @@ impl StackTree {
                 let mut below_count = 0;
                 for c in n.children.values() {
                     below.union_with(&c.ids);
-                    below_count += c.count;
+                    below_count = c.count.saturating_add(below_count);
                 }
                 let here = &n.ids - &below;
                 let ending = n.count.saturating_sub(below_count);
@@ -220,13 +220,14 @@ impl StackTree {
         walk(&self.roots)
     }
 
-    /// Merges `other` in (ids united, counts added).
+    /// Merges `other` in (ids united, counts added; a count that would pass `u64::MAX`,
+    /// which only a forged record can carry, stays there).
     pub fn merge(&mut self, other: &StackTree) {
         fn walk(into: &mut BTreeMap<String, StackNode>, from: &BTreeMap<String, StackNode>) {
             for (f, n) in from {
                 let m = into.entry(f.clone()).or_default();
                 m.ids.union_with(&n.ids);
-                m.count += n.count;
+                m.count = m.count.saturating_add(n.count);
                 walk(&mut m.children, &n.children);
             }
         }
@@ -276,7 +277,9 @@ impl StackTree {
             }
             let node = level.entry(last.clone()).or_default();
             node.ids.union_with(&n.ids);
-            node.count += if n.n == 0 { n.ids.len() } else { n.n };
+            node.count = node
+                .count
+                .saturating_add(if n.n == 0 { n.ids.len() } else { n.n });
         }
         Ok(())
     }
@@ -459,6 +462,24 @@ mod tests {
             all.union_with(&c.ids);
         }
         assert_eq!(all, IdSet::range(0..=9));
+    }
+
+    #[test]
+    fn counts_past_u64_max_stay_at_the_maximum() {
+        // Only a forged record carries such counts; merging it must not overflow.
+        let ids = IdSet::range(0..=1);
+        let mut a = StackTree::default();
+        a.insert_counted(["main", "poll"], &ids, u64::MAX - 1);
+        let b = a.clone();
+        a.merge(&b);
+        a.insert_counted(["main"], &ids, 5);
+        assert_eq!(a.roots["main"].count, u64::MAX);
+        assert_eq!(a.roots["main"].children["poll"].count, u64::MAX);
+        // And through a record, as a parent merges a child's flushed tree.
+        let mut c = StackTree::default();
+        c.merge_flat(a.flatten().nodes).unwrap();
+        c.merge_flat(a.flatten().nodes).unwrap();
+        assert_eq!(c, a);
     }
 
     #[test]
