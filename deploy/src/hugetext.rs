@@ -36,12 +36,14 @@
 use std::io;
 use std::ptr::NonNull;
 
+use crate::maps::Mapping;
+
 /// The environment variable that, set to `0`, keeps the code on the file's pages.
 pub const HUGE_TEXT_ENV: &str = "SDM_HUGE_TEXT";
 
 /// Size of a transparent huge page on x86_64 with 4 KiB pages (a PMD entry); the move is
 /// skipped where the kernel's PMD size differs.
-const HUGE: usize = 2 << 20;
+const HUGE: u64 = 2 << 20;
 
 /// What [`text_on_huge_pages`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,50 +54,18 @@ pub(crate) enum HugeText {
     /// the rest of its code stayed, if a move failed.
     Moved {
         /// Bytes moved, a multiple of 2 MiB.
-        bytes: usize,
+        bytes: u64,
         /// Why a part was not moved (the parts before it stay moved).
         error: Option<String>,
     },
-}
-
-/// One line of `/proc/self/maps`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Mapping {
-    start: usize,
-    end: usize,
-    readable: bool,
-    writable: bool,
-    executable: bool,
-    /// Device and inode: which file is mapped (inode 0 for anonymous memory).
-    file: (String, u64),
-}
-
-/// Parses `/proc/self/maps` (the lines it cannot read are skipped).
-fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines()
-        .filter_map(|line| {
-            let mut f = line.split_ascii_whitespace();
-            let (range, perms, _offset, dev, inode) =
-                (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-            let (start, end) = range.split_once('-')?;
-            Some(Mapping {
-                start: usize::from_str_radix(start, 16).ok()?,
-                end: usize::from_str_radix(end, 16).ok()?,
-                readable: perms.as_bytes().first() == Some(&b'r'),
-                writable: perms.as_bytes().get(1) == Some(&b'w'),
-                executable: perms.as_bytes().get(2) == Some(&b'x'),
-                file: (dev.to_owned(), inode.parse().ok()?),
-            })
-        })
-        .collect()
 }
 
 /// One 2 MiB page to make: the page at `at`, holding the binary's bytes in `spans`
 /// (start, length) at their own addresses, and zeros where nothing was mapped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Part {
-    at: usize,
-    spans: Vec<(usize, usize)>,
+    at: u64,
+    spans: Vec<(u64, u64)>,
 }
 
 /// The 2 MiB pages to make: each aligned page that holds code of the file mapped
@@ -104,15 +74,15 @@ struct Part {
 /// is loaded 4 KiB-aligned, and its hot functions are laid out at the start of its code,
 /// so the page holding that start often also holds the read-only data before it, a gap
 /// between the two, or unmapped addresses below the binary.)
-fn parts(maps: &[Mapping], anchor: usize) -> Vec<Part> {
+fn parts(maps: &[Mapping], anchor: u64) -> Vec<Part> {
     let Some(code) = maps.iter().find(|m| {
-        m.start <= anchor && anchor < m.end && m.executable && m.readable && m.file.1 != 0
+        m.start <= anchor && anchor < m.end && m.executable && m.readable && m.inode != 0
     }) else {
         return Vec::new();
     };
-    let file = &code.file;
-    let ours = |m: &Mapping| &m.file == file && m.readable && !m.writable;
-    let mut pages: Vec<usize> = maps
+    let ours =
+        |m: &Mapping| (&m.dev, m.inode) == (&code.dev, code.inode) && m.readable && !m.writable;
+    let mut pages: Vec<u64> = maps
         .iter()
         .filter(|m| m.executable && ours(m))
         .flat_map(|m| (m.start / HUGE..m.end.div_ceil(HUGE)).map(|i| i * HUGE))
@@ -178,12 +148,12 @@ pub(crate) unsafe fn text_on_huge_pages() -> HugeText {
     if let Some(why) = no_huge_pages() {
         return HugeText::Off(why);
     }
-    let maps = match std::fs::read_to_string("/proc/self/maps") {
-        Ok(m) => parse_maps(&m),
+    let maps = match crate::maps::read("self") {
+        Ok(m) => m,
         Err(e) => return HugeText::Off(format!("cannot read /proc/self/maps: {e}")),
     };
-    let anchor = text_on_huge_pages as *const () as usize;
-    let mut bytes = 0;
+    let anchor = text_on_huge_pages as *const () as u64;
+    let mut bytes = 0u64;
     for part in parts(&maps, anchor) {
         // SAFETY: `part` is a 2 MiB page holding only this binary's read-only mappings and
         // unmapped addresses; this function's precondition holds.
@@ -200,22 +170,9 @@ pub(crate) unsafe fn text_on_huge_pages() -> HugeText {
 
 /// Whether the 2 MiB at `at` are on a huge page (`AnonHugePages` in `/proc/self/smaps`).
 fn is_huge(at: usize) -> bool {
-    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-        return false;
-    };
-    let head = format!("{at:x}-");
-    smaps
-        .lines()
-        .skip_while(|l| !l.starts_with(&head))
-        .skip(1)
-        // The mapping's fields, up to the next mapping's first line.
-        .take_while(|l| {
-            l.split_whitespace()
-                .next()
-                .is_some_and(|f| f.ends_with(':'))
-        })
-        .find(|l| l.starts_with("AnonHugePages:"))
-        .is_some_and(|l| l.split_whitespace().nth(1) == Some("2048"))
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    crate::maps::smaps_fields(&smaps, at as u64)
+        .any(|(f, v)| f == "AnonHugePages" && v == "2048 kB")
 }
 
 /// Makes `part` on anonymous memory advised for huge pages (a huge page, or nothing is
@@ -229,6 +186,7 @@ unsafe fn move_part(part: &Part) -> io::Result<()> {
     // `MADV_COLLAPSE` (Linux 6.1): make the huge page now, not when khugepaged comes by
     // (after the fork it would not: the copies share the pages). Older kernels refuse it.
     const MADV_COLLAPSE: libc::c_int = 25;
+    const HUGE: usize = self::HUGE as usize; // for the calls below
     let len = std::num::NonZeroUsize::new(2 * HUGE).expect("not zero");
     // Twice the size, then trimmed to the aligned 2 MiB inside: an aligned mapping.
     // SAFETY: a new anonymous mapping, chosen by the kernel.
@@ -261,13 +219,15 @@ unsafe fn move_part(part: &Part) -> io::Result<()> {
             for &(from, len) in &part.spans {
                 std::ptr::copy_nonoverlapping(
                     from as *const u8,
-                    (aligned + from - part.at) as *mut u8,
-                    len,
+                    (aligned + (from - part.at) as usize) as *mut u8,
+                    len as usize,
                 );
             }
-            libc::madvise(new.as_ptr(), HUGE, MADV_COLLAPSE);
         }
-        if !is_huge(aligned) {
+        // SAFETY: advice on the mapping above. Its success means the range is huge pages;
+        // only where it fails (a kernel before 6.1) is the page looked up.
+        let collapsed = unsafe { libc::madvise(new.as_ptr(), HUGE, MADV_COLLAPSE) } == 0;
+        if !collapsed && !is_huge(aligned) {
             return Err(io::Error::other("the kernel gave no huge page"));
         }
         // SAFETY: as above; the mapping is whole and ours.
@@ -300,7 +260,7 @@ mod tests {
 ";
 
     /// Where the parts start.
-    fn starts(parts: &[Part]) -> Vec<usize> {
+    fn starts(parts: &[Part]) -> Vec<u64> {
         parts.iter().map(|p| p.at).collect()
     }
 
@@ -314,7 +274,7 @@ mod tests {
 55d400b0f000-55d400b39000 r--p 008fe000 fe:01 42 /usr/bin/sdm
 55d400b39000-55d400b3c000 rw-p 00928000 fe:01 42 /usr/bin/sdm
 ";
-        let p = parts(&parse_maps(text), 0x55d4003ce000);
+        let p = parts(&crate::maps::parse(text), 0x55d4003ce000);
         assert_eq!(
             p[0],
             Part {
@@ -332,27 +292,17 @@ mod tests {
         }
         // Something else mapped in the first page: it stays as it is.
         let taken = format!("55d4001ff000-55d400201000 rw-p 00000000 00:00 0\n{text}");
-        let p = parts(&parse_maps(&taken), 0x55d4003ce000);
+        let p = parts(&crate::maps::parse(&taken), 0x55d4003ce000);
         assert_eq!(starts(&p), [0x55d400400000, 0x55d400600000, 0x55d400800000]);
     }
 
     #[test]
-    fn maps_lines_are_read() {
-        let maps = parse_maps(MAPS);
-        assert_eq!(maps.len(), 5);
-        assert_eq!(maps[1].start, 0x55d4001bc000);
-        assert!(maps[1].executable && !maps[1].writable);
-        assert!(maps[3].writable && !maps[3].executable);
-        assert_eq!(maps[4].file, ("fe:01".to_owned(), 7));
-    }
-
-    #[test]
     fn aligned_pages_of_the_code_and_the_read_only_data_around_it_move() {
-        let maps = parse_maps(MAPS);
+        let maps = crate::maps::parse(MAPS);
         // Loaded 2 MiB-aligned: four pages hold code and only the binary's read-only
         // mappings; the fifth also holds its writable data.
         let c = starts(&parts(&maps, 0x55d400300000));
-        let want: Vec<usize> = (0..4).map(|i| 0x55d400000000 + i * HUGE).collect();
+        let want: Vec<u64> = (0..4).map(|i| 0x55d400000000 + i * HUGE).collect();
         assert_eq!(c, want);
         // Without the writable mapping, the fifth moves too, read-only data and all.
         let ro: String = MAPS
@@ -360,7 +310,7 @@ mod tests {
             .filter(|l| !l.contains("rw-p"))
             .map(|l| format!("{l}\n"))
             .collect();
-        let p = parts(&parse_maps(&ro), 0x55d400300000);
+        let p = parts(&crate::maps::parse(&ro), 0x55d400300000);
         assert_eq!(
             p.last(),
             Some(&Part {
@@ -372,17 +322,17 @@ mod tests {
 
     #[test]
     fn an_address_outside_any_code_moves_nothing() {
-        let maps = parse_maps(MAPS);
+        let maps = crate::maps::parse(MAPS);
         assert!(parts(&maps, 0x1000).is_empty());
         // Anonymous executable memory (a JIT) is not a file's code.
-        let anon = parse_maps("7f0000000000-7f0000400000 r-xp 00000000 00:00 0\n");
+        let anon = crate::maps::parse("7f0000000000-7f0000400000 r-xp 00000000 00:00 0\n");
         assert!(parts(&anon, 0x7f0000100000).is_empty());
     }
 
     #[test]
     fn a_page_with_an_unreadable_or_writable_mapping_stays() {
         for perms in ["---p", "rw-p"] {
-            let maps = parse_maps(&format!(
+            let maps = crate::maps::parse(&format!(
                 "55d400000000-55d400200000 r--p 00000000 fe:01 42 /usr/bin/sdm
 55d400200000-55d400201000 {perms} 00200000 fe:01 42 /usr/bin/sdm
 55d400201000-55d400a00000 r-xp 00201000 fe:01 42 /usr/bin/sdm

@@ -37,6 +37,7 @@
 //! through [`Launched::next_line`].
 
 pub mod hostlist;
+pub mod maps;
 
 mod copies;
 mod hugetext;

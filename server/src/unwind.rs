@@ -74,41 +74,13 @@ pub(crate) enum UnwindError {
     },
 }
 
-/// One mapping of /proc/PID/maps.
-#[derive(Debug, Clone)]
-pub(crate) struct Mapping {
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) offset: u64,
-    /// The mapped file, or a kernel name in brackets (`[vdso]`, `[stack]`).
-    pub(crate) path: PathBuf,
-    inode: u64,
-    executable: bool,
-}
+pub(crate) use sdm_deploy::maps::Mapping;
 
 /// The named mappings of a process (files and `[vdso]`-style areas; anonymous ones left out).
 pub(crate) fn read_maps(pid: Pid) -> Vec<Mapping> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let range = f.next()?;
-            let perms = f.next()?;
-            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-            let _dev = f.next()?;
-            let inode = f.next()?.parse().ok()?;
-            let path = f.next()?;
-            let (a, b) = range.split_once('-')?;
-            Some(Mapping {
-                start: u64::from_str_radix(a, 16).ok()?,
-                end: u64::from_str_radix(b, 16).ok()?,
-                offset,
-                path: PathBuf::from(path),
-                inode,
-                executable: perms.as_bytes().get(2) == Some(&b'x'),
-            })
-        })
-        .collect()
+    let mut maps = sdm_deploy::maps::read(pid).unwrap_or_default();
+    maps.retain(|m| !m.path.as_os_str().is_empty());
+    maps
 }
 
 /// A function symbol of an ELF symbol table.

@@ -81,20 +81,19 @@ fn parent_of(pid: u32) -> Option<u32> {
 }
 
 /// The anonymous executable mappings of `pid` (no file, not the vDSO): where
-/// `sdm_deploy::text_on_huge_pages` moved the code.
+/// the supervisor moved the code (`deploy/src/hugetext.rs`).
 fn anonymous_code(pid: u32) -> Vec<(u64, u64)> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    maps.lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 5 && f[1] == "r-xp" && f[4] == "0").then(|| {
-                let (a, b) = f[0].split_once('-').unwrap();
-                (
-                    u64::from_str_radix(a, 16).unwrap(),
-                    u64::from_str_radix(b, 16).unwrap(),
-                )
-            })
+    sdm_deploy::maps::read(pid)
+        .unwrap()
+        .into_iter()
+        .filter(|m| {
+            m.readable
+                && m.executable
+                && !m.writable
+                && m.inode == 0
+                && m.path.as_os_str().is_empty()
         })
+        .map(|m| (m.start, m.end))
         .collect()
 }
 
@@ -102,17 +101,12 @@ fn anonymous_code(pid: u32) -> Vec<(u64, u64)> {
 /// `VmFlags`) and is one (`AnonHugePages: 2048 kB`).
 fn huge_flags(pid: u32, start: u64) -> (bool, bool) {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
-    let head = format!("{start:x}-");
-    let (mut inside, mut hg, mut huge) = (false, false, false);
-    for l in smaps.lines() {
-        let first = l.split_whitespace().next().unwrap_or("");
-        if !first.ends_with(':') {
-            // A mapping's first line: `START-END PERMS ...`.
-            inside = first.starts_with(&head);
-        } else if inside && first == "VmFlags:" {
-            hg = l.split_whitespace().any(|f| f == "hg");
-        } else if inside && first == "AnonHugePages:" {
-            huge = l.split_whitespace().nth(1) == Some("2048");
+    let (mut hg, mut huge) = (false, false);
+    for (name, value) in sdm_deploy::maps::smaps_fields(&smaps, start) {
+        match name {
+            "VmFlags" => hg = value.split_whitespace().any(|f| f == "hg"),
+            "AnonHugePages" => huge = value == "2048 kB",
+            _ => {}
         }
     }
     (hg, huge)

@@ -130,12 +130,12 @@ async fn start_sleepers(s: &mut Session) -> u32 {
 /// computed here, from /proc, as the service is specified to.
 fn fnv_of_exe_start(pid: u32, len: usize) -> u64 {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let start = maps
-        .lines()
-        .find(|l| l.split_whitespace().nth(5).map(Path::new) == Some(exe.as_path()))
-        .and_then(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
-        .expect("the executable is mapped");
+    let start = sdm_deploy::maps::read(pid)
+        .unwrap()
+        .into_iter()
+        .find(|m| m.path == exe)
+        .expect("the executable is mapped")
+        .start;
     let mut buf = vec![0u8; len];
     std::fs::File::open(format!("/proc/{pid}/mem"))
         .unwrap()

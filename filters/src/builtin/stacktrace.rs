@@ -34,6 +34,15 @@ pub struct StackNode {
     pub children: BTreeMap<String, StackNode>,
 }
 
+impl StackNode {
+    /// `count` more traces through this node, from `ids`. The count stops at `u64::MAX`,
+    /// which only a forged record reaches.
+    fn add(&mut self, ids: &IdSet, count: u64) {
+        self.ids.union_with(ids);
+        self.count = self.count.saturating_add(count);
+    }
+}
+
 /// A merged call-prefix tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StackTree {
@@ -84,8 +93,7 @@ impl StackTree {
         let mut level = &mut self.roots;
         for f in frames {
             let n = level.entry(f.to_owned()).or_default();
-            n.ids.union_with(ids);
-            n.count = n.count.saturating_add(count);
+            n.add(ids, count);
             level = &mut n.children;
         }
     }
@@ -220,14 +228,12 @@ impl StackTree {
         walk(&self.roots)
     }
 
-    /// Merges `other` in (ids united, counts added; a count that would pass `u64::MAX`,
-    /// which only a forged record can carry, stays there).
+    /// Merges `other` in (ids united, counts added, up to `u64::MAX`).
     pub fn merge(&mut self, other: &StackTree) {
         fn walk(into: &mut BTreeMap<String, StackNode>, from: &BTreeMap<String, StackNode>) {
             for (f, n) in from {
                 let m = into.entry(f.clone()).or_default();
-                m.ids.union_with(&n.ids);
-                m.count = m.count.saturating_add(n.count);
+                m.add(&n.ids, n.count);
                 walk(&mut m.children, &n.children);
             }
         }
@@ -276,10 +282,7 @@ impl StackTree {
                 level = &mut level.entry(f.clone()).or_default().children;
             }
             let node = level.entry(last.clone()).or_default();
-            node.ids.union_with(&n.ids);
-            node.count = node
-                .count
-                .saturating_add(if n.n == 0 { n.ids.len() } else { n.n });
+            node.add(&n.ids, if n.n == 0 { n.ids.len() } else { n.n });
         }
         Ok(())
     }
