@@ -1,4 +1,4 @@
-# Sourced by bench/footprint.sh and bench/hot-symbols.sh: builds the release `sdm` and
+# Sourced by bench/footprint.sh: builds the release `sdm` and
 # `sdm-bench`, makes a scratch directory $D (removed on exit) and writes $D/sdm, a stand-in
 # for `sdm` that runs every `sdm server` (the local launcher's supervisor and the copies it
 # forks) under `valgrind "$@"` and anything else as is. Sets B, the release directory, and

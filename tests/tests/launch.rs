@@ -316,7 +316,7 @@ async fn server_killed_before_it_connects_is_reported_by_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(sdm_have_mpirun),
-    ignore = "needs mpirun (deploy/ci-setup.sh, then touch sdm/build.rs)"
+    ignore = "needs mpirun (deploy/ci-setup.sh, then touch tests/build.rs)"
 )]
 async fn mpirun_launch() {
     full_cycle(opts(8, LauncherKind::Mpirun)).await;
@@ -325,7 +325,7 @@ async fn mpirun_launch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(sdm_have_slurm),
-    ignore = "needs srun, a running Slurm (deploy/ci-setup.sh, then touch sdm/build.rs)"
+    ignore = "needs srun, a running Slurm (deploy/ci-setup.sh, then touch tests/build.rs)"
 )]
 async fn srun_launch() {
     full_cycle(opts(8, LauncherKind::Srun)).await;
@@ -334,7 +334,7 @@ async fn srun_launch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(sdm_have_ssh),
-    ignore = "needs sshd on loopback (deploy/ci-setup.sh, then touch sdm/build.rs)"
+    ignore = "needs sshd on loopback (deploy/ci-setup.sh, then touch tests/build.rs)"
 )]
 async fn ssh_launch_over_loopback() {
     full_cycle(SessionOptions {
