@@ -257,7 +257,7 @@ fn nothing_is_lost_when_a_script_ends_with_kill() {
     let (last, others) = numbered_lines(&text);
     let mut exits = IdSet::new();
     // The exit events (the `kill` command's own reply says only "killed").
-    for line in others.iter().filter(|l| l.contains("SIGKILL")) {
+    for line in others.iter().filter(|l| l.contains("killed by signal")) {
         let (id, _) = line.split_once(' ').unwrap();
         let id: IdSet = id.parse().unwrap_or_else(|e| panic!("{line:?}: {e}"));
         assert!(exits.is_disjoint(&id), "{line}: a second exit");
