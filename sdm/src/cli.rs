@@ -910,12 +910,15 @@ async fn run_console(
             None
         }
     };
+    // A script stops at a program that could not start (its commands would all fail).
+    let start_failed;
     if attach.is_empty() {
         let exe = std::fs::canonicalize(&program[0])
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| program[0].clone());
         console.set_stop_at_main(c.stop_at_main);
         let started = console.start_program(&exe, &program[1..], &c.iof).await?;
+        start_failed = started.iter().any(|l| !l.started());
         for l in started.iter().filter(|l| !l.started()) {
             eprintln!(
                 "sdm: {} could not start {exe}: {}",
@@ -924,12 +927,9 @@ async fn run_console(
             );
         }
     } else {
-        for l in console
-            .attach(&attach)
-            .await?
-            .iter()
-            .filter(|l| !l.started())
-        {
+        let attached = console.attach(&attach).await?;
+        start_failed = attached.iter().any(|l| !l.started());
+        for l in attached.iter().filter(|l| !l.started()) {
             eprintln!(
                 "sdm: {} could not attach: {}",
                 l.ids,
@@ -966,6 +966,9 @@ async fn run_console(
         }
     } else if c.commands.is_empty() {
         line_editor(&mut console).await?;
+    } else if start_failed {
+        eprintln!("sdm: the script is not run: a program could not start");
+        failed = true;
     } else {
         for cmd in &c.commands {
             match console.command(cmd, &mut out).await {

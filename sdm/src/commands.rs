@@ -50,7 +50,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "break",
         usage: "break FUNCTION|0xADDRESS|FILE:LINE [IDS] [if COND]",
-        about: "set a breakpoint; the programs stop when they reach it (FILE:LINE and conditions through gdb); hits print merged, `[1,3] breakpoint 2 at f.c:42 in relax()`",
+        about: "set a breakpoint (running programs are stopped for it and continued); the programs stop when they reach it (FILE:LINE and conditions through gdb); hits print merged, `[1,3] breakpoint 2 at f.c:42 in relax()`",
     },
     Command {
         name: "tbreak",

@@ -604,6 +604,7 @@ impl Console {
                 let lines = self.request(&dest, &format!("{id} [] {service}()")).await?;
                 failed =
                     self.print_lines(verb, &lines, out, |r| match (service, r.results.first()) {
+                        _ if crate::words::is_error(r) => crate::words::reply(r),
                         (_, Some(Value::Str(s))) => s.clone(),
                         ("stop", Some(Value::Int(0))) => "stopped".into(),
                         ("cont", Some(Value::Int(0))) => "running".into(),

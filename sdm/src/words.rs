@@ -57,15 +57,37 @@ pub fn event(text: &str, breakpoint_number: impl Fn(&str) -> Option<u32>) -> Str
 }
 
 /// Whether a reply reports a failure: an `error(…)` reply (a request the server could not
-/// read) or a service whose result is an error text.
+/// read), a service whose result is an error text, or a request about a process that has
+/// ended.
 pub fn is_error(r: &BasicReply) -> bool {
     r.service == "error"
+        || ended(r).is_some()
         || matches!(r.results.first(), Some(Value::Str(s)) if s.starts_with("error"))
 }
 
+/// How the process ended, in words, if `r` is the answer of a server whose process has
+/// ended (`process_terminated("exited",N)`) to a request that needs a live one.
+fn ended(r: &BasicReply) -> Option<String> {
+    if r.service != "process_terminated" {
+        return None;
+    }
+    match r.results.as_slice() {
+        [Value::Str(how), Value::Int(c)] if how == "exited" => {
+            Some(format!("exited with status {c}"))
+        }
+        [Value::Str(how), Value::Str(sig)] if how == "killed" => {
+            Some(format!("killed by signal {sig}"))
+        }
+        _ => None,
+    }
+}
+
 /// A reply in plain words: its text result (a status line, an error), `ok` for a bare
-/// success, otherwise its results as OMIS values.
+/// success, how the process ended, otherwise its results as OMIS values.
 pub fn reply(r: &BasicReply) -> String {
+    if let Some(end) = ended(r) {
+        return end;
+    }
     match r.results.as_slice() {
         [Value::Str(s)] if r.service == "error" && !s.starts_with("error") => format!("error: {s}"),
         [Value::Str(s), ..] => s.clone(),
@@ -141,5 +163,11 @@ mod tests {
         assert!(!is_error(&ok));
         assert_eq!(reply(&ok), "ok");
         assert_eq!(reply(&r("1 [] number_of_nodes(4)")), "4");
+        // About a process that has ended: how it ended, a failure of the request.
+        let ended = r("4 [0-3] process_terminated(\"exited\",3)");
+        assert_eq!(reply(&ended), "exited with status 3");
+        assert!(is_error(&ended));
+        let killed = r("4 [0-3] process_terminated(\"killed\",\"SIGTERM\")");
+        assert_eq!(reply(&killed), "killed by signal SIGTERM");
     }
 }

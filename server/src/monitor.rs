@@ -32,6 +32,7 @@ use sdm_proto::IdSet;
 pub use crate::unwind::{Frame, SIGNAL_FRAME};
 use crate::unwind::{Stacks, read_maps};
 
+mod session;
 mod symbolic;
 pub use symbolic::{FrameMove, Step};
 
@@ -606,25 +607,53 @@ impl Monitor {
         }
     }
 
-    /// Kills the process and reaps it.
+    /// Kills the process and reaps it: a program started here with every process of its
+    /// session and their descendants (SIGTERM, then SIGKILL after [`session::GRACE`]).
     pub fn kill(&mut self) -> MonResult<()> {
         self.drop_symbolic();
         let p = self.proc()?;
         if matches!(p.state, ProcState::Exited(_) | ProcState::Signaled(_)) {
             return Ok(());
         }
-        match p.child.as_mut() {
-            Some(c) => {
-                let _ = c.kill();
-                let _ = c.wait();
+        if p.child.is_some() && p.traced {
+            // Untraced first (breakpoints out), so SIGTERM reaches it as it reaches
+            // the others, not as a ptrace stop.
+            self.detach();
+        }
+        let p = self.proc()?;
+        match p.state.clone() {
+            // It ended meanwhile (reaped while being untraced).
+            ProcState::Exited(c) => {
+                self.report_exit(format!("process_terminated(\"exited\",{c})"));
+                return Ok(());
             }
+            ProcState::Signaled(s) => {
+                self.report_exit(format!("process_terminated(\"killed\",\"{s}\")"));
+                return Ok(());
+            }
+            _ => {}
+        }
+        // A program started here ends with its whole session, as srun ends a step; a
+        // process attached to is killed alone.
+        let end = match p.child.as_mut() {
+            Some(c) => session::end(c, p.traced, session::GRACE),
             None => {
                 let _ = kill(p.pid, Signal::SIGKILL);
                 let _ = waitpid(p.pid, Some(WaitPidFlag::__WALL));
+                session::End::Signaled(Signal::SIGKILL)
             }
-        }
-        p.state = ProcState::Signaled("SIGKILL".into());
-        self.report_exit("process_terminated(\"killed\",\"SIGKILL\")".into());
+        };
+        let event = match end {
+            session::End::Exited(c) => {
+                p.state = ProcState::Exited(c);
+                format!("process_terminated(\"exited\",{c})")
+            }
+            session::End::Signaled(s) => {
+                p.state = ProcState::Signaled(s.to_string());
+                format!("process_terminated(\"killed\",\"{s}\")")
+            }
+        };
+        self.report_exit(event);
         Ok(())
     }
 
@@ -1018,9 +1047,15 @@ impl Monitor {
         p.stdin = None;
         let readers = std::mem::take(&mut p.readers);
         let tx = self.stdio.clone();
+        // What the program started and left behind ends with it (it would hold the
+        // output open); a process attached to is not ours to end.
+        let session = p.child.is_some().then_some(p.pid);
         let spawned = std::thread::Builder::new()
             .name("sdm-exit".into())
             .spawn(move || {
+                if let Some(sid) = session {
+                    session::end_rest(sid, session::GRACE);
+                }
                 for r in readers {
                     let _ = r.join();
                 }

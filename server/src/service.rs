@@ -20,7 +20,7 @@ use sdm_omis::Registry;
 use sdm_overlay::driver::{Delivery, Replier};
 
 use crate::error::{Error, ErrorKind};
-use crate::monitor::{Monitor, MonitorHandle, hostname};
+use crate::monitor::{Monitor, MonitorHandle, ProcState, hostname};
 use crate::plugin::ServicePlugin;
 
 pub use sdm_proto::service::{COUNTERS, EVALUATE, OMIS, PROCSTAT, SDM};
@@ -480,18 +480,29 @@ fn procstat_service(req: Request, reply: Reply) {
 
 /// [`EVALUATE`]: the payload is an expression, evaluated by the symbolic debugger in the
 /// process's selected frame; the reply is `{"EXPR": "VALUE"}` when the value is a number
-/// (the `stats` filter's leaf input), an error naming the expression otherwise.
+/// (the `stats` filter's leaf input), otherwise a `stats` record holding the error (see
+/// `Stats::error_record`), which the filter carries up with this server's id.
 fn evaluate_service(req: Request, reply: Reply) {
+    use sdm_overlay::filters::builtin::Stats;
     let expr = String::from_utf8_lossy(req.payload()).into_owned();
     let asked = expr.clone();
+    let me = sdm_proto::IdSet::single(req.server());
     req.monitor().submit_then(
-        move |m| m.evaluate(&asked),
+        move |m| match m.state() {
+            // Said alike by every rank that ended alike (no pid), so they merge.
+            Some(ProcState::Exited(c)) => Err(format!("exited with status {c}")),
+            Some(ProcState::Signaled(s)) => Err(format!("killed by signal {s}")),
+            _ => m.evaluate(&asked).map_err(|e| e.to_string()),
+        },
         move |got| match got {
             Ok(v) if v.parse::<sdm_overlay::filters::Decimal>().is_ok() => {
                 reply.send(serde_json::json!({ expr: v }).to_string())
             }
-            Ok(v) => reply.send(format!("error: {expr} = {v} is not a number")),
-            Err(e) => reply.send(format!("error: {e}")),
+            Ok(v) => reply.send(Stats::error_record(
+                &format!("{expr} = {v} is not a number"),
+                &me,
+            )),
+            Err(e) => reply.send(Stats::error_record(&e, &me)),
         },
     );
 }

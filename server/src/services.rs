@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use sdm_overlay::auth::{hex_decode, hex_encode};
 
-use crate::monitor::{AsyncRequest, FrameMove, Monitor, Step};
+use crate::monitor::{AsyncRequest, FrameMove, Monitor, ProcState, Step};
 use sdm_proto::IdSet;
 
 use sdm_omis::{
@@ -474,6 +474,17 @@ pub fn execute(registry: &Registry<Monitor>, m: &mut Monitor, text: &str) -> Str
     };
     let mut replies = Vec::new();
     for action in actions {
+        // About a process that has ended, the answer is how it ended (the same on every
+        // rank that ended alike, so they merge), not each service's own failure.
+        if let Some(end) = ended(m, &action.service) {
+            replies.push(BasicReply {
+                id: action.id,
+                senders: IdSet::new(),
+                service: ENDED.into(),
+                results: end,
+            });
+            continue;
+        }
         let results = match registry.call(m, action) {
             Ok(v) => v,
             Err(e) => vec![Value::Str(format!("error: {e}"))],
@@ -486,6 +497,45 @@ pub fn execute(registry: &Registry<Monitor>, m: &mut Monitor, text: &str) -> Str
         });
     }
     sdm_omis::Reply(replies).to_string()
+}
+
+/// The service name of the reply to a request that needs a live process when the
+/// process has ended: `process_terminated("exited",N)` or `process_terminated("killed",
+/// "SIGNAME")`, as the event of its end says.
+pub const ENDED: &str = "process_terminated";
+
+/// The services that act on a live process (by the names they are asked by).
+const NEED_A_LIVE_PROCESS: [&str; 17] = [
+    "stop",
+    "cont",
+    "continue",
+    "stack_backtrace",
+    "read_memory",
+    "write_memory",
+    "read_int_registers",
+    "read_int_regs",
+    "breakpoint",
+    "process_info",
+    "sdm_print",
+    "sdm_locals",
+    "sdm_frame",
+    "sdm_list",
+    "sdm_break",
+    "sdm_watch",
+    "sdm_step",
+];
+
+/// How the process ended, as reply results, if `service` needs a live process and the
+/// monitor's process has ended.
+fn ended(m: &Monitor, service: &str) -> Option<Vec<Value>> {
+    if !NEED_A_LIVE_PROCESS.contains(&service) {
+        return None;
+    }
+    match m.state()? {
+        ProcState::Exited(c) => Some(vec![Value::Str("exited".into()), Value::Int(i64::from(c))]),
+        ProcState::Signaled(s) => Some(vec![Value::Str("killed".into()), Value::Str(s)]),
+        _ => None,
+    }
 }
 
 /// The events a request may wait for, and what each passes to its actions as `$1`, `$2`…

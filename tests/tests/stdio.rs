@@ -227,12 +227,32 @@ fn a_program_that_cannot_start_fails_the_run_at_once() {
             && stderr.contains("No such file"),
         "{stderr}"
     );
-    // Scripted: the commands run, and the run still fails.
+    // Scripted: the script stops there (its commands would all fail), and the run fails.
     let out = sdm_run_status(
-        &["-n", "4", "-c", "status", "--", "/nonexistent/program"],
+        &[
+            "-n",
+            "4",
+            "-c",
+            "status",
+            "-c",
+            "bt",
+            "--",
+            "/nonexistent/program",
+        ],
         b"",
     );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the script is not run: a program could not start"),
+        "{stderr}"
+    );
+    // No command ran: none answered, none failed.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{out:?}");
+    assert!(
+        !stderr.contains("sdm: status") && !stderr.contains("sdm: bt"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -257,7 +277,7 @@ fn nothing_is_lost_when_a_script_ends_with_kill() {
     let (last, others) = numbered_lines(&text);
     let mut exits = IdSet::new();
     // The exit events (the `kill` command's own reply says only "killed").
-    for line in others.iter().filter(|l| l.contains("SIGKILL")) {
+    for line in others.iter().filter(|l| l.contains("killed by signal")) {
         let (id, _) = line.split_once(' ').unwrap();
         let id: IdSet = id.parse().unwrap_or_else(|e| panic!("{line:?}: {e}"));
         assert!(exits.is_disjoint(&id), "{line}: a second exit");

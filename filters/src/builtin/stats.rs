@@ -82,12 +82,34 @@ impl KeyStats {
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct StatsRecord {
     keys: BTreeMap<String, KeyStats>,
+    /// What ids answered with an error instead of values, by error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    errors: Vec<ErrorIds>,
+}
+
+/// One error, and the ids that answered with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ErrorIds {
+    error: String,
+    #[serde(with = "ids_text")]
+    ids: IdSet,
+}
+
+/// Adds `add` to `into`, merging the ids of equal errors.
+fn merge_errors(into: &mut Vec<ErrorIds>, add: Vec<ErrorIds>) {
+    for e in add {
+        match into.iter_mut().find(|i| i.error == e.error) {
+            Some(i) => i.ids.union_with(&e.ids),
+            None => into.push(e),
+        }
+    }
 }
 
 /// Per-key statistics.
 #[derive(Debug, Default)]
 pub struct Stats {
     keys: BTreeMap<String, KeyStats>,
+    errors: Vec<ErrorIds>,
     folded: FoldedIds,
 }
 
@@ -130,17 +152,24 @@ impl Filter for Stats {
                 let s = KeyStats::single(v, sources).ok_or_else(|| overflow("stats", sources))?;
                 keys.insert(k, s);
             }
-            Ok(StatsRecord { keys })
+            Ok(StatsRecord {
+                keys,
+                errors: Vec::new(),
+            })
         })?;
         merge_keys(&mut self.keys, add.keys).ok_or_else(|| overflow("stats", sources))?;
+        merge_errors(&mut self.errors, add.errors);
         self.folded.add(sources);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
         let s = std::mem::take(self);
-        Ok(s.folded
-            .into_groups(|| record::encode("stats", &StatsRecord { keys: s.keys })))
+        let body = StatsRecord {
+            keys: s.keys,
+            errors: s.errors,
+        };
+        Ok(s.folded.into_groups(|| record::encode("stats", &body)))
     }
 
     fn finish(&mut self) -> Result<Vec<Group>, FilterError> {
@@ -148,8 +177,11 @@ impl Filter for Stats {
         for v in s.keys.values_mut() {
             v.mean = v.sum.div_int(v.count);
         }
-        Ok(s.folded
-            .into_groups(|| record::encode("stats", &StatsRecord { keys: s.keys })))
+        let body = StatsRecord {
+            keys: s.keys,
+            errors: s.errors,
+        };
+        Ok(s.folded.into_groups(|| record::encode("stats", &body)))
     }
 }
 
@@ -157,6 +189,27 @@ impl Stats {
     /// Reads a `stats` record (flushed or finished) back into its per-key statistics.
     pub fn decode(payload: &[u8]) -> Result<BTreeMap<String, KeyStats>, FilterError> {
         Ok(record::decode::<StatsRecord>("stats", "stats", payload, &IdSet::new())?.keys)
+    }
+
+    /// Reads the errors of a `stats` record: each error with the ids that answered with it
+    /// instead of values.
+    pub fn decode_errors(payload: &[u8]) -> Result<Vec<(IdSet, String)>, FilterError> {
+        let r = record::decode::<StatsRecord>("stats", "stats", payload, &IdSet::new())?;
+        Ok(r.errors.into_iter().map(|e| (e.ids, e.error)).collect())
+    }
+
+    /// The leaf answer of `ids` that have no values but an error: a record the filter
+    /// folds like any other, so the error reaches the tool with the ids that gave it (and
+    /// identical errors merge on the way).
+    pub fn error_record(error: &str, ids: &IdSet) -> bytes::Bytes {
+        let body = StatsRecord {
+            keys: BTreeMap::new(),
+            errors: vec![ErrorIds {
+                error: error.to_owned(),
+                ids: ids.clone(),
+            }],
+        };
+        record::encode("stats", &body)
     }
 }
 
@@ -180,5 +233,27 @@ mod tests {
         assert_eq!(t.max_ids.to_string(), "[2-3]");
         assert_eq!(k["n"].count, 2);
         assert_eq!(g[0].sources.to_string(), "[0-3]");
+    }
+
+    #[test]
+    fn errors_travel_with_their_ids_and_merge() {
+        let mut f = Stats::new();
+        f.fold(b"t 1", &IdSet::single(0)).unwrap();
+        let no = Stats::error_record("no symbol t", &IdSet::single(1));
+        f.fold(&no, &IdSet::single(1)).unwrap();
+        // Through an interior node: a flushed record folds again.
+        let mut up = Stats::new();
+        for g in f.flush().unwrap() {
+            up.fold(&g.payload, &g.sources).unwrap();
+        }
+        let no = Stats::error_record("no symbol t", &IdSet::single(2));
+        up.fold(&no, &IdSet::single(2)).unwrap();
+        let g = up.finish().unwrap();
+        assert_eq!(g.len(), 1);
+        assert_eq!(Stats::decode(&g[0].payload).unwrap()["t"].count, 1);
+        assert_eq!(
+            Stats::decode_errors(&g[0].payload).unwrap(),
+            vec![("[1-2]".parse().unwrap(), "no symbol t".to_owned())]
+        );
     }
 }

@@ -475,28 +475,49 @@ impl Console {
             let decoded = (g.status == Status::Replied)
                 .then(|| Stats::decode(&g.payload).ok())
                 .flatten();
+            // Ranks that answered with an error instead of a value (the same error of
+            // many ranks merged in the tree).
+            let errors = match decoded {
+                Some(_) => Stats::decode_errors(&g.payload).unwrap_or_default(),
+                None => Vec::new(),
+            };
+            let erred = errors.iter().fold(IdSet::new(), |acc, (ids, _)| &acc | ids);
+            let valued = &g.sources - &erred;
             match decoded.as_ref().and_then(|keys| keys.get(expr)) {
+                None if !errors.is_empty() => {}
                 Some(k) => {
                     let mean = k.mean.map_or_else(|| "?".into(), |m| m.to_string());
                     if self.json {
                         writeln!(
                             out,
                             "{}",
-                            serde_json::json!({"command": "print -stats", "ids": g.sources.to_string(), "expression": expr,
+                            serde_json::json!({"command": "print -stats", "ids": valued.to_string(), "expression": expr,
                                 "min": k.min.to_string(), "min_ids": k.min_ids.to_string(), "mean": mean,
                                 "max": k.max.to_string(), "max_ids": k.max_ids.to_string(), "count": k.count})
                         )?;
                     } else {
                         writeln!(
                             out,
-                            "{} {expr}: min {} {}, mean {mean}, max {} {}",
-                            g.sources, k.min, k.min_ids, k.max, k.max_ids
+                            "{valued} {expr}: min {} {}, mean {mean}, max {} {}",
+                            k.min, k.min_ids, k.max, k.max_ids
                         )?;
                     }
                 }
                 None => {
                     failed = true;
                     other.push(g);
+                }
+            }
+            for (ids, error) in &errors {
+                failed = true;
+                if self.json {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({"command": "print -stats", "ids": ids.to_string(), "expression": expr, "error": error})
+                    )?;
+                } else {
+                    writeln!(out, "{ids} error: {error}")?;
                 }
             }
         }
@@ -554,6 +575,9 @@ impl Console {
             anyhow::bail!("{cmd}: give FILE:LINE or a function (`help {cmd}`)");
         }
         let dest = self.ranks(ids)?;
+        // Running ranks are stopped for the insertion and continued after it, as `bt`
+        // does for its walk.
+        let paused = self.stop_running(&dest).await?;
         let id = self.id();
         let text = format!(
             "{id} [] sdm_break({},{},{})",
@@ -564,6 +588,7 @@ impl Console {
         let lines = self
             .request_within(&dest, &text, super::SYMBOLIC_TIMEOUT_MS)
             .await?;
+        let resumed = self.resume(&paused, cmd, out).await?;
         let set = ok_ids(&lines);
         if !set.is_empty() {
             let n = self.state.add_breakpoint(location, &set);
@@ -601,6 +626,43 @@ impl Console {
             }
         }
         let bad: Vec<Line> = lines.into_iter().filter(line_failed).collect();
+        Ok(self.print_lines(cmd, &bad, out, crate::words::reply)? | resumed)
+    }
+
+    /// Stops the ranks of `dest` whose programs run; returns those it stopped.
+    async fn stop_running(&mut self, dest: &IdSet) -> anyhow::Result<IdSet> {
+        let id = self.id();
+        let status = self.request(dest, &format!("{id} [] sdm_status()")).await?;
+        let running: IdSet = status
+            .iter()
+            .filter(|l| {
+                l.reply.as_ref().and_then(|r| r.results.first())
+                    == Some(&Value::Str("running".into()))
+            })
+            .fold(IdSet::new(), |acc, l| &acc | &l.ids);
+        if running.is_empty() {
+            return Ok(running);
+        }
+        let id = self.id();
+        Ok(ok_ids(
+            &self.request(&running, &format!("{id} [] stop()")).await?,
+        ))
+    }
+
+    /// Continues the ranks [`Console::stop_running`] stopped; prints those that could not
+    /// continue and says whether there were any.
+    async fn resume(
+        &mut self,
+        ranks: &IdSet,
+        cmd: &str,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<bool> {
+        if ranks.is_empty() {
+            return Ok(false);
+        }
+        let id = self.id();
+        let cont = self.request(ranks, &format!("{id} [] cont()")).await?;
+        let bad: Vec<Line> = cont.into_iter().filter(line_failed).collect();
         self.print_lines(cmd, &bad, out, crate::words::reply)
     }
 }
