@@ -730,120 +730,6 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes whole lines through rustyline's external printer, so output that arrives while
-/// the user types appears above the prompt instead of inside the line being edited.
-struct PromptSafe<P: rustyline::ExternalPrinter>(P, Vec<u8>);
-
-impl<P: rustyline::ExternalPrinter> std::io::Write for PromptSafe<P> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.1.extend_from_slice(buf);
-        while let Some(i) = self.1.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.1.drain(..=i).collect();
-            self.0
-                .print(String::from_utf8_lossy(&line).into_owned())
-                .map_err(std::io::Error::other)?;
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The interactive console: a line editor (history kept in ~/.sdm_history, tab completion
-/// of commands and of the program's functions) on its own thread; output and events keep
-/// printing while a line is being typed; Ctrl-C at the prompt stops the programs.
-async fn line_editor(console: &mut crate::console::Console) -> anyhow::Result<()> {
-    use rustyline::error::ReadlineError;
-    let (line_tx, mut line_rx) = tokio::sync::mpsc::channel::<String>(1);
-    // After each command: the prompt for the next (it shows the focus).
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<String>();
-    let (printer_tx, printer_rx) = tokio::sync::oneshot::channel();
-    let history = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".sdm_history"));
-    let functions = console
-        .program()
-        .map(|p| crate::commands::function_names(std::path::Path::new(p)))
-        .unwrap_or_default();
-    std::thread::spawn(move || {
-        let mut rl = match rustyline::Editor::<
-            crate::commands::Completion,
-            rustyline::history::DefaultHistory,
-        >::new()
-        {
-            Ok(rl) => rl,
-            Err(e) => {
-                eprintln!("sdm: no line editor: {e}");
-                return;
-            }
-        };
-        rl.set_helper(Some(crate::commands::Completion { functions }));
-        if let Some(h) = &history {
-            let _ = rl.load_history(h);
-        }
-        let _ = printer_tx.send(rl.create_external_printer().ok());
-        let mut prompt = String::from("sdm> ");
-        loop {
-            match rl.readline(&prompt) {
-                Ok(line) => {
-                    let _ = rl.add_history_entry(line.as_str());
-                    // Wait for the command to finish before prompting again.
-                    match line_tx
-                        .blocking_send(line)
-                        .ok()
-                        .and_then(|()| done_rx.recv().ok())
-                    {
-                        Some(p) => prompt = p,
-                        None => break,
-                    }
-                }
-                // As in gdb, Ctrl-C stops the programs.
-                Err(ReadlineError::Interrupted) => {
-                    match line_tx
-                        .blocking_send("stop".into())
-                        .ok()
-                        .and_then(|()| done_rx.recv().ok())
-                    {
-                        Some(p) => prompt = p,
-                        None => break,
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        if let Some(h) = &history {
-            let _ = rl.save_history(h);
-        }
-    });
-    let mut printer = printer_rx
-        .await
-        .ok()
-        .flatten()
-        .map(|p| PromptSafe(p, Vec::new()));
-    let mut stdout = std::io::stdout();
-    loop {
-        let far = tokio::time::Instant::now() + Duration::from_secs(3600);
-        tokio::select! {
-            line = line_rx.recv() => {
-                let Some(line) = line else { return Ok(()) };
-                match console.command(&line, &mut stdout).await {
-                    Ok(crate::console::Flow::Continue { .. }) => {}
-                    Ok(crate::console::Flow::Quit) => return Ok(()),
-                    Err(e) => eprintln!("sdm: {e:#}"),
-                }
-                stdout.flush()?;
-                let _ = done_tx.send(console.prompt());
-            }
-            r = async {
-                match printer.as_mut() {
-                    Some(p) => console.pump(far, p).await,
-                    None => console.pump(far, &mut std::io::stdout()).await,
-                }
-            } => r?,
-        }
-    }
-}
-
 /// `sdm run` and `sdm attach`: a tree of `n` servers, each starting `program` or attaching
 /// to its rank's pid in `attach`, then the console.
 async fn run_console(
@@ -965,7 +851,7 @@ async fn run_console(
             failed = true;
         }
     } else if c.commands.is_empty() {
-        line_editor(&mut console).await?;
+        crate::editor::line_editor(&mut console, c.json).await?;
     } else {
         for cmd in &c.commands {
             match console.command(cmd, &mut out).await {

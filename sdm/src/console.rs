@@ -103,6 +103,9 @@ pub struct Console {
     stop_at_main: bool,
     /// Numbers of the temporary breakpoints (`tbreak`): gone from a rank once it hits one.
     temporary: std::collections::BTreeSet<u32>,
+    /// Where the programs' stderr goes instead of the process's (the interactive
+    /// console's [`crate::screen`]).
+    stderr: Option<Box<dyn Write + Send>>,
 }
 
 /// One merged result line: who, what happened, and the OMIS reply (if any).
@@ -139,6 +142,7 @@ impl Console {
             groups: debug::Groups::default(),
             stop_at_main: false,
             temporary: Default::default(),
+            stderr: None,
             session,
         }
     }
@@ -188,6 +192,12 @@ impl Console {
     pub fn set_stdio(&mut self, label: bool, lag: Duration) {
         self.label = label;
         self.stdio = Aligner::new(self.stdio.running().clone(), lag);
+    }
+
+    /// Sends the programs' stderr lines to `w` instead of the process's stderr (`None`:
+    /// back to it).
+    pub fn set_stderr(&mut self, w: Option<Box<dyn Write + Send>>) {
+        self.stderr = w;
     }
 
     /// Ranks whose program has ended.
@@ -255,7 +265,11 @@ impl Console {
             None => (STDOUT, "".into()),
         };
         let mut err = std::io::stderr();
-        let w: &mut dyn Write = if stream == STDERR { &mut err } else { out };
+        let w: &mut dyn Write = match (stream == STDERR, self.stderr.as_mut()) {
+            (true, Some(e)) => e,
+            (true, None) => &mut err,
+            (false, _) => out,
+        };
         if self.json {
             let name = if stream == STDERR { "stderr" } else { "stdout" };
             writeln!(
