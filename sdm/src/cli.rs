@@ -268,9 +268,17 @@ fn tree_size(shape: &Shape, n: Option<u32>) -> anyhow::Result<u32> {
 struct ConsoleArgs {
     #[command(flatten)]
     tree: TreeArgs,
-    /// A console command to run (repeatable, in order); without any, the console is interactive.
+    /// A console command to run (repeatable, in order); without any (and without -x), the
+    /// console is interactive on a terminal.
     #[arg(short = 'c', long = "command")]
     commands: Vec<String>,
+    /// A command file to run after the -c commands (repeatable, in order): one console
+    /// command a line, blank lines and `#` comments skipped; an error names FILE:LINE. `-`
+    /// reads commands from standard input until its end, as `sdm attach` (and `sdm run
+    /// --attach`) do without a terminal; `sdm run` without a terminal otherwise passes its
+    /// standard input to the programs, as srun does.
+    #[arg(short = 'x', long = "command-file", value_name = "FILE")]
+    command_files: Vec<PathBuf>,
     /// Machine-readable output (JSON lines).
     #[arg(long)]
     json: bool,
@@ -743,6 +751,8 @@ async fn run_console(
         Some(o) => o,
         None => c.tree.options(n)?,
     };
+    // Command files are read now: a missing one is named before anything starts.
+    let mut script = crate::script::sources(&c.commands, &c.command_files)?;
     let window = if c.no_coalesce {
         Duration::ZERO
     } else {
@@ -826,7 +836,11 @@ async fn run_console(
     let mut failed = !r.failed.is_empty();
     let mut out = std::io::stdout();
     let interactive = std::io::stdin().is_terminal();
-    if c.commands.is_empty() && !interactive {
+    if script.is_empty() && !interactive && !attach.is_empty() {
+        // Processes attached to take no input from here: it holds commands, as gdb's does.
+        script.push(crate::script::Source::Stdin);
+    }
+    if script.is_empty() && !interactive {
         // Like srun: standard input goes to the programs; wait for them to end.
         let (tx, rx) = tokio::sync::mpsc::channel::<Option<String>>(64);
         std::thread::spawn(move || {
@@ -850,19 +864,12 @@ async fn run_console(
             eprintln!("sdm: {e:#}");
             failed = true;
         }
-    } else if c.commands.is_empty() {
+    } else if script.is_empty() {
         crate::editor::line_editor(&mut console, c.json).await?;
     } else {
-        for cmd in &c.commands {
-            match console.command(cmd, &mut out).await {
-                Ok(crate::console::Flow::Continue { failed: f }) => failed |= f,
-                Ok(crate::console::Flow::Quit) => break,
-                Err(e) => {
-                    eprintln!("sdm: {cmd}: {e:#}");
-                    failed = true;
-                }
-            }
-        }
+        failed |= crate::script::run(&mut console, &script, &mut out)
+            .await?
+            .failed;
     }
     // Like srun: the largest exit status of the programs, at least 1 when a program
     // could not start, a server was lost or a command failed.
@@ -885,23 +892,24 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
             // A job still starting gets a few seconds to fill its table.
             let t = sdm_server::mpir::read_proctable_waiting(pid, Duration::from_secs(10))?;
             if a.table {
-                print_proctable(&t, a.console.json);
+                print_proctable(&t.tasks, a.console.json);
                 return Ok(());
             }
             tracing::info!("launcher {pid}: {} ranks ({:?})", t.tasks.len(), t.source);
             t.tasks.into_iter().map(|d| (d.host, d.pid)).collect()
         }
-        None => parse_host_pids(&a.pids)?,
+        None => {
+            let tasks = parse_host_pids(&a.pids)?;
+            if a.table {
+                print_proctable(&pids_table(&tasks)?, a.console.json);
+                return Ok(());
+            }
+            tasks
+        }
     };
     let n = u32::try_from(tasks.len()).context("too many ranks")?;
     let here = sdm_server::monitor::hostname();
-    let is_here = |h: &str| {
-        h.is_empty()
-            || h == here
-            || h == "localhost"
-            || h.starts_with("127.")
-            || h.split('.').next() == here.split('.').next()
-    };
+    let is_here = |h: &str| is_this_host(h, &here);
     let mut opts = a.console.tree.options(n)?;
     // Servers go where the tasks are: on this host by fork, on others through ssh, one per
     // rank in rank order (the ssh launcher places rank i on hosts[i]).
@@ -911,6 +919,16 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
     }
     let pids = tasks.iter().map(|&(_, p)| p).collect();
     run_console(n, a.console, Some(opts), pids, Vec::new()).await
+}
+
+/// Whether `host` (a name from a process table or `--pids`, empty for none) is this host,
+/// named `here`.
+fn is_this_host(host: &str, here: &str) -> bool {
+    host.is_empty()
+        || host == here
+        || host == "localhost"
+        || host.starts_with("127.")
+        || host.split('.').next() == here.split('.').next()
 }
 
 /// `--pids HOST:PID,...` (a bare PID is on this host) in rank order.
@@ -928,9 +946,49 @@ fn parse_host_pids(items: &[String]) -> anyhow::Result<Vec<(String, u32)>> {
         .collect()
 }
 
-/// `sdm attach PID --table`: the process table, one rank per line.
-fn print_proctable(t: &sdm_server::mpir::ProcTable, json: bool) {
-    for d in &t.tasks {
+/// `--pids` as a process table: a task on this host named by its executable (its pid
+/// must exist), one elsewhere by `?` (its host is not asked).
+fn pids_table(tasks: &[(String, u32)]) -> anyhow::Result<Vec<sdm_server::mpir::ProcDesc>> {
+    let here = sdm_server::monitor::hostname();
+    let mut out = Vec::new();
+    for (rank, (host, pid)) in (0u32..).zip(tasks) {
+        let local = is_this_host(host, &here);
+        let executable = if local {
+            local_executable(*pid)
+                .with_context(|| format!("--pids: rank {rank}: no process {pid} on this host"))?
+        } else {
+            "?".into()
+        };
+        out.push(sdm_server::mpir::ProcDesc {
+            rank,
+            host: if host.is_empty() {
+                here.clone()
+            } else {
+                host.clone()
+            },
+            executable,
+            pid: *pid,
+        });
+    }
+    Ok(out)
+}
+
+/// The executable of process `pid` on this host: its path, else (another user's process)
+/// the first word of its command line.
+fn local_executable(pid: u32) -> std::io::Result<String> {
+    match std::fs::read_link(format!("/proc/{pid}/exe")) {
+        Ok(p) => Ok(p.display().to_string()),
+        Err(e) => {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).map_err(|_| e)?;
+            let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+            Ok(String::from_utf8_lossy(argv0).into_owned())
+        }
+    }
+}
+
+/// `sdm attach PID --table` (or `--pids ... --table`): the process table, one rank per line.
+fn print_proctable(tasks: &[sdm_server::mpir::ProcDesc], json: bool) {
+    for d in tasks {
         if json {
             println!(
                 "{}",
