@@ -106,6 +106,9 @@ pub struct Console {
     /// Where the programs' stderr goes instead of the process's (the interactive
     /// console's [`crate::screen`]).
     stderr: Option<Box<dyn Write + Send>>,
+    /// Output is taken from the tree only while this has room (the interactive console's
+    /// terminal keeps up); the programs wait meanwhile.
+    room: Option<crate::screen::Room>,
 }
 
 /// One merged result line: who, what happened, and the OMIS reply (if any).
@@ -143,6 +146,7 @@ impl Console {
             stop_at_main: false,
             temporary: Default::default(),
             stderr: None,
+            room: None,
             session,
         }
     }
@@ -198,6 +202,11 @@ impl Console {
     /// back to it).
     pub fn set_stderr(&mut self, w: Option<Box<dyn Write + Send>>) {
         self.stderr = w;
+    }
+
+    /// Takes output from the tree (in [`Console::pump`]) only while `room` has room.
+    pub fn set_room(&mut self, room: Option<crate::screen::Room>) {
+        self.room = room;
     }
 
     /// Ranks whose program has ended.
@@ -372,13 +381,22 @@ impl Console {
         self.flush_stdio(all, out)
     }
 
-    /// Prints output and events as they come, for at most 20 ms or until `until`.
+    /// Prints output and events as they come, for at most 20 ms or until `until` (taking
+    /// none while the terminal's [`crate::screen::Room`] is full).
     pub async fn pump(
         &mut self,
         until: tokio::time::Instant,
         out: &mut dyn Write,
     ) -> anyhow::Result<()> {
         let tick = tokio::time::Instant::now() + Duration::from_millis(20);
+        if let Some(room) = &self.room
+            && tokio::time::timeout_at(until.min(tick), room.wait())
+                .await
+                .is_err()
+        {
+            // The terminal is behind: the output waits in the tree (its programs in write).
+            return Ok(());
+        }
         tokio::select! {
             () = tokio::time::sleep_until(until.min(tick)) => {}
             ev = self.session.next_event() => match ev {

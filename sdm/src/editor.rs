@@ -33,7 +33,9 @@ pub async fn line_editor(console: &mut Console, json: bool) -> anyhow::Result<()
     });
     let screen = Screen::start(printer_rx.await.ok().flatten());
     console.set_stderr(Some(Box::new(screen.writer(Stream::Err))));
+    console.set_room(Some(screen.room()));
     let r = command_loop(console, &mut line_rx, &done_tx, &screen).await;
+    console.set_room(None);
     console.set_stderr(None);
     // The editor thread ends (a `quit` waits for its `done`), and its printer with it.
     drop(done_tx);
@@ -41,8 +43,9 @@ pub async fn line_editor(console: &mut Console, json: bool) -> anyhow::Result<()
     r
 }
 
-/// Takes typed lines and runs them; between them, prints the programs' output, taking it
-/// from the tree only while the terminal keeps up.
+/// Takes typed lines and runs them; between them (and during `sleep`), prints the
+/// programs' output, taken from the tree only while the terminal keeps up (the console
+/// waits on the screen's [`crate::screen::Room`]).
 async fn command_loop(
     console: &mut Console,
     lines: &mut tokio::sync::mpsc::Receiver<String>,
@@ -66,10 +69,7 @@ async fn command_loop(
                 let _ = done.send(console.prompt());
             }
             // Cancelled when a line comes: nothing is lost, an event is taken whole.
-            r = async {
-                screen.room().await;
-                console.pump(far, &mut out).await
-            } => r?,
+            r = console.pump(far, &mut out) => r?,
         }
     }
 }

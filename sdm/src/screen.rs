@@ -9,7 +9,7 @@
 //! is this thread that waits then, while the command loop runs the command that was typed
 //! (whose end starts the next `readline`). What the terminal cannot take is held, not
 //! dropped: the console stops taking output from the tree while more than [`LIMIT`] bytes
-//! wait here ([`Screen::room`]), the tree's output credit stops, and the programs block
+//! wait here ([`Room`]), the tree's output credit stops, and the programs block
 //! in `write`. A command's answer is queued whatever waits, never held.
 
 use std::collections::VecDeque;
@@ -113,18 +113,9 @@ impl Screen {
         }
     }
 
-    /// Waits until less than [`LIMIT`] bytes wait for the terminal. Cancel-safe.
-    pub async fn room(&self) {
-        loop {
-            let taken = self.shared.taken.notified();
-            tokio::pin!(taken);
-            // Registered before the check, so a batch taken in between still wakes us.
-            taken.as_mut().enable();
-            if self.shared.lock().bytes < LIMIT {
-                return;
-            }
-            taken.await;
-        }
+    /// A handle to wait for room on this screen (see [`Room::wait`]).
+    pub fn room(&self) -> Room {
+        Room(self.shared.clone())
     }
 
     /// Closes the queue and waits, at most `patience`, for the writer thread to print what
@@ -142,6 +133,26 @@ impl Screen {
         };
         for (stream, bytes) in left {
             write_direct(stream, &bytes);
+        }
+    }
+}
+
+/// Waits for the terminal to take output: held by whatever takes output from the tree.
+#[derive(Clone)]
+pub struct Room(Arc<Shared>);
+
+impl Room {
+    /// Waits until less than [`LIMIT`] bytes wait for the terminal. Cancel-safe.
+    pub async fn wait(&self) {
+        loop {
+            let taken = self.0.taken.notified();
+            tokio::pin!(taken);
+            // Registered before the check, so a batch taken in between still wakes us.
+            taken.as_mut().enable();
+            if self.0.lock().bytes < LIMIT {
+                return;
+            }
+            taken.await;
         }
     }
 }
@@ -280,10 +291,11 @@ mod tests {
             w.write_all(b"\n").unwrap();
         }
         // Writing did not block; the queue is over its limit until the printer moves.
-        let waiting = tokio::time::timeout(Duration::from_millis(50), screen.room()).await;
+        let room = screen.room();
+        let waiting = tokio::time::timeout(Duration::from_millis(50), room.wait()).await;
         assert!(waiting.is_err(), "room while the terminal takes nothing");
         drop(release);
-        screen.room().await;
+        room.wait().await;
         drop(w);
         screen.finish(Duration::from_secs(60));
     }

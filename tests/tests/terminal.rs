@@ -1,7 +1,7 @@
 //! The interactive console on a real terminal (a tmux pane on its own tmux server, typed at
 //! with `send-keys`, everything it shows logged with `pipe-pane`): with sixteen ranks
-//! printing as fast as they can, Ctrl-C, `bt`, `cont`, `kill` and `quit` are each
-//! answered, and sdm ends. Waits are hang guards only; the checks are on what was shown.
+//! printing as fast as they can, Ctrl-C, `bt`, `cont`, `sleep`, `status`, `kill` and `quit`
+//! are each answered, and sdm ends. Waits are hang guards only; the checks are on what was shown.
 
 use sdm_e2e as support;
 
@@ -192,7 +192,12 @@ fn a_flood_of_output_never_keeps_commands_from_being_answered() {
     answered(&pane, &["C-c"], "[0-15] stopped");
     answered(&pane, &["bt --classes", "Enter"], "(representative ");
     let at = answered(&pane, &["cont", "Enter"], "[0-15] running");
-    pane.wait_for(at + 1024 * 1024, "] flood");
+    let at = pane.wait_for(at + 1024 * 1024, "] flood");
+    // A command that takes output itself (`sleep` prints while it waits), then the next.
+    let from = pane.shown().max(at);
+    pane.keys(&["sleep 1", "Enter"]);
+    pane.wait_for(from, "sleep 1");
+    answered(&pane, &["status", "Enter"], "[0-15] running");
     answered(&pane, &["kill", "Enter"], "[0-15] killed");
     pane.keys(&["quit", "Enter"]);
     assert_eq!(pane.status(), 0, "{}", pane.screen());
