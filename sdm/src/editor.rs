@@ -108,6 +108,7 @@ fn edit_lines(
         None
     };
     let _ = printer.send(p);
+    let signals = SignalKeys::off();
     let mut prompt = String::from("sdm> ");
     loop {
         let line = match rl.readline(&prompt) {
@@ -131,5 +132,37 @@ fn edit_lines(
     }
     if let Some(h) = &history {
         let _ = rl.save_history(h);
+    }
+    drop(signals);
+}
+
+/// The terminal without signal keys while the console runs: between two `readline`s
+/// (a command running) Ctrl-C would otherwise be SIGINT for sdm and its local servers,
+/// which share its process group; without it, Ctrl-C waits as a key, and the next
+/// `readline` takes it as Ctrl-C: stop. The terminal's mode comes back when this drops.
+struct SignalKeys(Option<nix::sys::termios::Termios>);
+
+impl SignalKeys {
+    fn off() -> SignalKeys {
+        use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+        let saved = tcgetattr(std::io::stdin()).ok();
+        if let Some(t) = &saved {
+            let mut quiet = t.clone();
+            quiet.local_flags.remove(LocalFlags::ISIG);
+            let _ = tcsetattr(std::io::stdin(), SetArg::TCSANOW, &quiet);
+        }
+        SignalKeys(saved)
+    }
+}
+
+impl Drop for SignalKeys {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            let _ = nix::sys::termios::tcsetattr(
+                std::io::stdin(),
+                nix::sys::termios::SetArg::TCSANOW,
+                t,
+            );
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The interactive console on a real terminal (a tmux pane on its own tmux server, typed at
 //! with `send-keys`, everything it shows logged with `pipe-pane`): with sixteen ranks
-//! printing as fast as they can, Ctrl-C, `bt`, `cont`, `sleep`, `status`, `kill` and `quit`
-//! are each answered, and sdm ends. Waits are hang guards only; the checks are on what was shown.
+//! printing as fast as they can, Ctrl-C (at the prompt, and while a command runs), `bt`,
+//! `cont`, `sleep`, `status`, `kill` and `quit` are each answered, and sdm ends. Waits are hang guards only; the checks are on what was shown.
 
 use sdm_e2e as support;
 
@@ -198,6 +198,11 @@ fn a_flood_of_output_never_keeps_commands_from_being_answered() {
     pane.keys(&["sleep 1", "Enter"]);
     pane.wait_for(from, "sleep 1");
     answered(&pane, &["status", "Enter"], "[0-15] running");
+    // Ctrl-C while a command runs: a stop once it is done, never a signal that ends sdm.
+    let from = pane.shown();
+    pane.keys(&["sleep 2", "Enter"]);
+    pane.wait_for(from, "sleep 2");
+    answered(&pane, &["C-c"], "[0-15] stopped");
     answered(&pane, &["kill", "Enter"], "[0-15] killed");
     pane.keys(&["quit", "Enter"]);
     assert_eq!(pane.status(), 0, "{}", pane.screen());
