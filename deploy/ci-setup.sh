@@ -20,7 +20,7 @@ export PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
 exec </dev/null
 
 MARKER_DIR=/run/sdmci
-PKGS=(openmpi-bin libopenmpi-dev slurm-wlm munge openssh-server openssh-client iproute2 procps gcc gdb graphviz)
+PKGS=(openmpi-bin libopenmpi-dev slurm-wlm munge openssh-server openssh-client iproute2 procps gcc gdb graphviz tmux)
 
 SLURM_CONF=/etc/slurm/slurm.conf
 SLURM_CPUS=256            # CPUs claimed for the node (the machine has 2): srun -n 256 fits

@@ -9,6 +9,8 @@
 //!   capabilities to make namespaces and links (root's CAP_SYS_ADMIN and CAP_NET_ADMIN; a
 //!   container may withhold them from root) and iproute2's `ip netns` works.
 //! - gdb (tests/stacks.rs): `sdm_have_gdb` when `gdb --version` runs.
+//! - tmux (tests/terminal.rs, a real terminal for the interactive console): `sdm_have_tmux`
+//!   when `tmux -V` runs.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -43,6 +45,10 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(sdm_have_gdb)");
     if ci || runs("gdb", &["--version"]) {
         println!("cargo::rustc-cfg=sdm_have_gdb");
+    }
+    println!("cargo::rustc-check-cfg=cfg(sdm_have_tmux)");
+    if ci || runs("tmux", &["-V"]) {
+        println!("cargo::rustc-cfg=sdm_have_tmux");
     }
     println!("cargo::rustc-check-cfg=cfg(sdm_have_netns)");
     if ci || (has_capabilities() && ip_netns_works()) {

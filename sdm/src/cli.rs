@@ -268,9 +268,17 @@ fn tree_size(shape: &Shape, n: Option<u32>) -> anyhow::Result<u32> {
 struct ConsoleArgs {
     #[command(flatten)]
     tree: TreeArgs,
-    /// A console command to run (repeatable, in order); without any, the console is interactive.
+    /// A console command to run (repeatable, in order); without any (and without -x), the
+    /// console is interactive on a terminal.
     #[arg(short = 'c', long = "command")]
     commands: Vec<String>,
+    /// A command file to run after the -c commands (repeatable, in order): one console
+    /// command a line, blank lines and `#` comments skipped; an error names FILE:LINE. `-`
+    /// reads commands from standard input until its end, as `sdm attach` (and `sdm run
+    /// --attach`) do without a terminal; `sdm run` without a terminal otherwise passes its
+    /// standard input to the programs, as srun does.
+    #[arg(short = 'x', long = "command-file", value_name = "FILE")]
+    command_files: Vec<PathBuf>,
     /// Machine-readable output (JSON lines).
     #[arg(long)]
     json: bool,
@@ -730,120 +738,6 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes whole lines through rustyline's external printer, so output that arrives while
-/// the user types appears above the prompt instead of inside the line being edited.
-struct PromptSafe<P: rustyline::ExternalPrinter>(P, Vec<u8>);
-
-impl<P: rustyline::ExternalPrinter> std::io::Write for PromptSafe<P> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.1.extend_from_slice(buf);
-        while let Some(i) = self.1.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.1.drain(..=i).collect();
-            self.0
-                .print(String::from_utf8_lossy(&line).into_owned())
-                .map_err(std::io::Error::other)?;
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The interactive console: a line editor (history kept in ~/.sdm_history, tab completion
-/// of commands and of the program's functions) on its own thread; output and events keep
-/// printing while a line is being typed; Ctrl-C at the prompt stops the programs.
-async fn line_editor(console: &mut crate::console::Console) -> anyhow::Result<()> {
-    use rustyline::error::ReadlineError;
-    let (line_tx, mut line_rx) = tokio::sync::mpsc::channel::<String>(1);
-    // After each command: the prompt for the next (it shows the focus).
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<String>();
-    let (printer_tx, printer_rx) = tokio::sync::oneshot::channel();
-    let history = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".sdm_history"));
-    let functions = console
-        .program()
-        .map(|p| crate::commands::function_names(std::path::Path::new(p)))
-        .unwrap_or_default();
-    std::thread::spawn(move || {
-        let mut rl = match rustyline::Editor::<
-            crate::commands::Completion,
-            rustyline::history::DefaultHistory,
-        >::new()
-        {
-            Ok(rl) => rl,
-            Err(e) => {
-                eprintln!("sdm: no line editor: {e}");
-                return;
-            }
-        };
-        rl.set_helper(Some(crate::commands::Completion { functions }));
-        if let Some(h) = &history {
-            let _ = rl.load_history(h);
-        }
-        let _ = printer_tx.send(rl.create_external_printer().ok());
-        let mut prompt = String::from("sdm> ");
-        loop {
-            match rl.readline(&prompt) {
-                Ok(line) => {
-                    let _ = rl.add_history_entry(line.as_str());
-                    // Wait for the command to finish before prompting again.
-                    match line_tx
-                        .blocking_send(line)
-                        .ok()
-                        .and_then(|()| done_rx.recv().ok())
-                    {
-                        Some(p) => prompt = p,
-                        None => break,
-                    }
-                }
-                // As in gdb, Ctrl-C stops the programs.
-                Err(ReadlineError::Interrupted) => {
-                    match line_tx
-                        .blocking_send("stop".into())
-                        .ok()
-                        .and_then(|()| done_rx.recv().ok())
-                    {
-                        Some(p) => prompt = p,
-                        None => break,
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        if let Some(h) = &history {
-            let _ = rl.save_history(h);
-        }
-    });
-    let mut printer = printer_rx
-        .await
-        .ok()
-        .flatten()
-        .map(|p| PromptSafe(p, Vec::new()));
-    let mut stdout = std::io::stdout();
-    loop {
-        let far = tokio::time::Instant::now() + Duration::from_secs(3600);
-        tokio::select! {
-            line = line_rx.recv() => {
-                let Some(line) = line else { return Ok(()) };
-                match console.command(&line, &mut stdout).await {
-                    Ok(crate::console::Flow::Continue { .. }) => {}
-                    Ok(crate::console::Flow::Quit) => return Ok(()),
-                    Err(e) => eprintln!("sdm: {e:#}"),
-                }
-                stdout.flush()?;
-                let _ = done_tx.send(console.prompt());
-            }
-            r = async {
-                match printer.as_mut() {
-                    Some(p) => console.pump(far, p).await,
-                    None => console.pump(far, &mut std::io::stdout()).await,
-                }
-            } => r?,
-        }
-    }
-}
-
 /// `sdm run` and `sdm attach`: a tree of `n` servers, each starting `program` or attaching
 /// to its rank's pid in `attach`, then the console.
 async fn run_console(
@@ -857,6 +751,8 @@ async fn run_console(
         Some(o) => o,
         None => c.tree.options(n)?,
     };
+    // Command files are read now: a missing one is named before anything starts.
+    let mut script = crate::script::sources(&c.commands, &c.command_files)?;
     let window = if c.no_coalesce {
         Duration::ZERO
     } else {
@@ -940,7 +836,11 @@ async fn run_console(
     let mut failed = !r.failed.is_empty();
     let mut out = std::io::stdout();
     let interactive = std::io::stdin().is_terminal();
-    if c.commands.is_empty() && !interactive {
+    if script.is_empty() && !interactive && !attach.is_empty() {
+        // Processes attached to take no input from here: it holds commands, as gdb's does.
+        script.push(crate::script::Source::Stdin);
+    }
+    if script.is_empty() && !interactive {
         // Like srun: standard input goes to the programs; wait for them to end.
         let (tx, rx) = tokio::sync::mpsc::channel::<Option<String>>(64);
         std::thread::spawn(move || {
@@ -964,22 +864,15 @@ async fn run_console(
             eprintln!("sdm: {e:#}");
             failed = true;
         }
-    } else if c.commands.is_empty() {
-        line_editor(&mut console).await?;
+    } else if script.is_empty() {
+        crate::editor::line_editor(&mut console, c.json).await?;
     } else if start_failed {
         eprintln!("sdm: the script is not run: a program could not start");
         failed = true;
     } else {
-        for cmd in &c.commands {
-            match console.command(cmd, &mut out).await {
-                Ok(crate::console::Flow::Continue { failed: f }) => failed |= f,
-                Ok(crate::console::Flow::Quit) => break,
-                Err(e) => {
-                    eprintln!("sdm: {cmd}: {e:#}");
-                    failed = true;
-                }
-            }
-        }
+        failed |= crate::script::run(&mut console, &script, &mut out)
+            .await?
+            .failed;
     }
     // Like srun: the largest exit status of the programs, at least 1 when a program
     // could not start, a server was lost or a command failed.
@@ -1002,23 +895,24 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
             // A job still starting gets a few seconds to fill its table.
             let t = sdm_server::mpir::read_proctable_waiting(pid, Duration::from_secs(10))?;
             if a.table {
-                print_proctable(&t, a.console.json);
+                print_proctable(&t.tasks, a.console.json);
                 return Ok(());
             }
             tracing::info!("launcher {pid}: {} ranks ({:?})", t.tasks.len(), t.source);
             t.tasks.into_iter().map(|d| (d.host, d.pid)).collect()
         }
-        None => parse_host_pids(&a.pids)?,
+        None => {
+            let tasks = parse_host_pids(&a.pids)?;
+            if a.table {
+                print_proctable(&pids_table(&tasks)?, a.console.json);
+                return Ok(());
+            }
+            tasks
+        }
     };
     let n = u32::try_from(tasks.len()).context("too many ranks")?;
     let here = sdm_server::monitor::hostname();
-    let is_here = |h: &str| {
-        h.is_empty()
-            || h == here
-            || h == "localhost"
-            || h.starts_with("127.")
-            || h.split('.').next() == here.split('.').next()
-    };
+    let is_here = |h: &str| is_this_host(h, &here);
     let mut opts = a.console.tree.options(n)?;
     // Servers go where the tasks are: on this host by fork, on others through ssh, one per
     // rank in rank order (the ssh launcher places rank i on hosts[i]).
@@ -1028,6 +922,16 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
     }
     let pids = tasks.iter().map(|&(_, p)| p).collect();
     run_console(n, a.console, Some(opts), pids, Vec::new()).await
+}
+
+/// Whether `host` (a name from a process table or `--pids`, empty for none) is this host,
+/// named `here`.
+fn is_this_host(host: &str, here: &str) -> bool {
+    host.is_empty()
+        || host == here
+        || host == "localhost"
+        || host.starts_with("127.")
+        || host.split('.').next() == here.split('.').next()
 }
 
 /// `--pids HOST:PID,...` (a bare PID is on this host) in rank order.
@@ -1045,9 +949,49 @@ fn parse_host_pids(items: &[String]) -> anyhow::Result<Vec<(String, u32)>> {
         .collect()
 }
 
-/// `sdm attach PID --table`: the process table, one rank per line.
-fn print_proctable(t: &sdm_server::mpir::ProcTable, json: bool) {
-    for d in &t.tasks {
+/// `--pids` as a process table: a task on this host named by its executable (its pid
+/// must exist), one elsewhere by `?` (its host is not asked).
+fn pids_table(tasks: &[(String, u32)]) -> anyhow::Result<Vec<sdm_server::mpir::ProcDesc>> {
+    let here = sdm_server::monitor::hostname();
+    let mut out = Vec::new();
+    for (rank, (host, pid)) in (0u32..).zip(tasks) {
+        let local = is_this_host(host, &here);
+        let executable = if local {
+            local_executable(*pid)
+                .with_context(|| format!("--pids: rank {rank}: no process {pid} on this host"))?
+        } else {
+            "?".into()
+        };
+        out.push(sdm_server::mpir::ProcDesc {
+            rank,
+            host: if host.is_empty() {
+                here.clone()
+            } else {
+                host.clone()
+            },
+            executable,
+            pid: *pid,
+        });
+    }
+    Ok(out)
+}
+
+/// The executable of process `pid` on this host: its path, else (another user's process)
+/// the first word of its command line.
+fn local_executable(pid: u32) -> std::io::Result<String> {
+    match std::fs::read_link(format!("/proc/{pid}/exe")) {
+        Ok(p) => Ok(p.display().to_string()),
+        Err(e) => {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).map_err(|_| e)?;
+            let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+            Ok(String::from_utf8_lossy(argv0).into_owned())
+        }
+    }
+}
+
+/// `sdm attach PID --table` (or `--pids ... --table`): the process table, one rank per line.
+fn print_proctable(tasks: &[sdm_server::mpir::ProcDesc], json: bool) {
+    for d in tasks {
         if json {
             println!(
                 "{}",

@@ -103,6 +103,12 @@ pub struct Console {
     stop_at_main: bool,
     /// Numbers of the temporary breakpoints (`tbreak`): gone from a rank once it hits one.
     temporary: std::collections::BTreeSet<u32>,
+    /// Where the programs' stderr goes instead of the process's (the interactive
+    /// console's [`crate::screen`]).
+    stderr: Option<Box<dyn Write + Send>>,
+    /// Output is taken from the tree only while this has room (the interactive console's
+    /// terminal keeps up); the programs wait meanwhile.
+    room: Option<crate::screen::Room>,
 }
 
 /// One merged result line: who, what happened, and the OMIS reply (if any).
@@ -139,6 +145,8 @@ impl Console {
             groups: debug::Groups::default(),
             stop_at_main: false,
             temporary: Default::default(),
+            stderr: None,
+            room: None,
             session,
         }
     }
@@ -188,6 +196,17 @@ impl Console {
     pub fn set_stdio(&mut self, label: bool, lag: Duration) {
         self.label = label;
         self.stdio = Aligner::new(self.stdio.running().clone(), lag);
+    }
+
+    /// Sends the programs' stderr lines to `w` instead of the process's stderr (`None`:
+    /// back to it).
+    pub fn set_stderr(&mut self, w: Option<Box<dyn Write + Send>>) {
+        self.stderr = w;
+    }
+
+    /// Takes output from the tree (in [`Console::pump`]) only while `room` has room.
+    pub fn set_room(&mut self, room: Option<crate::screen::Room>) {
+        self.room = room;
     }
 
     /// Ranks whose program has ended.
@@ -255,7 +274,11 @@ impl Console {
             None => (STDOUT, "".into()),
         };
         let mut err = std::io::stderr();
-        let w: &mut dyn Write = if stream == STDERR { &mut err } else { out };
+        let w: &mut dyn Write = match (stream == STDERR, self.stderr.as_mut()) {
+            (true, Some(e)) => e,
+            (true, None) => &mut err,
+            (false, _) => out,
+        };
         if self.json {
             let name = if stream == STDERR { "stderr" } else { "stdout" };
             writeln!(
@@ -358,13 +381,22 @@ impl Console {
         self.flush_stdio(all, out)
     }
 
-    /// Prints output and events as they come, for at most 20 ms or until `until`.
+    /// Prints output and events as they come, for at most 20 ms or until `until` (taking
+    /// none while the terminal's [`crate::screen::Room`] is full).
     pub async fn pump(
         &mut self,
         until: tokio::time::Instant,
         out: &mut dyn Write,
     ) -> anyhow::Result<()> {
         let tick = tokio::time::Instant::now() + Duration::from_millis(20);
+        if let Some(room) = &self.room
+            && tokio::time::timeout_at(until.min(tick), room.wait())
+                .await
+                .is_err()
+        {
+            // The terminal is behind: the output waits in the tree (its programs in write).
+            return Ok(());
+        }
         tokio::select! {
             () = tokio::time::sleep_until(until.min(tick)) => {}
             ev = self.session.next_event() => match ev {

@@ -6,6 +6,9 @@
 //! - [`cli`]: the command's definitions (clap) and its `main`.
 //! - [`console`]: the parallel debugger console of `sdm run`; [`commands`] (help,
 //!   breakpoint numbers, tab completion) and [`words`] (events and replies in plain words).
+//! - [`editor`]: the interactive console on a terminal (line editor, command loop);
+//!   [`screen`]: its output, written on a thread of its own; [`script`]: commands from
+//!   `-c`, command files (`-x`) and standard input.
 //! - [`stacks`]: `bt`'s views of the merged stacks (tree, classes, DOT, SVG, JSON).
 //! - [`top`]: `sdm top`'s tables and JSON.
 //! - [`status`]: `sdm status`, the health asked of a running `sdm run` from elsewhere.
@@ -19,7 +22,10 @@
 pub mod cli;
 pub mod commands;
 pub mod console;
+pub mod editor;
 pub mod manual;
+pub mod screen;
+pub mod script;
 pub mod stacks;
 pub mod status;
 pub mod top;
