@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use nix::sys::signal::SigHandler;
 use sdm_client::session::{Progress, Session, SessionOptions};
 use sdm_deploy::LauncherKind;
 use sdm_overlay::auth::SessionKey;
@@ -435,6 +436,12 @@ fn parse(args: Vec<std::ffi::OsString>) -> Cli {
     }
 }
 
+/// Sets SIGPIPE's disposition (only the default or ignored: no handler runs).
+fn set_sigpipe(how: SigHandler) {
+    // SAFETY: no handler function is installed, and this runs before any other thread.
+    let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, how) };
+}
+
 /// The command line of `sdm server` alone.
 fn server_command() -> clap::Command {
     <ServerArgs as clap::Args>::augment_args(clap::Command::new("server").bin_name("sdm server"))
@@ -442,7 +449,18 @@ fn server_command() -> clap::Command {
 
 fn real_main() -> anyhow::Result<()> {
     sdm_overlay::logging::init("warn");
+    // Help, the version, completions, man pages and tree shapes only print: a reader that
+    // goes (`| head`) ends them by SIGPIPE, quietly, as any printing tool. Every other
+    // command has sockets and children, where a closed peer is an error (EPIPE) to handle,
+    // not a signal that kills the front-end: SIGPIPE stays ignored (Rust's default) there.
+    set_sigpipe(SigHandler::SigDfl);
     let cli = parse(std::env::args_os().collect());
+    if !matches!(
+        cli.cmd,
+        Cmd::Topology { .. } | Cmd::Completions { .. } | Cmd::Man { .. }
+    ) {
+        set_sigpipe(SigHandler::SigIgn);
+    }
     // Local servers asked for as copies of this process are forked here, before any thread.
     if let Cmd::Server(_) = cli.cmd
         && let sdm_deploy::Copies::Done { copies, failed } = sdm_deploy::fork_copies()?
@@ -474,7 +492,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Top(a) => run_top(a).await,
         Cmd::Status { pid, json } => {
             let (healthy, text) = crate::status::status(pid, json).await?;
-            print!("{text}");
+            write!(std::io::stdout(), "{text}")?;
             if !healthy {
                 std::io::stdout().flush()?;
                 std::process::exit(2);
@@ -602,24 +620,26 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
             .iter()
             .map(|(ids, why)| serde_json::json!({"ids": ids.to_string(), "reason": why}))
             .collect();
-        println!(
+        writeln!(
+            std::io::stdout(),
             "{}",
             serde_json::json!({"servers": n, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
                 "failed": failed, "seconds": r.seconds,
                 "processes": r.processes.iter().map(|(id, host, pid)| serde_json::json!({"id": id, "host": host, "pid": pid})).collect::<Vec<_>>()})
-        );
+        )?;
     } else {
-        println!(
+        writeln!(
+            std::io::stdout(),
             "ready  {} ({} of {n}) in {:.2} s",
             r.ready,
             r.ready.len(),
             r.seconds
-        );
+        )?;
         for line in hosts_summary(&r.processes) {
-            println!("hosts  {line}");
+            writeln!(std::io::stdout(), "hosts  {line}")?;
         }
         for (ids, why) in &r.failed {
-            println!("failed {ids}: {why}");
+            writeln!(std::io::stdout(), "failed {ids}: {why}")?;
         }
     }
     let all = session.all();
@@ -628,7 +648,7 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         let filter = a.filter.as_deref().unwrap_or("");
         let m = sdm_client::service::filtered(&a.service, &all, mode, filter, req.clone());
         let groups = session.request_command(m).await?;
-        print_groups(req, &groups, a.json);
+        print_groups(req, &groups, a.json)?;
     }
     if a.hold {
         eprintln!("sdm: tree is up; Ctrl-C shuts it down");
@@ -641,7 +661,7 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
+fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) -> std::io::Result<()> {
     let mut groups: Vec<&ReplyGroup> = groups.iter().collect();
     groups.sort_by_key(|g| (g.status, g.sources.first()));
     for g in groups {
@@ -652,18 +672,20 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
                 Status::Lost => "lost",
                 Status::TimedOut => "timed_out",
             };
-            println!(
+            writeln!(
+                std::io::stdout(),
                 "{}",
                 serde_json::json!({"request": req, "ids": g.sources.to_string(), "status": status, "reply": body})
-            );
+            )?;
         } else {
             match g.status {
-                Status::Replied => println!("{} {body}", g.sources),
-                Status::Lost => println!("{} lost: {body}", g.sources),
-                Status::TimedOut => println!("{} timed out", g.sources),
-            }
+                Status::Replied => writeln!(std::io::stdout(), "{} {body}", g.sources),
+                Status::Lost => writeln!(std::io::stdout(), "{} lost: {body}", g.sources),
+                Status::TimedOut => writeln!(std::io::stdout(), "{} timed out", g.sources),
+            }?;
         }
     }
+    Ok(())
 }
 
 async fn run_top(a: TopArgs) -> anyhow::Result<()> {
@@ -699,13 +721,17 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
         n += 1;
         let t = t0.elapsed().as_secs_f64();
         if a.json {
-            println!("{}", crate::top::json(&s, t));
+            writeln!(std::io::stdout(), "{}", crate::top::json(&s, t))?;
         } else {
             if tty {
-                print!("\x1b[H\x1b[2J");
+                write!(std::io::stdout(), "\x1b[H\x1b[2J")?;
             }
-            println!("sdm top: {} ranks, sample {n} at {t:.1} s", a.n);
-            print!("{}", crate::top::table(&s));
+            writeln!(
+                std::io::stdout(),
+                "sdm top: {} ranks, sample {n} at {t:.1} s",
+                a.n
+            )?;
+            write!(std::io::stdout(), "{}", crate::top::table(&s))?;
         }
         std::io::stdout().flush()?;
         let ended = s.stats.is_empty() && !s.missing.is_empty();
