@@ -39,11 +39,21 @@
 pub mod hostlist;
 pub mod maps;
 
+#[cfg(feature = "copies")]
 mod copies;
+#[cfg(feature = "copies")]
 mod hugetext;
 
-pub use copies::{COPIES_ENV, Copies, fork_copies};
-pub use hugetext::HUGE_TEXT_ENV;
+#[cfg(feature = "copies")]
+pub use copies::{Copies, fork_copies};
+
+/// Set to N by a launcher that wants N servers from one process (see `fork_copies`, with
+/// the `copies` feature).
+pub const COPIES_ENV: &str = "SDM_COPIES";
+
+/// `SDM_HUGE_TEXT=0` keeps a server's code on the file's pages instead of moving it onto
+/// transparent huge pages before `fork_copies` (with the `copies` feature).
+pub const HUGE_TEXT_ENV: &str = "SDM_HUGE_TEXT";
 
 use std::io;
 use std::path::PathBuf;
