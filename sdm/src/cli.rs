@@ -18,6 +18,10 @@ use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{Shape, Topology};
 
+/// The longest wait an option may ask for (a day, in milliseconds): longer ones are typing
+/// mistakes, and a bound keeps deadlines from overflowing the clock.
+const MAX_WAIT_MS: u64 = 86_400_000;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "sdm",
@@ -122,7 +126,8 @@ struct ServerArgs {
     #[arg(long, default_value_t = 2048)]
     port_span: u16,
     /// Seconds to wait for a parent before exiting.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_MS / 1000))]
     parent_timeout: u64,
 }
 
@@ -164,8 +169,9 @@ struct TreeArgs {
     transport: String,
     /// Ports every listener of the tree takes (the front-end's, the master's, each
     /// server's), for a firewall that opens only these: FIRST-LAST, e.g. 40000-40999
-    /// (default: servers the 2048 ports from a random start in 20000-49999, the front-end
-    /// and the master ephemeral ports).
+    /// (default: servers the 2048 ports from a random start, all in 10000 up to the
+    /// ephemeral range, 10000-32767 on a default Linux; the front-end and the master
+    /// ephemeral ports).
     #[arg(long, value_name = "FIRST-LAST")]
     port_range: Option<PortRange>,
     /// binomial, kary:K, knomial:K, flat, or file:PATH: an explicit tree, one `PARENT:
@@ -180,8 +186,8 @@ struct TreeArgs {
     filter_plugins: Vec<PathBuf>,
     /// A service plugin (a shared library implementing sdm_service.h) every server loads,
     /// so requests tagged with its service reach it (repeatable). The path must hold the
-    /// same library on every host; one that does not load makes its service's requests
-    /// answer with an error naming it.
+    /// same library on every host; one that does not load here is an error naming it and
+    /// why, before any server starts.
     #[arg(long = "service-plugin", value_name = "PATH")]
     service_plugins: Vec<PathBuf>,
 }
@@ -189,6 +195,10 @@ struct TreeArgs {
 impl TreeArgs {
     fn options(&self, n: u32) -> anyhow::Result<SessionOptions> {
         let mut hosts = sdm_deploy::hostlist::expand_all(&self.hosts).context("--hosts")?;
+        // A plugin named here that does not load is fatal, as a --filter-plugin's is.
+        for p in &self.service_plugins {
+            sdm_server::plugin::check(p).context("--service-plugin")?;
+        }
         tree_size(&self.topology, Some(n))?;
         if let Some(placed) = self.topology_hosts()? {
             if !hosts.is_empty() {
@@ -283,12 +293,14 @@ struct ConsoleArgs {
     no_coalesce: bool,
     /// How long interior nodes hold an output line to merge it with identical lines of
     /// other ranks, in milliseconds.
-    #[arg(long, default_value_t = 20, value_name = "MS")]
+    #[arg(long, default_value_t = 20, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WAIT_MS))]
     coalesce_ms: u64,
     /// How long the console holds a rank's k-th output line for the ranks that have not
     /// printed their k-th line yet, in milliseconds: identical k-th lines of all ranks
     /// print once whatever the load; past this lag the late ranks' lines print on their own.
-    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    #[arg(long, default_value_t = 5000, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WAIT_MS))]
     merge_lag: u64,
     /// Stdio of the programs: pty (default), pipes (stdout and stderr apart), or runtime
     /// (left to the launcher).
@@ -373,7 +385,8 @@ struct LaunchArgs {
     #[command(flatten)]
     tree: TreeArgs,
     /// Start-up deadline in seconds.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_MS / 1000))]
     timeout: u64,
     /// Send this request to every server after start-up and print the merged replies (repeatable).
     #[arg(long)]
@@ -689,7 +702,12 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) -> std::io::Result
 }
 
 async fn run_top(a: TopArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(a.period > 0.0, "--period must be positive");
+    let most = MAX_WAIT_MS as f64 / 1000.0;
+    anyhow::ensure!(
+        a.period > 0.0 && a.period <= most,
+        "--period {}: seconds from 0 (excluded) to {most}",
+        a.period
+    );
     let session = Session::launch(&a.tree.options(a.n)?, |_| {})
         .await
         .context("launching the tree")?;
@@ -897,7 +915,14 @@ async fn run_console(
             } else {
                 format!("[{s}]")
             };
-            s.parse().map_err(|e| anyhow::anyhow!("--stdin: {e}"))?
+            let ids: IdSet = s.parse().map_err(|e| anyhow::anyhow!("--stdin: {e}"))?;
+            let beyond = &ids - &IdSet::all(n);
+            anyhow::ensure!(
+                beyond.is_empty(),
+                "--stdin: no rank {beyond}: ranks are 0 to {} (-n {n})",
+                n.saturating_sub(1)
+            );
+            ids
         }
     };
     c.iof
