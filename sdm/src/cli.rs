@@ -414,19 +414,21 @@ pub fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // A reader that went away (`sdm man | head`): end quietly, as a shell tool
         // killed by SIGPIPE would (128 + 13).
-        Err(e)
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            std::process::ExitCode::from(141)
-        }
+        Err(e) if broken_pipe(&e) => std::process::ExitCode::from(141),
         Err(e) => {
             eprintln!("sdm: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `e` is a write to a reader that went away (EPIPE): the end of a run whose
+/// output was piped into `head`, not an error to report.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// The command line `args` (the program's name first). `sdm server ...` builds only the
@@ -1012,6 +1014,10 @@ async fn run_console(
             let _ = tx.blocking_send(None);
         });
         if let Err(e) = console.wait_for_exit(Some(rx), &stdin_ids, &mut out).await {
+            if broken_pipe(&e) {
+                console.shutdown().await;
+                return Err(e);
+            }
             eprintln!("sdm: {e:#}");
             failed = true;
         }
@@ -1022,6 +1028,10 @@ async fn run_console(
             match console.command(cmd, &mut out).await {
                 Ok(crate::console::Flow::Continue { failed: f }) => failed |= f,
                 Ok(crate::console::Flow::Quit) => break,
+                Err(e) if broken_pipe(&e) => {
+                    console.shutdown().await;
+                    return Err(e);
+                }
                 Err(e) => {
                     eprintln!("sdm: {cmd}: {e:#}");
                     failed = true;

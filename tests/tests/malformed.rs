@@ -2,7 +2,7 @@
 //! huge numbers, an unclosed bracket, a lone quote, nothing) answers with an error or a
 //! plain answer and the console goes on; `sleep -1` in a script is an error (exit 1, not
 //! a panic's 101); a reader that closes the pipe early (`sdm topology ... | head`, `sdm
-//! completions zsh | head`) ends sdm quietly, as `head` expects.
+//! completions zsh | head`, `sdm run ... | head`) ends sdm quietly, as `head` expects.
 
 use sdm_e2e as support;
 
@@ -141,13 +141,15 @@ fn sleep_out_of_range_is_an_error_not_a_panic() {
 /// as `sdm ... | head` after head has read enough: sdm must end as a printing tool killed
 /// by SIGPIPE, or exit 141, saying nothing.
 fn ends_quietly_on_a_closed_pipe(args: &[&str]) {
+    // The reader is closed before sdm starts: its first write fails, however small.
+    let (reader, writer) = nix::unistd::pipe().expect("a pipe");
+    drop(reader);
     let mut child = Command::new(support::sdm())
         .args(args)
-        .stdout(Stdio::piped())
+        .stdout(Stdio::from(writer))
         .stderr(Stdio::piped())
         .spawn()
         .expect("running sdm");
-    drop(child.stdout.take());
     let mut err = String::new();
     child
         .stderr
@@ -168,4 +170,7 @@ fn printing_commands_end_quietly_when_the_reader_goes() {
     ends_quietly_on_a_closed_pipe(&["completions", "zsh"]);
     ends_quietly_on_a_closed_pipe(&["man"]);
     ends_quietly_on_a_closed_pipe(&["--help"]);
+    // A run whose output goes nowhere ends (its programs killed) without a word.
+    ends_quietly_on_a_closed_pipe(&["run", "-n", "2", "--", "seq", "1", "100000"]);
+    ends_quietly_on_a_closed_pipe(&["run", "-n", "2", "-c", "status", "--", "sleep", "60"]);
 }
