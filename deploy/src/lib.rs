@@ -1,6 +1,7 @@
 //! sdm-deploy: launchers that start sdm daemons through what a site already has (local
 //! fork/exec, ssh, Open MPI or MPICH `mpirun`, Slurm `srun`), behind one [`Launcher`] trait,
-//! and [`fork_copies`], with which one server process started locally becomes many.
+//! and `fork_copies` (feature `copies`), with which one server process started locally
+//! becomes many.
 //!
 //! # Quick start
 //!
