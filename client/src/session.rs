@@ -40,7 +40,8 @@ pub struct SessionOptions {
     pub transport: String,
     /// Tree shape.
     pub topology: Shape,
-    /// First port servers try (default: random in 20000..50000 for this session; ignored
+    /// First port servers try (default: random for this session, with its 2048 ports
+    /// between 10000 and the start of the ephemeral range, 32768 by default; ignored
     /// with [`SessionOptions::port_range`]).
     pub base_port: Option<u16>,
     /// Ports every listener of the tree uses (the front-end's, the master's, each
@@ -226,6 +227,38 @@ fn random_port(span: u16) -> u16 {
     base_below(ephemeral, span, random_u16())
 }
 
+/// How many ports the servers of one host pick from without `--port-range`: one each.
+pub const SERVER_PORT_SPAN: u16 = 2048;
+
+/// More servers on one host than its port range has ports is an error at once, naming the
+/// range (they would otherwise start, and the ones past the range fail one by one). Known
+/// for the local launcher (every server here) and ssh (one per host in turn); mpirun and
+/// srun place servers themselves.
+fn check_ports_per_host(opts: &SessionOptions) -> Result<()> {
+    let per_host = match opts.launcher {
+        LauncherKind::Local => opts.n,
+        LauncherKind::Ssh if !opts.hosts.is_empty() => opts
+            .n
+            .div_ceil(u32::try_from(opts.hosts.len()).unwrap_or(u32::MAX)),
+        _ => return Ok(()),
+    };
+    let (ports, range) = match opts.port_range {
+        Some(r) => (r.len(), format!("--port-range {}-{}", r.first(), r.last())),
+        None => (
+            u32::from(SERVER_PORT_SPAN),
+            format!("the {SERVER_PORT_SPAN} ports a host's servers pick from"),
+        ),
+    };
+    if per_host > ports {
+        return Err(Error::invalid(format!(
+            "-n {}: {per_host} servers on one host, but {range} hold at most {ports} \
+             (one port each; --port-range FIRST-LAST gives more)",
+            opts.n
+        )));
+    }
+    Ok(())
+}
+
 /// A base in [10000, `ephemeral` - `span`) picked by `r` (or 10000 when that is empty).
 fn base_below(ephemeral: u32, span: u16, r: u16) -> u16 {
     const LOW: u32 = 10000;
@@ -258,6 +291,7 @@ impl Session {
         if opts.n == 0 {
             return Err(Error::invalid("a tree needs at least one server (-n)"));
         }
+        check_ports_per_host(opts)?;
         let (registry, filter_plugins) = load_filter_plugins(&opts.filter_plugins)?;
         let service_plugins = absolute_paths("service plugin", &opts.service_plugins)?;
         let program = match &opts.program {
@@ -307,7 +341,11 @@ impl Session {
 
         let (base, span) = match opts.port_range {
             Some(r) => (r.first(), r.len().min(u32::from(u16::MAX)) as u16),
-            None => (opts.base_port.unwrap_or_else(|| random_port(2048)), 2048),
+            None => (
+                opts.base_port
+                    .unwrap_or_else(|| random_port(SERVER_PORT_SPAN)),
+                SERVER_PORT_SPAN,
+            ),
         };
         let mut args = vec![
             "server".into(),

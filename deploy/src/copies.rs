@@ -15,10 +15,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, fork, getpid, getppid};
 
-use crate::LaunchError;
-
-/// Set to N by a launcher that wants N servers from one process (see [`fork_copies`]).
-pub const COPIES_ENV: &str = "SDM_COPIES";
+use crate::{COPIES_ENV, LaunchError};
 
 /// What [`fork_copies`] made of this process.
 #[derive(Debug, PartialEq, Eq)]

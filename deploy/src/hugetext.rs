@@ -36,10 +36,8 @@
 use std::io;
 use std::ptr::NonNull;
 
+use crate::HUGE_TEXT_ENV;
 use crate::maps::Mapping;
-
-/// The environment variable that, set to `0`, keeps the code on the file's pages.
-pub const HUGE_TEXT_ENV: &str = "SDM_HUGE_TEXT";
 
 /// Size of a transparent huge page on x86_64 with 4 KiB pages (a PMD entry); the move is
 /// skipped where the kernel's PMD size differs.

@@ -1,6 +1,7 @@
 //! sdm-deploy: launchers that start sdm daemons through what a site already has (local
 //! fork/exec, ssh, Open MPI or MPICH `mpirun`, Slurm `srun`), behind one [`Launcher`] trait,
-//! and [`fork_copies`], with which one server process started locally becomes many.
+//! and `fork_copies` (feature `copies`), with which one server process started locally
+//! becomes many.
 //!
 //! # Quick start
 //!
@@ -39,11 +40,21 @@
 pub mod hostlist;
 pub mod maps;
 
+#[cfg(feature = "copies")]
 mod copies;
+#[cfg(feature = "copies")]
 mod hugetext;
 
-pub use copies::{COPIES_ENV, Copies, fork_copies};
-pub use hugetext::HUGE_TEXT_ENV;
+#[cfg(feature = "copies")]
+pub use copies::{Copies, fork_copies};
+
+/// Set to N by a launcher that wants N servers from one process (see `fork_copies`, with
+/// the `copies` feature).
+pub const COPIES_ENV: &str = "SDM_COPIES";
+
+/// `SDM_HUGE_TEXT=0` keeps a server's code on the file's pages instead of moving it onto
+/// transparent huge pages before `fork_copies` (with the `copies` feature).
+pub const HUGE_TEXT_ENV: &str = "SDM_HUGE_TEXT";
 
 use std::io;
 use std::path::PathBuf;

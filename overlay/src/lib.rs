@@ -59,6 +59,7 @@ pub mod align;
 pub mod auth;
 pub mod coalesce;
 pub mod driver;
+mod epoll;
 mod error;
 pub mod flow;
 pub mod frontend;

@@ -40,12 +40,11 @@ use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures::task::AtomicWaker;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::eventfd::{EfdFlags, EventFd};
 use sdm_proto::{FrameCodec, Message, WireError};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::codec::{Decoder, FramedRead, FramedWrite};
 
+use crate::epoll::{self, Epoll, Event as EpollEvent, EventFd};
 use crate::transport::Link;
 
 /// The eventfd's token in the epoll set; a socket's is its slot plus one.
@@ -62,7 +61,7 @@ const EVENTS: usize = 256;
 pub const MUTE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// What every socket's interest holds: its close or failure ends a wait, muted or not.
-const ALWAYS: EpollFlags = EpollFlags::EPOLLRDHUP.union(EpollFlags::EPOLLET);
+const ALWAYS: u32 = epoll::RDHUP | epoll::ET;
 
 /// Whether a socket can be read or written, and who waits for that.
 #[derive(Default)]
@@ -176,11 +175,11 @@ impl Wake for TaskWake {
 /// awaits (tokio's, entered from the caller's runtime handle) work as usual; their wakes
 /// come through the waker.
 pub fn block_on<F: Future>(fut: F) -> io::Result<F::Output> {
-    let fd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?;
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    let fd = EventFd::new()?;
+    let epoll = Epoll::new()?;
     epoll.add(
         fd.as_fd(),
-        EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, WAKE_TOKEN),
+        EpollEvent::new(epoll::IN | epoll::ET, WAKE_TOKEN),
     )?;
     static LOOPS: AtomicU64 = AtomicU64::new(0);
     let reactor = Rc::new(Reactor {
@@ -246,18 +245,11 @@ impl Reactor {
         if task.woken.load(Ordering::SeqCst) {
             ms = Some(0);
         }
-        let timeout = ms.map_or(EpollTimeout::NONE, |ms| {
-            EpollTimeout::try_from(ms).unwrap_or(EpollTimeout::NONE)
-        });
-        let waited = self.epoll.wait(events, timeout);
+        let waited = self.epoll.wait(events, ms);
         task.waiting.store(false, Ordering::SeqCst);
         let now = Instant::now();
         self.woke.set(Some(now));
-        let n = match waited {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(e.into()),
-        };
+        let n = waited?;
         // Whatever woke the loop, the muted sockets are read too: their bytes did not end
         // the wait, and may be there. (Not after a look without waiting that found
         // nothing, unless they are due: a task that keeps yielding still reads them.)
@@ -279,15 +271,15 @@ impl Reactor {
             let source = self.sources.borrow()[(token - 1) as usize].clone();
             let Some(source) = source else { continue };
             let flags = ev.events();
-            let gone = EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR;
-            if flags.intersects(EpollFlags::EPOLLRDHUP | gone) {
+            let gone = epoll::HUP | epoll::ERR;
+            if flags & (epoll::RDHUP | gone) != 0 {
                 source.closed.store(true, Ordering::Relaxed);
             }
-            if flags.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | gone) {
+            if flags & (epoll::IN | epoll::RDHUP | gone) != 0 {
                 source.readable.store(true, Ordering::Relaxed);
                 source.read.wake();
             }
-            if flags.intersects(EpollFlags::EPOLLOUT | gone) {
+            if flags & (epoll::OUT | gone) != 0 {
                 source.writable.store(true, Ordering::Relaxed);
                 source.write.wake();
             }
@@ -310,10 +302,10 @@ impl Reactor {
                 s.len() - 1
             }
         };
-        let heard = ALWAYS | EpollFlags::EPOLLIN;
+        let heard = ALWAYS | epoll::IN;
         if let Err(e) = self.epoll.add(fd, EpollEvent::new(heard, slot as u64 + 1)) {
             self.free.borrow_mut().push(slot);
-            return Err(e.into());
+            return Err(e);
         }
         self.sources.borrow_mut()[slot] = Some(source);
         Ok(slot)
@@ -358,13 +350,13 @@ impl Socket {
     }
 
     /// What its events are for now.
-    fn interest(&self) -> EpollFlags {
+    fn interest(&self) -> u32 {
         let mut flags = ALWAYS;
         if !self.muted.load(Ordering::Relaxed) {
-            flags |= EpollFlags::EPOLLIN;
+            flags |= epoll::IN;
         }
         if self.write_blocked.load(Ordering::Relaxed) {
-            flags |= EpollFlags::EPOLLOUT;
+            flags |= epoll::OUT;
         }
         flags
     }
@@ -375,8 +367,8 @@ impl Socket {
         let Some(r) = current().filter(|r| r.id == self.reactor) else {
             return false;
         };
-        let mut ev = EpollEvent::new(self.interest(), self.slot as u64 + 1);
-        r.epoll.modify(self.fd.as_fd(), &mut ev).is_ok()
+        let ev = EpollEvent::new(self.interest(), self.slot as u64 + 1);
+        r.epoll.modify(self.fd.as_fd(), ev).is_ok()
     }
 
     /// After a write that would block: room to write is reported from now on.

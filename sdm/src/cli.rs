@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use nix::sys::signal::SigHandler;
 use sdm_client::session::{Progress, Session, SessionOptions};
 use sdm_deploy::LauncherKind;
 use sdm_overlay::auth::SessionKey;
@@ -16,6 +17,10 @@ use sdm_overlay::frontend::ReplyGroup;
 use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{Shape, Topology};
+
+/// The longest wait an option may ask for (a day, in milliseconds): longer ones are typing
+/// mistakes, and a bound keeps deadlines from overflowing the clock.
+const MAX_WAIT_MS: u64 = 86_400_000;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -121,7 +126,8 @@ struct ServerArgs {
     #[arg(long, default_value_t = 2048)]
     port_span: u16,
     /// Seconds to wait for a parent before exiting.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_MS / 1000))]
     parent_timeout: u64,
 }
 
@@ -163,8 +169,9 @@ struct TreeArgs {
     transport: String,
     /// Ports every listener of the tree takes (the front-end's, the master's, each
     /// server's), for a firewall that opens only these: FIRST-LAST, e.g. 40000-40999
-    /// (default: servers the 2048 ports from a random start in 20000-49999, the front-end
-    /// and the master ephemeral ports).
+    /// (default: servers the 2048 ports from a random start, all in 10000 up to the
+    /// ephemeral range, 10000-32767 on a default Linux; the front-end and the master
+    /// ephemeral ports).
     #[arg(long, value_name = "FIRST-LAST")]
     port_range: Option<PortRange>,
     /// binomial, kary:K, knomial:K, flat, or file:PATH: an explicit tree, one `PARENT:
@@ -179,8 +186,8 @@ struct TreeArgs {
     filter_plugins: Vec<PathBuf>,
     /// A service plugin (a shared library implementing sdm_service.h) every server loads,
     /// so requests tagged with its service reach it (repeatable). The path must hold the
-    /// same library on every host; one that does not load makes its service's requests
-    /// answer with an error naming it.
+    /// same library on every host; one that does not load here is an error naming it and
+    /// why, before any server starts.
     #[arg(long = "service-plugin", value_name = "PATH")]
     service_plugins: Vec<PathBuf>,
 }
@@ -188,6 +195,10 @@ struct TreeArgs {
 impl TreeArgs {
     fn options(&self, n: u32) -> anyhow::Result<SessionOptions> {
         let mut hosts = sdm_deploy::hostlist::expand_all(&self.hosts).context("--hosts")?;
+        // A plugin named here that does not load is fatal, as a --filter-plugin's is.
+        for p in &self.service_plugins {
+            sdm_server::plugin::check(p).context("--service-plugin")?;
+        }
         tree_size(&self.topology, Some(n))?;
         if let Some(placed) = self.topology_hosts()? {
             if !hosts.is_empty() {
@@ -290,12 +301,14 @@ struct ConsoleArgs {
     no_coalesce: bool,
     /// How long interior nodes hold an output line to merge it with identical lines of
     /// other ranks, in milliseconds.
-    #[arg(long, default_value_t = 20, value_name = "MS")]
+    #[arg(long, default_value_t = 20, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WAIT_MS))]
     coalesce_ms: u64,
     /// How long the console holds a rank's k-th output line for the ranks that have not
     /// printed their k-th line yet, in milliseconds: identical k-th lines of all ranks
     /// print once whatever the load; past this lag the late ranks' lines print on their own.
-    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    #[arg(long, default_value_t = 5000, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WAIT_MS))]
     merge_lag: u64,
     /// Stdio of the programs: pty (default), pipes (stdout and stderr apart), or runtime
     /// (left to the launcher).
@@ -380,7 +393,8 @@ struct LaunchArgs {
     #[command(flatten)]
     tree: TreeArgs,
     /// Start-up deadline in seconds.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_MS / 1000))]
     timeout: u64,
     /// Send this request to every server after start-up and print the merged replies (repeatable).
     #[arg(long)]
@@ -408,19 +422,21 @@ pub fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // A reader that went away (`sdm man | head`): end quietly, as a shell tool
         // killed by SIGPIPE would (128 + 13).
-        Err(e)
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            std::process::ExitCode::from(141)
-        }
+        Err(e) if broken_pipe(&e) => std::process::ExitCode::from(141),
         Err(e) => {
             eprintln!("sdm: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `e` is a write to a reader that went away (EPIPE): the end of a run whose
+/// output was piped into `head`, not an error to report.
+pub(crate) fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// The command line `args` (the program's name first). `sdm server ...` builds only the
@@ -443,6 +459,12 @@ fn parse(args: Vec<std::ffi::OsString>) -> Cli {
     }
 }
 
+/// Sets SIGPIPE's disposition (only the default or ignored: no handler runs).
+fn set_sigpipe(how: SigHandler) {
+    // SAFETY: no handler function is installed, and this runs before any other thread.
+    let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, how) };
+}
+
 /// The command line of `sdm server` alone.
 fn server_command() -> clap::Command {
     <ServerArgs as clap::Args>::augment_args(clap::Command::new("server").bin_name("sdm server"))
@@ -450,7 +472,18 @@ fn server_command() -> clap::Command {
 
 fn real_main() -> anyhow::Result<()> {
     sdm_overlay::logging::init("warn");
+    // Help, the version, completions, man pages and tree shapes only print: a reader that
+    // goes (`| head`) ends them by SIGPIPE, quietly, as any printing tool. Every other
+    // command has sockets and children, where a closed peer is an error (EPIPE) to handle,
+    // not a signal that kills the front-end: SIGPIPE stays ignored (Rust's default) there.
+    set_sigpipe(SigHandler::SigDfl);
     let cli = parse(std::env::args_os().collect());
+    if !matches!(
+        cli.cmd,
+        Cmd::Topology { .. } | Cmd::Completions { .. } | Cmd::Man { .. }
+    ) {
+        set_sigpipe(SigHandler::SigIgn);
+    }
     // Local servers asked for as copies of this process are forked here, before any thread.
     if let Cmd::Server(_) = cli.cmd
         && let sdm_deploy::Copies::Done { copies, failed } = sdm_deploy::fork_copies()?
@@ -482,7 +515,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Top(a) => run_top(a).await,
         Cmd::Status { pid, json } => {
             let (healthy, text) = crate::status::status(pid, json).await?;
-            print!("{text}");
+            write!(std::io::stdout(), "{text}")?;
             if !healthy {
                 std::io::stdout().flush()?;
                 std::process::exit(2);
@@ -610,24 +643,26 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
             .iter()
             .map(|(ids, why)| serde_json::json!({"ids": ids.to_string(), "reason": why}))
             .collect();
-        println!(
+        writeln!(
+            std::io::stdout(),
             "{}",
             serde_json::json!({"servers": n, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
                 "failed": failed, "seconds": r.seconds,
                 "processes": r.processes.iter().map(|(id, host, pid)| serde_json::json!({"id": id, "host": host, "pid": pid})).collect::<Vec<_>>()})
-        );
+        )?;
     } else {
-        println!(
+        writeln!(
+            std::io::stdout(),
             "ready  {} ({} of {n}) in {:.2} s",
             r.ready,
             r.ready.len(),
             r.seconds
-        );
+        )?;
         for line in hosts_summary(&r.processes) {
-            println!("hosts  {line}");
+            writeln!(std::io::stdout(), "hosts  {line}")?;
         }
         for (ids, why) in &r.failed {
-            println!("failed {ids}: {why}");
+            writeln!(std::io::stdout(), "failed {ids}: {why}")?;
         }
     }
     let all = session.all();
@@ -636,7 +671,7 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         let filter = a.filter.as_deref().unwrap_or("");
         let m = sdm_client::service::filtered(&a.service, &all, mode, filter, req.clone());
         let groups = session.request_command(m).await?;
-        print_groups(req, &groups, a.json);
+        print_groups(req, &groups, a.json)?;
     }
     if a.hold {
         eprintln!("sdm: tree is up; Ctrl-C shuts it down");
@@ -649,7 +684,7 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
+fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) -> std::io::Result<()> {
     let mut groups: Vec<&ReplyGroup> = groups.iter().collect();
     groups.sort_by_key(|g| (g.status, g.sources.first()));
     for g in groups {
@@ -660,22 +695,29 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) {
                 Status::Lost => "lost",
                 Status::TimedOut => "timed_out",
             };
-            println!(
+            writeln!(
+                std::io::stdout(),
                 "{}",
                 serde_json::json!({"request": req, "ids": g.sources.to_string(), "status": status, "reply": body})
-            );
+            )?;
         } else {
             match g.status {
-                Status::Replied => println!("{} {body}", g.sources),
-                Status::Lost => println!("{} lost: {body}", g.sources),
-                Status::TimedOut => println!("{} timed out", g.sources),
-            }
+                Status::Replied => writeln!(std::io::stdout(), "{} {body}", g.sources),
+                Status::Lost => writeln!(std::io::stdout(), "{} lost: {body}", g.sources),
+                Status::TimedOut => writeln!(std::io::stdout(), "{} timed out", g.sources),
+            }?;
         }
     }
+    Ok(())
 }
 
 async fn run_top(a: TopArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(a.period > 0.0, "--period must be positive");
+    let most = MAX_WAIT_MS as f64 / 1000.0;
+    anyhow::ensure!(
+        a.period > 0.0 && a.period <= most,
+        "--period {}: seconds from 0 (excluded) to {most}",
+        a.period
+    );
     let session = Session::launch(&a.tree.options(a.n)?, |_| {})
         .await
         .context("launching the tree")?;
@@ -707,13 +749,17 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
         n += 1;
         let t = t0.elapsed().as_secs_f64();
         if a.json {
-            println!("{}", crate::top::json(&s, t));
+            writeln!(std::io::stdout(), "{}", crate::top::json(&s, t))?;
         } else {
             if tty {
-                print!("\x1b[H\x1b[2J");
+                write!(std::io::stdout(), "\x1b[H\x1b[2J")?;
             }
-            println!("sdm top: {} ranks, sample {n} at {t:.1} s", a.n);
-            print!("{}", crate::top::table(&s));
+            writeln!(
+                std::io::stdout(),
+                "sdm top: {} ranks, sample {n} at {t:.1} s",
+                a.n
+            )?;
+            write!(std::io::stdout(), "{}", crate::top::table(&s))?;
         }
         std::io::stdout().flush()?;
         let ended = s.stats.is_empty() && !s.missing.is_empty();
@@ -767,7 +813,14 @@ async fn run_console(
             } else {
                 format!("[{s}]")
             };
-            s.parse().map_err(|e| anyhow::anyhow!("--stdin: {e}"))?
+            let ids: IdSet = s.parse().map_err(|e| anyhow::anyhow!("--stdin: {e}"))?;
+            let beyond = &ids - &IdSet::all(n);
+            anyhow::ensure!(
+                beyond.is_empty(),
+                "--stdin: no rank {beyond}: ranks are 0 to {} (-n {n})",
+                n.saturating_sub(1)
+            );
+            ids
         }
     };
     c.iof
@@ -861,6 +914,10 @@ async fn run_console(
             let _ = tx.blocking_send(None);
         });
         if let Err(e) = console.wait_for_exit(Some(rx), &stdin_ids, &mut out).await {
+            if broken_pipe(&e) {
+                console.shutdown().await;
+                return Err(e);
+            }
             eprintln!("sdm: {e:#}");
             failed = true;
         }
@@ -870,9 +927,14 @@ async fn run_console(
         eprintln!("sdm: the script is not run: a program could not start");
         failed = true;
     } else {
-        failed |= crate::script::run(&mut console, &script, &mut out)
-            .await?
-            .failed;
+        match crate::script::run(&mut console, &script, &mut out).await {
+            Ok(o) => failed |= o.failed,
+            Err(e) if broken_pipe(&e) => {
+                console.shutdown().await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
     }
     // Like srun: the largest exit status of the programs, at least 1 when a program
     // could not start, a server was lost or a command failed.

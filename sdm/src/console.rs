@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 
@@ -41,6 +41,22 @@ const DRAIN_PATIENCE: Duration = Duration::from_secs(10);
 /// How long an output line waits for the same line of the ranks that have not printed
 /// it yet, by default (see [`Aligner`]).
 pub const DEFAULT_MERGE_LAG: Duration = Duration::from_secs(5);
+
+/// The longest `sleep` (a day): longer ones are typing mistakes, and a bound keeps the
+/// deadline's arithmetic from overflowing.
+const MAX_SLEEP_SECS: f64 = 86_400.0;
+
+/// `sleep SECONDS`'s duration: a number from 0 to [`MAX_SLEEP_SECS`], else an error
+/// naming the bound.
+fn sleep_duration(rest: &str) -> anyhow::Result<Duration> {
+    let secs: f64 = rest
+        .parse()
+        .map_err(|_| anyhow!("sleep: {rest:?} is not a number of seconds"))?;
+    if !(0.0..=MAX_SLEEP_SECS).contains(&secs) {
+        anyhow::bail!("sleep: {rest} seconds is out of range: 0 to {MAX_SLEEP_SECS} (a day)");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
 
 /// How a console's programs ended, for the exit status of `sdm run` (see
 /// [`Console::shutdown`]).
@@ -600,6 +616,9 @@ impl Console {
         let (verb, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
         let rest = rest.trim();
         let mut failed = false;
+        if matches!(verb, "quit" | "exit" | "history" | "health") && !rest.is_empty() {
+            anyhow::bail!("{verb} takes no arguments (`help {verb}`), not {rest:?}");
+        }
         match verb {
             "quit" | "exit" => return Ok(Flow::Quit),
             "help" => write!(
@@ -613,10 +632,7 @@ impl Console {
                 }
             }
             "sleep" => {
-                let secs: f64 = rest
-                    .parse()
-                    .with_context(|| format!("sleep: {rest:?} is not a number of seconds"))?;
-                let until = tokio::time::Instant::now() + Duration::from_secs_f64(secs);
+                let until = tokio::time::Instant::now() + sleep_duration(rest)?;
                 while tokio::time::Instant::now() < until {
                     self.pump(until, out).await?;
                 }

@@ -95,17 +95,19 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Adds what running one command gave; says whether to go on.
-    fn add(&mut self, step: &Step, r: anyhow::Result<Flow>) -> bool {
+    /// Adds what running one command gave; says whether to go on. A closed standard
+    /// output ends the script (the caller exits quietly, as `head` expects).
+    fn add(&mut self, step: &Step, r: anyhow::Result<Flow>) -> anyhow::Result<bool> {
         match r {
             Ok(Flow::Continue { failed }) => self.failed |= failed,
             Ok(Flow::Quit) => self.quit = true,
+            Err(e) if crate::cli::broken_pipe(&e) => return Err(e),
             Err(e) => {
                 eprintln!("sdm: {}: {e:#}", step.named());
                 self.failed = true;
             }
         }
-        !self.quit
+        Ok(!self.quit)
     }
 }
 
@@ -121,7 +123,7 @@ pub async fn run(
             Source::Steps(steps) => {
                 for step in steps {
                     let r = console.command(&step.text, out).await;
-                    if !o.add(step, r) {
+                    if !o.add(step, r)? {
                         return Ok(o);
                     }
                 }
@@ -165,7 +167,7 @@ async fn from_stdin(
                 let step = Step { text: text.to_owned(), place: Some(format!("stdin:{number}")) };
                 let r = console.command(&step.text, out).await;
                 out.flush()?;
-                if !o.add(&step, r) {
+                if !o.add(&step, r)? {
                     return Ok(());
                 }
             }

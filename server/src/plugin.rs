@@ -142,6 +142,64 @@ unsafe extern "C" fn host_error(ctx: *mut c_void, msg: *const c_char, len: usize
     }));
 }
 
+/// A plugin's library, opened and its table checked, before `init`.
+struct Opened {
+    lib: VersionedLibrary,
+    name: String,
+    init: InitFn,
+    handle: HandleFn,
+    destroy: Option<DestroyFn>,
+}
+
+/// Opens the library at `path` and checks its ABI version and vtable (a name, `init` and
+/// `handle`), without running anything of it.
+fn open(path: &Path) -> Result<Opened, Error> {
+    let shown = path.display().to_string();
+    let err = |what: String| {
+        Error::new(
+            ErrorKind::PluginLoad,
+            format!("service plugin {shown}: {what}"),
+        )
+    };
+    let lib = VersionedLibrary::open(path, "service", ENTRY_SYMBOL, ABI_VERSION, "sdm_service.h")
+        .map_err(|e| Error::new(ErrorKind::PluginLoad, e.to_string()))?;
+    // SAFETY: the version matches, so the table's layout is `VTable`.
+    let v = unsafe { &*lib.table().cast::<VTable>() };
+    if v.name.is_null() {
+        return Err(err("it has no name".into()));
+    }
+    // SAFETY: the ABI says `name` is NUL-terminated static data.
+    let name = unsafe { CStr::from_ptr(v.name) }
+        .to_str()
+        .map_err(|_| err("its name is not UTF-8".into()))?
+        .to_owned();
+    if name.is_empty() {
+        return Err(err("its name is empty".into()));
+    }
+    let init = v
+        .init
+        .ok_or_else(|| err(format!("{name} has no init function")))?;
+    let handle = v
+        .handle
+        .ok_or_else(|| err(format!("{name} has no handle function")))?;
+    let destroy = v.destroy;
+    Ok(Opened {
+        lib,
+        name,
+        init,
+        handle,
+        destroy,
+    })
+}
+
+/// Checks that the service plugin at `path` loads (the library opens, exports the entry
+/// point with this build's ABI version and a complete table) and returns its service's
+/// name; runs none of its code. A front-end checks a plugin it was named this way before
+/// it starts servers that would load it.
+pub fn check(path: &Path) -> Result<String, Error> {
+    open(path).map(|o| o.name)
+}
+
 impl ServicePlugin {
     /// Loads the plugin at `path` for server `server`: checks its ABI version and vtable,
     /// then runs its `init`.
@@ -153,28 +211,13 @@ impl ServicePlugin {
                 format!("service plugin {shown}: {what}"),
             )
         };
-        let lib =
-            VersionedLibrary::open(path, "service", ENTRY_SYMBOL, ABI_VERSION, "sdm_service.h")
-                .map_err(|e| Error::new(ErrorKind::PluginLoad, e.to_string()))?;
-        // SAFETY: the version matches, so the table's layout is `VTable`.
-        let v = unsafe { &*lib.table().cast::<VTable>() };
-        if v.name.is_null() {
-            return Err(err("it has no name".into()));
-        }
-        // SAFETY: the ABI says `name` is NUL-terminated static data.
-        let name = unsafe { CStr::from_ptr(v.name) }
-            .to_str()
-            .map_err(|_| err("its name is not UTF-8".into()))?
-            .to_owned();
-        if name.is_empty() {
-            return Err(err("its name is empty".into()));
-        }
-        let init = v
-            .init
-            .ok_or_else(|| err(format!("{name} has no init function")))?;
-        let handle = v
-            .handle
-            .ok_or_else(|| err(format!("{name} has no handle function")))?;
+        let Opened {
+            lib,
+            name,
+            init,
+            handle,
+            destroy,
+        } = open(path)?;
         let mut call = Call::default();
         let host = call.host(server, 0);
         let mut state: *mut c_void = std::ptr::null_mut();
@@ -184,7 +227,7 @@ impl ServicePlugin {
             name,
             path: path.to_owned(),
             handle,
-            destroy: v.destroy,
+            destroy,
             state: Mutex::new(State(state)),
             _lib: lib,
         };

@@ -276,7 +276,7 @@ fn cli_service_plugin_and_service_tag_launch_requests() {
     ]);
     // Opcode 0x41 is not one the plugin knows: its own error, from every server, merged.
     let want = format!(
-        "[0-7] error: service \"checksum\": plugin {plugin}: handle failed (code 1): unknown opcode 0x41 (0 echo, 1 checksum)"
+        "[0-7] error: service \"checksum\": plugin {plugin}: handle failed (code 1): unknown opcode 0x41 (0 echo, 1 checksum, `echo WORDS`)"
     );
     assert!(out.lines().any(|l| l == want), "{out}");
     let out = sdm_e2e::sdm_ok([

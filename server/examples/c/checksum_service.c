@@ -9,6 +9,8 @@
  *         (/proc/PID/mem); address 0 means the start of the first mapping of the program's
  *         executable (/proc/PID/maps). Ranks running the same binary reply identical bytes,
  *         so the tree merges them into one group.
+ *   'e'   text echo, typed on a command line: `echo WORDS`; the reply is WORDS
+ *         (`sdm launch --service-plugin ... --service checksum --send 'echo hi'`).
  *
  * Build: cc -shared -fPIC -I server/include server/examples/c/checksum_service.c \
  *           -o libchecksum_service.so
@@ -26,7 +28,10 @@
 
 #include "sdm_service.h"
 
-enum { OP_ECHO = 0x00, OP_CHECKSUM = 0x01, CHECKSUM_LEN = 13 };
+enum { OP_ECHO = 0x00, OP_CHECKSUM = 0x01, OP_TEXT_ECHO = 'e', CHECKSUM_LEN = 13 };
+
+/* The text echo's request starts with this. */
+static const char TEXT_ECHO[] = "echo ";
 
 static void fail(const sdm_service_host *host, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -148,7 +153,7 @@ static int svc_handle(void *state, const sdm_service_host *host, const uint8_t *
                       size_t len) {
     (void)state;
     if (len == 0) {
-        fail(host, "empty request: the first byte is the opcode (0 echo, 1 checksum)");
+        fail(host, "empty request: the first byte is the opcode (0 echo, 1 checksum, 'e' text echo)");
         return 1;
     }
     switch (req[0]) {
@@ -157,8 +162,15 @@ static int svc_handle(void *state, const sdm_service_host *host, const uint8_t *
         return 0;
     case OP_CHECKSUM:
         return checksum(host, req, len);
+    case OP_TEXT_ECHO:
+        if (len < sizeof TEXT_ECHO - 1 || memcmp(req, TEXT_ECHO, sizeof TEXT_ECHO - 1) != 0) {
+            fail(host, "a text request is `echo WORDS`");
+            return 1;
+        }
+        host->reply(host->ctx, req + sizeof TEXT_ECHO - 1, len - (sizeof TEXT_ECHO - 1));
+        return 0;
     default:
-        fail(host, "unknown opcode 0x%02x (0 echo, 1 checksum)", req[0]);
+        fail(host, "unknown opcode 0x%02x (0 echo, 1 checksum, `echo WORDS`)", req[0]);
         return 1;
     }
 }
