@@ -413,8 +413,6 @@ impl Gdb {
             "-gdb-set pagination off",
             "-gdb-set width 0",
             "-gdb-set debuginfod enabled off",
-            // Stacks to the outermost frame (`_start`, `clone3`), as the native walk gives.
-            "-gdb-set backtrace past-main on",
         ] {
             g.command(setting, START_PATIENCE)?;
         }
