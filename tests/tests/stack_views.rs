@@ -6,7 +6,8 @@
 //! line, function, module and offset as fields); the two call sites are two classes
 //! (`--functions` makes them one); every thread is walked (the helpers are a branch of
 //! their own, counted per thread), `thread N` and `info threads` show them; and once gdb
-//! holds the ranks (after a `print`), `bt` prints the very same tree as the native walk.
+//! holds the ranks (after a `print`), `bt` prints the very same tree as the native walk, and
+//! `status` the same place.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -201,9 +202,12 @@ async fn bt_names_lines_splits_call_sites_and_walks_every_thread() {
 
     // gdb holds the ranks once a symbolic command ran: the same tree, frame for frame.
     let native = run(&mut c, "bt").await;
+    let native_status = run(&mut c, "status").await;
+    assert_eq!(native_status, "[0-3] stopped in pause\n");
     let printed = run(&mut c, "print rank").await;
     assert_eq!(printed.lines().count(), 4, "{printed}");
     let held = run(&mut c, "bt").await;
     assert_eq!(held, native, "gdb's walk differs from the native one");
+    assert_eq!(run(&mut c, "status").await, native_status, "gdb's status");
     c.shutdown().await;
 }

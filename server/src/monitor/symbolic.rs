@@ -549,6 +549,17 @@ impl Monitor {
             return Ok("running".into());
         }
         let f = current_frame(h)?;
+        // At the innermost frame, named as the native walk names it: a rank's status reads
+        // the same whichever backend holds it.
+        if f.str("level") == Some("0")
+            && let Ok(frames) = self.backtrace_held()
+            && let Some(top) = frames.first()
+        {
+            return Ok(match &top.location {
+                Some(loc) => format!("stopped in {} at {loc}", top.function),
+                None => format!("stopped in {}", top.function),
+            });
+        }
         let func = f.str("func").unwrap_or("??");
         Ok(match (f.str("file"), f.str("line")) {
             (Some(file), Some(line)) => format!(
