@@ -7,7 +7,7 @@
 //! (`--functions` makes them one); every thread is walked (the helpers are a branch of
 //! their own, counted per thread), `thread N` and `info threads` show them; and once gdb
 //! holds the ranks (after a `print`), `bt` prints the very same tree as the native walk, and
-//! `status` the same place.
+//! `status` the same place. After `stop`, `bt` and `cont`, every thread runs again.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,6 +16,7 @@ use std::time::Duration;
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
+use sdm_omis::Value;
 use sdm_proto::{IdSet, Status};
 
 const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/threads.c");
@@ -51,6 +52,11 @@ fn classes(text: &str) -> Vec<&str> {
 
 /// Four ranks of the program, started (running) under a console.
 async fn console() -> Console {
+    started().await.0
+}
+
+/// Four ranks of the program, started (running) under a console; and their pids.
+async fn started() -> (Console, Vec<u32>) {
     let program = build();
     let opts = SessionOptions {
         n: 4,
@@ -70,7 +76,64 @@ async fn console() -> Console {
             .all(|l| l.status == Status::Replied && l.started()),
         "{started:?}"
     );
-    c
+    let pids = started
+        .iter()
+        .map(|l| match l.reply.as_ref().and_then(|r| r.results.first()) {
+            Some(Value::Int(pid)) => *pid as u32,
+            other => panic!("no pid from {}: {other:?}", l.ids),
+        })
+        .collect();
+    (c, pids)
+}
+
+/// The state letter of each thread of `pid` (/proc/PID/task/*/stat).
+fn thread_states(pid: u32) -> Vec<char> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.ok()?.path().join("stat")).ok()?;
+            stat.rsplit_once(") ")?.1.chars().next()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cont_after_bt_lets_every_thread_run() {
+    let (mut c, pids) = started().await;
+    // Until every rank has its helper thread.
+    for _ in 0..600 {
+        if pids.iter().all(|&p| thread_states(p).len() == 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(run(&mut c, "stop").await, "[0-3] stopped\n");
+    for &p in &pids {
+        let states = thread_states(p);
+        assert_eq!(states.len(), 2, "pid {p}");
+        assert!(
+            states.iter().all(|&s| s == 'T' || s == 't'),
+            "pid {p}: {states:?}"
+        );
+    }
+    run(&mut c, "bt").await;
+    assert_eq!(run(&mut c, "cont").await, "[0-3] running\n");
+    // No thread left stopped: each runs (or sleeps) again once continued.
+    for &p in &pids {
+        let mut states = thread_states(p);
+        for _ in 0..500 {
+            if states.iter().all(|&s| s != 'T' && s != 't') {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            states = thread_states(p);
+        }
+        assert!(
+            states.iter().all(|&s| s != 'T' && s != 't'),
+            "pid {p}: {states:?}"
+        );
+    }
+    c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
