@@ -1079,6 +1079,14 @@ impl Console {
         }
         self.groups.classes = stacks.tree.classes().into_iter().map(|c| c.ids).collect();
         self.print_stacks(&stacks, &a, out)?;
+        if let (Some(n), false) = (a.thread, stacks.without_thread.is_empty()) {
+            writeln!(
+                out,
+                "{} no thread {n} (`info threads` lists them)",
+                stacks.without_thread
+            )?;
+            failed = true;
+        }
         Ok(self.print_lines("bt", &no_stack, out, crate::words::reply)? | failed)
     }
 

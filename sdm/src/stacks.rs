@@ -252,6 +252,8 @@ pub struct Stacks {
     pub tree: StackTree,
     /// The fields of each node name, as its frames agree on them.
     fields: HashMap<String, FrameFields>,
+    /// Ranks without the thread `bt --thread N` asked for (fewer threads).
+    pub without_thread: IdSet,
 }
 
 impl Stacks {
@@ -273,6 +275,9 @@ impl Stacks {
             .collect();
         if stacks.len() != threads.len() {
             return false;
+        }
+        if a.thread.is_some_and(|n| n as usize > stacks.len()) {
+            self.without_thread.union_with(ids);
         }
         for (i, frames) in stacks.into_iter().enumerate() {
             if a.thread.is_none_or(|n| n as usize == i + 1) {
@@ -607,6 +612,11 @@ mod tests {
         assert_eq!(j[0]["frames"][3]["module"], "libc.so.6");
         assert_eq!(j[0]["frames"][3]["line"], serde_json::Value::Null);
         // Coarser: by function, one class for the main threads; the lines differ there.
+        let mut one = Stacks::default();
+        let a = BtArgs::parse("--thread 3").unwrap();
+        one.add_threads(&threads(vec![main_thread(30), vec![]]), &r("[0-1]"), &a);
+        assert_eq!(one.without_thread, r("[0-1]"));
+        assert!(one.tree.is_empty());
         let mut f = Stacks::default();
         let a = BtArgs::parse("--classes --functions --thread 1").unwrap();
         f.add_threads(&threads(vec![main_thread(30)]), &r("[0,2]"), &a);

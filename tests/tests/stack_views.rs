@@ -261,7 +261,13 @@ async fn bt_names_lines_splits_call_sites_and_walks_every_thread() {
     let cl = classes(&only);
     assert_eq!(cl.len(), 1, "{only}");
     assert!(cl[0].contains(&helper_path), "{only}");
-    run(&mut c, "thread all").await;
+    let mut none = Vec::new();
+    c.command("bt --thread 3", &mut none).await.unwrap();
+    assert_eq!(
+        String::from_utf8(none).unwrap(),
+        "[0-3] no thread 3 (`info threads` lists them)\n"
+    );
+    assert_eq!(run(&mut c, "thread all").await, "thread all\n");
 
     // gdb holds the ranks once a symbolic command ran: the same tree, frame for frame.
     let native = run(&mut c, "bt").await;
