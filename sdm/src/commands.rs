@@ -45,7 +45,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "bt",
         usage: crate::stacks::BT_USAGE,
-        about: "stack traces merged into one call tree (running programs are stopped for it and continued); K samples counted per edge; --classes: the ranks ending at each leaf (stacks collapsed at the program's first call into a library; --full: whole); --dot/--svg: the tree as a graph",
+        about: "stack traces of every thread of every rank merged into one call tree, each frame by function and file:line (running programs are stopped for it and continued); threads are traces of their own, counted per edge (xN); K samples counted per edge; --classes: the ranks ending at each leaf, split by call site (stacks collapsed at the program's first call into a library; --full: whole); --functions: frames by function only; --thread N: one thread (see `thread`); --json: file, line, function, module and offset per frame; --dot/--svg: the tree as a graph",
     },
     Command {
         name: "break",
@@ -64,8 +64,13 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "info",
-        usage: "info break | info locals [IDS]",
-        about: "list the breakpoints (number, location, ranks), or the local variables of the selected frame, merged by value",
+        usage: "info break | info locals [IDS] | info threads [IDS]",
+        about: "list the breakpoints (number, location, ranks), the local variables of the selected frame, or every thread of each rank and where it is, merged by value",
+    },
+    Command {
+        name: "thread",
+        usage: "thread [N|all]",
+        about: "show only thread N of each rank in `bt` (numbered as `info threads` lists them, the main thread 1), or every thread again (`all`, the default); alone: which",
     },
     Command {
         name: "print",

@@ -14,7 +14,6 @@ use sdm_proto::{IdSet, Message, Status, SyncMode};
 
 use sdm_overlay::align::Aligner;
 use sdm_overlay::coalesce::StdioLine;
-use sdm_overlay::filters::builtin::StackTree;
 
 use sdm_client::service;
 use sdm_client::session::Session;
@@ -22,6 +21,7 @@ use sdm_omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request}
 use sdm_overlay::coalesce::{STDERR, STDOUT};
 
 mod debug;
+mod threads;
 
 /// How long one console command may take before its silent ids count as timed out.
 const COMMAND_TIMEOUT_MS: u32 = 30_000;
@@ -125,6 +125,9 @@ pub struct Console {
     /// Output is taken from the tree only while this has room (the interactive console's
     /// terminal keeps up); the programs wait meanwhile.
     room: Option<crate::screen::Room>,
+    /// The thread `bt` shows (`thread N`, numbered as `info threads` lists them); `None`:
+    /// every thread.
+    thread: Option<u32>,
 }
 
 /// One merged result line: who, what happened, and the OMIS reply (if any).
@@ -163,6 +166,7 @@ impl Console {
             temporary: Default::default(),
             stderr: None,
             room: None,
+            thread: None,
             session,
         }
     }
@@ -689,12 +693,14 @@ impl Console {
                         .await?
                         .unwrap_or(false)
                 }
-                _ => anyhow::bail!("info: expected `info break` or `info locals`"),
+                ("threads", ids) => failed = self.info_threads(ids, out).await?,
+                _ => anyhow::bail!("info: expected `info break`, `info locals` or `info threads`"),
             },
             "group" => self.group(rest, out)?,
             "focus" => self.focus(rest, out)?,
             "delete" => failed = self.delete_breakpoints(rest, out).await?,
             "bt" => failed = self.sampled_backtrace(rest, out).await?,
+            "thread" => self.select_thread(rest, out)?,
             "health" => {
                 failed = !self.health(self.json, out).await?;
             }
@@ -862,53 +868,36 @@ impl Console {
         Ok(())
     }
 
-    /// Merges the stack traces of `lines` into `tree` (outermost frame first), once per
-    /// rank; returns the lines that hold no stack (an error, lost, timed out).
-    fn add_stacks(lines: &[Line], tree: &mut StackTree, collapse: bool) -> Vec<Line> {
+    /// Merges the stacks of `lines` (replies to `sdm_stacks`) into `stacks`, as `a` asks;
+    /// returns the lines that hold no stack (an error, lost, timed out).
+    fn add_stacks(
+        lines: &[Line],
+        stacks: &mut crate::stacks::Stacks,
+        a: &crate::stacks::BtArgs,
+    ) -> Vec<Line> {
         let mut other = Vec::new();
         for l in lines {
-            let frames = l.reply.as_ref().and_then(|r| match r.results.first() {
-                Some(Value::List(f)) => Some(f),
-                _ => None,
-            });
-            match frames {
-                Some(frames) => {
-                    // (function, has a source location), outermost first.
-                    let named: Vec<(String, bool)> = frames
-                        .iter()
-                        .rev()
-                        .map(|f| match f {
-                            Value::List(parts) => (
-                                match parts.get(2) {
-                                    Some(Value::Str(s)) => s.clone(),
-                                    _ => "?".into(),
-                                },
-                                matches!(parts.get(3), Some(Value::Str(loc)) if !loc.is_empty()),
-                            ),
-                            _ => ("?".into(), false),
-                        })
-                        .collect();
-                    let keep = if collapse {
-                        crate::stacks::collapsed_len(&named)
-                    } else {
-                        named.len()
-                    };
-                    tree.insert(named[..keep].iter().map(|(f, _)| f.as_str()), &l.ids);
-                }
-                None => other.push(l.clone()),
+            let added = l
+                .reply
+                .as_ref()
+                .and_then(|r| r.results.first())
+                .is_some_and(|threads| stacks.add_threads(threads, &l.ids, a));
+            if !added {
+                other.push(l.clone());
             }
         }
         other
     }
 
-    /// Prints `tree` as `bt` was asked (`a`): the tree or the classes, as text or JSON, and
-    /// writes its DOT or SVG file.
+    /// Prints `stacks` as `bt` was asked (`a`): the tree or the classes, as text or JSON,
+    /// and writes its DOT or SVG file.
     fn print_stacks(
         &self,
-        tree: &StackTree,
+        stacks: &crate::stacks::Stacks,
         a: &crate::stacks::BtArgs,
         out: &mut dyn Write,
     ) -> anyhow::Result<()> {
+        let tree = &stacks.tree;
         if let Some(path) = &a.dot {
             crate::stacks::write_dot(tree, path).map_err(|e| anyhow!(e))?;
         }
@@ -919,13 +908,13 @@ impl Console {
             (true, true) => writeln!(
                 out,
                 "{}",
-                serde_json::json!({"command": "bt", "samples": a.samples, "classes": crate::stacks::classes_json(tree)})
+                serde_json::json!({"command": "bt", "samples": a.samples, "classes": stacks.classes_json()})
             )?,
             (true, false) => crate::stacks::print_classes(tree, out)?,
             (false, true) => writeln!(
                 out,
                 "{}",
-                serde_json::json!({"command": "bt", "samples": a.samples, "tree": tree.to_json()})
+                serde_json::json!({"command": "bt", "samples": a.samples, "tree": stacks.tree_json()})
             )?,
             (false, false) => crate::stacks::print_tree(tree, out)?,
         }
@@ -1118,9 +1107,10 @@ impl Console {
     /// stopped), `--samples K` times `--interval MS` apart, every sample counted in the
     /// tree (STAT's 3D view); `--classes`, `--dot`, `--svg` and `--json` choose the view.
     async fn sampled_backtrace(&mut self, rest: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
-        let a = crate::stacks::BtArgs::parse(rest).map_err(|e| anyhow!(e))?;
+        let mut a = crate::stacks::BtArgs::parse(rest).map_err(|e| anyhow!(e))?;
+        a.thread = a.thread.or(self.thread);
         let dest = self.ranks(&a.ids)?;
-        let mut tree = StackTree::default();
+        let mut stacks = crate::stacks::Stacks::default();
         let mut failed = false;
         let mut no_stack: Vec<Line> = Vec::new();
         for k in 0..a.samples {
@@ -1130,37 +1120,22 @@ impl Console {
                     self.pump(until, out).await?;
                 }
             }
-            let id = self.id();
-            let status = self
-                .request(&dest, &format!("{id} [] sdm_status()"))
-                .await?;
-            let running: IdSet = status
-                .iter()
-                .filter(|l| {
-                    l.reply.as_ref().and_then(|r| r.results.first())
-                        == Some(&Value::Str("running".into()))
-                })
-                .fold(IdSet::new(), |acc, l| &acc | &l.ids);
-            let mut stopped = IdSet::new();
-            if !running.is_empty() {
-                let id = self.id();
-                stopped = ok_ids(&self.request(&running, &format!("{id} [] stop()")).await?);
-            }
-            let id = self.id();
-            let stacks = self
-                .request(&dest, &format!("{id} [] stack_backtrace()"))
-                .await?;
-            if !stopped.is_empty() {
-                let id = self.id();
-                let cont = self.request(&stopped, &format!("{id} [] cont()")).await?;
-                let bad: Vec<Line> = cont.into_iter().filter(line_failed).collect();
-                failed |= self.print_lines("bt", &bad, out, crate::words::reply)?;
-            }
+            let (replies, cont_failed) =
+                self.request_stopped("bt", &dest, "sdm_stacks", out).await?;
+            failed |= cont_failed;
             // A rank without a stack is reported once, from the last sample.
-            no_stack = Self::add_stacks(&stacks, &mut tree, a.collapsed());
+            no_stack = Self::add_stacks(&replies, &mut stacks, &a);
         }
-        self.groups.classes = tree.classes().into_iter().map(|c| c.ids).collect();
-        self.print_stacks(&tree, &a, out)?;
+        self.groups.classes = stacks.tree.classes().into_iter().map(|c| c.ids).collect();
+        self.print_stacks(&stacks, &a, out)?;
+        if let (Some(n), false) = (a.thread, stacks.without_thread.is_empty()) {
+            writeln!(
+                out,
+                "{} no thread {n} (`info threads` lists them)",
+                stacks.without_thread
+            )?;
+            failed = true;
+        }
         Ok(self.print_lines("bt", &no_stack, out, crate::words::reply)? | failed)
     }
 

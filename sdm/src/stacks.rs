@@ -1,12 +1,22 @@
 //! `bt` in the console: STAT's views of the merged stack traces. Its options, the samples
 //! merged into one call-prefix tree with a count per edge, and the views: the indented
 //! tree (2D), the equivalence classes, Graphviz DOT and SVG, and JSON for each.
+//!
+//! Every thread of every rank is a trace of its own (STAT's view: threads in the same
+//! place merge, threads elsewhere are branches of their own). A frame is a node by its
+//! function and source line (`step at prog.c:28`, STAT's line-granular view, so ranks
+//! waiting at two call sites of one function are two branches and two classes), or by
+//! its function alone with `--functions`; a frame without a symbol is named by its file and
+//! offset (`libc.so.6+0x2724a`), never by its address.
 
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sdm_overlay::filters::builtin::StackTree;
+use sdm_omis::Value;
+use sdm_overlay::filters::builtin::{StackNode, StackTree};
+use sdm_proto::IdSet;
 
 /// What `bt` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,13 +36,18 @@ pub struct BtArgs {
     /// Collapse each stack below the program's first call into code without source
     /// information (MPI, libc: see [`collapsed_len`]); `None`: only for `--classes`.
     pub collapse: Option<bool>,
+    /// A frame is a node by its function alone (`--functions`), not by function and line.
+    pub functions: bool,
+    /// Only this thread of each rank (numbered from 1, the main thread first, as `info
+    /// threads` lists them); `None`: every thread.
+    pub thread: Option<u32>,
     /// The ranks (the rest of the line).
     pub ids: String,
 }
 
 /// The usage line of `bt`.
-pub const BT_USAGE: &str = "bt [--samples K] [--interval MS] [--classes] [--collapse|--full] \
-     [--dot FILE] [--svg FILE] [--json] [IDS]";
+pub const BT_USAGE: &str = "bt [--samples K] [--interval MS] [--classes] [--functions] \
+     [--collapse|--full] [--thread N] [--dot FILE] [--svg FILE] [--json] [IDS]";
 
 impl BtArgs {
     /// Parses the words after `bt`; the error names the option that was wrong.
@@ -45,6 +60,8 @@ impl BtArgs {
             svg: None,
             json: false,
             collapse: None,
+            functions: false,
+            thread: None,
             ids: String::new(),
         };
         let mut words = rest.split_whitespace();
@@ -74,6 +91,11 @@ impl BtArgs {
                     a.interval = Duration::from_millis(ms);
                 }
                 "--classes" => a.classes = true,
+                "--functions" => a.functions = true,
+                "--thread" => {
+                    let v = value(w)?;
+                    a.thread = Some(parse_thread(v).map_err(|e| format!("bt: --thread {e}"))?);
+                }
                 "--json" => a.json = true,
                 "--collapse" => a.collapse = Some(true),
                 "--full" => a.collapse = Some(false),
@@ -97,6 +119,14 @@ impl BtArgs {
     }
 }
 
+/// A thread number as `bt --thread` and `thread` take it: 1 or more.
+pub fn parse_thread(v: &str) -> Result<u32, String> {
+    v.parse()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| format!("{v:?}: give a thread number from 1 (`info threads` lists them)"))
+}
+
 /// How many frames of a stack (outermost first, each with whether it has a source
 /// location) to keep when collapsing library internals: up to and including the first frame
 /// without source information that the program's own code (a frame with a location) called.
@@ -109,6 +139,230 @@ pub fn collapsed_len(frames: &[(String, bool)]) -> usize {
     match frames[first_own..].iter().position(|(_, loc)| !*loc) {
         Some(i) => first_own + i + 1,
         None => frames.len(),
+    }
+}
+
+/// The name of a frame the servers could not name (gdb's).
+const UNKNOWN_FRAME: &str = "??";
+
+/// One frame as the servers report it (`sdm_stacks`, `stack_backtrace`), or the fields a
+/// merged node's frames agree on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameFields {
+    /// The function (inlined ones are frames of their own).
+    pub function: String,
+    /// The source file (no directory), where debug information gives one.
+    pub file: Option<String>,
+    /// The source line: for an outer frame the line of the call.
+    pub line: Option<u32>,
+    /// The mapped file holding the code (`libc.so.6`); empty where none.
+    pub module: String,
+    /// The pc's address in that file; `None` in a node whose frames differ in it.
+    pub offset: Option<u64>,
+}
+
+impl FrameFields {
+    /// Reads a frame `[pc, fp, "function", "file:line", "module", offset]` (the last two
+    /// absent in replies of older servers).
+    pub fn from_value(v: &Value) -> Option<Self> {
+        let Value::List(p) = v else { return None };
+        let text = |i: usize| match p.get(i) {
+            Some(Value::Str(s)) => Some(s.as_str()),
+            _ => None,
+        };
+        let (file, line) = match text(3).and_then(|l| l.rsplit_once(':')) {
+            Some((f, n)) => match n.parse() {
+                Ok(n) => (Some(f.to_owned()), Some(n)),
+                Err(_) => (None, None),
+            },
+            None => (None, None),
+        };
+        Some(Self {
+            function: text(2)?.to_owned(),
+            file,
+            line,
+            module: text(4).unwrap_or_default().to_owned(),
+            offset: match p.get(5) {
+                Some(Value::Int(o)) => Some(*o as u64),
+                _ => None,
+            },
+        })
+    }
+
+    /// A frame that could not be read.
+    fn unknown() -> Self {
+        Self {
+            function: UNKNOWN_FRAME.into(),
+            file: None,
+            line: None,
+            module: String::new(),
+            offset: None,
+        }
+    }
+
+    /// The frame's node in the tree: `function at file:line`, or with `functions` (or
+    /// without a line) the function; a frame without a symbol in a known file by the file
+    /// and offset.
+    pub fn label(&self, functions: bool) -> String {
+        let function = match self.offset {
+            Some(o) if self.function == UNKNOWN_FRAME && !self.module.is_empty() => {
+                format!("{}+{o:#x}", self.module)
+            }
+            _ => self.function.clone(),
+        };
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) if !functions => format!("{function} at {file}:{line}"),
+            _ => function,
+        }
+    }
+
+    /// Keeps only what `other` agrees on.
+    fn merge(&mut self, other: &Self) {
+        if self.file != other.file {
+            self.file = None;
+        }
+        if self.line != other.line {
+            self.line = None;
+        }
+        if self.module != other.module {
+            self.module.clear();
+        }
+        if self.offset != other.offset {
+            self.offset = None;
+        }
+    }
+
+    /// The fields as JSON: `function`, `file`, `line`, `module`, `offset` (null where
+    /// unknown or where the merged frames differ).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "function": self.function,
+            "file": self.file,
+            "line": self.line,
+            "module": (!self.module.is_empty()).then_some(&self.module),
+            "offset": self.offset,
+        })
+    }
+}
+
+/// The stacks of one `bt`: the call-prefix tree of frame nodes and the fields of each.
+#[derive(Debug, Default)]
+pub struct Stacks {
+    /// The merged tree, nodes named by [`FrameFields::label`].
+    pub tree: StackTree,
+    /// The fields of each node name, as its frames agree on them.
+    fields: HashMap<String, FrameFields>,
+    /// Ranks without the thread `bt --thread N` asked for (fewer threads).
+    pub without_thread: IdSet,
+}
+
+impl Stacks {
+    /// Adds a reply to `sdm_stacks` from `ids`: every thread `[tid, "name", [frames]]`
+    /// (innermost frame first), or only thread `a.thread`. `false`: the reply holds none.
+    pub fn add_threads(&mut self, result: &Value, ids: &IdSet, a: &BtArgs) -> bool {
+        let Value::List(threads) = result else {
+            return false;
+        };
+        let stacks: Vec<&[Value]> = threads
+            .iter()
+            .filter_map(|t| match t {
+                Value::List(parts) => match parts.get(2) {
+                    Some(Value::List(frames)) => Some(frames.as_slice()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        if stacks.len() != threads.len() {
+            return false;
+        }
+        if a.thread.is_some_and(|n| n as usize > stacks.len()) {
+            self.without_thread.union_with(ids);
+        }
+        for (i, frames) in stacks.into_iter().enumerate() {
+            if a.thread.is_none_or(|n| n as usize == i + 1) {
+                self.add_stack(frames, ids, a);
+            }
+        }
+        true
+    }
+
+    /// Adds one stack (innermost frame first) from `ids`.
+    pub fn add_stack(&mut self, frames: &[Value], ids: &IdSet, a: &BtArgs) {
+        let fields: Vec<FrameFields> = frames
+            .iter()
+            .rev()
+            .map(|f| FrameFields::from_value(f).unwrap_or_else(FrameFields::unknown))
+            .collect();
+        let named: Vec<(String, bool)> = fields
+            .iter()
+            .map(|f| (f.label(a.functions), f.line.is_some()))
+            .collect();
+        let keep = if a.collapsed() {
+            collapsed_len(&named)
+        } else {
+            named.len()
+        };
+        for ((label, _), f) in named[..keep].iter().zip(&fields) {
+            self.fields
+                .entry(label.clone())
+                .and_modify(|m| m.merge(f))
+                .or_insert_with(|| f.clone());
+        }
+        self.tree
+            .insert(named[..keep].iter().map(|(l, _)| l.as_str()), ids);
+    }
+
+    /// The fields of the node named `label` as JSON, with `frame` the name itself.
+    fn node_json(&self, label: &str) -> serde_json::Value {
+        let mut j = self
+            .fields
+            .get(label)
+            .map_or_else(|| FrameFields::unknown().to_json(), FrameFields::to_json);
+        j["frame"] = label.into();
+        j
+    }
+
+    /// The tree as nested JSON: per node `frame` (its name in the text), `function`,
+    /// `file`, `line`, `module`, `offset`, `ranks`, `count` and `children`.
+    pub fn tree_json(&self) -> serde_json::Value {
+        fn walk(s: &Stacks, level: &BTreeMap<String, StackNode>) -> serde_json::Value {
+            serde_json::Value::Array(
+                level
+                    .iter()
+                    .map(|(f, n)| {
+                        let mut j = s.node_json(f);
+                        j["ranks"] = n.ids.to_string().into();
+                        j["count"] = n.count.into();
+                        j["children"] = walk(s, &n.children);
+                        j
+                    })
+                    .collect(),
+            )
+        }
+        walk(self, &self.tree.roots)
+    }
+
+    /// The classes as JSON: `[{"ranks", "representative", "path": [...], "frames": [...],
+    /// "count"}]`, `frames` the fields of each frame of the path.
+    pub fn classes_json(&self) -> serde_json::Value {
+        serde_json::Value::Array(
+            self.tree
+                .classes()
+                .into_iter()
+                .map(|c| {
+                    let frames: Vec<serde_json::Value> =
+                        c.path.iter().map(|l| self.node_json(l)).collect();
+                    serde_json::json!({
+                        "ranks": c.ids.to_string(),
+                        "representative": c.ids.first(),
+                        "path": c.path,
+                        "frames": frames,
+                        "count": c.count,
+                    })
+                })
+                .collect(),
+        )
     }
 }
 
@@ -148,23 +402,6 @@ pub fn print_classes(tree: &StackTree, out: &mut dyn Write) -> std::io::Result<(
         )?;
     }
     Ok(())
-}
-
-/// The classes as JSON: `[{"ranks", "representative", "path": [...], "count"}]`.
-pub fn classes_json(tree: &StackTree) -> serde_json::Value {
-    serde_json::Value::Array(
-        tree.classes()
-            .into_iter()
-            .map(|c| {
-                serde_json::json!({
-                    "ranks": c.ids.to_string(),
-                    "representative": c.ids.first(),
-                    "path": c.path,
-                    "count": c.count,
-                })
-            })
-            .collect(),
-    )
 }
 
 /// Writes the tree as DOT to `path`.
@@ -223,6 +460,14 @@ mod tests {
 
     #[test]
     fn options_parse_and_errors_name_the_option() {
+        let a = BtArgs::parse("--functions --thread 2").unwrap();
+        assert!(a.functions);
+        assert_eq!(a.thread, Some(2));
+        assert!(
+            BtArgs::parse("--thread 0")
+                .unwrap_err()
+                .contains("--thread \"0\"")
+        );
         let a = BtArgs::parse("--samples 5 --interval 20 --classes 0-3").unwrap();
         assert_eq!(
             (a.samples, a.interval, a.classes, a.ids.as_str()),
@@ -289,9 +534,109 @@ mod tests {
             "[0-6] (representative 0) main > step > PMPI_Barrier > poll\n\
              [7] (representative 7) main > step > compute\n"
         );
-        let j = classes_json(&tree());
-        assert_eq!(j[1]["ranks"], "[7]");
-        assert_eq!(j[1]["representative"], 7);
+    }
+
+    /// A frame as a server reports it.
+    fn frame(function: &str, location: &str, module: &str, offset: i64) -> Value {
+        Value::List(vec![
+            Value::Int(0x7f00_0000 + offset),
+            Value::Int(0),
+            Value::Str(function.into()),
+            Value::Str(location.into()),
+            Value::Str(module.into()),
+            Value::Int(offset),
+        ])
+    }
+
+    /// A reply to `sdm_stacks`: one thread per stack (innermost frame first).
+    fn threads(stacks: Vec<Vec<Value>>) -> Value {
+        Value::List(
+            stacks
+                .into_iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    Value::List(vec![
+                        Value::Int(100 + i as i64),
+                        Value::Str("prog".into()),
+                        Value::List(f),
+                    ])
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn call_sites_are_nodes_of_their_own_and_json_has_the_fields() {
+        let r = |s: &str| s.parse::<IdSet>().unwrap();
+        let main_thread = |line: u32| {
+            vec![
+                frame("pause", "", "libc.so.6", 0xe1234),
+                frame("wait_here", "prog.c:12", "prog", 0x1139),
+                frame(
+                    "main",
+                    &format!("prog.c:{line}"),
+                    "prog",
+                    0x1100 + i64::from(line),
+                ),
+                frame("??", "", "", 0x7f12_3456),
+            ]
+        };
+        let helper = vec![
+            frame("clock_nanosleep", "", "libc.so.6", 0xd00),
+            frame("helper", "prog.c:20", "prog", 0x1200),
+        ];
+        let mut s = Stacks::default();
+        let a = BtArgs::parse("--classes").unwrap();
+        assert!(s.add_threads(
+            &threads(vec![main_thread(30), helper.clone()]),
+            &r("[0,2]"),
+            &a
+        ));
+        assert!(s.add_threads(&threads(vec![main_thread(32), helper]), &r("[1,3]"), &a));
+        assert!(!s.add_threads(&Value::Str("error: x".into()), &r("[4]"), &a));
+        let mut out = Vec::new();
+        print_classes(&s.tree, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "[0,2] (representative 0) ?? > main at prog.c:30 > wait_here at prog.c:12 > pause\n\
+             [0-3] (representative 0) helper at prog.c:20 > clock_nanosleep\n\
+             [1,3] (representative 1) ?? > main at prog.c:32 > wait_here at prog.c:12 > pause\n"
+        );
+        let j = s.classes_json();
+        let main = &j[0]["frames"][1];
+        assert_eq!(main["function"], "main");
+        assert_eq!(main["file"], "prog.c");
+        assert_eq!(main["line"], 30);
+        assert_eq!(main["module"], "prog");
+        assert_eq!(main["offset"], 0x1100 + 30);
+        assert_eq!(j[0]["frames"][3]["module"], "libc.so.6");
+        assert_eq!(j[0]["frames"][3]["line"], serde_json::Value::Null);
+        // Coarser: by function, one class for the main threads; the lines differ there.
+        let mut one = Stacks::default();
+        let a = BtArgs::parse("--thread 3").unwrap();
+        one.add_threads(&threads(vec![main_thread(30), vec![]]), &r("[0-1]"), &a);
+        assert_eq!(one.without_thread, r("[0-1]"));
+        assert!(one.tree.is_empty());
+        let mut f = Stacks::default();
+        let a = BtArgs::parse("--classes --functions --thread 1").unwrap();
+        f.add_threads(&threads(vec![main_thread(30)]), &r("[0,2]"), &a);
+        f.add_threads(&threads(vec![main_thread(32)]), &r("[1,3]"), &a);
+        let c = f.tree.classes();
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].path, ["??", "main", "wait_here", "pause"]);
+        let t = f.tree_json();
+        assert_eq!(t[0]["children"][0]["frame"], "main");
+        assert_eq!(t[0]["children"][0]["file"], "prog.c");
+        assert_eq!(t[0]["children"][0]["line"], serde_json::Value::Null);
+        assert_eq!(t[0]["children"][0]["ranks"], "[0-3]");
+    }
+
+    #[test]
+    fn a_frame_without_a_symbol_is_named_by_its_file_and_offset() {
+        let f = FrameFields::from_value(&frame("??", "", "libfoo.so", 0x2a)).unwrap();
+        assert_eq!(f.label(false), "libfoo.so+0x2a");
+        let f = FrameFields::from_value(&frame("??", "", "", 0x7f00_1234)).unwrap();
+        assert_eq!(f.label(false), "??");
     }
 
     #[test]

@@ -29,12 +29,14 @@ use sdm_omis::{ActionList, BasicReply, BasicRequest, Registry, Value};
 use crate::error::{Error, ErrorKind};
 use sdm_proto::IdSet;
 
-pub use crate::unwind::{Frame, SIGNAL_FRAME};
+pub use crate::unwind::{Frame, SIGNAL_FRAME, UNKNOWN_FRAME};
 use crate::unwind::{Stacks, read_maps};
 
 mod session;
 mod symbolic;
+mod threads;
 pub use symbolic::{FrameMove, Step};
+pub use threads::ThreadStack;
 
 /// What the monitored process is doing, as the monitor knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -596,6 +598,8 @@ impl Monitor {
             ProcState::Stopped if p.traced => {
                 ptrace::cont(p.pid, None).map_err(|e| errno(p.pid, "ptrace cont", e))?;
                 p.state = ProcState::Running;
+                // The other threads of a process `stop` left in a group-stop.
+                threads::end_group_stop(p.pid)?;
                 Ok(())
             }
             ProcState::Stopped => {

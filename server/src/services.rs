@@ -242,19 +242,7 @@ pub fn registry() -> Arc<Registry<Monitor>> {
         "stack_backtrace",
         Box::new(|m, _| {
             let frames = m.backtrace().map_err(err)?;
-            Ok(vec![Value::List(
-                frames
-                    .into_iter()
-                    .map(|f| {
-                        Value::List(vec![
-                            Value::Int(f.pc as i64),
-                            Value::Int(f.fp as i64),
-                            Value::Str(f.function),
-                            Value::Str(f.location.unwrap_or_default()),
-                        ])
-                    })
-                    .collect(),
-            )])
+            Ok(vec![frames_value(frames)])
         }),
     );
     r.register_base(
@@ -351,6 +339,25 @@ pub fn registry() -> Arc<Registry<Monitor>> {
             }),
         );
         symbolic_services(x);
+        // Every thread's stack: `[[tid, "name", [frame, ...]], ...]`, the main thread first.
+        x.register(
+            "stacks",
+            Box::new(|m: &mut Monitor, _: &BasicRequest| {
+                let threads = m.thread_backtraces().map_err(err)?;
+                Ok(vec![Value::List(
+                    threads
+                        .into_iter()
+                        .map(|t| {
+                            Value::List(vec![
+                                Value::Int(i64::from(t.tid)),
+                                Value::Str(t.name),
+                                frames_value(t.frames),
+                            ])
+                        })
+                        .collect(),
+                )])
+            }),
+        );
         x.register(
             "status",
             Box::new(|m: &mut Monitor, _: &BasicRequest| {
@@ -360,6 +367,27 @@ pub fn registry() -> Arc<Registry<Monitor>> {
     })
     .expect("the sdm prefix is registered once");
     Arc::new(r)
+}
+
+/// Frames as a reply value, innermost first: `[pc, fp, "function", "file:line", "module",
+/// offset]` each (the location empty where there is none; the offset is the pc's address in
+/// the module's file).
+fn frames_value(frames: Vec<crate::monitor::Frame>) -> Value {
+    Value::List(
+        frames
+            .into_iter()
+            .map(|f| {
+                Value::List(vec![
+                    Value::Int(f.pc as i64),
+                    Value::Int(f.fp as i64),
+                    Value::Str(f.function),
+                    Value::Str(f.location.unwrap_or_default()),
+                    Value::Str(f.module),
+                    Value::Int(f.offset as i64),
+                ])
+            })
+            .collect(),
+    )
 }
 
 /// The symbolic services (run by gdb on the process, see `monitor::symbolic`): values,

@@ -51,7 +51,17 @@ pub struct Frame {
     pub location: Option<String>,
     /// Whether this function was inlined into the next (outer) frame's function.
     pub inlined: bool,
+    /// The mapped file holding the pc (no directory: `libc.so.6`, `[vdso]`); empty where no
+    /// file is mapped there.
+    pub module: String,
+    /// The pc as an address in that file (the same in every process mapping the file, what
+    /// `module+offset` names); the pc itself where no file is mapped there.
+    pub offset: u64,
 }
+
+/// The name of a frame whose pc is in no mapped file (gdb's): never the address, which
+/// differs from process to process.
+pub const UNKNOWN_FRAME: &str = "??";
 
 /// Why a stack could not be walked.
 #[derive(Debug, thiserror::Error)]
@@ -202,6 +212,8 @@ impl Image {
                     function: name,
                     location,
                     inlined: true,
+                    module: self.name.clone(),
+                    offset: svma,
                 });
             }
         }
@@ -219,8 +231,21 @@ impl Image {
             function,
             location: None,
             inlined: false,
+            module: self.name.clone(),
+            offset: svma,
         }]
     }
+}
+
+/// The registers a walk starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ThreadRegs {
+    /// Instruction pointer.
+    pub(crate) rip: u64,
+    /// Stack pointer.
+    pub(crate) rsp: u64,
+    /// Frame pointer.
+    pub(crate) rbp: u64,
 }
 
 /// A frame as the unwinder found it, before naming.
@@ -276,32 +301,55 @@ impl Stacks {
     /// named (inlined functions as frames of their own).
     pub(crate) fn backtrace(&mut self, pid: Pid) -> Result<Vec<Frame>, UnwindError> {
         let raw = self.unwind(pid)?;
-        Ok(raw
-            .iter()
+        Ok(self.name_frames(&raw))
+    }
+
+    /// The stack of a stopped thread of `pid` whose registers are given (another tracer,
+    /// gdb, holds it), named as [`Stacks::backtrace`] names them.
+    pub(crate) fn backtrace_from(
+        &mut self,
+        pid: Pid,
+        regs: ThreadRegs,
+    ) -> Result<Vec<Frame>, UnwindError> {
+        let raw = self.unwind_from(pid, regs)?;
+        Ok(self.name_frames(&raw))
+    }
+
+    /// Names raw frames (inlined functions as frames of their own).
+    fn name_frames(&self, raw: &[RawFrame]) -> Vec<Frame> {
+        raw.iter()
             .flat_map(|f| {
                 if f.trampoline {
                     return vec![Frame {
-                        pc: f.pc,
-                        fp: f.fp,
                         function: SIGNAL_FRAME.into(),
-                        location: None,
-                        inlined: false,
+                        ..self.unnamed(f)
                     }];
                 }
                 // Return addresses point after the call: look up the call itself.
                 let probe = if f.returns { f.pc - 1 } else { f.pc };
                 match self.image_at(probe) {
                     Some(image) => image.frames(f.pc, f.fp, probe.wrapping_sub(image.bias)),
-                    None => vec![Frame {
-                        pc: f.pc,
-                        fp: f.fp,
-                        function: format!("{:#x}", f.pc),
-                        location: None,
-                        inlined: false,
-                    }],
+                    None => vec![self.unnamed(f)],
                 }
             })
-            .collect())
+            .collect()
+    }
+
+    /// A frame named [`UNKNOWN_FRAME`], in the module mapped at its pc if any.
+    fn unnamed(&self, f: &RawFrame) -> Frame {
+        let (module, offset) = match self.image_at(f.pc) {
+            Some(i) => (i.name.clone(), f.pc.wrapping_sub(i.bias)),
+            None => (String::new(), f.pc),
+        };
+        Frame {
+            pc: f.pc,
+            fp: f.fp,
+            function: UNKNOWN_FRAME.into(),
+            location: None,
+            inlined: false,
+            module,
+            offset,
+        }
     }
 
     /// The (pc, frame pointer) pairs of the stack of the ptrace-stopped process `pid`,
@@ -359,6 +407,17 @@ impl Stacks {
 
     fn unwind(&mut self, pid: Pid) -> Result<Vec<RawFrame>, UnwindError> {
         let regs = ptrace::getregs(pid).map_err(|source| UnwindError::Registers { pid, source })?;
+        self.unwind_from(
+            pid,
+            ThreadRegs {
+                rip: regs.rip,
+                rsp: regs.rsp,
+                rbp: regs.rbp,
+            },
+        )
+    }
+
+    fn unwind_from(&mut self, pid: Pid, regs: ThreadRegs) -> Result<Vec<RawFrame>, UnwindError> {
         let mem = Memory::open(pid)?;
         let keys = self.load_images(pid, &mem);
         let mut unwinder = UnwinderX86_64::<Vec<u8>>::new();

@@ -454,10 +454,13 @@ pub fn sdm_ok_env<S: AsRef<OsStr>, K: AsRef<OsStr>, V: AsRef<OsStr>>(
 /// failure.
 pub fn assert_hung_job_classes(lines: &[&str], n: u32, context: &str) {
     let last = n - 1;
-    let classes: Vec<&str> = lines
+    // The main threads' classes (MPI's own threads are classes of their own), frames by
+    // function (`bt` names each `function at file:line`).
+    let classes: Vec<String> = lines
         .iter()
-        .copied()
         .filter(|l| l.contains("(representative"))
+        .map(|l| functions_only(l))
+        .filter(|l| l.split(" > ").any(|f| f == "main"))
         .collect();
     assert_eq!(classes.len(), 2, "{context}");
     assert!(
@@ -471,6 +474,15 @@ pub fn assert_hung_job_classes(lines: &[&str], n: u32, context: &str) {
             && classes[1].ends_with(" > main > step > compute"),
         "{context}"
     );
+}
+
+/// A line of `bt --classes` with the frames by function only: `main at f.c:9 > step at
+/// f.c:3` is `main > step`.
+pub fn functions_only(line: &str) -> String {
+    line.split(" > ")
+        .map(|f| f.split(" at ").next().unwrap_or(f))
+        .collect::<Vec<_>>()
+        .join(" > ")
 }
 
 /// The processes whose parent is `parent` (from /proc).

@@ -198,7 +198,7 @@ async fn bt_merges_stacks_into_one_tree() {
     let mut tree = String::new();
     for _ in 0..100 {
         run(&mut c, "stop").await;
-        tree = run(&mut c, "bt").await;
+        tree = run(&mut c, "bt --functions").await;
         if tree.contains("[0-7] main") {
             break;
         }
@@ -617,7 +617,7 @@ async fn bt_samples_running_programs_and_continues_only_those() {
     // A rank sampled before it got past the dynamic loader has no main on its stack yet.
     let mut tree = String::new();
     for _ in 0..100 {
-        tree = run(&mut c, "bt").await;
+        tree = run(&mut c, "bt --functions").await;
         if tree.contains("[0-5] main") {
             break;
         }

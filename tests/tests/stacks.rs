@@ -299,7 +299,7 @@ async fn daemons_stacks_match_gdb_and_merge_in_bt() {
     }
     // The console's tree: every rank through main, then the ranks split by where they
     // wait, inline frames as children of the function they are inlined into.
-    let tree = run(&mut c, "bt").await;
+    let tree = run(&mut c, "bt --functions").await;
     for (parent, child) in [
         ("[0-4] main", "[0-2] top"),
         ("[0-2] top", "[0-2] mid"),

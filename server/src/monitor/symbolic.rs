@@ -532,36 +532,14 @@ impl Monitor {
         Ok(())
     }
 
-    /// The stack of a held process, from gdb.
+    /// The stack of a held process: see [`Monitor::backtrace_held`].
     pub(super) fn backtrace_symbolic(&mut self) -> MonResult<Vec<Frame>> {
-        let h = self.held_stopped()?;
-        let d = h
-            .gdb
-            .command("-stack-list-frames", PATIENCE)
-            .map_err(gdb_err)?;
-        Ok(d.results
-            .get("stack")
-            .map(|s| s.items())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|f| f.get("frame"))
-            .map(|f| Frame {
-                pc: f
-                    .str("addr")
-                    .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
-                    .unwrap_or(0),
-                fp: 0,
-                function: f.str("func").unwrap_or("??").to_owned(),
-                location: match (f.str("file"), f.str("line")) {
-                    (Some(file), Some(line)) => Some(format!(
-                        "{}:{line}",
-                        file.rsplit('/').next().unwrap_or(file)
-                    )),
-                    _ => None,
-                },
-                inlined: false,
-            })
-            .collect())
+        self.backtrace_held()
+    }
+
+    /// The gdb of the held process, which must be stopped.
+    pub(super) fn held_gdb(&mut self) -> MonResult<&mut Gdb> {
+        Ok(&mut self.held_stopped()?.gdb)
     }
 
     /// The status line of a held process.
@@ -571,6 +549,17 @@ impl Monitor {
             return Ok("running".into());
         }
         let f = current_frame(h)?;
+        // At the innermost frame, named as the native walk names it: a rank's status reads
+        // the same whichever backend holds it.
+        if f.str("level") == Some("0")
+            && let Ok(frames) = self.backtrace_held()
+            && let Some(top) = frames.first()
+        {
+            return Ok(match &top.location {
+                Some(loc) => format!("stopped in {} at {loc}", top.function),
+                None => format!("stopped in {}", top.function),
+            });
+        }
         let func = f.str("func").unwrap_or("??");
         Ok(match (f.str("file"), f.str("line")) {
             (Some(file), Some(line)) => format!(
