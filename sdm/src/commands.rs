@@ -134,8 +134,8 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "detach",
-        usage: "detach [IDS]",
-        about: "let processes attached to (sdm attach, sdm run --attach) go: breakpoints removed, running, untraced; a program started here and held by gdb (symbolic commands) goes back to the native monitor, stopped",
+        usage: "detach [--stopped] [IDS]",
+        about: "let processes attached to (sdm attach, sdm run --attach) go: breakpoints and watchpoints removed, untraced, running (--stopped: those stopped stay stopped); a program started here and held by gdb (symbolic commands) goes back to the native monitor, stopped",
     },
     Command {
         name: "top",

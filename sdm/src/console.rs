@@ -612,11 +612,19 @@ impl Console {
                     })?;
             }
             "detach" => {
-                let dest = self.ranks(rest)?;
+                let (stay, ids) = match rest.strip_prefix("--stopped") {
+                    Some(ids) if ids.is_empty() || ids.starts_with(char::is_whitespace) => (1, ids),
+                    _ if rest.starts_with('-') => anyhow::bail!(
+                        "detach: unknown option {:?} (`detach [--stopped] [IDS]`)",
+                        rest.split_whitespace().next().unwrap_or(rest)
+                    ),
+                    _ => (0, rest),
+                };
+                let dest = self.ranks(ids)?;
                 let id = self.id();
                 // Ranks attached to are never killed nor awaited at the end: nothing to note.
                 let lines = self
-                    .request(&dest, &format!("{id} [] sdm_detach()"))
+                    .request(&dest, &format!("{id} [] sdm_detach({stay})"))
                     .await?;
                 // Replies hold each rank's pid: one merged line says what happened.
                 failed = self.print_lines(verb, &lines, out, |r| match r.results.first() {
