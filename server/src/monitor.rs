@@ -33,6 +33,7 @@ pub use crate::unwind::{Frame, SIGNAL_FRAME};
 use crate::unwind::{Stacks, read_maps};
 
 mod detach;
+mod hit;
 mod symbolic;
 pub use detach::Leave;
 pub use symbolic::{FrameMove, Step};
@@ -1108,9 +1109,13 @@ impl Monitor {
                 match hit {
                     Some((addr, name)) => {
                         p.state = ProcState::AtBreakpoint(addr);
-                        let _ = self
-                            .events
-                            .send(format!("breakpoint(\"{name}\",{addr:#x})"));
+                        // Said by function and line, so the hits of many ranks merge.
+                        let place = self.hit_place(pid, addr);
+                        let _ = self.events.send(format!(
+                            "breakpoint({},{})",
+                            Value::Str(name.clone()),
+                            Value::Str(place)
+                        ));
                         let key = Value::Str(name.clone());
                         let params = vec![Value::Str(name), Value::Int(addr as i64)];
                         self.fire("breakpoint", Some(key), params);
