@@ -30,7 +30,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "cont",
         usage: "cont [IDS]",
-        about: "continue the programs (also `continue`)",
+        about: "continue the programs (also `continue`, `c`)",
     },
     Command {
         name: "continue",
@@ -64,8 +64,8 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "info",
-        usage: "info break | info locals [IDS]",
-        about: "list the breakpoints (number, location, ranks), or the local variables of the selected frame, merged by value",
+        usage: "info break | info locals [IDS] | info args [IDS] | info GDB-TOPIC [IDS]",
+        about: "list the breakpoints (number, location, ranks), or the local variables (arguments) of the selected frame, merged by value; other topics go to gdb",
     },
     Command {
         name: "print",
@@ -111,6 +111,41 @@ pub const COMMANDS: &[Command] = &[
         name: "until",
         usage: "until [LOCATION] [IDS]",
         about: "run until a line after the current one (or LOCATION) is reached",
+    },
+    Command {
+        name: "where",
+        usage: "where [OPTIONS] [IDS]",
+        about: "gdb's name for `bt`",
+    },
+    Command {
+        name: "ptype",
+        usage: "ptype EXPR [IDS]",
+        about: "the type of an expression, from gdb (also `whatis`)",
+    },
+    Command {
+        name: "whatis",
+        usage: "whatis EXPR [IDS]",
+        about: "the type name of an expression, from gdb",
+    },
+    Command {
+        name: "x",
+        usage: "x/FMT ADDRESS [IDS]",
+        about: "examine memory as gdb's `x` does, e.g. `x/4dw &a`",
+    },
+    Command {
+        name: "set",
+        usage: "set var NAME = VALUE [IDS]",
+        about: "assign to a variable of the programs, through gdb",
+    },
+    Command {
+        name: "display",
+        usage: "display EXPR [IDS]",
+        about: "print an expression now, as gdb's `display` does",
+    },
+    Command {
+        name: "gdb",
+        usage: "gdb COMMAND [IDS]",
+        about: "run a gdb command on the ranks' gdbs (not one that runs or lets go of the process); identical answers merge",
     },
     Command {
         name: "group",

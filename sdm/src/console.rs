@@ -589,10 +589,10 @@ impl Console {
                     self.pump(until, out).await?;
                 }
             }
-            "stop" | "cont" | "continue" | "kill" | "status" => {
+            "stop" | "cont" | "continue" | "c" | "kill" | "status" => {
                 let service = match verb {
                     "status" => "sdm_status",
-                    "continue" => "cont",
+                    "continue" | "c" => "cont",
                     v => v,
                 };
                 let id = self.id();
@@ -648,12 +648,17 @@ impl Console {
                         .await?
                         .unwrap_or(false)
                 }
-                _ => anyhow::bail!("info: expected `info break` or `info locals`"),
+                ("", _) => {
+                    anyhow::bail!("info: expected `info break`, `info locals` or a gdb topic")
+                }
+                // `info args`, `info frame`, `info registers`...: gdb's answer.
+                (topic, ids) => failed = self.gdb_info(topic, ids, out).await?,
             },
             "group" => self.group(rest, out)?,
             "focus" => self.focus(rest, out)?,
             "delete" => failed = self.delete_breakpoints(rest, out).await?,
-            "bt" => failed = self.sampled_backtrace(rest, out).await?,
+            // `where` is gdb's name for `bt`.
+            "bt" | "where" => failed = self.sampled_backtrace(rest, out).await?,
             "health" => {
                 failed = !self.health(self.json, out).await?;
             }

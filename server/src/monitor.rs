@@ -33,6 +33,7 @@ pub use crate::unwind::{Frame, SIGNAL_FRAME};
 use crate::unwind::{Stacks, read_maps};
 
 mod detach;
+mod gdbcmd;
 mod hit;
 mod symbolic;
 pub use detach::Leave;

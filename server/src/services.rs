@@ -380,6 +380,15 @@ fn symbolic_services(x: &mut sdm_omis::ExtensionRegistrar<'_, Monitor>) {
         }),
     );
     x.register(
+        "gdb",
+        Box::new(|m: &mut Monitor, req: &BasicRequest| {
+            let command = str_param(req, 0, "gdb command")?;
+            m.gdb_console(command)
+                .map(|v| vec![Value::Str(v)])
+                .map_err(err)
+        }),
+    );
+    x.register(
         "locals",
         Box::new(|m: &mut Monitor, _: &BasicRequest| {
             m.locals()

@@ -20,7 +20,7 @@ use crate::gdbmi::{Gdb, GdbError, MiValue, frame_place};
 
 /// How long an ordinary gdb command (an expression, a breakpoint, attaching) may take:
 /// long, because hundreds of gdbs may attach at once on a few cores.
-const PATIENCE: Duration = Duration::from_secs(240);
+pub(super) const PATIENCE: Duration = Duration::from_secs(240);
 
 /// How long each step of letting a process go may take (a gdb that takes longer is
 /// killed instead).
@@ -33,7 +33,7 @@ const STEP_PATIENCE: Duration = Duration::from_secs(120);
 /// A process held by gdb.
 #[derive(Debug)]
 pub(super) struct Held {
-    gdb: Gdb,
+    pub(super) gdb: Gdb,
     running: bool,
     /// gdb's breakpoint numbers and the locations as they were asked for.
     breaks: BTreeMap<u32, String>,
@@ -63,7 +63,7 @@ pub enum Step {
     Until(Option<String>),
 }
 
-fn gdb_err(e: GdbError) -> Error {
+pub(super) fn gdb_err(e: GdbError) -> Error {
     match e {
         GdbError::Command(m) => Error::new(ErrorKind::Symbol, m),
         other => Error::new(ErrorKind::Process, other.to_string()),
@@ -71,7 +71,7 @@ fn gdb_err(e: GdbError) -> Error {
 }
 
 /// `s` as an MI c-string.
-fn quote(s: &str) -> String {
+pub(super) fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -117,7 +117,7 @@ impl Monitor {
     }
 
     /// The held process, which must be stopped.
-    fn held_stopped(&mut self) -> MonResult<&mut Held> {
+    pub(super) fn held_stopped(&mut self) -> MonResult<&mut Held> {
         let pid = self.pid().unwrap_or(0);
         let h = self.held()?;
         if h.running {
