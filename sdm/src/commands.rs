@@ -30,7 +30,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "cont",
         usage: "cont [IDS]",
-        about: "continue the programs (also `continue`)",
+        about: "continue the programs (also `continue`, `c`)",
     },
     Command {
         name: "continue",
@@ -64,8 +64,8 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "info",
-        usage: "info break | info locals [IDS] | info threads [IDS]",
-        about: "list the breakpoints (number, location, ranks), the local variables of the selected frame, or every thread of each rank and where it is, merged by value",
+        usage: "info break | info locals [IDS] | info args [IDS] | info threads [IDS] | info GDB-TOPIC [IDS]",
+        about: "list the breakpoints (number, location, ranks), the local variables (arguments) of the selected frame, or every thread of each rank and where it is, merged by value; other topics go to gdb",
     },
     Command {
         name: "thread",
@@ -118,6 +118,41 @@ pub const COMMANDS: &[Command] = &[
         about: "run until a line after the current one (or LOCATION) is reached",
     },
     Command {
+        name: "where",
+        usage: "where [OPTIONS] [IDS]",
+        about: "gdb's name for `bt`",
+    },
+    Command {
+        name: "ptype",
+        usage: "ptype EXPR [IDS]",
+        about: "the type of an expression, from gdb (also `whatis`)",
+    },
+    Command {
+        name: "whatis",
+        usage: "whatis EXPR [IDS]",
+        about: "the type name of an expression, from gdb",
+    },
+    Command {
+        name: "x",
+        usage: "x/FMT ADDRESS [IDS]",
+        about: "examine memory as gdb's `x` does, e.g. `x/4dw &a`",
+    },
+    Command {
+        name: "set",
+        usage: "set var NAME = VALUE [IDS]",
+        about: "assign to a variable of the programs, through gdb",
+    },
+    Command {
+        name: "display",
+        usage: "display EXPR [IDS]",
+        about: "print an expression now, as gdb's `display` does",
+    },
+    Command {
+        name: "gdb",
+        usage: "gdb COMMAND [IDS]",
+        about: "run a gdb command on the ranks' gdbs (not one that runs or lets go of the process); identical answers merge",
+    },
+    Command {
         name: "group",
         usage: "group [NAME IDS | NAME = class K | -d NAME]",
         about: "name a set of ranks (IDS may combine ranks and groups with | & -; class K of the last `bt --classes`); without arguments, list the groups",
@@ -139,8 +174,8 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "detach",
-        usage: "detach [IDS]",
-        about: "let processes attached to (sdm attach, sdm run --attach) go: breakpoints removed, running, untraced; a program started here and held by gdb (symbolic commands) goes back to the native monitor, stopped",
+        usage: "detach [--stopped] [IDS]",
+        about: "let processes attached to (sdm attach, sdm run --attach) go: breakpoints and watchpoints removed, untraced, running (--stopped: those stopped stay stopped); a program started here and held by gdb (symbolic commands) goes back to the native monitor, stopped",
     },
     Command {
         name: "top",

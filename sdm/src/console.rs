@@ -641,10 +641,10 @@ impl Console {
                     self.pump(until, out).await?;
                 }
             }
-            "stop" | "cont" | "continue" | "kill" | "status" => {
+            "stop" | "cont" | "continue" | "c" | "kill" | "status" => {
                 let service = match verb {
                     "status" => "sdm_status",
-                    "continue" => "cont",
+                    "continue" | "c" => "cont",
                     v => v,
                 };
                 let id = self.id();
@@ -665,11 +665,19 @@ impl Console {
                     })?;
             }
             "detach" => {
-                let dest = self.ranks(rest)?;
+                let (stay, ids) = match rest.strip_prefix("--stopped") {
+                    Some(ids) if ids.is_empty() || ids.starts_with(char::is_whitespace) => (1, ids),
+                    _ if rest.starts_with('-') => anyhow::bail!(
+                        "detach: unknown option {:?} (`detach [--stopped] [IDS]`)",
+                        rest.split_whitespace().next().unwrap_or(rest)
+                    ),
+                    _ => (0, rest),
+                };
+                let dest = self.ranks(ids)?;
                 let id = self.id();
                 // Ranks attached to are never killed nor awaited at the end: nothing to note.
                 let lines = self
-                    .request(&dest, &format!("{id} [] sdm_detach()"))
+                    .request(&dest, &format!("{id} [] sdm_detach({stay})"))
                     .await?;
                 // Replies hold each rank's pid: one merged line says what happened.
                 failed = self.print_lines(verb, &lines, out, |r| match r.results.first() {
@@ -694,12 +702,17 @@ impl Console {
                         .unwrap_or(false)
                 }
                 ("threads", ids) => failed = self.info_threads(ids, out).await?,
-                _ => anyhow::bail!("info: expected `info break`, `info locals` or `info threads`"),
+                ("", _) => {
+                    anyhow::bail!("info: expected `info break`, `info locals`, `info threads` or a gdb topic")
+                }
+                // `info args`, `info frame`, `info registers`...: gdb's answer.
+                (topic, ids) => failed = self.gdb_info(topic, ids, out).await?,
             },
             "group" => self.group(rest, out)?,
             "focus" => self.focus(rest, out)?,
             "delete" => failed = self.delete_breakpoints(rest, out).await?,
-            "bt" => failed = self.sampled_backtrace(rest, out).await?,
+            // `where` is gdb's name for `bt`.
+            "bt" | "where" => failed = self.sampled_backtrace(rest, out).await?,
             "thread" => self.select_thread(rest, out)?,
             "health" => {
                 failed = !self.health(self.json, out).await?;

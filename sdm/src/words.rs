@@ -26,6 +26,13 @@ pub fn event(text: &str, breakpoint_number: impl Fn(&str) -> Option<u32>) -> Str
     }
     let p = &r.results;
     match (r.service.as_str(), p.first(), p.get(1)) {
+        // `work() at prog.c:20` (module+offset without line information).
+        ("breakpoint", Some(Value::Str(at)), Some(Value::Str(place))) => {
+            match breakpoint_number(at) {
+                Some(n) => format!("breakpoint {n} hit in {place}"),
+                None => format!("breakpoint hit in {place}"),
+            }
+        }
         ("breakpoint", Some(Value::Str(at)), addr) => {
             let addr = match addr {
                 Some(Value::Int(a)) => format!(" ({a:#x})"),
@@ -117,6 +124,14 @@ mod tests {
         assert_eq!(
             event("process_terminated(\"killed\",\"SIGKILL\")", numbered),
             "killed by signal SIGKILL"
+        );
+        assert_eq!(
+            event("breakpoint(\"tick\",\"tick() at prog.c:42\")", numbered),
+            "breakpoint 1 hit in tick() at prog.c:42"
+        );
+        assert_eq!(
+            event("breakpoint(\"other\",\"prog+0x1139\")", numbered),
+            "breakpoint hit in prog+0x1139"
         );
         assert_eq!(
             event("breakpoint(\"tick\",0x555fc0b95193)", numbered),

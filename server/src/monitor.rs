@@ -32,9 +32,13 @@ use sdm_proto::IdSet;
 pub use crate::unwind::{Frame, SIGNAL_FRAME, UNKNOWN_FRAME};
 use crate::unwind::{Stacks, read_maps};
 
+mod detach;
+mod gdbcmd;
+mod hit;
 mod session;
 mod symbolic;
 mod threads;
+pub use detach::Leave;
 pub use symbolic::{FrameMove, Step};
 pub use threads::ThreadStack;
 
@@ -622,7 +626,7 @@ impl Monitor {
         if p.child.is_some() && p.traced {
             // Untraced first (breakpoints out), so SIGTERM reaches it as it reaches
             // the others, not as a ptrace stop.
-            self.detach();
+            self.detach(detach::Leave::Running);
         }
         let p = self.proc()?;
         match p.state.clone() {
@@ -665,7 +669,7 @@ impl Monitor {
     /// is detached (breakpoints removed) and left running.
     pub fn kill_quietly(&mut self) {
         match &self.proc {
-            Some(p) if p.child.is_none() => self.detach(),
+            Some(p) if p.child.is_none() => self.detach(Leave::Running),
             Some(_) => drop(self.kill()),
             None => {}
         }
@@ -708,8 +712,8 @@ impl Monitor {
     /// left running; the monitor then controls no process. Returns its pid. A process this
     /// monitor started cannot be detached (it would be left without its server); if gdb
     /// holds it (symbolic commands), gdb lets it go instead and the native monitor has it
-    /// back, stopped.
-    pub fn detach_process(&mut self) -> MonResult<u32> {
+    /// back, stopped. `leave` says whether an attached process that is stopped stays so.
+    pub fn detach_process(&mut self, leave: Leave) -> MonResult<u32> {
         let p = self.proc()?;
         let pid = raw(p.pid);
         // A process started here and held by gdb goes back to the native monitor.
@@ -725,36 +729,9 @@ impl Monitor {
             .with_pid(raw(p.pid)));
         }
         let pid = p.pid.as_raw() as u32;
-        self.detach();
+        self.detach(leave);
         self.proc = None;
         Ok(pid)
-    }
-
-    /// Lets an attached process go: removes breakpoints and detaches, leaving it running.
-    fn detach(&mut self) {
-        // gdb ending detaches it from the process.
-        self.drop_symbolic();
-        let Some(p) = self.proc.as_mut() else { return };
-        if !p.traced {
-            return;
-        }
-        if p.state == ProcState::Running
-            && ptrace::interrupt(p.pid).is_ok()
-            && wait_interrupted(p).is_err()
-        {
-            return;
-        }
-        for (addr, (orig, _)) in std::mem::take(&mut p.breakpoints) {
-            let _ = poke_byte(p.pid, addr, orig);
-        }
-        if let ProcState::AtBreakpoint(addr) = p.state
-            && let Ok(mut r) = ptrace::getregs(p.pid)
-        {
-            r.rip = addr;
-            let _ = ptrace::setregs(p.pid, r);
-        }
-        let _ = ptrace::detach(p.pid, None);
-        p.traced = false;
     }
 
     /// One-line status: `running`, `stopped at 0x… in func`, `exited 0`, …
@@ -1172,9 +1149,13 @@ impl Monitor {
                 match hit {
                     Some((addr, name)) => {
                         p.state = ProcState::AtBreakpoint(addr);
-                        let _ = self
-                            .events
-                            .send(format!("breakpoint(\"{name}\",{addr:#x})"));
+                        // Said by function and line, so the hits of many ranks merge.
+                        let place = self.hit_place(pid, addr);
+                        let _ = self.events.send(format!(
+                            "breakpoint({},{})",
+                            Value::Str(name.clone()),
+                            Value::Str(place)
+                        ));
                         let key = Value::Str(name.clone());
                         let params = vec![Value::Str(name), Value::Int(addr as i64)];
                         self.fire("breakpoint", Some(key), params);

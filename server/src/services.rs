@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use sdm_overlay::auth::{hex_decode, hex_encode};
 
-use crate::monitor::{AsyncRequest, FrameMove, Monitor, ProcState, Step};
+use crate::monitor::{AsyncRequest, FrameMove, Leave, Monitor, ProcState, Step};
 use sdm_proto::IdSet;
 
 use sdm_omis::{
@@ -328,8 +328,14 @@ pub fn registry() -> Arc<Registry<Monitor>> {
         );
         x.register(
             "detach",
-            Box::new(|m: &mut Monitor, _req: &BasicRequest| {
-                m.detach_process().map(|p| vec![Value::Int(i64::from(p))]).map_err(err)
+            Box::new(|m: &mut Monitor, req: &BasicRequest| {
+                // `sdm_detach(1)`: a stopped process stays stopped (`detach --stopped`).
+                let leave = match req.params.first() {
+                    None => Leave::Running,
+                    Some(_) if int_param(req, 0, "stay stopped")? != 0 => Leave::Stopped,
+                    Some(_) => Leave::Running,
+                };
+                m.detach_process(leave).map(|p| vec![Value::Int(i64::from(p))]).map_err(err)
             }),
         );
         x.register(
@@ -399,6 +405,15 @@ fn symbolic_services(x: &mut sdm_omis::ExtensionRegistrar<'_, Monitor>) {
         Box::new(|m: &mut Monitor, req: &BasicRequest| {
             let expr = str_param(req, 0, "expression")?;
             m.evaluate(expr).map(|v| vec![Value::Str(v)]).map_err(err)
+        }),
+    );
+    x.register(
+        "gdb",
+        Box::new(|m: &mut Monitor, req: &BasicRequest| {
+            let command = str_param(req, 0, "gdb command")?;
+            m.gdb_console(command)
+                .map(|v| vec![Value::Str(v)])
+                .map_err(err)
         }),
     );
     x.register(

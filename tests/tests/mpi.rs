@@ -56,7 +56,12 @@ struct HungJob {
 impl HungJob {
     /// `mpirun -n N mpi_hang` or `srun -n N mpi_hang`, once every rank printed `ready`.
     fn start(launcher: &str, n: u32) -> Self {
-        let prog = mpi_program("mpi_hang");
+        Self::start_program(launcher, n, "mpi_hang")
+    }
+
+    /// [`HungJob::start`] with tests/programs/NAME.c.
+    fn start_program(launcher: &str, n: u32, name: &str) -> Self {
+        let prog = mpi_program(name);
         let mut cmd = Command::new(launcher);
         if launcher == "mpirun" {
             cmd.args(["--allow-run-as-root", "--oversubscribe"])
@@ -190,6 +195,77 @@ fn attach_to_a_hung_mpirun_job_and_detach() {
 )]
 fn attach_to_a_hung_srun_job_and_detach() {
     attach_stop_detach("srun", 8);
+}
+
+/// The report of issue 36: `stop`, a gdb-driven `print go = 1` and `next` on the last
+/// rank, `cont`, `detach`: every rank is let go running and untraced (the last one no
+/// longer left in a stop once gdb let it go), and the job, released by the assignment,
+/// completes with status 0.
+#[test]
+#[cfg_attr(
+    not(sdm_have_mpirun),
+    ignore = "needs mpirun and mpicc (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+#[cfg_attr(not(sdm_have_gdb), ignore = "needs gdb")]
+fn a_job_released_through_gdb_completes_after_detach() {
+    let n = 4;
+    let last = n - 1;
+    let mut job = HungJob::start_program("mpirun", n, "mpi_release");
+    let ranks = job.ranks();
+    assert_eq!(ranks.len(), n as usize);
+    let out = Command::new(sdm())
+        .args(["attach", &job.pid().to_string()])
+        .args(["-c", "stop", "-c", &format!("print go = 1 [{last}]")])
+        .args([
+            "-c",
+            &format!("next [{last}]"),
+            "-c",
+            "cont",
+            "-c",
+            "detach",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stdout.lines().collect();
+    for want in [
+        format!("[0-{last}] stopped"),
+        format!("[{last}] go = 1 = 1"),
+        format!("[0-{last}] running"),
+        format!("[0-{last}] detached"),
+    ] {
+        assert!(
+            lines.contains(&want.as_str()),
+            "no {want:?}: {stdout}{stderr}"
+        );
+    }
+    assert!(out.status.success(), "{:?}: {stdout}{stderr}", out.status);
+    for pid in ranks {
+        // A rank that finished meanwhile is gone: nothing left to check of it.
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let (tracer, state) = tracer_and_state(pid);
+        assert_eq!(tracer, 0, "rank pid {pid} still traced: {status}");
+        assert!(
+            matches!(state.as_str(), "R" | "S" | "Z"),
+            "rank pid {pid} left in state {state}"
+        );
+    }
+    // The job completes (a hang guard, not a timing check).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = job.launcher.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job never completed after detach"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "the job ended with {status:?}");
 }
 
 /// `--pids` for a job whose launcher is gone; a pid that no longer exists is reported for

@@ -1,6 +1,8 @@
 //! The console's symbolic debugger commands (`print`, `info locals`, `frame`, `up`, `down`,
 //! `list`, `break FILE:LINE [if COND]`, `tbreak`, `watch`, `step`, `next`, `finish`,
-//! `until`) and its process groups (`group`, `focus`, set algebra over id-sets).
+//! `until`), gdb's own spellings passed to the ranks' gdbs (`ptype`, `whatis`, `x/`,
+//! `set var`, `display`, `info args` and other `info` topics, `gdb COMMAND`) and its
+//! process groups (`group`, `focus`, set algebra over id-sets).
 //!
 //! The commands become the `sdm_*` symbolic OMIS services; replies of ranks in the same
 //! state are byte-identical and merge in the tree, so `print i` prints `[0-6] i = 42`.
@@ -443,9 +445,67 @@ impl Console {
                     .await?
             }
             "tbreak" => self.source_breakpoint(rest, true, out).await?,
+            // gdb's own spellings the native console has no answer for.
+            "ptype" | "whatis" | "display" => self.gdb_with_expr(verb, rest, out).await?,
+            "set" => match rest.strip_prefix("var ") {
+                Some(assign) => self.gdb_with_expr("set var", assign, out).await?,
+                None => anyhow::bail!("set: expected `set var NAME = VALUE [IDS]`"),
+            },
+            v if v == "x" || v.starts_with("x/") => self.gdb_with_expr(v, rest, out).await?,
+            "gdb" => self.gdb_with_expr("", rest, out).await?,
             _ => return Ok(None),
         };
         Ok(Some(failed))
+    }
+
+    /// `HEAD ARGS [IDS]` run by the ranks' gdbs (`ptype x`, `x/4x &a`, `set var x = 1`;
+    /// `gdb COMMAND` with an empty head), answers merged by value.
+    async fn gdb_with_expr(
+        &mut self,
+        head: &str,
+        rest: &str,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<bool> {
+        let all = self.session.all();
+        let (args, ids) = split_ids(&self.groups, &all, rest);
+        let cmd = if head.is_empty() { "gdb" } else { head };
+        if args.is_empty() {
+            anyhow::bail!("{cmd}: give an expression or command (`help {cmd}`)");
+        }
+        let command = format!("{head} {args}");
+        let dest = self.ranks(ids)?;
+        self.run_gdb(cmd, command.trim(), &dest, out).await
+    }
+
+    /// `info TOPIC [IDS]` (a topic the console has no answer for) from the ranks' gdbs.
+    pub(super) async fn gdb_info(
+        &mut self,
+        topic: &str,
+        ids: &str,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<bool> {
+        let dest = self.ranks(ids)?;
+        self.run_gdb("info", &format!("info {topic}"), &dest, out)
+            .await
+    }
+
+    /// Runs the gdb console command `command` on `dest` (`sdm_gdb`); prints what gdb said.
+    async fn run_gdb(
+        &mut self,
+        cmd: &str,
+        command: &str,
+        dest: &IdSet,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<bool> {
+        let call = format!("sdm_gdb({})", Value::Str(command.to_owned()));
+        self.symbolic(cmd, dest, call, out, |v| {
+            if v.is_empty() {
+                "done".into()
+            } else {
+                v.to_owned()
+            }
+        })
+        .await
     }
 
     /// `print -stats EXPR`: the numeric value of EXPR on `dest` reduced in the tree by the

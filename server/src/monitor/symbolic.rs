@@ -20,7 +20,11 @@ use crate::gdbmi::{Gdb, GdbError, MiValue, frame_place};
 
 /// How long an ordinary gdb command (an expression, a breakpoint, attaching) may take:
 /// long, because hundreds of gdbs may attach at once on a few cores.
-const PATIENCE: Duration = Duration::from_secs(240);
+pub(super) const PATIENCE: Duration = Duration::from_secs(240);
+
+/// How long each step of letting a process go may take (a gdb that takes longer is
+/// killed instead).
+const DETACH_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How long `step`, `next`, `finish` and `until` wait for the process to stop again before
 /// replying `running` (the stop is then reported as an event when it comes).
@@ -29,7 +33,7 @@ const STEP_PATIENCE: Duration = Duration::from_secs(120);
 /// A process held by gdb.
 #[derive(Debug)]
 pub(super) struct Held {
-    gdb: Gdb,
+    pub(super) gdb: Gdb,
     running: bool,
     /// gdb's breakpoint numbers and the locations as they were asked for.
     breaks: BTreeMap<u32, String>,
@@ -59,7 +63,7 @@ pub enum Step {
     Until(Option<String>),
 }
 
-fn gdb_err(e: GdbError) -> Error {
+pub(super) fn gdb_err(e: GdbError) -> Error {
     match e {
         GdbError::Command(m) => Error::new(ErrorKind::Symbol, m),
         other => Error::new(ErrorKind::Process, other.to_string()),
@@ -67,7 +71,7 @@ fn gdb_err(e: GdbError) -> Error {
 }
 
 /// `s` as an MI c-string.
-fn quote(s: &str) -> String {
+pub(super) fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -113,7 +117,7 @@ impl Monitor {
     }
 
     /// The held process, which must be stopped.
-    fn held_stopped(&mut self) -> MonResult<&mut Held> {
+    pub(super) fn held_stopped(&mut self) -> MonResult<&mut Held> {
         let pid = self.pid().unwrap_or(0);
         let h = self.held()?;
         if h.running {
@@ -597,6 +601,46 @@ impl Monitor {
         Ok(true)
     }
 
+    /// Has gdb let the held process go for good (the monitor's detach): stopped first if
+    /// it runs, every breakpoint and watchpoint deleted, then detached (into the group-stop
+    /// of the handover, which the caller ends or keeps). A gdb that does not answer is
+    /// killed (the kernel detaches it then).
+    pub(super) fn detach_symbolic(&mut self) {
+        // Stops gdb has reported meanwhile (a hit, an exit) are taken first.
+        let stops = match self.proc.as_mut().and_then(|p| p.gdb.as_mut()) {
+            Some(h) => h.gdb.take_stops(),
+            None => return,
+        };
+        for s in &stops {
+            self.stopped(s, false);
+        }
+        let Some(p) = self.proc.as_mut() else { return };
+        let pid = p.pid;
+        let Some(mut h) = p.gdb.take() else { return };
+        let mut let_go = || -> MonResult<()> {
+            if h.running {
+                let stop = interrupt(&mut h)?;
+                // Another stop came before the interrupt's: its SIGINT, still pending,
+                // would reach the program once detached. It is taken here instead.
+                if stop.str("signal-name") != Some("SIGINT") && pending_sigint(pid) {
+                    resume(&mut h)?;
+                    h.gdb.wait_stopped(DETACH_PATIENCE).map_err(gdb_err)?;
+                }
+            }
+            for n in std::mem::take(&mut h.breaks).into_keys() {
+                h.gdb
+                    .command(&format!("-break-delete {n}"), DETACH_PATIENCE)
+                    .map_err(gdb_err)?;
+            }
+            h.gdb
+                .command("-target-detach", DETACH_PATIENCE)
+                .map_err(gdb_err)?;
+            Ok(())
+        };
+        // Whatever failed, gdb ends with `h` here.
+        let _ = let_go();
+    }
+
     /// Lets gdb go (the process with it), before the process is killed or detached.
     pub(super) fn drop_symbolic(&mut self) {
         if let Some(p) = self.proc.as_mut() {
@@ -661,6 +705,18 @@ impl Monitor {
         p.state = ProcState::Stopped;
         Ok(())
     }
+}
+
+/// Whether a SIGINT waits to be delivered to process `pid` (its own or its main
+/// thread's pending signals, in /proc).
+fn pending_sigint(pid: nix::unistd::Pid) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let bit = 1u64 << (Signal::SIGINT as i32 - 1);
+    status
+        .lines()
+        .filter_map(|l| l.strip_prefix("SigPnd:").or(l.strip_prefix("ShdPnd:")))
+        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .any(|mask| mask & bit != 0)
 }
 
 /// The state letter of process `pid` in /proc (`R`, `S`, `T`…).

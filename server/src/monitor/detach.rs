@@ -1,0 +1,140 @@
+//! Letting an attached process go for good (`detach`, the end of a session, a lost
+//! front-end): whatever held it (the native ptrace monitor, or gdb since a symbolic
+//! command), it is left untraced, without breakpoints or watchpoints, without a stop or
+//! trap pending, and running: or stopped, when it was stopped and the user asked for that
+//! (`detach --stopped`).
+//!
+//! A process that was ever in a SIGSTOP group-stop (`stop` of an untraced process, the
+//! handover to gdb) goes back into it when its tracer lets it go: the kernel keeps the
+//! group-stop until a SIGCONT. So a process meant to run gets a SIGCONT after the detach,
+//! which also discards any SIGSTOP still pending.
+
+use nix::sys::ptrace;
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use super::{Monitor, ProcState, poke_byte};
+
+/// How a detached process is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leave {
+    /// Running (the default).
+    Running,
+    /// Stopped, if it was stopped (`detach --stopped`); a running process stays running.
+    Stopped,
+}
+
+impl Monitor {
+    /// Lets the process go (see the module doc); the monitor keeps its entry (the caller
+    /// drops it). Errors on the way are not fatal: what can be undone is undone.
+    pub(super) fn detach(&mut self, leave: Leave) {
+        let Some(p) = self.proc.as_ref() else { return };
+        let pid = p.pid;
+        let stopped = !matches!(p.state, ProcState::Running);
+        let keep_stopped = leave == Leave::Stopped && stopped;
+        if self.symbolic() {
+            self.detach_symbolic();
+            if keep_stopped {
+                settle_stopped(pid);
+            }
+        } else {
+            self.detach_native(keep_stopped);
+        }
+        let Some(p) = self.proc.as_mut() else { return };
+        if matches!(p.state, ProcState::Exited(_) | ProcState::Signaled(_)) {
+            return;
+        }
+        if keep_stopped {
+            p.state = ProcState::Stopped;
+        } else {
+            // Out of any group-stop; a pending SIGSTOP is discarded with it.
+            let _ = kill(pid, Signal::SIGCONT);
+            p.state = ProcState::Running;
+        }
+    }
+
+    /// The native side of [`Monitor::detach`]: stops a running traced process (a
+    /// breakpoint hit met on the way is undone), removes the breakpoints and detaches,
+    /// with a SIGSTOP to stay in when `keep_stopped`.
+    fn detach_native(&mut self, keep_stopped: bool) {
+        let Some(p) = self.proc.as_mut() else { return };
+        if !p.traced {
+            return;
+        }
+        let pid = p.pid;
+        if p.state == ProcState::Running {
+            if ptrace::interrupt(pid).is_err() {
+                return;
+            }
+            // Until the process is in a ptrace stop the breakpoints can be taken out in.
+            loop {
+                match waitpid(pid, Some(WaitPidFlag::__WALL)) {
+                    Ok(WaitStatus::PtraceEvent(..)) => break,
+                    Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {
+                        // A hit: back to the breakpoint's address, where the original
+                        // instruction goes again. (The interrupt still pending ends with the
+                        // detach.)
+                        if let Ok(mut r) = ptrace::getregs(pid)
+                            && p.breakpoints.contains_key(&(r.rip - 1))
+                        {
+                            r.rip -= 1;
+                            let _ = ptrace::setregs(pid, r);
+                            break;
+                        }
+                        // The program's own SIGTRAP: delivered, as without sdm.
+                        let _ = ptrace::cont(pid, Signal::SIGTRAP);
+                    }
+                    // A signal on its way: delivered; the interrupt's stop follows.
+                    Ok(WaitStatus::Stopped(_, sig)) => {
+                        let _ = ptrace::cont(pid, sig);
+                    }
+                    Ok(WaitStatus::Exited(_, c)) => {
+                        p.state = ProcState::Exited(c);
+                        return;
+                    }
+                    Ok(WaitStatus::Signaled(_, s, _)) => {
+                        p.state = ProcState::Signaled(s.to_string());
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            }
+        }
+        for (addr, (orig, _)) in std::mem::take(&mut p.breakpoints) {
+            let _ = poke_byte(pid, addr, orig);
+        }
+        if let ProcState::AtBreakpoint(addr) = p.state
+            && let Ok(mut r) = ptrace::getregs(pid)
+        {
+            r.rip = addr;
+            let _ = ptrace::setregs(pid, r);
+        }
+        let _ = ptrace::detach(pid, keep_stopped.then_some(Signal::SIGSTOP));
+        p.traced = false;
+    }
+}
+
+/// Leaves the untraced process `pid` in a group-stop with no SIGSTOP pending (one sent
+/// to a process already stopped would stay pending): seized, trapped, and detached with
+/// the SIGSTOP delivered at once.
+fn settle_stopped(pid: Pid) {
+    if ptrace::seize(pid, ptrace::Options::empty()).is_err() {
+        return;
+    }
+    // Seizing a process in a group-stop traps it at once; the interrupt is for one that
+    // runs (one left over ends with the detach).
+    let _ = ptrace::interrupt(pid);
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::__WALL)) {
+            Ok(WaitStatus::PtraceEvent(..)) => break,
+            Ok(WaitStatus::Stopped(_, sig)) => {
+                let _ = ptrace::cont(pid, sig);
+            }
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+    let _ = ptrace::detach(pid, Signal::SIGSTOP);
+}
