@@ -703,7 +703,9 @@ impl Console {
                 }
                 ("threads", ids) => failed = self.info_threads(ids, out).await?,
                 ("", _) => {
-                    anyhow::bail!("info: expected `info break`, `info locals`, `info threads` or a gdb topic")
+                    anyhow::bail!(
+                        "info: expected `info break`, `info locals`, `info threads` or a gdb topic"
+                    )
                 }
                 // `info args`, `info frame`, `info registers`...: gdb's answer.
                 (topic, ids) => failed = self.gdb_info(topic, ids, out).await?,
