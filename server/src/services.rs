@@ -548,7 +548,7 @@ pub fn execute(registry: &Registry<Monitor>, m: &mut Monitor, text: &str) -> Str
 pub const ENDED: &str = "process_terminated";
 
 /// The services that act on a live process (by the names they are asked by).
-const NEED_A_LIVE_PROCESS: [&str; 17] = [
+const NEED_A_LIVE_PROCESS: [&str; 19] = [
     "stop",
     "cont",
     "continue",
@@ -566,6 +566,8 @@ const NEED_A_LIVE_PROCESS: [&str; 17] = [
     "sdm_break",
     "sdm_watch",
     "sdm_step",
+    "sdm_stacks",
+    "sdm_gdb",
 ];
 
 /// How the process ended, as reply results, if `service` needs a live process and the
