@@ -669,7 +669,11 @@ impl Monitor {
     /// is detached (breakpoints removed) and left running.
     pub fn kill_quietly(&mut self) {
         match &self.proc {
-            Some(p) if p.child.is_none() => self.detach(Leave::Running),
+            Some(p) if p.child.is_none() => {
+                self.detach(Leave::Running);
+                // Let go for good: a second call (the thread's end) must not touch it.
+                self.proc = None;
+            }
             Some(_) => drop(self.kill()),
             None => {}
         }
