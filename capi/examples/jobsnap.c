@@ -84,6 +84,9 @@ int main(int argc, char **argv) {
             case SDM_STATUS_LOST:
                 printf("%-6u %-20s %8s %10s lost: %.*s\n", ranks[k], "-", "-", "-", (int)len, text);
                 break;
+            case SDM_STATUS_ERROR:
+                printf("%-6u %-20s %8s %10s error: %.*s\n", ranks[k], "-", "-", "-", (int)len, text);
+                break;
             default:
                 printf("%-6u %-20s %8s %10s timed out\n", ranks[k], "-", "-", "-");
             }

@@ -83,6 +83,12 @@
 #define SDM_STATUS_TIMED_OUT 2
 
 /**
+ * Reply group status: the ids answered, but the request's filter refused their replies;
+ * the payload is the filter's error (their servers are alive, not lost).
+ */
+#define SDM_STATUS_ERROR 3
+
+/**
  * Event kind: an unsolicited event (a program's end, a breakpoint hit).
  */
 #define SDM_EVENT_EVENT 0
@@ -440,8 +446,8 @@ const sdm_aggregate *sdm_reply_group(const sdm_reply *r, size_t i);
 void sdm_reply_free(sdm_reply *r);
 
 /**
- * The group's status: `SDM_STATUS_REPLIED`, `SDM_STATUS_LOST` or `SDM_STATUS_TIMED_OUT`
- * (`SDM_ERR_INVALID` for NULL).
+ * The group's status: `SDM_STATUS_REPLIED`, `SDM_STATUS_LOST`, `SDM_STATUS_TIMED_OUT` or
+ * `SDM_STATUS_ERROR` (`SDM_ERR_INVALID` for NULL).
  *
  * # Safety
  * `g` is NULL or a group of a live reply.

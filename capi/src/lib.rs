@@ -103,6 +103,9 @@ pub const SDM_STATUS_REPLIED: c_int = 0;
 pub const SDM_STATUS_LOST: c_int = 1;
 /// Reply group status: the ids did not answer in time.
 pub const SDM_STATUS_TIMED_OUT: c_int = 2;
+/// Reply group status: the ids answered, but the request's filter refused their replies;
+/// the payload is the filter's error (their servers are alive, not lost).
+pub const SDM_STATUS_ERROR: c_int = 3;
 
 /// Event kind: an unsolicited event (a program's end, a breakpoint hit).
 pub const SDM_EVENT_EVENT: c_int = 0;
@@ -922,6 +925,7 @@ fn reply(groups: Vec<ReplyGroup>) -> *mut sdm_reply {
                     Status::Replied => SDM_STATUS_REPLIED,
                     Status::Lost => SDM_STATUS_LOST,
                     Status::TimedOut => SDM_STATUS_TIMED_OUT,
+                    Status::Error => SDM_STATUS_ERROR,
                 },
                 ids: sdm_idset(g.sources),
                 payload: g.payload,
@@ -1021,8 +1025,8 @@ pub unsafe extern "C" fn sdm_reply_free(r: *mut sdm_reply) {
     unsafe { free(r) }
 }
 
-/// The group's status: `SDM_STATUS_REPLIED`, `SDM_STATUS_LOST` or `SDM_STATUS_TIMED_OUT`
-/// (`SDM_ERR_INVALID` for NULL).
+/// The group's status: `SDM_STATUS_REPLIED`, `SDM_STATUS_LOST`, `SDM_STATUS_TIMED_OUT` or
+/// `SDM_STATUS_ERROR` (`SDM_ERR_INVALID` for NULL).
 ///
 /// # Safety
 /// `g` is NULL or a group of a live reply.

@@ -88,6 +88,10 @@ pub async fn report(s: &Session, timeout: Duration) -> crate::Result<Vec<Line>> 
                 reasons.push((g.sources, String::from_utf8_lossy(&g.payload).into_owned()));
             }
             Status::TimedOut => reasons.push((g.sources, "timed out".into())),
+            Status::Error => reasons.push((
+                g.sources,
+                format!("error: {}", String::from_utf8_lossy(&g.payload)),
+            )),
         }
     }
     let topo = s.shape().build(s.n());

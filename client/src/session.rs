@@ -536,7 +536,7 @@ impl Session {
                     .report
                     .failed
                     .push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
-                Status::Lost => session
+                Status::Lost | Status::Error => session
                     .report
                     .failed
                     .push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),

@@ -56,7 +56,7 @@ pub async fn sample_of(
                 Ok(keys) => out.stats.extend(keys),
                 Err(e) => out.missing.push((g.sources, e.to_string())),
             },
-            Status::Lost => out
+            Status::Lost | Status::Error => out
                 .missing
                 .push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
             Status::TimedOut => out.missing.push((g.sources, "timed out".into())),

@@ -28,7 +28,7 @@ pub struct ReplyGroup {
     pub status: Status,
     /// Who.
     pub sources: IdSet,
-    /// Reply bytes (for lost groups: the reason).
+    /// Reply bytes (for lost groups: the reason; for error groups: the filter's error).
     pub payload: Bytes,
 }
 
@@ -58,10 +58,11 @@ fn own_if_small(payload: Bytes) -> Bytes {
 
 /// Runs the front-end end of filter `filter` over the final groups of one op: the replied
 /// groups are folded into a fresh filter from `registry` and replaced by its
-/// [`finish`](sdm_filters::Filter::finish); lost and timed-out groups follow unchanged.
+/// [`finish`](sdm_filters::Filter::finish); lost, timed-out and error groups follow.
 ///
 /// Every id stays accounted: if the filter cannot be made, refuses a group, or fails to
-/// finish, the ids concerned come back as a lost group whose payload is the filter error
+/// finish, the ids concerned come back as an error group ([`Status::Error`], not lost:
+/// their servers answered) whose payload is the filter error
 /// (`filter "sum": payload from [7] is not a decimal number: "x"`).
 pub fn finish(registry: &Registry, filter: &str, groups: Vec<ReplyGroup>) -> Vec<ReplyGroup> {
     let (replied, others): (Vec<_>, Vec<_>) = groups
@@ -69,19 +70,19 @@ pub fn finish(registry: &Registry, filter: &str, groups: Vec<ReplyGroup>) -> Vec
         .partition(|g| g.status == Status::Replied);
     let mut out = Vec::with_capacity(others.len() + 1);
     let mut failed = Vec::new();
-    let lost = |e: &FilterError, sources: IdSet| ReplyGroup {
-        status: Status::Lost,
+    let refused = |e: &FilterError, sources: IdSet| ReplyGroup {
+        status: Status::Error,
         sources,
         payload: Bytes::from(e.to_string()),
     };
     match registry.create(filter) {
-        Err(e) => failed.extend(replied.into_iter().map(|g| lost(&e, g.sources))),
+        Err(e) => failed.extend(replied.into_iter().map(|g| refused(&e, g.sources))),
         Ok(mut f) => {
             let mut folded = IdSet::new();
             for g in replied {
                 match f.fold_bytes(g.payload, &g.sources) {
                     Ok(()) => folded.union_with(&g.sources),
-                    Err(e) => failed.push(lost(&e, g.sources)),
+                    Err(e) => failed.push(refused(&e, g.sources)),
                 }
             }
             match f.finish() {
@@ -90,22 +91,22 @@ pub fn finish(registry: &Registry, filter: &str, groups: Vec<ReplyGroup>) -> Vec
                     sources: g.sources,
                     payload: own_if_small(g.payload),
                 })),
-                Err(e) if !folded.is_empty() => failed.push(lost(&e, folded)),
+                Err(e) if !folded.is_empty() => failed.push(refused(&e, folded)),
                 Err(_) => {}
             }
         }
     }
-    // One lost group per distinct error, like the tree's own merge.
-    for g in failed {
+    // One group per distinct status and payload, like the tree's own merge (errors made
+    // here join the equal errors the tree sent up).
+    for g in failed.into_iter().chain(others) {
         match out
             .iter_mut()
-            .find(|o| o.status == Status::Lost && o.payload == g.payload)
+            .find(|o| o.status == g.status && o.status != Status::Replied && o.payload == g.payload)
         {
             Some(o) => o.sources.union_with(&g.sources),
             None => out.push(g),
         }
     }
-    out.extend(others);
     out
 }
 

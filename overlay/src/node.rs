@@ -12,8 +12,8 @@
 //! carries (`""`: `identical`, which groups by XXH3 hash confirmed byte for byte); when the op
 //! sends upward the filter is flushed and each group goes up as one reply. Lost and timed-out
 //! ids merge by status and payload, outside the filter. Every id of `destination ∩ subtree`
-//! leaves this node exactly once: replied, lost (its link died, or the filter could not fold
-//! its reply: the payload names the filter error) or timed out.
+//! leaves this node exactly once: replied, lost (its link died), timed out, or error (the
+//! filter could not fold its reply: the payload names the filter error).
 //!
 //! Links: the node keeps the liveness clocks of its links ([`crate::liveness`]): with
 //! [`Node::set_liveness`] it sends keepalives and declares a silent link dead
@@ -97,7 +97,7 @@ enum Source {
     Child(NodeId),
 }
 
-/// One lost or timed-out group waiting to go up.
+/// One lost, timed-out or error group waiting to go up.
 #[derive(Debug)]
 struct Group {
     status: Status,
@@ -124,7 +124,7 @@ fn filter_key(generation: u64, spec: &str) -> u64 {
 struct PendingOp {
     sync: SyncMode,
     /// Folds the replied payloads (the command's filter); `Err` if the filter could not be
-    /// made here: then every replied id goes up lost with this payload (the error).
+    /// made here: then every replied id goes up as an error with this payload.
     filter: Result<Box<dyn Filter>, Bytes>,
     /// What made `filter`: [`filter_key`] of the registry's generation and the spec (0:
     /// nothing). A spare op's filter is taken only by an op of the same key.
@@ -142,7 +142,7 @@ struct PendingOp {
     outstanding: Vec<(Source, IdSet)>,
     /// How many ids `outstanding` holds in all.
     left: u64,
-    /// Lost and timed-out groups not yet sent up, merged by status and payload.
+    /// Lost, timed-out and error groups not yet sent up, merged by status and payload.
     groups: Vec<Group>,
     deadline: Option<Instant>,
 }
@@ -292,14 +292,14 @@ impl PendingOp {
     }
 
     /// Adds `ids` with `status`/`payload`: replies are folded into the filter; other groups
-    /// (and replies the filter refuses, as lost with the filter's error) merge by payload.
+    /// (and replies the filter refuses, as errors with the filter's error) merge by payload.
     fn add(&mut self, status: Status, payload: Bytes, ids: &IdSet) {
         let (status, payload) = match (status, &mut self.filter) {
             (Status::Replied, Ok(f)) => match f.fold_bytes(payload, ids) {
                 Ok(()) => return,
-                Err(e) => (Status::Lost, filter_failure(&e)),
+                Err(e) => (Status::Error, filter_failure(&e)),
             },
-            (Status::Replied, Err(why)) => (Status::Lost, why.clone()),
+            (Status::Replied, Err(why)) => (Status::Error, why.clone()),
             (s, _) => (s, payload),
         };
         match self
@@ -317,7 +317,7 @@ impl PendingOp {
     }
 
     /// After a failed flush: the ids the filter held (answered here, not yet sent, not in
-    /// a group) go up as lost, with the filter's error. (Cold, out of line.)
+    /// a group) go up as an error group, with the filter's error. (Cold, out of line.)
     #[cold]
     #[inline(never)]
     fn flush_failed(&mut self, e: &FilterError) {
@@ -332,13 +332,13 @@ impl PendingOp {
             held.difference_with(&g.sources);
         }
         if !held.is_empty() {
-            self.add(Status::Lost, filter_failure(e), &held);
+            self.add(Status::Error, filter_failure(e), &held);
         }
     }
 
     /// Takes everything ready to go up: the filter's flushed groups (replied, appended to
-    /// `replied`) and the lost and timed-out groups. A failed flush sends the ids it held
-    /// up as lost, and nothing of what it appended (a filter of a tool's own may append,
+    /// `replied`) and the lost, timed-out and error groups. A failed flush sends the ids it
+    /// held up as an error, and nothing of what it appended (a filter of a tool's own may append,
     /// then fail).
     fn take_groups(&mut self, replied: &mut Vec<sdm_filters::Group>) -> Vec<Group> {
         let start = replied.len();
@@ -364,7 +364,7 @@ impl PendingOp {
     }
 }
 
-/// The payload of a lost group whose replies a filter could not fold: the filter's error,
+/// The payload of an error group whose replies a filter could not fold: the filter's error,
 /// e.g. `filter "sum": payload from [7] is not a decimal number: "x"`.
 fn filter_failure(e: &FilterError) -> Bytes {
     Bytes::from(e.to_string())
@@ -863,7 +863,7 @@ impl Node {
             // The default, without a registry lookup: `""` is always the identical merge.
             "" => Ok(Box::new(Identical::new()) as Box<dyn Filter>),
             spec => registry.create(spec).map_err(|e| {
-                tracing::debug!(node = %me, op, "{e}; the replies of this op go up as lost");
+                tracing::debug!(node = %me, op, "{e}; the replies of this op go up as errors");
                 filter_failure(&e)
             }),
         };

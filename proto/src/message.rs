@@ -47,6 +47,9 @@ pub enum Status {
     Lost,
     /// They did not answer in time.
     TimedOut,
+    /// They answered, but the op's filter refused their replies (or could not be made);
+    /// the payload is the filter's error. Their servers are alive: not lost.
+    Error,
 }
 
 /// The aggregate element of a message (the seed's `sdm_aggregate`).
@@ -557,6 +560,7 @@ impl Message {
             Some(Status::Replied) => pb::Status::Replied,
             Some(Status::Lost) => pb::Status::Lost,
             Some(Status::TimedOut) => pb::Status::TimedOut,
+            Some(Status::Error) => pb::Status::Error,
         };
         let kind = match self.kind {
             Kind::Command => pb::Kind::Command,
@@ -803,6 +807,7 @@ impl Message {
                 pb::Status::Replied => Some(Status::Replied),
                 pb::Status::Lost => Some(Status::Lost),
                 pb::Status::TimedOut => Some(Status::TimedOut),
+                pb::Status::Error => Some(Status::Error),
             };
         let set = |field, b: &[u8]| {
             if b.is_empty() {
@@ -974,7 +979,7 @@ mod tests {
                 0usize..3,
                 any::<u32>(),
                 any::<u64>(),
-                0usize..4,
+                0usize..5,
             ),
             (prop::collection::vec(any::<u8>(), 0..64), "[a-z.]{0,8}"),
         )
@@ -1005,6 +1010,7 @@ mod tests {
                                 Some(Status::Replied),
                                 Some(Status::Lost),
                                 Some(Status::TimedOut),
+                                Some(Status::Error),
                             ][status],
                         },
                         payload: Bytes::from(payload),

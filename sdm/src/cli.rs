@@ -666,19 +666,22 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         }
     }
     let all = session.all();
+    // A filter that refused replies fails the run, as a failed start does.
+    let mut refused = false;
     for req in &a.send {
         let mode = SyncMode::Timeout(30_000);
         let filter = a.filter.as_deref().unwrap_or("");
         let m = sdm_client::service::filtered(&a.service, &all, mode, filter, req.clone());
         let groups = session.request_command(m).await?;
         print_groups(req, &groups, a.json)?;
+        refused |= groups.iter().any(|g| g.status == Status::Error);
     }
     if a.hold {
         eprintln!("sdm: tree is up; Ctrl-C shuts it down");
         tokio::signal::ctrl_c().await?;
     }
     session.shutdown(Duration::from_secs(10)).await;
-    if !r.failed.is_empty() {
+    if !r.failed.is_empty() || refused {
         std::process::exit(1);
     }
     Ok(())
@@ -694,6 +697,7 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) -> std::io::Result
                 Status::Replied => "replied",
                 Status::Lost => "lost",
                 Status::TimedOut => "timed_out",
+                Status::Error => "error",
             };
             writeln!(
                 std::io::stdout(),
@@ -705,6 +709,7 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) -> std::io::Result
                 Status::Replied => writeln!(std::io::stdout(), "{} {body}", g.sources),
                 Status::Lost => writeln!(std::io::stdout(), "{} lost: {body}", g.sources),
                 Status::TimedOut => writeln!(std::io::stdout(), "{} timed out", g.sources),
+                Status::Error => writeln!(std::io::stdout(), "{} error: {body}", g.sources),
             }?;
         }
     }

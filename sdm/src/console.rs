@@ -952,18 +952,20 @@ fn status_name(s: Status) -> &'static str {
         Status::Replied => "replied",
         Status::Lost => "lost",
         Status::TimedOut => "timed_out",
+        Status::Error => "error",
     }
 }
 
 impl Line {
     /// The line's result as text: a reply through `show`, the reason a server was lost,
-    /// or `timed out`.
+    /// `timed out`, or the error of a filter that refused the replies.
     pub fn shown(&self, show: impl Fn(&BasicReply) -> String) -> String {
         match (&self.status, &self.reply) {
             (Status::Replied, Some(r)) => show(r),
             (Status::Replied, None) => self.text.clone(),
             (Status::Lost, _) => format!("lost: {}", self.text),
             (Status::TimedOut, _) => "timed out".into(),
+            (Status::Error, _) => format!("error: {}", self.text),
         }
     }
 
@@ -1195,12 +1197,13 @@ fn location(target: &str) -> String {
     }
 }
 
-/// Whether a result line is a failure: an error reply, a lost or timed-out server.
+/// Whether a result line is a failure: an error reply or a filter's error, a lost or
+/// timed-out server.
 fn line_failed(l: &Line) -> bool {
     match (&l.status, &l.reply) {
         (Status::Replied, Some(r)) => crate::words::is_error(r),
         (Status::Replied, None) => l.text.contains("error"),
-        (Status::Lost | Status::TimedOut, _) => true,
+        (Status::Lost | Status::TimedOut | Status::Error, _) => true,
     }
 }
 

@@ -3,7 +3,8 @@
 //! the front-end; and the example C plugin (`filters/examples/c/sum_plugin.c`, built here with
 //! `cc`) loaded by every daemon through `SessionOptions::filter_plugins`, folding in the tree.
 //! A payload a filter refuses, a plugin that fails, or an unknown filter fails that op with the
-//! filter's error at the front-end; the daemons keep serving.
+//! filter's error at the front-end, as error groups (never lost: the servers answered); the
+//! daemons keep serving.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -56,11 +57,12 @@ fn single(groups: &[ReplyGroup], dest: &IdSet) -> String {
     String::from_utf8_lossy(&groups[0].payload).into_owned()
 }
 
-/// Every id of `dest` lost, in groups whose payloads all satisfy `why`.
-fn all_lost(groups: &[ReplyGroup], dest: &IdSet, why: impl Fn(&str) -> bool) {
+/// Every id of `dest` in an error group (refused by the filter, not lost), in groups whose
+/// payloads all satisfy `why`.
+fn all_errors(groups: &[ReplyGroup], dest: &IdSet, why: impl Fn(&str) -> bool) {
     let mut seen = IdSet::new();
     for g in groups {
-        assert_eq!(g.status, Status::Lost, "{groups:?}");
+        assert_eq!(g.status, Status::Error, "{groups:?}");
         assert!(g.sources.is_disjoint(&seen), "{groups:?}");
         seen.union_with(&g.sources);
         let text = String::from_utf8_lossy(&g.payload);
@@ -127,12 +129,12 @@ async fn builtin_reductions_over_16_servers_in_two_tree_shapes() {
 async fn bad_payloads_and_unknown_filters_fail_the_op_not_the_daemons() {
     let s = launch(&opts(Shape::Binomial)).await;
     let all = s.all();
-    // `ping` answers `pong`: not a number. Each id is lost, naming itself and the filter.
+    // `ping` answers `pong`: not a number. Each id is an error, naming itself and the filter.
     let g = s
         .request_filtered(&all, SyncMode::WaitAll, "sum", "ping")
         .await
         .unwrap();
-    all_lost(&g, &all, |t| {
+    all_errors(&g, &all, |t| {
         t.starts_with(r#"filter "sum": payload from ["#)
             && t.ends_with(r#"is not a decimal number: "pong""#)
     });
@@ -140,7 +142,7 @@ async fn bad_payloads_and_unknown_filters_fail_the_op_not_the_daemons() {
         .request_filtered(&all, SyncMode::WaitAll, "no-such-filter", "value")
         .await
         .unwrap();
-    all_lost(&g, &all, |t| {
+    all_errors(&g, &all, |t| {
         t.starts_with(r#"filter "no-such-filter": no such filter; known: "#)
     });
     // The daemons are still there.
@@ -174,7 +176,7 @@ async fn c_plugin_loads_in_every_daemon_and_folds_in_the_tree() {
         .await
         .unwrap();
     let shown = plugin.display().to_string();
-    all_lost(&g, &all, |t| {
+    all_errors(&g, &all, |t| {
         t == format!(
             r#"filter "csum": plugin csum ({shown}): fold failed (code 1): payload of 4 bytes is not a decimal integer"#
         )
@@ -184,7 +186,7 @@ async fn c_plugin_loads_in_every_daemon_and_folds_in_the_tree() {
         .request_filtered(&all, SyncMode::WaitAll, "csum:x", "value")
         .await
         .unwrap();
-    all_lost(&g, &all, |t| {
+    all_errors(&g, &all, |t| {
         t.starts_with(r#"filter "csum:x": plugin csum ("#)
             && t.ends_with("init failed (code 1): csum takes no parameters")
     });
@@ -228,10 +230,44 @@ fn cli_filter_plugin_and_filter_reduce_launch_replies() {
     ]);
     // 0 + 1 + … + 7, one group holding every id.
     assert!(out.lines().any(|l| l == "[0-7] 28"), "{out}");
-    // Without the plugin the filter is unknown and every id comes back lost.
-    let out = sdm_e2e::sdm_ok(["launch", "-n", "2", "--filter", "csum", "--send", "value"]);
+    // Without the plugin the filter is unknown: every id comes back as an error, and the
+    // run fails.
+    let (ok, out) = sdm_status(&["launch", "-n", "2", "--filter", "csum", "--send", "value"]);
     assert!(
-        out.contains("[0-1] lost: filter \"csum\": no such filter"),
+        out.contains("[0-1] error: filter \"csum\": no such filter"),
         "{out}"
     );
+    assert!(!ok && !out.contains("lost"), "{out}");
+}
+
+/// Runs `sdm ARGS`: (exit success, stdout).
+fn sdm_status(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(sdm_e2e::sdm())
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.success(), text)
+}
+
+/// A payload `sum` refuses (`ping` answers text) is printed `[id] error: filter "sum": ...`,
+/// each id once, never as lost (the servers are alive), and the command exits non-zero.
+#[test]
+fn cli_a_refused_payload_is_an_error_not_lost() {
+    let (ok, out) = sdm_status(&["launch", "-n", "4", "--filter", "sum", "--send", "ping"]);
+    assert!(!ok, "a filter error must fail the run: {out}");
+    assert!(!out.contains("lost"), "{out}");
+    let mut seen = IdSet::new();
+    for line in out.lines().filter(|l| l.contains(" error: ")) {
+        let (ids, why) = line.split_once(" error: ").unwrap();
+        let ids: IdSet = ids.parse().unwrap();
+        assert!(ids.is_disjoint(&seen), "an id twice: {out}");
+        seen.union_with(&ids);
+        assert!(why.starts_with(r#"filter "sum": payload from ["#), "{line}");
+        assert!(
+            why.ends_with(r#"is not a decimal number: "pong""#),
+            "{line}"
+        );
+    }
+    assert_eq!(seen, IdSet::all(4), "{out}");
 }

@@ -90,7 +90,7 @@ fn main() -> anyhow::Result<()> {
         match g.status {
             Status::Lost => lost.union_with(&g.sources),
             Status::TimedOut => timed_out.union_with(&g.sources),
-            Status::Replied => {}
+            Status::Replied | Status::Error => {}
         }
     }
     let mut out = serde_json::json!({

@@ -375,11 +375,13 @@ proptest! {
         for &k in &kills { lost.union_with(&(&dest & &topo.subtree(NodeId::Server(k)))); }
         let timed: IdSet = silent.iter().copied().filter(|s| dest.contains(*s) && !lost.contains(*s)).collect();
         let mut replied = &(&dest - &lost) - &timed;
+        let mut refused = IdSet::new();
         if filter == "no-such-filter" {
-            // An unknown filter: every reply is accounted as lost, naming the filter.
-            lost.union_with(&replied);
-            replied = IdSet::new();
+            // An unknown filter: every reply is accounted as an error (not lost), naming
+            // the filter.
+            refused = std::mem::take(&mut replied);
         }
+        prop_assert_eq!(ids_with(&g, Status::Error), refused);
         prop_assert_eq!(ids_with(&g, Status::Lost), lost.clone());
         prop_assert_eq!(ids_with(&g, Status::TimedOut), timed.clone());
         prop_assert_eq!(ids_with(&g, Status::Replied), replied.clone());
@@ -471,7 +473,7 @@ fn with_filter(dest: IdSet, sync: SyncMode, filter: &str, payload: &str) -> Mess
 }
 
 #[test]
-fn a_payload_the_filter_refuses_is_lost_with_the_filter_error() {
+fn a_payload_the_filter_refuses_is_an_error_not_lost_and_the_rest_merge() {
     for shape in [Shape::Binomial, Shape::Flat] {
         let mut net = net(
             &shape,
@@ -493,23 +495,29 @@ fn a_payload_the_filter_refuses_is_lost_with_the_filter_error() {
         let replied: Vec<_> = g.iter().filter(|g| g.status == Status::Replied).collect();
         assert_eq!(replied.len(), 1, "{shape}: {g:?}");
         assert_eq!(&replied[0].payload[..], b"113"); // 0+…+15 - 7
-        assert_eq!(ids_with(&g, Status::Lost), IdSet::single(7));
-        let lost = g.iter().find(|g| g.status == Status::Lost).unwrap();
+        assert_eq!(replied[0].sources, &IdSet::all(16) - &IdSet::single(7));
+        // Server 7 answered: its reply is an error of the filter, not a lost server.
+        assert!(ids_with(&g, Status::Lost).is_empty(), "{shape}: {g:?}");
+        assert_eq!(ids_with(&g, Status::Error), IdSet::single(7));
+        let refused = g.iter().find(|g| g.status == Status::Error).unwrap();
         assert_eq!(
-            String::from_utf8_lossy(&lost.payload),
+            String::from_utf8_lossy(&refused.payload),
             r#"filter "sum": payload from [7] is not a decimal number: "seven""#
         );
     }
 }
 
 #[test]
-fn an_unknown_filter_loses_every_reply_and_says_why() {
+fn an_unknown_filter_fails_every_reply_and_says_why() {
     let mut net = net(&Shape::Binomial, 8, same_reply());
     net.command_message(with_filter(IdSet::all(8), SyncMode::WaitAll, "nope:1", "v"));
     net.run();
     let g = net.groups(1);
     assert_eq!(g.len(), 1, "{g:?}");
-    assert_eq!((g[0].status, &g[0].sources), (Status::Lost, &IdSet::all(8)));
+    assert_eq!(
+        (g[0].status, &g[0].sources),
+        (Status::Error, &IdSet::all(8))
+    );
     let why = String::from_utf8_lossy(&g[0].payload);
     assert!(
         why.starts_with(r#"filter "nope:1": no such filter; known: "#),
@@ -519,7 +527,7 @@ fn an_unknown_filter_loses_every_reply_and_says_why() {
 }
 
 #[test]
-fn a_failed_flush_loses_exactly_the_ids_it_held() {
+fn a_failed_flush_fails_exactly_the_ids_it_held() {
     let mut net = net(
         &Shape::Binomial,
         16,
@@ -531,12 +539,13 @@ fn a_failed_flush_loses_exactly_the_ids_it_held() {
     let g = net.groups(1);
     assert_partition(&g, &IdSet::all(16));
     // Server 3 (a child of the master, subtree [3-6]) fails its flush: the ids it held go up
-    // lost, the master never folds 3 and sums the rest.
-    assert_eq!(ids_with(&g, Status::Lost).to_string(), "[3-6]", "{g:?}");
-    let lost = g.iter().find(|g| g.status == Status::Lost).unwrap();
+    // as an error (not lost), the master never folds 3 and sums the rest.
+    assert!(ids_with(&g, Status::Lost).is_empty(), "{g:?}");
+    assert_eq!(ids_with(&g, Status::Error).to_string(), "[3-6]", "{g:?}");
+    let refused = g.iter().find(|g| g.status == Status::Error).unwrap();
     assert!(
-        String::from_utf8_lossy(&lost.payload).contains("flush failed on purpose"),
-        "{lost:?}"
+        String::from_utf8_lossy(&refused.payload).contains("flush failed on purpose"),
+        "{refused:?}"
     );
     let replied = g.iter().find(|g| g.status == Status::Replied).unwrap();
     assert_eq!(&replied.payload[..], b"102"); // 120 - (3+4+5+6)
@@ -1254,7 +1263,7 @@ fn spare_filters_are_not_taken_by_nodes_of_another_registry() {
     assert!(g.iter().all(|x| x.status == Status::Replied), "{g:?}");
     let g = bare.groups(2);
     assert_partition(&g, &IdSet::all(100));
-    assert_eq!(ids_with(&g, Status::Lost), IdSet::all(100), "{g:?}");
+    assert_eq!(ids_with(&g, Status::Error), IdSet::all(100), "{g:?}");
     for round in 0..2 {
         let mut builtin = net(&Shape::Binomial, 100, Box::new(ids));
         assert_eq!(sum(&mut builtin, 1), "4950", "round {round}");
