@@ -764,8 +764,8 @@ async fn run_console(
     // Command files are read now: a missing one is named before anything starts.
     let mut script = crate::script::sources(&c.commands, &c.command_files)?;
     // Without a console, the front-end answers Ctrl-C itself from now on (see interrupt.rs):
-    // one typed during start-up kills the programs as soon as they have started.
-    let early_interrupts =
+    // one typed while the tree starts ends the start-up.
+    let mut early_interrupts =
         (script.is_empty() && attach.is_empty() && !std::io::stdin().is_terminal())
             .then(crate::interrupt::Interrupts::catch)
             .transpose()?;
@@ -796,9 +796,22 @@ async fn run_console(
             n
         );
     }
-    let session = Session::launch(&opts, |_| {})
-        .await
-        .context("launching the tree")?;
+    let launching = Session::launch(&opts, |_| {});
+    let launched = match early_interrupts.as_mut() {
+        Some(i) => tokio::select! {
+            s = launching => Ok(s),
+            sig = i.next() => Err(sig),
+        },
+        None => Ok(launching.await),
+    };
+    let session = match launched {
+        Ok(s) => s.context("launching the tree")?,
+        Err(sig) => {
+            // The start-up was dropped, which killed the daemons it had started.
+            eprintln!("sdm: {sig} during start-up: nothing was started");
+            std::process::exit(crate::interrupt::exit_status(sig));
+        }
+    };
     let r = session.report().clone();
     for (ids, why) in &r.failed {
         eprintln!("sdm: {ids} failed to start: {why}");
