@@ -252,8 +252,21 @@ impl Local {
         let (mut l, tx) = Launched::new("local");
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args).envs(spec.env.iter().cloned());
+        own_session(&mut cmd);
         l.spawn(cmd, None, &tx)?;
         Ok(l)
+    }
+}
+
+/// Starts the daemon `cmd` in a session of its own, as srun's daemons run on other
+/// machines: a Ctrl-C or Ctrl-Z typed at the front-end's terminal reaches the front-end
+/// alone, which decides what the programs and the tree do, instead of every daemon dying
+/// or stopping at once. The daemons still end with the front-end: they exit when their
+/// link to it is lost.
+fn own_session(cmd: &mut Command) {
+    // SAFETY: setsid is async-signal-safe and touches nothing of the parent's.
+    unsafe {
+        cmd.pre_exec(|| nix::unistd::setsid().map(drop).map_err(io::Error::from));
     }
 }
 
@@ -269,6 +282,7 @@ impl Launcher for Local {
                 .envs(spec.env.iter().cloned())
                 .env("SDM_ID", id.to_string())
                 .env("SDM_LOCAL_ID", id.to_string());
+            own_session(&mut cmd);
             l.spawn(cmd, None, &tx)?;
         }
         Ok(l)

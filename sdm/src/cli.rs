@@ -38,7 +38,8 @@ enum Cmd {
     /// Start a master and N servers, report who is ready, optionally send requests, shut down.
     Launch(LaunchArgs),
     /// Start PROGRAM under control on N servers, then run console commands (-c) or an
-    /// interactive console.
+    /// interactive console. Without a terminal, -c or -x, standard input goes to the
+    /// programs, and Ctrl-C kills them, ends the tree and exits 130 (a second: at once).
     Run(RunArgs),
     /// Attach to a running parallel job (a hung MPI job, say): read its process table from
     /// its launcher (MPIR, as STAT and LaunchMON do), start one server per rank next to its
@@ -678,7 +679,7 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
     }
     if a.hold {
         eprintln!("sdm: tree is up; Ctrl-C shuts it down");
-        tokio::signal::ctrl_c().await?;
+        crate::interrupt::Interrupts::catch()?.next().await;
     }
     session.shutdown(Duration::from_secs(10)).await;
     if !r.failed.is_empty() || refused {
@@ -743,6 +744,8 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
         }
     }
     let period = Duration::from_secs_f64(a.period);
+    // Ctrl-C (SIGTERM, SIGHUP) ends the sampling; the programs are killed and the tree ends.
+    let mut interrupts = crate::interrupt::Interrupts::catch()?;
     let tty = !a.json && std::io::stdout().is_terminal();
     let t0 = tokio::time::Instant::now();
     let mut n = 0u64;
@@ -773,8 +776,15 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
         }
         let until = t0 + period.mul_f64(n as f64);
         let mut sink = std::io::sink();
-        while tokio::time::Instant::now() < until {
-            console.pump(until, &mut sink).await?;
+        let pump = async {
+            while tokio::time::Instant::now() < until {
+                console.pump(until, &mut sink).await?;
+            }
+            anyhow::Ok(())
+        };
+        tokio::select! {
+            r = pump => r?,
+            _ = interrupts.next() => break,
         }
     }
     console
@@ -804,6 +814,12 @@ async fn run_console(
     };
     // Command files are read now: a missing one is named before anything starts.
     let mut script = crate::script::sources(&c.commands, &c.command_files)?;
+    // Without a console, the front-end answers Ctrl-C itself from now on (see interrupt.rs):
+    // one typed while the tree starts ends the start-up.
+    let mut early_interrupts =
+        (script.is_empty() && attach.is_empty() && !std::io::stdin().is_terminal())
+            .then(crate::interrupt::Interrupts::catch)
+            .transpose()?;
     let window = if c.no_coalesce {
         Duration::ZERO
     } else {
@@ -838,9 +854,22 @@ async fn run_console(
             n
         );
     }
-    let session = Session::launch(&opts, |_| {})
-        .await
-        .context("launching the tree")?;
+    let launching = Session::launch(&opts, |_| {});
+    let launched = match early_interrupts.as_mut() {
+        Some(i) => tokio::select! {
+            s = launching => Ok(s),
+            sig = i.next() => Err(sig),
+        },
+        None => Ok(launching.await),
+    };
+    let session = match launched {
+        Ok(s) => s.context("launching the tree")?,
+        Err(sig) => {
+            // The start-up was dropped, which killed the daemons it had started.
+            eprintln!("sdm: {sig} during start-up: nothing was started");
+            std::process::exit(crate::interrupt::exit_status(sig));
+        }
+    };
     let r = session.report().clone();
     for (ids, why) in &r.failed {
         eprintln!("sdm: {ids} failed to start: {why}");
@@ -892,6 +921,7 @@ async fn run_console(
         }
     }
     let mut failed = !r.failed.is_empty();
+    let mut interrupted = None;
     let mut out = std::io::stdout();
     let interactive = std::io::stdin().is_terminal();
     if script.is_empty() && !interactive && !attach.is_empty() {
@@ -918,13 +948,29 @@ async fn run_console(
             }
             let _ = tx.blocking_send(None);
         });
-        if let Err(e) = console.wait_for_exit(Some(rx), &stdin_ids, &mut out).await {
-            if broken_pipe(&e) {
+        // Like srun, a Ctrl-C (or SIGTERM, SIGHUP) kills the programs and ends the run.
+        let mut interrupts = match early_interrupts {
+            Some(i) => i,
+            None => crate::interrupt::Interrupts::catch()?,
+        };
+        match console
+            .wait_for_exit(Some(rx), &stdin_ids, &mut interrupts, &mut out)
+            .await
+        {
+            Ok(None) => {}
+            Ok(Some(sig)) => {
+                eprintln!("sdm: {sig}: killing the programs (again to exit at once)");
+                interrupts.exit_on_next();
+                interrupted = Some(sig);
+            }
+            Err(e) if broken_pipe(&e) => {
                 console.shutdown().await;
                 return Err(e);
             }
-            eprintln!("sdm: {e:#}");
-            failed = true;
+            Err(e) => {
+                eprintln!("sdm: {e:#}");
+                failed = true;
+            }
         }
     } else if script.is_empty() {
         crate::editor::line_editor(&mut console, c.json).await?;
@@ -944,7 +990,10 @@ async fn run_console(
     // Like srun: the largest exit status of the programs, at least 1 when a program
     // could not start, a server was lost or a command failed.
     let ending = console.shutdown().await;
-    let code = ending.exit_code().max(i32::from(failed));
+    let code = ending
+        .exit_code()
+        .max(i32::from(failed))
+        .max(interrupted.map_or(0, crate::interrupt::exit_status));
     // `exit` runs no destructors: the socket goes first.
     drop(status_socket);
     std::io::stdout().flush()?;

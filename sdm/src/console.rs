@@ -8,7 +8,8 @@
 use std::io::Write;
 use std::time::Duration;
 
-use anyhow::anyhow;
+use anyhow::{Context, anyhow};
+use nix::sys::signal::Signal;
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 
@@ -318,12 +319,15 @@ impl Console {
 
     /// Prints output and events until every rank's program has ended, forwarding `input`
     /// (if any) to the programs of `stdin_ids` as it comes, end of input included.
+    /// Returns early with the signal when one of `interrupts` comes first: the programs
+    /// still running are left for [`Console::shutdown`] to kill.
     pub async fn wait_for_exit(
         &mut self,
         mut input: Option<tokio::sync::mpsc::Receiver<Option<String>>>,
         stdin_ids: &IdSet,
+        interrupts: &mut crate::interrupt::Interrupts,
         out: &mut dyn Write,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Option<Signal>> {
         let all = self.session.all();
         // Like srun --input: ranks that get no input see end of file at once.
         let closed = &all - stdin_ids;
@@ -360,10 +364,15 @@ impl Console {
                 }
                 () = tick => {}
                 Some(q) = next_query(&mut self.queries) => self.answer(q).await,
+                sig = interrupts.next() => {
+                    self.print_received(false, out)?;
+                    return Ok(Some(sig));
+                }
             }
             self.flush_stdio(false, out)?;
         }
-        self.print_received(true, out)
+        self.print_received(true, out)?;
+        Ok(None)
     }
 
     /// Pings the servers of the ranks still running; those the tree reports lost count as

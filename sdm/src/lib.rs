@@ -23,6 +23,7 @@ pub mod cli;
 pub mod commands;
 pub mod console;
 pub mod editor;
+pub mod interrupt;
 pub mod manual;
 pub mod screen;
 pub mod script;
