@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use nix::sys::signal::Signal;
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_proto::{IdSet, Message, Status, SyncMode};
