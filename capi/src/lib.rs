@@ -1416,6 +1416,36 @@ mod tests {
         assert_eq!(last_error(), "internal error in libsdm: boom");
     }
 
+    /// Each reply status has its own code: a filter's error is `SDM_STATUS_ERROR` with the
+    /// error as payload, never `SDM_STATUS_LOST`.
+    #[test]
+    fn every_reply_status_maps_to_its_code() {
+        let group = |status, id, payload: &'static str| ReplyGroup {
+            status,
+            sources: IdSet::single(id),
+            payload: Bytes::from(payload),
+        };
+        let r = reply(vec![
+            group(Status::Replied, 0, "1"),
+            group(Status::Lost, 1, "link died"),
+            group(Status::TimedOut, 2, ""),
+            group(Status::Error, 3, "filter \"sum\": refused"),
+        ]);
+        let want = [
+            SDM_STATUS_REPLIED,
+            SDM_STATUS_LOST,
+            SDM_STATUS_TIMED_OUT,
+            SDM_STATUS_ERROR,
+        ];
+        for (i, code) in want.into_iter().enumerate() {
+            // SAFETY: `r` is live and has four groups.
+            let g = unsafe { sdm_reply_group(r, i) };
+            assert_eq!(unsafe { sdm_aggregate_status(g) }, code, "group {i}");
+        }
+        // SAFETY: `r` came from `reply` and is freed once.
+        unsafe { sdm_reply_free(r) };
+    }
+
     #[test]
     fn header_is_current() {
         let generated = include_str!(concat!(env!("OUT_DIR"), "/sdm.h"));
