@@ -552,6 +552,52 @@ pub fn mpi_program(name: &str) -> PathBuf {
     out
 }
 
+/// tests/programs/NAME.c built with `cc FLAGS` once per test process and set of flags, in a
+/// directory of this process (the console and debugger tests' programs).
+pub fn c_program(name: &str, flags: &[&str]) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let dir = DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("sdm-c-tests-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("a directory for the test programs");
+        d
+    });
+    let tag: String = flags
+        .concat()
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .collect();
+    let out = dir.join(format!("{name}-{tag}"));
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !out.exists() {
+        run_ok(
+            Command::new("cc")
+                .args(flags)
+                .arg("-o")
+                .arg(&out)
+                .arg(program_source(name)),
+        );
+    }
+    out
+}
+
+/// tests/programs/NAME.c.
+pub fn program_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("programs")
+        .join(format!("{name}.c"))
+}
+
+/// The line number of tests/programs/NAME.c holding `marker`.
+pub fn source_line(name: &str, marker: &str) -> u32 {
+    let src = program_source(name);
+    let text = std::fs::read_to_string(&src).expect("the test program's source");
+    text.lines()
+        .position(|l| l.contains(marker))
+        .map(|i| i as u32 + 1)
+        .unwrap_or_else(|| panic!("no {marker} in {}", src.display()))
+}
+
 /// Runs the console command `cmd` (asserting the console goes on) and returns what it printed.
 pub async fn console_command(c: &mut sdm::console::Console, cmd: &str) -> String {
     let mut out = Vec::new();

@@ -13,30 +13,13 @@ use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
 use sdm_proto::{IdSet, Status};
 
-const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/ranks.c");
-
 /// The line of the source holding `marker`.
 fn line_of(marker: &str) -> u32 {
-    let text = std::fs::read_to_string(SOURCE).unwrap();
-    text.lines()
-        .position(|l| l.contains(marker))
-        .map(|i| i as u32 + 1)
-        .unwrap_or_else(|| panic!("no {marker} in {SOURCE}"))
+    sdm_e2e::source_line("ranks", marker)
 }
 
 fn build(flags: &[&str]) -> PathBuf {
-    let tag = flags.join("").replace('-', "");
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("sdm-ranks-{tag}-{}", std::process::id()));
-    let ok = Command::new("cc")
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(SOURCE)
-        .status()
-        .expect("cc (deploy/ci-setup.sh installs gcc)");
-    assert!(ok.success(), "cc {flags:?} {SOURCE} failed");
-    out
+    sdm_e2e::c_program("ranks", flags)
 }
 
 /// What gdb says, run in batch on the program as rank 3: the values printed (`$N = V`,

@@ -15,27 +15,12 @@ use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
 use sdm_proto::{IdSet, Status};
 
-const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/release.c");
-
 /// How many processes each test attaches to.
 const N: usize = 4;
 
 /// The program, built `-O0 -g` once per test process.
 fn program() -> PathBuf {
-    static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    P.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("sdm-release-{}", std::process::id()));
-        let ok = Command::new("cc")
-            .args(["-O0", "-g", "-o"])
-            .arg(&out)
-            .arg(SOURCE)
-            .status()
-            .expect("cc (deploy/ci-setup.sh installs gcc)");
-        assert!(ok.success(), "cc {SOURCE} failed");
-        out
-    })
-    .clone()
+    sdm_e2e::c_program("release", &["-O0", "-g"])
 }
 
 /// `N` processes of the program, killed when dropped (a failed test leaves none).
@@ -170,11 +155,7 @@ async fn attached(pids: &[u32]) -> Console {
 
 /// The line of the source holding `marker`.
 fn line_of(marker: &str) -> u32 {
-    let text = std::fs::read_to_string(SOURCE).unwrap();
-    text.lines()
-        .position(|l| l.contains(marker))
-        .map(|i| i as u32 + 1)
-        .unwrap_or_else(|| panic!("no {marker} in {SOURCE}"))
+    sdm_e2e::source_line("release", marker)
 }
 
 /// `stop`, `print` (gdb takes the processes over), `break work`, `cont` until every

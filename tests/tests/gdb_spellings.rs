@@ -4,35 +4,19 @@
 //! value; a gdb command that would run the process is refused; `help` lists them.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
 use sdm_proto::{IdSet, Status};
 
-const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/ranks.c");
-
 fn build() -> PathBuf {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("sdm-ranks-spellings-{}", std::process::id()));
-    let ok = Command::new("cc")
-        .args(["-O0", "-g", "-o"])
-        .arg(&out)
-        .arg(SOURCE)
-        .status()
-        .expect("cc (deploy/ci-setup.sh installs gcc)");
-    assert!(ok.success(), "cc {SOURCE} failed");
-    out
+    sdm_e2e::c_program("ranks", &["-O0", "-g"])
 }
 
 /// The line of the source holding `marker`.
 fn line_of(marker: &str) -> u32 {
-    let text = std::fs::read_to_string(SOURCE).unwrap();
-    text.lines()
-        .position(|l| l.contains(marker))
-        .map(|i| i as u32 + 1)
-        .unwrap_or_else(|| panic!("no {marker} in {SOURCE}"))
+    sdm_e2e::source_line("ranks", marker)
 }
 
 /// The output's lines that are not events (hits printed as they come).

@@ -10,7 +10,6 @@
 //! `status` the same place. After `stop`, `bt` and `cont`, every thread runs again.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use sdm::console::Console;
@@ -19,28 +18,13 @@ use sdm_e2e::console_command as run;
 use sdm_omis::Value;
 use sdm_proto::{IdSet, Status};
 
-const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/threads.c");
-
 /// The line of the source holding `marker`.
 fn line_of(marker: &str) -> u32 {
-    let text = std::fs::read_to_string(SOURCE).unwrap();
-    text.lines()
-        .position(|l| l.contains(marker))
-        .map(|i| i as u32 + 1)
-        .unwrap_or_else(|| panic!("no {marker} in {SOURCE}"))
+    sdm_e2e::source_line("threads", marker)
 }
 
 fn build() -> PathBuf {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("sdm-threads-{}", std::process::id()));
-    let ok = Command::new("cc")
-        .args(["-O0", "-g", "-pthread", "-o"])
-        .arg(&out)
-        .arg(SOURCE)
-        .status()
-        .expect("cc (deploy/ci-setup.sh installs gcc)");
-    assert!(ok.success(), "cc {SOURCE} failed");
-    out
+    sdm_e2e::c_program("threads", &["-O0", "-g", "-pthread"])
 }
 
 /// The lines `bt --classes` printed that are classes.
