@@ -893,7 +893,8 @@ async fn run_console(
             None
         }
     };
-    // A script stops at a program that could not start (its commands would all fail).
+    // A script stops at a program that could not start (its commands would all fail), or
+    // when no rank could be attached to.
     let start_failed;
     if attach.is_empty() {
         let exe = std::fs::canonicalize(&program[0])
@@ -911,7 +912,8 @@ async fn run_console(
         }
     } else {
         let attached = console.attach(&attach).await?;
-        start_failed = attached.iter().any(|l| !l.started());
+        // Like STAT, a job with ranks that vanished is still inspected through the others.
+        start_failed = attached.iter().all(|l| !l.started());
         for l in attached.iter().filter(|l| !l.started()) {
             eprintln!(
                 "sdm: {} could not attach: {}",

@@ -20,8 +20,15 @@ use sdm_proto::IdSet;
 const JUNK: [&str; 4] = ["-1", "99999999999999999999", "[", "'"];
 
 /// Junk some commands take as a valid argument, so they answer without an error: an
-/// expression gdb evaluates (`print -1` is -1), a line offset (`until -1`).
-const VALID: [(&str, &str); 2] = [("print", "-1"), ("until", "-1")];
+/// expression gdb evaluates (`print -1` is -1; so for `ptype`, `whatis`, `display`), a
+/// line offset (`until -1`).
+const VALID: [(&str, &str); 5] = [
+    ("print", "-1"),
+    ("until", "-1"),
+    ("ptype", "-1"),
+    ("whatis", "-1"),
+    ("display", "-1"),
+];
 
 /// Builds the C test program (frame pointers, debug info) once per test binary.
 fn spinner() -> PathBuf {

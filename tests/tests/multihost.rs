@@ -1097,7 +1097,16 @@ fn stop_bt_cont_on_an_mpi_job_across_four_hosts_under_sdm_run() {
     let out = sdm_run_across(
         &h,
         &[
-            "-c", "sleep 3", "-c", "stop", "-c", "bt", "-c", "cont", "-c", "kill",
+            "-c",
+            "sleep 3",
+            "-c",
+            "stop",
+            "-c",
+            "bt --thread 1",
+            "-c",
+            "cont",
+            "-c",
+            "kill",
         ],
         "mpi_hang",
     );
@@ -1112,7 +1121,8 @@ fn stop_bt_cont_on_an_mpi_job_across_four_hosts_under_sdm_run() {
     };
     let (stopped, running) = (at("[0-7] stopped"), at("[0-7] running"));
     assert!(stopped < running, "{stdout}");
-    // The trees printed by bt: their outermost frames account for every rank once.
+    // The main threads' trees printed by bt: their outermost frames account for every rank
+    // once.
     let mut roots = IdSet::new();
     for l in &lines[stopped + 1..running] {
         if let Some((ids, _)) = l.strip_prefix('[').and_then(|r| r.split_once(']')) {
