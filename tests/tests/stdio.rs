@@ -190,6 +190,55 @@ fn a_slowed_rank_changes_nothing_in_the_merged_output() {
 }
 
 #[test]
+fn a_line_of_rank_0_alone_is_not_held_for_silent_ranks() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Rank 0 prints one progress line, then every rank sleeps without printing. With a
+    // lag far longer than the run, the line must reach the console while the programs
+    // still sleep: the test marks its arrival in a file, and each program fails unless
+    // the mark is there when it wakes (so no figure of time is asserted; the sleep only
+    // bounds the run).
+    let dir = std::env::temp_dir().join(format!("sdm-idle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let seen = dir.join("seen");
+    let _ = std::fs::remove_file(&seen);
+    let script = format!(
+        "if [ \"$SDM_RANK\" = 0 ]; then echo progress-line; fi; sleep 30; [ -e '{}' ]",
+        seen.display()
+    );
+    let mut child = Command::new(sdm_e2e::sdm())
+        .args(["run", "--merge-lag", "60000", "-n", "8", "--", "sh", "-c"])
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting sdm run");
+    let stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut lines = Vec::new();
+    for line in std::io::BufRead::lines(stdout) {
+        let line = line.expect("reading sdm's output");
+        if line.ends_with(" progress-line") {
+            std::fs::write(&seen, b"").unwrap();
+        }
+        lines.push(line);
+    }
+    let out = child.wait_with_output().expect("waiting for sdm run");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(lines.first().map(String::as_str), Some("[0] progress-line"));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[1].starts_with("[0-7] ") && lines[1].contains("exited"),
+        "the exits merge: {lines:?}"
+    );
+    assert!(
+        out.status.success(),
+        "the line came only after the programs woke up ({}): {lines:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn exit_status_is_the_largest_of_the_programs_like_srun() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = sdm_run_status(&["-n", "4", "--", "sh", "-c", "exit 3"], b"");
