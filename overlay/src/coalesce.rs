@@ -310,6 +310,24 @@ mod tests {
     }
 
     #[test]
+    fn equal_idle_markers_merge_and_are_no_activity() {
+        let t = Instant::now();
+        let mut c = Coalescer::new(Duration::from_millis(10));
+        let marker = |ids: &str| StdioLine {
+            kind: Kind::Stdio,
+            sources: ids.parse().unwrap(),
+            index: 3,
+            payload: Bytes::from_static(&[IDLE, STDERR]),
+        };
+        assert!(c.push(t, marker("[0]")).is_empty());
+        assert!(c.push(t, marker("[1-2]")).is_empty());
+        let out = c.expire(t + Duration::from_millis(30));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].sources, "[0-2]".parse().unwrap());
+        assert_eq!(idle_stream(&out[0]), Some(STDERR));
+    }
+
+    #[test]
     fn identical_lines_merge_and_order_per_rank_holds() {
         let t = Instant::now();
         let mut c = Coalescer::new(Duration::from_millis(20));
