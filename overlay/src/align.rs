@@ -10,8 +10,9 @@
 //! A rank is awaited only while it is producing output: its server sends an *idle marker*
 //! ([`crate::coalesce::IDLE`]) when its program goes idle with every line sent (nothing
 //! runnable, or computing without printing), saying how many lines it printed on each
-//! stream; a group of k-th lines does not wait for a rank idle after n ≤ k lines. A rank
-//! that prints again is awaited again from its next line. Only the server can tell a silent
+//! stream; a group of k-th lines waits for a rank idle after n ≤ k lines only a moment
+//! ([`IDLE_GRACE`], for a rank that wakes with the others, as in a collective), not the lag.
+//! A rank that prints again is awaited again from its next line. Only the server can tell a silent
 //! rank from a late one (starved of CPU on a loaded machine, it is runnable and never idle),
 //! so the merge stays exact under load while a rank-0-only progress line shows at once.
 //!
@@ -37,6 +38,10 @@ use crate::coalesce::{StdioLine, idle_stream};
 /// How long identical events (other than ends) of different ranks wait for each other, by
 /// default.
 pub const DEFAULT_EVENT_WINDOW: Duration = Duration::from_millis(200);
+
+/// How long a line still waits for ranks that are idle before it (a rank idle in a
+/// collective wakes with the others and prints its line a moment later).
+pub const IDLE_GRACE: Duration = Duration::from_millis(250);
 
 /// How many groups of lines are held at most, by default (past it the oldest leave).
 pub const DEFAULT_MAX_LINES: usize = 1 << 20;
@@ -67,12 +72,10 @@ struct Channel {
 }
 
 impl Channel {
-    /// Whether the group at index `k` no longer waits for any of `running`: each one that
-    /// has not printed its k-th line is idle before it.
-    fn complete(&self, running: &IdSet, k: u64, e: &Entry) -> bool {
-        if running.is_subset(&e.have) {
-            return true;
-        }
+    /// Whether the group at index `k` waits for none of `running` but idle ones (each one
+    /// that has not printed its k-th line is idle before it): then it leaves once it is
+    /// [`IDLE_GRACE`] old.
+    fn only_idle_missing(&self, running: &IdSet, k: u64, e: &Entry) -> bool {
         let missing = running - &e.have;
         missing.is_subset(&self.idle_ids)
             && missing
@@ -340,11 +343,14 @@ impl Aligner {
 
     /// When [`Aligner::expire`] may next have something.
     pub fn deadline(&self) -> Option<Instant> {
-        let lines = self
-            .channels
-            .values()
-            .filter_map(|ch| ch.entries.first_key_value())
-            .map(|(_, e)| e.born + self.lag);
+        let lines = self.channels.values().filter_map(|ch| {
+            let (&k, e) = ch.entries.first_key_value()?;
+            Some(if ch.only_idle_missing(&self.running, k, e) {
+                e.born + IDLE_GRACE.min(self.lag)
+            } else {
+                e.born + self.lag
+            })
+        });
         let all_idle = self.all_idle();
         let events = self.events.iter().map(|p| {
             p.born
@@ -363,7 +369,10 @@ impl Aligner {
             let before = out.len();
             for ch in self.channels.values_mut() {
                 while let Some((&k, e)) = ch.entries.first_key_value() {
-                    let due = ch.complete(&self.running, k, e)
+                    let age = now.saturating_duration_since(e.born);
+                    let due = self.running.is_subset(&e.have)
+                        || (age >= IDLE_GRACE.min(self.lag)
+                            && ch.only_idle_missing(&self.running, k, e))
                         || now.saturating_duration_since(e.born) >= self.lag
                         || self.held > self.max_lines;
                     if !due {
@@ -583,37 +592,58 @@ mod tests {
     }
 
     #[test]
-    fn a_line_leaves_at_once_when_the_other_ranks_are_idle_before_it() {
+    fn a_line_waits_only_the_grace_when_the_other_ranks_are_idle_before_it() {
         let t = Instant::now();
+        let g = IDLE_GRACE;
         let mut a = aligner(4);
-        // Ranks 1-3 print nothing and say so; rank 0's progress lines leave as they come.
+        // Ranks 1-3 print nothing and say so; rank 0's progress lines leave after the
+        // grace, not the lag.
         assert!(a.push(t, idle("[1-2]", 0)).is_empty());
         assert!(a.push(t, line("[0]", 0, "progress 0")).is_empty());
-        assert_eq!(shown(&a.push(t, idle("[3]", 0))), ["[0] progress 0"]);
-        let out = a.push(t, line("[0]", 1, "progress 1"));
-        assert_eq!(shown(&out), ["[0] progress 1"]);
+        assert!(a.push(t, idle("[3]", 0)).is_empty());
+        assert_eq!(a.deadline(), Some(t + g));
+        assert_eq!(shown(&a.expire(t + g)), ["[0] progress 0"]);
+        assert!(a.push(t + g, line("[0]", 1, "progress 1")).is_empty());
+        assert_eq!(shown(&a.expire(t + 2 * g)), ["[0] progress 1"]);
         // A rank idle after 2 lines is still awaited for its first two.
         let mut b = aligner(2);
         assert!(b.push(t, idle("[1]", 2)).is_empty());
         assert!(b.push(t, line("[0]", 1, "x")).is_empty());
         assert!(b.push(t, line("[0]", 0, "w")).is_empty());
-        assert_eq!(shown(&b.push(t, line("[1]", 0, "w"))), ["[0-1] w"]);
-        assert_eq!(shown(&b.push(t, line("[1]", 1, "x"))), ["[0-1] x"]);
-        assert_eq!(shown(&b.push(t, line("[0]", 2, "y"))), ["[0] y"]);
+        assert!(b.expire(t + g).is_empty());
+        assert_eq!(shown(&b.push(t + g, line("[1]", 0, "w"))), ["[0-1] w"]);
+        assert_eq!(shown(&b.push(t + g, line("[1]", 1, "x"))), ["[0-1] x"]);
+        assert!(b.push(t + g, line("[0]", 2, "y")).is_empty());
+        assert_eq!(shown(&b.expire(t + 2 * g)), ["[0] y"]);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn a_rank_idle_but_printing_within_the_grace_still_merges() {
+        let t = Instant::now();
+        let mut a = aligner(2);
+        assert!(a.push(t, idle("[1]", 0)).is_empty());
+        assert!(a.push(t, line("[0]", 0, "ok")).is_empty());
+        let out = a.push(t + IDLE_GRACE / 2, line("[1]", 0, "ok"));
+        assert_eq!(shown(&out), ["[0-1] ok"]);
     }
 
     #[test]
     fn a_rank_that_prints_again_is_awaited_again() {
         let t = Instant::now();
+        let g = IDLE_GRACE;
         let mut a = aligner(2);
         assert!(a.push(t, idle("[1]", 0)).is_empty());
-        assert_eq!(shown(&a.push(t, line("[0]", 0, "a"))), ["[0] a"]);
+        assert!(a.push(t, line("[0]", 0, "a")).is_empty());
+        assert_eq!(shown(&a.expire(t + g)), ["[0] a"]);
         // Rank 1 wakes up: it prints its line 0, and is awaited for line 1 again.
-        assert_eq!(shown(&a.push(t, line("[1]", 0, "a"))), ["[1] a"]);
-        assert!(a.push(t, line("[0]", 1, "b")).is_empty());
+        assert_eq!(shown(&a.push(t + g, line("[1]", 0, "a"))), ["[1] a"]);
+        assert!(a.push(t + g, line("[0]", 1, "b")).is_empty());
         assert!(a.expire(t + ms(4999)).is_empty());
-        assert_eq!(shown(&a.push(t, line("[1]", 1, "b"))), ["[0-1] b"]);
+        assert_eq!(
+            shown(&a.push(t + ms(4999), line("[1]", 1, "b"))),
+            ["[0-1] b"]
+        );
     }
 
     #[test]
@@ -644,9 +674,11 @@ mod tests {
             e.payload = Bytes::from_static(&[crate::coalesce::IDLE, 2]);
             e
         }));
-        assert_eq!(shown(&out), ["[0] done"]);
-        assert_eq!(a.deadline(), Some(t + ms(100)));
-        assert_eq!(shown(&a.expire(t + ms(100))), ["[0] event exited 0"]);
+        assert!(out.is_empty());
+        assert_eq!(
+            shown(&a.expire(t + IDLE_GRACE)),
+            ["[0] done", "[0] event exited 0"]
+        );
         // Markers are never printed, and pass no line when merging is off.
         let mut z = Aligner::new(IdSet::all(2), Duration::ZERO);
         assert!(z.push(t, idle("[1]", 0)).is_empty());
