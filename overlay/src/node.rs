@@ -1009,6 +1009,8 @@ impl Node {
     /// Something happened here (a breakpoint, an exit, a line of output): send it up as an
     /// event (or stdio) from this server. A line of output carries its index in its stream
     /// (this server's k-th line there), so lines of many ranks can be aligned line by line.
+    /// A stdio payload of [`IDLE`] alone (the program went idle) becomes one idle marker
+    /// per stream, carrying the number of lines sent there.
     pub fn handle_local_event(&mut self, kind: Kind, payload: Bytes) {
         let Some(me) = self.me.server() else { return };
         if kind == Kind::Stdio && payload[..] == [IDLE] {
