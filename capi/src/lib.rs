@@ -72,6 +72,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use sdm_client::iof::Iof;
 use sdm_client::{Session, SessionOptions};
+use sdm_overlay::coalesce::IDLE;
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
 
@@ -1095,12 +1096,19 @@ pub unsafe extern "C" fn sdm_event_next(
             )
         };
         *out = std::ptr::null_mut();
+        // An idle marker (for the line alignment of `sdm_stdio_*`) is no event of its own.
+        let next_event = async {
+            loop {
+                match s.session.next_event().await {
+                    Some(m) if m.kind == Kind::Stdio && m.payload.first() == Some(&IDLE) => {}
+                    m => return m,
+                }
+            }
+        };
         let next = s.rt.block_on(async {
             match u64::try_from(timeout_ms) {
-                Err(_) => Ok(s.session.next_event().await),
-                Ok(ms) => {
-                    tokio::time::timeout(Duration::from_millis(ms), s.session.next_event()).await
-                }
+                Err(_) => Ok(next_event.await),
+                Ok(ms) => tokio::time::timeout(Duration::from_millis(ms), next_event).await,
             }
         });
         let m = match next {

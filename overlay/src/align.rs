@@ -7,6 +7,15 @@
 //! k-th lines of all ranks print once (`[0-15] 42`), however late one rank is, and the same
 //! output gives the same groups on an idle and on a loaded machine.
 //!
+//! A rank is awaited only while it is producing output: its server sends an *idle marker*
+//! ([`crate::coalesce::IDLE`]) when its program goes idle with every line sent (nothing
+//! runnable, or computing without printing), saying how many lines it printed on each
+//! stream; a group of k-th lines waits for a rank idle after n ≤ k lines only a moment
+//! ([`IDLE_GRACE`], for a rank that wakes with the others, as in a collective), not the lag.
+//! A rank that prints again is awaited again from its next line. Only the server can tell a silent
+//! rank from a late one (starved of CPU on a loaded machine, it is runnable and never idle),
+//! so the merge stays exact under load while a rank-0-only progress line shows at once.
+//!
 //! The wait is bounded: a group leaves without the ranks that have not printed their k-th
 //! line yet when it has waited `lag` (a rank that is stopped, or prints less), or when more
 //! than `max_lines` lines are held; those ranks' k-th lines then print on their own when
@@ -14,8 +23,8 @@
 //!
 //! Events leave after every line their ranks printed before them. An *end* (a program's
 //! exit, pushed with [`Aligner::push_end`]) takes its ranks out of those awaited, and ends
-//! merge: they wait until every rank has ended (at most `lag`), so sixteen identical exits
-//! print as one line. Other identical events merge when they come within `window` of each
+//! merge: they wait until every rank has ended (at most `lag`, or `window` once every rank
+//! still running is idle), so sixteen identical exits print as one line. Other identical events merge when they come within `window` of each
 //! other.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -24,11 +33,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sdm_proto::{IdSet, Kind};
 
-use crate::coalesce::StdioLine;
+use crate::coalesce::{StdioLine, idle_stream};
 
 /// How long identical events (other than ends) of different ranks wait for each other, by
 /// default.
 pub const DEFAULT_EVENT_WINDOW: Duration = Duration::from_millis(200);
+
+/// How long a line still waits for ranks that are idle before it (a rank idle in a
+/// collective wakes with the others and prints its line a moment later).
+pub const IDLE_GRACE: Duration = Duration::from_millis(250);
 
 /// How many groups of lines are held at most, by default (past it the oldest leave).
 pub const DEFAULT_MAX_LINES: usize = 1 << 20;
@@ -51,6 +64,37 @@ struct Channel {
     next: u64,
     /// Held lines by index.
     entries: BTreeMap<u64, Entry>,
+    /// Ranks idle (by their latest marker, nothing printed since), with how many lines
+    /// they had printed on this stream.
+    idle: BTreeMap<u32, u64>,
+    /// The ranks of `idle`.
+    idle_ids: IdSet,
+}
+
+impl Channel {
+    /// Whether the group at index `k` waits for none of `running` but idle ones (each one
+    /// that has not printed its k-th line is idle before it): then it leaves once it is
+    /// [`IDLE_GRACE`] old.
+    fn only_idle_missing(&self, running: &IdSet, k: u64, e: &Entry) -> bool {
+        let missing = running - &e.have;
+        missing.is_subset(&self.idle_ids)
+            && missing
+                .iter()
+                .all(|r| self.idle.get(&r).is_some_and(|&n| n <= k))
+    }
+
+    /// `ranks` printed line `index`: they are awaited again.
+    fn printed(&mut self, ranks: &IdSet, index: u64) {
+        if self.idle_ids.is_disjoint(ranks) {
+            return;
+        }
+        for r in (ranks & &self.idle_ids).iter() {
+            if self.idle.get(&r).is_some_and(|&n| index >= n) {
+                self.idle.remove(&r);
+                self.idle_ids.remove(r);
+            }
+        }
+    }
 }
 
 /// An event waiting for its ranks' earlier lines (and, to merge, for other ranks).
@@ -131,6 +175,9 @@ impl Aligner {
     /// Takes a line of output or an event (not an end); returns what may leave now, in
     /// order.
     pub fn push(&mut self, now: Instant, line: StdioLine) -> Vec<StdioLine> {
+        if let Some(tag) = idle_stream(&line) {
+            return self.push_idle(now, tag, line);
+        }
         if line.kind == Kind::Stdio {
             self.push_line(now, line)
         } else {
@@ -144,11 +191,36 @@ impl Aligner {
         self.push_event(now, line, true)
     }
 
+    /// An idle marker: its ranks printed `line.index` lines on stream `tag` and no more
+    /// for now; lines past those stop waiting for them. (Never printed.)
+    fn push_idle(&mut self, now: Instant, tag: u8, line: StdioLine) -> Vec<StdioLine> {
+        if self.lag.is_zero() {
+            return Vec::new();
+        }
+        let ch = self.channels.entry(tag.max(1)).or_default();
+        for r in line.sources.iter() {
+            ch.idle.insert(r, line.index);
+        }
+        ch.idle_ids.union_with(&line.sources);
+        self.release(now)
+    }
+
+    /// Whether every rank still running is idle on every stream (nothing of theirs is
+    /// coming for now).
+    fn all_idle(&self) -> bool {
+        !self.channels.is_empty()
+            && self
+                .channels
+                .values()
+                .all(|ch| self.running.is_subset(&ch.idle_ids))
+    }
+
     fn push_line(&mut self, now: Instant, line: StdioLine) -> Vec<StdioLine> {
         if self.lag.is_zero() {
             return vec![line];
         }
         let ch = self.channels.entry(stream(&line)).or_default();
+        ch.printed(&line.sources, line.index);
         if line.index < ch.next {
             // Its group has left without these ranks: it prints on its own (every
             // earlier line of theirs has left too).
@@ -271,14 +343,18 @@ impl Aligner {
 
     /// When [`Aligner::expire`] may next have something.
     pub fn deadline(&self) -> Option<Instant> {
-        let lines = self
-            .channels
-            .values()
-            .filter_map(|ch| ch.entries.first_key_value())
-            .map(|(_, e)| e.born + self.lag);
+        let lines = self.channels.values().filter_map(|ch| {
+            let (&k, e) = ch.entries.first_key_value()?;
+            Some(if ch.only_idle_missing(&self.running, k, e) {
+                e.born + IDLE_GRACE.min(self.lag)
+            } else {
+                e.born + self.lag
+            })
+        });
+        let all_idle = self.all_idle();
         let events = self.events.iter().map(|p| {
             p.born
-                + if p.end && !self.running.is_empty() {
+                + if p.end && !self.running.is_empty() && !all_idle {
                     self.lag
                 } else {
                     self.window
@@ -292,8 +368,11 @@ impl Aligner {
         loop {
             let before = out.len();
             for ch in self.channels.values_mut() {
-                while let Some((_, e)) = ch.entries.first_key_value() {
+                while let Some((&k, e)) = ch.entries.first_key_value() {
+                    let age = now.saturating_duration_since(e.born);
                     let due = self.running.is_subset(&e.have)
+                        || (age >= IDLE_GRACE.min(self.lag)
+                            && ch.only_idle_missing(&self.running, k, e))
                         || now.saturating_duration_since(e.born) >= self.lag
                         || self.held > self.max_lines;
                     if !due {
@@ -302,6 +381,7 @@ impl Aligner {
                     out.extend(Self::pop_front(ch, &mut self.held));
                 }
             }
+            let all_idle = self.all_idle();
             let mut i = 0;
             while i < self.events.len() {
                 let p = &self.events[i];
@@ -311,7 +391,7 @@ impl Aligner {
                     .all(|&(tag, upto)| self.channels.get(&tag).is_none_or(|ch| ch.next >= upto));
                 let age = now.saturating_duration_since(p.born);
                 let merged = if p.end {
-                    self.running.is_empty() || age >= self.lag
+                    self.running.is_empty() || age >= self.lag || (all_idle && age >= self.window)
                 } else {
                     age >= self.window
                 };
@@ -500,6 +580,108 @@ mod tests {
             .collect();
         assert_eq!(out.len(), 10);
         assert_eq!(out[0].index, 0);
+    }
+
+    fn idle(ids: &str, lines: u64) -> StdioLine {
+        StdioLine {
+            kind: Kind::Stdio,
+            sources: ids.parse().unwrap(),
+            index: lines,
+            payload: Bytes::from_static(&[crate::coalesce::IDLE, 1]),
+        }
+    }
+
+    #[test]
+    fn a_line_waits_only_the_grace_when_the_other_ranks_are_idle_before_it() {
+        let t = Instant::now();
+        let g = IDLE_GRACE;
+        let mut a = aligner(4);
+        // Ranks 1-3 print nothing and say so; rank 0's progress lines leave after the
+        // grace, not the lag.
+        assert!(a.push(t, idle("[1-2]", 0)).is_empty());
+        assert!(a.push(t, line("[0]", 0, "progress 0")).is_empty());
+        assert!(a.push(t, idle("[3]", 0)).is_empty());
+        assert_eq!(a.deadline(), Some(t + g));
+        assert_eq!(shown(&a.expire(t + g)), ["[0] progress 0"]);
+        assert!(a.push(t + g, line("[0]", 1, "progress 1")).is_empty());
+        assert_eq!(shown(&a.expire(t + 2 * g)), ["[0] progress 1"]);
+        // A rank idle after 2 lines is still awaited for its first two.
+        let mut b = aligner(2);
+        assert!(b.push(t, idle("[1]", 2)).is_empty());
+        assert!(b.push(t, line("[0]", 1, "x")).is_empty());
+        assert!(b.push(t, line("[0]", 0, "w")).is_empty());
+        assert!(b.expire(t + g).is_empty());
+        assert_eq!(shown(&b.push(t + g, line("[1]", 0, "w"))), ["[0-1] w"]);
+        assert_eq!(shown(&b.push(t + g, line("[1]", 1, "x"))), ["[0-1] x"]);
+        assert!(b.push(t + g, line("[0]", 2, "y")).is_empty());
+        assert_eq!(shown(&b.expire(t + 2 * g)), ["[0] y"]);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn a_rank_idle_but_printing_within_the_grace_still_merges() {
+        let t = Instant::now();
+        let mut a = aligner(2);
+        assert!(a.push(t, idle("[1]", 0)).is_empty());
+        assert!(a.push(t, line("[0]", 0, "ok")).is_empty());
+        let out = a.push(t + IDLE_GRACE / 2, line("[1]", 0, "ok"));
+        assert_eq!(shown(&out), ["[0-1] ok"]);
+    }
+
+    #[test]
+    fn a_rank_that_prints_again_is_awaited_again() {
+        let t = Instant::now();
+        let g = IDLE_GRACE;
+        let mut a = aligner(2);
+        assert!(a.push(t, idle("[1]", 0)).is_empty());
+        assert!(a.push(t, line("[0]", 0, "a")).is_empty());
+        assert_eq!(shown(&a.expire(t + g)), ["[0] a"]);
+        // Rank 1 wakes up: it prints its line 0, and is awaited for line 1 again.
+        assert_eq!(shown(&a.push(t + g, line("[1]", 0, "a"))), ["[1] a"]);
+        assert!(a.push(t + g, line("[0]", 1, "b")).is_empty());
+        assert!(a.expire(t + ms(4999)).is_empty());
+        assert_eq!(
+            shown(&a.push(t + ms(4999), line("[1]", 1, "b"))),
+            ["[0-1] b"]
+        );
+    }
+
+    #[test]
+    fn without_markers_the_merge_waits_as_before() {
+        let t = Instant::now();
+        let mut a = aligner(3);
+        // A marker on stderr says nothing of stdout.
+        let mut err = idle("[1-2]", 0);
+        err.payload = Bytes::from_static(&[crate::coalesce::IDLE, 2]);
+        assert!(a.push(t, err).is_empty());
+        assert!(a.push(t, line("[0]", 0, "a")).is_empty());
+        assert!(a.push(t + ms(3000), line("[1]", 0, "a")).is_empty());
+        assert_eq!(
+            shown(&a.push(t + ms(4000), line("[2]", 0, "a"))),
+            ["[0-2] a"]
+        );
+    }
+
+    #[test]
+    fn ends_do_not_wait_for_idle_ranks_past_the_window() {
+        let t = Instant::now();
+        let mut a = aligner(3);
+        assert!(a.push(t, line("[0]", 0, "done")).is_empty());
+        assert!(a.push_end(t, event("[0]", "exited 0")).is_empty());
+        let mut out = a.push(t, idle("[1-2]", 0));
+        out.extend(a.push(t, {
+            let mut e = idle("[1-2]", 0);
+            e.payload = Bytes::from_static(&[crate::coalesce::IDLE, 2]);
+            e
+        }));
+        assert!(out.is_empty());
+        assert_eq!(
+            shown(&a.expire(t + IDLE_GRACE)),
+            ["[0] done", "[0] event exited 0"]
+        );
+        // Markers are never printed, and pass no line when merging is off.
+        let mut z = Aligner::new(IdSet::all(2), Duration::ZERO);
+        assert!(z.push(t, idle("[1]", 0)).is_empty());
     }
 
     #[test]

@@ -17,6 +17,20 @@ use sdm_proto::{IdSet, Kind};
 pub const STDOUT: u8 = 1;
 /// Stream tag of a line the program wrote to standard error.
 pub const STDERR: u8 = 2;
+/// Tag of an *idle marker*, not a line: the server saw its program go idle (nothing
+/// runnable, or computing without printing) with every line it printed sent. Its payload is
+/// `[IDLE, stream]` and its index the number of lines the rank printed on that stream, so
+/// the front-end stops waiting for that rank's later lines there (see [`crate::align`]).
+/// A server sends one as `[IDLE]` alone; its node adds the stream and the counts.
+pub const IDLE: u8 = 0;
+
+/// The stream an idle marker speaks of, or `None` if `l` is not one.
+pub fn idle_stream(l: &StdioLine) -> Option<u8> {
+    match (l.kind, &l.payload[..]) {
+        (Kind::Stdio, [IDLE, stream]) => Some(*stream),
+        _ => None,
+    }
+}
 
 /// One buffered line (or event) and who printed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,10 +52,13 @@ pub struct StdioLine {
 const EVENT: u8 = 0;
 
 /// The channel a line is ordered in: its stream tag (the payload's first byte; 1 stdout,
-/// 2 stderr) or [`EVENT`].
+/// 2 stderr; an idle marker's that of its stream) or [`EVENT`].
 fn line_channel(l: &StdioLine) -> u8 {
     match l.kind {
-        Kind::Stdio => l.payload.first().copied().unwrap_or(1).max(1),
+        Kind::Stdio => match &l.payload[..] {
+            [IDLE, stream] => (*stream).max(1),
+            p => p.first().copied().unwrap_or(1).max(1),
+        },
         _ => EVENT,
     }
 }
@@ -144,7 +161,10 @@ impl Coalescer {
             return vec![line];
         }
         self.rotate(now);
-        self.active.union_with(&line.sources);
+        if idle_stream(&line).is_none() {
+            // (An idle marker is no activity: nothing of its ranks is still coming.)
+            self.active.union_with(&line.sources);
+        }
         // We may only join a group after the last one holding any of these sources in the
         // same stream or an event: streams of one rank (stdout and stderr on pipes) have
         // no order between them, but an event comes after all of its ranks' output.
@@ -287,6 +307,24 @@ mod tests {
             index: 0,
             payload: Bytes::from(payload),
         }
+    }
+
+    #[test]
+    fn equal_idle_markers_merge_and_are_no_activity() {
+        let t = Instant::now();
+        let mut c = Coalescer::new(Duration::from_millis(10));
+        let marker = |ids: &str| StdioLine {
+            kind: Kind::Stdio,
+            sources: ids.parse().unwrap(),
+            index: 3,
+            payload: Bytes::from_static(&[IDLE, STDERR]),
+        };
+        assert!(c.push(t, marker("[0]")).is_empty());
+        assert!(c.push(t, marker("[1-2]")).is_empty());
+        let out = c.expire(t + Duration::from_millis(30));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].sources, "[0-2]".parse().unwrap());
+        assert_eq!(idle_stream(&out[0]), Some(STDERR));
     }
 
     #[test]

@@ -39,7 +39,7 @@ use sdm_topology::{NodeId, Topology};
 use crate::flow::{self, Origin, RecvWindow, SendWindow};
 use crate::liveness::{Clocks, Liveness, Peer};
 
-use crate::coalesce::{Coalescer, StdioLine};
+use crate::coalesce::{Coalescer, IDLE, STDERR, STDOUT, StdioLine};
 use ops::OpTable;
 
 /// What a node asks its driver to do.
@@ -1009,8 +1009,27 @@ impl Node {
     /// Something happened here (a breakpoint, an exit, a line of output): send it up as an
     /// event (or stdio) from this server. A line of output carries its index in its stream
     /// (this server's k-th line there), so lines of many ranks can be aligned line by line.
+    /// A stdio payload of [`IDLE`] alone (the program went idle) becomes one idle marker
+    /// per stream, carrying the number of lines sent there.
     pub fn handle_local_event(&mut self, kind: Kind, payload: Bytes) {
         let Some(me) = self.me.server() else { return };
+        if kind == Kind::Stdio && payload[..] == [IDLE] {
+            // The program went idle: one marker per stream, after the lines sent there.
+            for stream in [STDOUT, STDERR] {
+                let sent = self
+                    .lines_sent
+                    .as_ref()
+                    .map_or(0, |n| n[usize::from(stream)]);
+                let line = StdioLine {
+                    kind,
+                    sources: IdSet::single(me),
+                    index: sent,
+                    payload: Bytes::copy_from_slice(&[IDLE, stream]),
+                };
+                self.push_stdio(line, Some(Origin::Local));
+            }
+            return;
+        }
         let index = match (kind, payload.first()) {
             (Kind::Stdio, Some(&stream)) => {
                 let n = &mut self.lines_sent.get_or_insert_default()[usize::from(stream.min(3))];

@@ -35,6 +35,7 @@ use crate::unwind::{Stacks, read_maps};
 mod detach;
 mod gdbcmd;
 mod hit;
+mod idle;
 mod session;
 mod symbolic;
 mod threads;
@@ -108,39 +109,24 @@ impl std::str::FromStr for IoMode {
 pub use sdm_overlay::coalesce::{STDERR, STDOUT};
 
 /// Reads `fd` line by line and sends each line (tagged with `stream`) as stdio; blocks when
-/// the channel is full, which blocks the process when its output buffer fills.
+/// the channel is full, which blocks the process when its output buffer fills. What it
+/// holds is kept in a tap, added to `taps` with a copy of `fd`, for the idle watch.
 fn spawn_reader(
     fd: std::fs::File,
     stream: u8,
     tx: mpsc::Sender<(Kind, Bytes)>,
+    taps: &mut Vec<(Arc<idle::Tap>, std::os::fd::OwnedFd)>,
 ) -> std::thread::JoinHandle<()> {
+    let tap = Arc::new(idle::Tap::default());
+    if let Ok(copy) = fd.try_clone() {
+        taps.push((tap.clone(), copy.into()));
+    }
     std::thread::Builder::new()
         .name("sdm-stdio".into())
         .spawn(move || {
-            use std::io::BufRead;
-            let mut r = std::io::BufReader::with_capacity(64 << 10, fd);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                line.push(stream);
-                match r.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break, // EOF, or EIO once a pty's last writer is gone
-                    Ok(_) => {
-                        if line.last() == Some(&b'\n') {
-                            line.pop();
-                        }
-                        if line.last() == Some(&b'\r') {
-                            line.pop();
-                        }
-                        if tx
-                            .blocking_send((Kind::Stdio, Bytes::copy_from_slice(&line)))
-                            .is_err()
-                        {
-                            break;
-                        }
-                    }
-                }
-            }
+            idle::read_lines(fd, stream, &tap, |line| {
+                tx.blocking_send((Kind::Stdio, line)).is_ok()
+            })
         })
         .expect("spawning a stdio reader")
 }
@@ -169,6 +155,8 @@ pub struct Monitor {
     /// The counters socket handed to started programs (`SDM_COUNTERS`), bound when the
     /// first program starts.
     pub counters: Option<Arc<crate::counters::Socket>>,
+    /// When the started program goes idle (for the front-end's line alignment).
+    idle: Option<idle::Watch>,
 }
 
 type Job = Box<dyn FnOnce(&mut Monitor) + Send>;
@@ -315,6 +303,7 @@ fn run_thread(s: Start) -> std_mpsc::Sender<Job> {
                 firing: 0,
                 last_cpu: None,
                 counters: None,
+                idle: None,
             };
             for job in s.prepared {
                 job(&mut m);
@@ -337,6 +326,7 @@ fn run_thread(s: Start) -> std_mpsc::Sender<Job> {
                     Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
                 }
                 m.poll();
+                m.check_idle();
             }
             m.kill_quietly();
         })
@@ -466,6 +456,7 @@ impl Monitor {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
             .unwrap_or_else(|_| PathBuf::from(program));
         let mut readers = Vec::new();
+        let mut taps = Vec::new();
         let (stdin, stdin_is_pty) = match (mode, master) {
             (IoMode::Pty, Some(m)) => {
                 let w = std::fs::File::from(m.try_clone().map_err(|e| sys("dup pty", e))?);
@@ -473,6 +464,7 @@ impl Monitor {
                     std::fs::File::from(m),
                     STDOUT,
                     self.stdio.clone(),
+                    &mut taps,
                 ));
                 (Some(w), true)
             }
@@ -483,11 +475,13 @@ impl Monitor {
                     std::fs::File::from(OwnedFd::from(out)),
                     STDOUT,
                     self.stdio.clone(),
+                    &mut taps,
                 ));
                 readers.push(spawn_reader(
                     std::fs::File::from(OwnedFd::from(err)),
                     STDERR,
                     self.stdio.clone(),
+                    &mut taps,
                 ));
                 let w = child
                     .stdin
@@ -497,6 +491,7 @@ impl Monitor {
             }
             _ => (None, false),
         };
+        self.idle = (!taps.is_empty()).then(|| idle::Watch::new(pid, taps));
         self.proc = Some(Proc {
             pid,
             exe,
@@ -697,6 +692,7 @@ impl Monitor {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
             .map_err(|e| errno(pid, &format!("no process {pid} to attach to"), e))?;
         ptrace::seize(pid, ptrace::Options::empty()).map_err(|e| errno(pid, "ptrace seize", e))?;
+        self.idle = None;
         self.proc = Some(Proc {
             pid,
             exe,
@@ -1111,6 +1107,25 @@ impl Monitor {
             ptrace::cont(p.pid, None).map_err(|e| errno(p.pid, "ptrace cont", e))?;
         }
         Ok(())
+    }
+
+    /// Sends an idle marker up when the started program has gone idle with all its output
+    /// sent (see [`idle`]): the front-end stops waiting for its later lines.
+    fn check_idle(&mut self) {
+        let alive = self.proc.as_ref().is_some_and(|p| {
+            matches!(
+                p.state,
+                ProcState::Running | ProcState::Stopped | ProcState::AtBreakpoint(_)
+            )
+        });
+        let Some(w) = self.idle.as_mut().filter(|_| alive) else {
+            return;
+        };
+        let tx = &self.stdio;
+        w.check(std::time::Instant::now(), || {
+            let marker = Bytes::from_static(&[sdm_overlay::coalesce::IDLE]);
+            tx.try_send((Kind::Stdio, marker)).is_ok()
+        });
     }
 
     /// Notices breakpoint hits and exits; reports them as events.

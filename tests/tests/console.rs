@@ -246,6 +246,9 @@ async fn breakpoint_stops_exactly_the_ranks_that_reach_it() {
             .await
             .expect("breakpoint events")
             .unwrap();
+        if ev.kind == sdm_proto::Kind::Stdio {
+            continue; // an idle marker of a rank waiting at the breakpoint
+        }
         assert!(String::from_utf8_lossy(&ev.payload).starts_with("breakpoint(\"reached_by_odd\""));
         hit.union_with(&ev.source);
     }

@@ -166,13 +166,13 @@ fn identical_lines_of_all_ranks_coalesce() {
 }
 
 #[test]
-fn a_slowed_rank_changes_nothing_in_the_merged_output() {
+fn every_line_of_sixteen_ranks_merges_exactly() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    // Rank 5 stops for two seconds half-way; the others run ahead. Lines are aligned by
-    // their index in each rank's output, so the result is the same as on an idle machine:
-    // every number once for all sixteen ranks, then one line for their sixteen exits.
-    let script = "seq 1 5000; [ \"$SDM_RANK\" = 5 ] && sleep 2; seq 5001 10000";
-    let out = sdm_run(&["-n", "16", "--", "sh", "-c", script], b"");
+    // Lines are aligned by their index in each rank's output, and a rank is awaited while
+    // its server has not seen it idle (a rank starved of CPU never is), so the result is
+    // the same as on an idle machine: every number once for all sixteen ranks, then one
+    // line for their sixteen exits.
+    let out = sdm_run(&["-n", "16", "--", "sh", "-c", "seq 1 10000"], b"");
     let text = String::from_utf8(out.stdout).unwrap();
     let lines = parse(&text);
     let all = IdSet::all(16);
@@ -187,6 +187,81 @@ fn a_slowed_rank_changes_nothing_in_the_merged_output() {
     let (ids, last) = &lines[10_000];
     assert_eq!(ids, &all, "the exits of all ranks merge: {last}");
     assert!(last.contains("exited"), "{last}");
+}
+
+#[test]
+fn a_rank_that_pauses_is_not_awaited_and_loses_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Rank 5 sleeps two seconds half-way: the lines before its pause merge for all
+    // sixteen ranks; after it, the others' lines need not wait for it (it is idle), and
+    // every rank's numbers still all come, in order.
+    let script = "seq 1 5000; [ \"$SDM_RANK\" = 5 ] && sleep 2; seq 5001 10000";
+    let out = sdm_run(&["-n", "16", "--", "sh", "-c", script], b"");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines = parse(&text);
+    let all = IdSet::all(16);
+    for (k, (ids, t)) in lines[..5_000].iter().enumerate() {
+        assert_eq!(
+            (ids, t.as_str()),
+            (&all, (k + 1).to_string().as_str()),
+            "line {k}"
+        );
+    }
+    let per = numbers_per_rank(&lines);
+    let want: Vec<u64> = (1..=10_000).collect();
+    assert_eq!(per.len(), 16);
+    for (rank, got) in &per {
+        assert!(got == &want, "rank {rank}: {} numbers", got.len());
+    }
+}
+
+#[test]
+fn a_line_of_rank_0_alone_is_not_held_for_silent_ranks() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Rank 0 prints one progress line, then every rank sleeps without printing. With a
+    // lag far longer than the run, the line must reach the console while the programs
+    // still sleep: the test marks its arrival in a file, and each program fails unless
+    // the mark is there when it wakes (so no figure of time is asserted; the sleep only
+    // bounds the run).
+    let dir = std::env::temp_dir().join(format!("sdm-idle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let seen = dir.join("seen");
+    let _ = std::fs::remove_file(&seen);
+    let script = format!(
+        "if [ \"$SDM_RANK\" = 0 ]; then echo progress-line; fi; sleep 30; [ -e '{}' ]",
+        seen.display()
+    );
+    let mut child = Command::new(sdm_e2e::sdm())
+        .args(["run", "--merge-lag", "60000", "-n", "8", "--", "sh", "-c"])
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting sdm run");
+    let stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut lines = Vec::new();
+    for line in std::io::BufRead::lines(stdout) {
+        let line = line.expect("reading sdm's output");
+        if line.ends_with(" progress-line") {
+            std::fs::write(&seen, b"").unwrap();
+        }
+        lines.push(line);
+    }
+    let out = child.wait_with_output().expect("waiting for sdm run");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(lines.first().map(String::as_str), Some("[0] progress-line"));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[1].starts_with("[0-7] ") && lines[1].contains("exited"),
+        "the exits merge: {lines:?}"
+    );
+    assert!(
+        out.status.success(),
+        "the line came only after the programs woke up ({}): {lines:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -245,7 +245,15 @@ fn wrong_direction_frames_are_refused() {
 fn a_servers_lines_are_numbered_per_stream_and_merge_only_at_equal_indices() {
     let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Binomial.build(4));
     let mut n = Node::new(NodeId::Server(1), topo.clone());
-    for payload in [&b"\x01a"[..], b"\x02e", b"\x01b", b"\x01c", b"\x02f"] {
+    // (`\x00` alone: the program went idle; a marker per stream with its count follows.)
+    for payload in [
+        &b"\x01a"[..],
+        b"\x02e",
+        b"\x01b",
+        b"\x01c",
+        b"\x02f",
+        b"\x00",
+    ] {
         n.handle_local_event(Kind::Stdio, Bytes::from_static(payload));
     }
     n.handle_local_event(Kind::Event, Bytes::from_static(b"exited"));
@@ -259,6 +267,8 @@ fn a_servers_lines_are_numbered_per_stream_and_merge_only_at_equal_indices() {
         (Kind::Stdio, 1, b"\x01b"),
         (Kind::Stdio, 2, b"\x01c"),
         (Kind::Stdio, 1, b"\x02f"),
+        (Kind::Stdio, 3, b"\x00\x01"),
+        (Kind::Stdio, 2, b"\x00\x02"),
         (Kind::Event, 0, b"exited"),
     ]
     .into_iter()
