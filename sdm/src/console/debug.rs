@@ -690,7 +690,7 @@ impl Console {
     }
 
     /// Stops the ranks of `dest` whose programs run; returns those it stopped.
-    async fn stop_running(&mut self, dest: &IdSet) -> anyhow::Result<IdSet> {
+    pub(super) async fn stop_running(&mut self, dest: &IdSet) -> anyhow::Result<IdSet> {
         let id = self.id();
         let status = self.request(dest, &format!("{id} [] sdm_status()")).await?;
         let running: IdSet = status

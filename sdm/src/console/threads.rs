@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use sdm_omis::Value;
 use sdm_proto::IdSet;
 
-use super::{Console, Line, line_failed, ok_ids};
+use super::{Console, Line, line_failed};
 use crate::stacks::FrameFields;
 
 impl Console {
@@ -23,20 +23,7 @@ impl Console {
         service: &str,
         out: &mut dyn Write,
     ) -> anyhow::Result<(Vec<Line>, bool)> {
-        let id = self.id();
-        let status = self.request(dest, &format!("{id} [] sdm_status()")).await?;
-        let running: IdSet = status
-            .iter()
-            .filter(|l| {
-                l.reply.as_ref().and_then(|r| r.results.first())
-                    == Some(&Value::Str("running".into()))
-            })
-            .fold(IdSet::new(), |acc, l| &acc | &l.ids);
-        let mut stopped = IdSet::new();
-        if !running.is_empty() {
-            let id = self.id();
-            stopped = ok_ids(&self.request(&running, &format!("{id} [] stop()")).await?);
-        }
+        let stopped = self.stop_running(dest).await?;
         let id = self.id();
         let replies = self.request(dest, &format!("{id} [] {service}()")).await?;
         let mut failed = false;
