@@ -611,7 +611,7 @@ impl Monitor {
     }
 
     /// Kills the process and reaps it: a program started here with every process of its
-    /// session and their descendants (SIGTERM, then SIGKILL after [`session::GRACE`]).
+    /// session and their descendants (SIGTERM, then SIGKILL after a 2 s grace).
     pub fn kill(&mut self) -> MonResult<()> {
         self.drop_symbolic();
         let p = self.proc()?;
