@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
-use sdm_proto::{IdSet, Status};
+use sdm_proto::IdSet;
 
 /// How many processes each test attaches to.
 const N: usize = 4;
@@ -147,8 +147,7 @@ async fn attached(pids: &[u32]) -> Console {
     assert_eq!(s.report().ready, IdSet::all(pids.len() as u32));
     let mut c = Console::new(s, false);
     for l in c.attach(pids).await.unwrap() {
-        assert_eq!(l.status, Status::Replied, "{l:?}");
-        assert!(!l.text.contains("error"), "{}", l.text);
+        assert!(l.started(), "{l:?}");
     }
     c
 }
