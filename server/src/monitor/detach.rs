@@ -14,7 +14,14 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use super::{Monitor, ProcState, poke_byte};
+use std::time::Duration;
+
+use super::symbolic::{gdb_err, interrupt, resume};
+use super::{MonResult, Monitor, ProcState, poke_byte};
+
+/// How long each step of letting a process go may take (a gdb that takes longer is
+/// killed instead).
+const DETACH_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How a detached process is left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +121,46 @@ impl Monitor {
         let _ = ptrace::detach(pid, keep_stopped.then_some(Signal::SIGSTOP));
         p.traced = false;
     }
+
+    /// Has gdb let the held process go for good (the monitor's detach): stopped first if
+    /// it runs, every breakpoint and watchpoint deleted, then detached (into the group-stop
+    /// of the handover, which the caller ends or keeps). A gdb that does not answer is
+    /// killed (the kernel detaches it then).
+    pub(super) fn detach_symbolic(&mut self) {
+        // Stops gdb has reported meanwhile (a hit, an exit) are taken first.
+        let stops = match self.proc.as_mut().and_then(|p| p.gdb.as_mut()) {
+            Some(h) => h.gdb.take_stops(),
+            None => return,
+        };
+        for s in &stops {
+            self.stopped(s, false);
+        }
+        let Some(p) = self.proc.as_mut() else { return };
+        let pid = p.pid;
+        let Some(mut h) = p.gdb.take() else { return };
+        let mut let_go = || -> MonResult<()> {
+            if h.running {
+                let stop = interrupt(&mut h)?;
+                // Another stop came before the interrupt's: its SIGINT, still pending,
+                // would reach the program once detached. It is taken here instead.
+                if stop.str("signal-name") != Some("SIGINT") && pending_sigint(pid) {
+                    resume(&mut h)?;
+                    h.gdb.wait_stopped(DETACH_PATIENCE).map_err(gdb_err)?;
+                }
+            }
+            for n in std::mem::take(&mut h.breaks).into_keys() {
+                h.gdb
+                    .command(&format!("-break-delete {n}"), DETACH_PATIENCE)
+                    .map_err(gdb_err)?;
+            }
+            h.gdb
+                .command("-target-detach", DETACH_PATIENCE)
+                .map_err(gdb_err)?;
+            Ok(())
+        };
+        // Whatever failed, gdb ends with `h` here.
+        let _ = let_go();
+    }
 }
 
 /// Leaves the untraced process `pid` in a group-stop with no SIGSTOP pending (one sent
@@ -137,4 +184,16 @@ fn settle_stopped(pid: Pid) {
         }
     }
     let _ = ptrace::detach(pid, Signal::SIGSTOP);
+}
+
+/// Whether a SIGINT waits to be delivered to process `pid` (its own or its main
+/// thread's pending signals, in /proc).
+fn pending_sigint(pid: Pid) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let bit = 1u64 << (Signal::SIGINT as i32 - 1);
+    status
+        .lines()
+        .filter_map(|l| l.strip_prefix("SigPnd:").or(l.strip_prefix("ShdPnd:")))
+        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .any(|mask| mask & bit != 0)
 }

@@ -22,10 +22,6 @@ use crate::gdbmi::{Gdb, GdbError, MiValue, frame_place};
 /// long, because hundreds of gdbs may attach at once on a few cores.
 pub(super) const PATIENCE: Duration = Duration::from_secs(240);
 
-/// How long each step of letting a process go may take (a gdb that takes longer is
-/// killed instead).
-const DETACH_PATIENCE: Duration = Duration::from_secs(30);
-
 /// How long `step`, `next`, `finish` and `until` wait for the process to stop again before
 /// replying `running` (the stop is then reported as an event when it comes).
 const STEP_PATIENCE: Duration = Duration::from_secs(120);
@@ -34,9 +30,9 @@ const STEP_PATIENCE: Duration = Duration::from_secs(120);
 #[derive(Debug)]
 pub(super) struct Held {
     pub(super) gdb: Gdb,
-    running: bool,
+    pub(super) running: bool,
     /// gdb's breakpoint numbers and the locations as they were asked for.
-    breaks: BTreeMap<u32, String>,
+    pub(super) breaks: BTreeMap<u32, String>,
 }
 
 /// Which frame `frame` selects.
@@ -427,7 +423,7 @@ impl Monitor {
     /// Notes a `*stopped` record: the process stopped (or ended). Breakpoint and
     /// watchpoint hits are reported as events; other stops too unless `asked` (a stop
     /// this request waits for). Returns where the process stands, or how it ended.
-    fn stopped(&mut self, stop: &MiValue, asked: bool) -> String {
+    pub(super) fn stopped(&mut self, stop: &MiValue, asked: bool) -> String {
         let reason = stop.str("reason").unwrap_or("");
         if reason.starts_with("exited") {
             let how = match (reason, stop.str("exit-code")) {
@@ -601,46 +597,6 @@ impl Monitor {
         Ok(true)
     }
 
-    /// Has gdb let the held process go for good (the monitor's detach): stopped first if
-    /// it runs, every breakpoint and watchpoint deleted, then detached (into the group-stop
-    /// of the handover, which the caller ends or keeps). A gdb that does not answer is
-    /// killed (the kernel detaches it then).
-    pub(super) fn detach_symbolic(&mut self) {
-        // Stops gdb has reported meanwhile (a hit, an exit) are taken first.
-        let stops = match self.proc.as_mut().and_then(|p| p.gdb.as_mut()) {
-            Some(h) => h.gdb.take_stops(),
-            None => return,
-        };
-        for s in &stops {
-            self.stopped(s, false);
-        }
-        let Some(p) = self.proc.as_mut() else { return };
-        let pid = p.pid;
-        let Some(mut h) = p.gdb.take() else { return };
-        let mut let_go = || -> MonResult<()> {
-            if h.running {
-                let stop = interrupt(&mut h)?;
-                // Another stop came before the interrupt's: its SIGINT, still pending,
-                // would reach the program once detached. It is taken here instead.
-                if stop.str("signal-name") != Some("SIGINT") && pending_sigint(pid) {
-                    resume(&mut h)?;
-                    h.gdb.wait_stopped(DETACH_PATIENCE).map_err(gdb_err)?;
-                }
-            }
-            for n in std::mem::take(&mut h.breaks).into_keys() {
-                h.gdb
-                    .command(&format!("-break-delete {n}"), DETACH_PATIENCE)
-                    .map_err(gdb_err)?;
-            }
-            h.gdb
-                .command("-target-detach", DETACH_PATIENCE)
-                .map_err(gdb_err)?;
-            Ok(())
-        };
-        // Whatever failed, gdb ends with `h` here.
-        let _ = let_go();
-    }
-
     /// Lets gdb go (the process with it), before the process is killed or detached.
     pub(super) fn drop_symbolic(&mut self) {
         if let Some(p) = self.proc.as_mut() {
@@ -707,18 +663,6 @@ impl Monitor {
     }
 }
 
-/// Whether a SIGINT waits to be delivered to process `pid` (its own or its main
-/// thread's pending signals, in /proc).
-fn pending_sigint(pid: nix::unistd::Pid) -> bool {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let bit = 1u64 << (Signal::SIGINT as i32 - 1);
-    status
-        .lines()
-        .filter_map(|l| l.strip_prefix("SigPnd:").or(l.strip_prefix("ShdPnd:")))
-        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .any(|mask| mask & bit != 0)
-}
-
 /// The state letter of process `pid` in /proc (`R`, `S`, `T`…).
 fn proc_state(pid: nix::unistd::Pid) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -761,7 +705,7 @@ fn insert(
 }
 
 /// Stops a running held process; returns its `*stopped` record.
-fn interrupt(h: &mut Held) -> MonResult<MiValue> {
+pub(super) fn interrupt(h: &mut Held) -> MonResult<MiValue> {
     h.gdb
         .command("-exec-interrupt", PATIENCE)
         .map_err(gdb_err)?;
@@ -786,7 +730,7 @@ fn thread_running(h: &mut Held) -> MonResult<bool> {
 }
 
 /// Continues a stopped held process.
-fn resume(h: &mut Held) -> MonResult<()> {
+pub(super) fn resume(h: &mut Held) -> MonResult<()> {
     h.gdb.command("-exec-continue", PATIENCE).map_err(gdb_err)?;
     h.running = true;
     Ok(())
