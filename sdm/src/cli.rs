@@ -180,6 +180,11 @@ struct TreeArgs {
     /// file (`fe:0 => h1:0 h2:0 ;`), whose host names place the servers (with ssh).
     #[arg(long, default_value = "binomial")]
     topology: Shape,
+    /// Ranks each server serves, in blocks (default: one server per host, serving every
+    /// rank on it, as STAT's and TotalView's daemons do; K splits a large host; 1 is one
+    /// server per rank).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    ranks_per_server: Option<u32>,
     /// A filter plugin (a shared library implementing sdm_filter.h) the front-end and every
     /// daemon load, so requests can name its filter (repeatable). The path must hold the
     /// same library on every host.
@@ -218,8 +223,14 @@ impl TreeArgs {
                 sdm_deploy::hostlist::compress(&hosts)
             );
         }
+        // A topology file fixes the servers: one rank each, as it numbers them.
+        let ranks_per_server = match &self.topology {
+            Shape::Explicit(_) => Some(1),
+            _ => self.ranks_per_server.or(Some(1)),
+        };
         Ok(SessionOptions {
             n,
+            ranks_per_server,
             launcher: self.launcher,
             hosts,
             launcher_args: self

@@ -15,8 +15,8 @@ use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{
     Address, Link, Listener, PortRange, Transport, TransportConfig, bind_in_range, transport_for,
 };
-use sdm_proto::Kind;
-use sdm_topology::{NodeId, Topology};
+use sdm_proto::{IdSet, Kind};
+use sdm_topology::{NodeId, Topology, Tree};
 
 use bytes::Bytes;
 
@@ -86,13 +86,20 @@ async fn serve(
             tracing::warn!(node = %me, child = %c, "{e}");
         }
     }
-    let mut node = Node::with_registry(me, topo.clone(), Arc::new(spec.registry()));
+    let tree = Tree::new(topo.clone(), spec.placement.clone());
+    let mut node = Node::with_registry(me, tree, Arc::new(spec.registry()));
     node.set_stdio_window(Duration::from_millis(spec.stdio_window_ms));
     let op = first.op;
     node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
     // Each child takes only its subtree's part of the table (and its ancestors'); this
     // server's own init service only its own (it reads the tree's size and the plugins).
-    node.tailor_queued(op, |ids| spec.for_child(&*topo, me, ids).to_payload());
+    node.tailor_queued(op, |to| {
+        let servers = match to {
+            _ if to == me => IdSet::from_iter(me.server()),
+            c => topo.subtree(c),
+        };
+        spec.for_child(&*topo, me, &servers).to_payload()
+    });
     let recovery = recover::recovery(
         me,
         &*topo,
@@ -276,8 +283,17 @@ pub(crate) async fn run_server_with(
     // orphaned descendants re-attaching.
     // Output lines and events share one bounded queue to the node: a full queue makes
     // the output reader, and so the process, wait.
-    let (ev_tx, events) = tokio::sync::mpsc::channel(1024);
+    let (node_tx, events) = tokio::sync::mpsc::channel(1024);
+    let (ev_tx, mut mon_output) = tokio::sync::mpsc::channel::<(Kind, Bytes)>(1024);
     let (monitor, mut mon_events) = MonitorHandle::new(id, 0, ev_tx.clone());
+    // Every line and event names the rank it is from (this server's one monitor: rank `id`).
+    tokio::spawn(async move {
+        while let Some((kind, payload)) = mon_output.recv().await {
+            if node_tx.send((kind, id, payload)).await.is_err() {
+                break;
+            }
+        }
+    });
     // The program's own counters come in on a Unix socket named in its environment, bound
     // when the server first starts a program.
     let counters = crate::counters::Store::default();

@@ -529,6 +529,7 @@ mod tests {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let d = Delivery {
             op: 7,
+            ranks: sdm_proto::IdSet::single(0),
             kind: Kind::Command,
             filter: Default::default(),
             service: service.into(),
