@@ -16,7 +16,7 @@ use sdm_overlay::auth::SessionKey;
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
-use sdm_topology::{Shape, Topology};
+use sdm_topology::{Placement, Shape, Topology};
 
 /// The longest wait an option may ask for (a day, in milliseconds): longer ones are typing
 /// mistakes, and a bound keeps deadlines from overflowing the clock.
@@ -1043,14 +1043,38 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
     let here = sdm_server::monitor::hostname();
     let is_here = |h: &str| is_this_host(h, &here);
     let mut opts = a.console.tree.options(n)?;
-    // Servers go where the tasks are: on this host by fork, on others through ssh, one per
-    // rank in rank order (the ssh launcher places rank i on hosts[i]).
+    // One server per host serves that host's ranks (split in blocks of --ranks-per-server):
+    // on this host by fork, on others through ssh (server i on hosts[i]).
+    let per = a.console.tree.ranks_per_server.unwrap_or(u32::MAX);
+    let (sets, server_hosts) = ranks_by_host(&tasks, per);
+    opts.placement = Some(Placement::sets(sets)?);
     if opts.launcher == LauncherKind::Local && !tasks.iter().all(|(h, _)| is_here(h)) {
         opts.launcher = LauncherKind::Ssh;
-        opts.hosts = tasks.iter().map(|(h, _)| h.clone()).collect();
+        opts.hosts = server_hosts;
     }
     let pids = tasks.iter().map(|&(_, p)| p).collect();
     run_console(n, a.console, Some(opts), pids, Vec::new()).await
+}
+
+/// The ranks of `tasks` (host, pid by rank) grouped by host in first-seen order, each
+/// host's split in blocks of `per`: one server's ranks each, with that server's host.
+fn ranks_by_host(tasks: &[(String, u32)], per: u32) -> (Vec<IdSet>, Vec<String>) {
+    let mut hosts: Vec<(&str, Vec<u32>)> = Vec::new();
+    for (rank, (h, _)) in tasks.iter().enumerate() {
+        match hosts.iter_mut().find(|(x, _)| x == h) {
+            Some((_, v)) => v.push(rank as u32),
+            None => hosts.push((h, vec![rank as u32])),
+        }
+    }
+    let mut sets = Vec::new();
+    let mut names = Vec::new();
+    for (h, ranks) in hosts {
+        for chunk in ranks.chunks(per.max(1) as usize) {
+            sets.push(chunk.iter().copied().collect());
+            names.push(h.to_owned());
+        }
+    }
+    (sets, names)
 }
 
 /// Whether `host` (a name from a process table or `--pids`, empty for none) is this host,
@@ -1204,6 +1228,25 @@ mod tests {
             assert_eq!(fast.kind(), slow.kind(), "{line}");
             assert_eq!(fast.to_string(), slow.to_string(), "{line}");
         }
+    }
+
+    #[test]
+    fn attached_ranks_are_grouped_by_host_and_split_in_blocks() {
+        let tasks: Vec<(String, u32)> = ["a", "b", "a", "b", "a"]
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.to_string(), 100 + i as u32))
+            .collect();
+        let (sets, hosts) = ranks_by_host(&tasks, u32::MAX);
+        assert_eq!(
+            sets,
+            vec!["[0,2,4]".parse().unwrap(), "[1,3]".parse().unwrap()]
+        );
+        assert_eq!(hosts, ["a", "b"]);
+        let (sets, hosts) = ranks_by_host(&tasks, 2);
+        assert_eq!(sets.len(), 3);
+        assert_eq!(sets[1], IdSet::single(4));
+        assert_eq!(hosts, ["a", "a", "b"]);
     }
 
     #[test]
