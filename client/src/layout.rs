@@ -30,6 +30,15 @@ pub fn distinct_hosts(hosts: &[String]) -> Vec<String> {
     out
 }
 
+/// The layout `opts` asks for, with the hosts its launcher implies when none are given.
+pub fn of(opts: &SessionOptions) -> Result<Layout> {
+    let implied = opts
+        .launcher
+        .build_with(opts.hosts.clone(), Vec::new())
+        .implied_hosts();
+    layout(opts, &implied)
+}
+
 /// The layout `opts` asks for; `implied` are the hosts the launcher will use when none were
 /// given (srun inside an allocation).
 pub fn layout(opts: &SessionOptions, implied: &[String]) -> Result<Layout> {

@@ -609,9 +609,10 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         startup_timeout: Duration::from_secs(a.timeout),
         ..a.tree.options(a.n)?
     };
+    let servers = sdm_client::layout::of(&opts)?.servers;
     let tty = std::io::stderr().is_terminal() && !a.json;
     let bar = if tty {
-        let b = ProgressBar::new(u64::from(a.n));
+        let b = ProgressBar::new(u64::from(servers));
         b.set_style(
             ProgressStyle::with_template("{spinner} {msg:<22} [{bar:30}] {pos}/{len} {elapsed}")
                 .expect("valid template")
@@ -633,9 +634,9 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         (Some(b), Progress::InitSent) => b.set_message("connecting the tree"),
         (Some(_), Progress::Launched) => {}
         (None, Progress::Listening { count, .. })
-            if !quiet && (count.is_power_of_two() || *count == n) =>
+            if !quiet && (count.is_power_of_two() || *count == servers) =>
         {
-            eprintln!("sdm: {count}/{n} servers listening");
+            eprintln!("sdm: {count}/{servers} servers listening");
         }
         (None, Progress::Listening { .. }) => {}
         (None, Progress::Launched) if !quiet => eprintln!("sdm: servers launched"),
@@ -658,7 +659,7 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         writeln!(
             std::io::stdout(),
             "{}",
-            serde_json::json!({"servers": n, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
+            serde_json::json!({"ranks": n, "servers": servers, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
                 "failed": failed, "seconds": r.seconds,
                 "processes": r.processes.iter().map(|(id, host, pid)| serde_json::json!({"id": id, "host": host, "pid": pid})).collect::<Vec<_>>()})
         )?;
