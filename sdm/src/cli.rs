@@ -336,7 +336,7 @@ struct ConsoleArgs {
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
-    /// Number of servers (and program processes).
+    /// Number of ranks (program processes).
     #[arg(short, long)]
     n: u32,
     #[command(flatten)]
@@ -378,7 +378,7 @@ struct AttachArgs {
 
 #[derive(clap::Args, Debug)]
 struct TopArgs {
-    /// Number of servers (and program processes).
+    /// Number of ranks (program processes).
     #[arg(short, long)]
     n: u32,
     #[command(flatten)]
@@ -399,7 +399,7 @@ struct TopArgs {
 
 #[derive(clap::Args, Debug)]
 struct LaunchArgs {
-    /// Number of servers.
+    /// Number of ranks (the ids the tree's servers serve).
     #[arg(short, long)]
     n: u32,
     #[command(flatten)]
