@@ -21,8 +21,8 @@ use sdm_topology::{NodeId, Topology};
 use bytes::Bytes;
 
 use crate::error::{Error, ErrorKind, startup};
-use crate::monitor::MonitorHandle;
-use crate::service::{ServerContext, Services};
+use crate::ranks::Ranks;
+use crate::service::Services;
 use sdm_overlay::init::InitSpec;
 
 /// Reads the init command from a fresh parent link, connects to our children, and runs the
@@ -277,46 +277,29 @@ pub(crate) async fn run_server_with(
     // Output lines and events share one bounded queue to the node: a full queue makes
     // the output reader, and so the process, wait.
     let (ev_tx, events) = tokio::sync::mpsc::channel(1024);
-    let (monitor, mut mon_events) = MonitorHandle::new(id, 0, ev_tx.clone());
-    // The program's own counters come in on a Unix socket named in its environment, bound
-    // when the server first starts a program.
-    let counters = crate::counters::Store::default();
-    let counters_socket = Arc::new(crate::counters::Socket::new(
-        crate::counters::socket_path(std::process::id()),
-        counters.clone(),
-    ));
-    let socket = counters_socket.clone();
-    monitor.prepare(move |m| m.counters = Some(socket));
-    let ctx = Arc::new(ServerContext::new(
-        id,
-        monitor.clone(),
-        crate::services::registry(),
-        counters,
-    ));
-    // Event actions run on the monitor thread with the same services.
-    let reg = ctx.omis.clone();
-    monitor.prepare(move |m| m.registry = Some(reg));
+    // Every local rank's output and events, each naming its rank; the node takes them
+    // untagged until it routes by rank (one rank per server).
+    let (rank_tx, mut rank_rx) = tokio::sync::mpsc::channel::<(Kind, u32, Bytes)>(1024);
     tokio::spawn(async move {
-        while let Some(e) = mon_events.recv().await {
-            if ev_tx.send((Kind::Event, Bytes::from(e))).await.is_err() {
+        while let Some((kind, _rank, bytes)) = rank_rx.recv().await {
+            if ev_tx.send((kind, bytes)).await.is_err() {
                 break;
             }
         }
     });
+    let ranks = Arc::new(Ranks::new(id, rank_tx));
+    let table = Arc::clone(&ranks);
     let served = serve(
         me,
         parent,
         Arc::from(transport),
         key,
-        Box::new(move |d| services.dispatch(&ctx, d)),
+        Box::new(move |d| services.dispatch(&table, d)),
         events,
         Some(listener),
     )
     .await;
     // Kill only what we started, and only once the tree is gone.
-    if monitor.started() {
-        monitor.call(|m| m.kill_quietly()).await;
-    }
-    counters_socket.close();
+    ranks.end().await;
     served
 }
