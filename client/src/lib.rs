@@ -58,6 +58,7 @@ pub mod counters;
 mod error;
 pub mod health;
 pub mod iof;
+pub mod layout;
 pub mod link;
 pub mod service;
 pub mod session;

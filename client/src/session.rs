@@ -20,7 +20,7 @@ use sdm_overlay::transport::{Address, PortRange, TransportConfig, bind_in_range,
 #[cfg(feature = "quic")]
 use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
 use sdm_proto::{IdSet, Message, Status, SyncMode};
-use sdm_topology::Shape;
+use sdm_topology::{Placement, Shape, Tree};
 
 use sdm_overlay::init::{INIT_SERVICE, InitSpec, Table};
 
@@ -30,8 +30,14 @@ use crate::link::Handle;
 /// How to launch a tree.
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
-    /// Number of servers.
+    /// Number of ranks (the ids commands are addressed to).
     pub n: u32,
+    /// Ranks each server serves, in blocks (`--ranks-per-server`; 1 is the seed's layout,
+    /// one server per rank). `None`: one server per host, serving every rank on it.
+    pub ranks_per_server: Option<u32>,
+    /// The ranks each server serves, given outright (attach: the ranks found on each
+    /// host); overrides [`SessionOptions::ranks_per_server`].
+    pub placement: Option<Placement>,
     /// How to start the servers.
     pub launcher: LauncherKind,
     /// Hosts for the ssh launcher.
@@ -92,6 +98,8 @@ impl Default for SessionOptions {
     fn default() -> Self {
         Self {
             n: 4,
+            ranks_per_server: None,
+            placement: None,
             launcher: LauncherKind::Local,
             hosts: Vec::new(),
             transport: "tcp".into(),
@@ -139,9 +147,9 @@ pub enum Progress {
 /// What start-up achieved.
 #[derive(Debug, Clone)]
 pub struct LaunchReport {
-    /// Servers that acknowledged the init command.
+    /// Ranks whose servers acknowledged the init command.
     pub ready: IdSet,
-    /// Servers that did not, grouped by reason.
+    /// Ranks whose servers did not, grouped by reason.
     pub failed: Vec<(IdSet, String)>,
     /// Seconds from launch to the last acknowledgement.
     pub seconds: f64,
@@ -159,6 +167,8 @@ pub struct Session {
     servers: Option<Launched>,
     master: Option<Launched>,
     n: u32,
+    servers_count: u32,
+    placement: Placement,
     shape: Shape,
     report: LaunchReport,
 }
@@ -234,12 +244,12 @@ pub const SERVER_PORT_SPAN: u16 = 2048;
 /// range (they would otherwise start, and the ones past the range fail one by one). Known
 /// for the local launcher (every server here) and ssh (one per host in turn); mpirun and
 /// srun place servers themselves.
-fn check_ports_per_host(opts: &SessionOptions) -> Result<()> {
+fn check_ports_per_host(opts: &SessionOptions, servers: u32) -> Result<()> {
     let per_host = match opts.launcher {
-        LauncherKind::Local => opts.n,
-        LauncherKind::Ssh if !opts.hosts.is_empty() => opts
-            .n
-            .div_ceil(u32::try_from(opts.hosts.len()).unwrap_or(u32::MAX)),
+        LauncherKind::Local => servers,
+        LauncherKind::Ssh if !opts.hosts.is_empty() => {
+            servers.div_ceil(u32::try_from(opts.hosts.len()).unwrap_or(u32::MAX))
+        }
         _ => return Ok(()),
     };
     let (ports, range) = match opts.port_range {
@@ -252,7 +262,8 @@ fn check_ports_per_host(opts: &SessionOptions) -> Result<()> {
     if per_host > ports {
         return Err(Error::invalid(format!(
             "-n {}: {per_host} servers on one host, but {range} hold at most {ports} \
-             (one port each; --port-range FIRST-LAST gives more)",
+             (one port each; --port-range FIRST-LAST gives more, or fewer servers: \
+             --ranks-per-server)",
             opts.n
         )));
     }
@@ -277,8 +288,10 @@ fn random_u16() -> u16 {
 }
 
 impl Session {
-    /// Launches the master and `opts.n` servers and initializes the tree. Returns once
-    /// every server is ready or the start-up deadline passed; see [`Session::report`].
+    /// Launches the master and the servers serving `opts.n` ranks (one server per host,
+    /// or as [`SessionOptions::ranks_per_server`] or [`SessionOptions::placement`] say)
+    /// and initializes the tree. Returns once every rank is ready or the start-up deadline
+    /// passed; see [`Session::report`].
     pub async fn launch(
         opts: &SessionOptions,
         mut progress: impl FnMut(&Progress),
@@ -289,9 +302,11 @@ impl Session {
         sdm_deploy::raise_fd_limit();
         let deadline = tokio::time::Instant::now() + opts.startup_timeout;
         if opts.n == 0 {
-            return Err(Error::invalid("a tree needs at least one server (-n)"));
+            return Err(Error::invalid("a tree needs at least one rank (-n)"));
         }
-        check_ports_per_host(opts)?;
+        let layout = crate::layout::of(opts)?;
+        let servers_n = layout.servers;
+        check_ports_per_host(opts, servers_n)?;
         let (registry, filter_plugins) = load_filter_plugins(&opts.filter_plugins)?;
         let service_plugins = absolute_paths("service plugin", &opts.service_plugins)?;
         let program = match &opts.program {
@@ -366,13 +381,13 @@ impl Session {
         // Local servers come as copies forked from one process: one exec and one pipe, not
         // one per server (see `sdm_deploy::fork_copies`; `sdm server` and every server
         // built on `sdm_server::Server::main` make them).
-        let copies = opts.launcher == LauncherKind::Local && opts.n > 1;
+        let copies = opts.launcher == LauncherKind::Local && servers_n > 1;
         let mut server_env = env.clone();
         if copies {
-            server_env.push((sdm_deploy::COPIES_ENV.to_owned(), opts.n.to_string()));
+            server_env.push((sdm_deploy::COPIES_ENV.to_owned(), servers_n.to_string()));
         }
         let spec = LaunchSpec {
-            n: if copies { 1 } else { opts.n },
+            n: if copies { 1 } else { servers_n },
             program: opts
                 .remote_program
                 .clone()
@@ -382,7 +397,7 @@ impl Session {
         };
         let mut servers = launcher.launch(&spec).map_err(|e| {
             Error::launch(
-                format!("{} servers of {}", opts.n, spec.program.display()),
+                format!("{servers_n} servers of {}", spec.program.display()),
                 e,
             )
         })?;
@@ -390,11 +405,12 @@ impl Session {
 
         // Collect addresses until all reported or the deadline (a third of start-up).
         let listen_deadline = tokio::time::Instant::now() + opts.startup_timeout / 3;
-        let mut table: Vec<Option<String>> = vec![None; opts.n as usize];
+        let mut table: Vec<Option<String>> = vec![None; servers_n as usize];
         let mut count = 0u32;
         let mut session_procs = Vec::new();
+        // Servers that could not start, by server id (their ranks are reported).
         let mut launch_errors: Vec<(IdSet, String)> = Vec::new();
-        while count < opts.n {
+        while count < servers_n {
             let line = match tokio::time::timeout_at(listen_deadline, servers.next_line()).await {
                 Ok(Some(l)) => l,
                 Ok(None) | Err(_) => break,
@@ -403,7 +419,7 @@ impl Session {
             if let Some(why) = line.strip_prefix("SDM-ERROR ") {
                 let (id, what) = why.split_once(' ').unwrap_or((why, ""));
                 match id.parse::<u32>() {
-                    Ok(id) if id < opts.n => {
+                    Ok(id) if id < servers_n => {
                         launch_errors.push((IdSet::single(id), what.to_owned()))
                     }
                     _ => tracing::warn!("launcher: {why}"),
@@ -429,7 +445,7 @@ impl Session {
             };
             // Checked here, once: the nodes parse only the addresses they connect to.
             if let Err(e) = addr.parse::<Address>()
-                && id < opts.n
+                && id < servers_n
             {
                 launch_errors.push((
                     IdSet::single(id),
@@ -450,7 +466,7 @@ impl Session {
                     session_procs.push((id, host, pid));
                 }
                 Some(Some(_)) => tracing::warn!("server {id} reported twice; keeping the first"),
-                None => tracing::warn!("server id {id} is outside 0..{}", opts.n),
+                None => tracing::warn!("server id {id} is outside 0..{servers_n}"),
             }
         }
 
@@ -488,6 +504,8 @@ impl Session {
             servers: Some(servers),
             master: Some(master),
             n: opts.n,
+            servers_count: servers_n,
+            placement: layout.placement.clone(),
             shape: opts.topology.clone(),
             report: LaunchReport {
                 ready: IdSet::new(),
@@ -498,7 +516,7 @@ impl Session {
         };
 
         let init = InitSpec {
-            servers: opts.n,
+            servers: servers_n,
             topology: opts.topology.to_string(),
             // Addresses are single words (split from their start-up lines).
             table: Table::new(table).map_err(|e| Error::invalid(e.to_string()))?,
@@ -510,6 +528,7 @@ impl Session {
             filter_plugins,
             service_plugins,
             master: None,
+            placement: layout.placement.clone(),
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let all = IdSet::all(opts.n);
@@ -546,8 +565,13 @@ impl Session {
                 )),
             }
         }
-        // Servers the launcher could not start on their host say why themselves.
-        for (ids, why) in launch_errors {
+        // Servers the launcher could not start on their host say why themselves (for
+        // their ranks).
+        for (servers, why) in launch_errors {
+            let mut ids = IdSet::new();
+            for s in servers.iter() {
+                ids.union_with(&layout.placement.ranks_of(s));
+            }
             for (f, _) in &mut session.report.failed {
                 *f = &*f - &ids;
             }
@@ -570,6 +594,8 @@ impl Session {
             servers: None,
             master: None,
             n,
+            servers_count: n,
+            placement: Placement::Identity,
             shape: Shape::Binomial,
             report: LaunchReport {
                 ready: IdSet::all(n),
@@ -585,9 +611,27 @@ impl Session {
         &self.report
     }
 
-    /// Number of servers.
+    /// Number of ranks (the ids commands are addressed to).
     pub fn size(&self) -> u32 {
         self.n
+    }
+
+    /// Number of servers in the tree.
+    pub fn servers(&self) -> u32 {
+        self.servers_count
+    }
+
+    /// Which ranks each server serves.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// The tree: its shape over the servers and the ranks each serves.
+    pub fn tree(&self) -> Tree {
+        Tree::new(
+            Arc::from(self.shape.build(self.servers_count)),
+            self.placement.clone(),
+        )
     }
 
     /// The tree's shape (binomial for an attached session unless it says otherwise).
@@ -595,12 +639,12 @@ impl Session {
         &self.shape
     }
 
-    /// Number of servers.
+    /// Number of ranks.
     pub fn n(&self) -> u32 {
         self.n
     }
 
-    /// Every server id.
+    /// Every rank.
     pub fn all(&self) -> IdSet {
         IdSet::all(self.n)
     }

@@ -266,7 +266,12 @@ impl Local {
 fn own_session(cmd: &mut Command) {
     // SAFETY: setsid is async-signal-safe and touches nothing of the parent's.
     unsafe {
-        cmd.pre_exec(|| nix::unistd::setsid().map(drop).map_err(io::Error::from));
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 

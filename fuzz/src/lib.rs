@@ -344,6 +344,11 @@ fn init_seeds() -> Vec<Vec<u8>> {
         filter_plugins: vec!["/opt/tool/libsum.so".to_owned()],
         service_plugins: Vec::new(),
         master: master.map(str::to_owned),
+        placement: if servers > 4 {
+            sdm_topology::Placement::blocks(4, servers * 4)
+        } else {
+            sdm_topology::Placement::Identity
+        },
     };
     vec![
         spec(1, "flat", None).to_payload().to_vec(),

@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Wake, Waker, ready};
 use bytes::Bytes;
 use futures::task::AtomicWaker;
 use futures::{Sink, StreamExt};
-use sdm_proto::{Control, FrameCodec, Kind, Message, WireError};
+use sdm_proto::{Control, FrameCodec, IdSet, Kind, Message, WireError};
 use sdm_topology::NodeId;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
@@ -36,6 +36,8 @@ use crate::transport::{BoxReader, BoxWriter, Link};
 pub struct Delivery {
     /// Operation id.
     pub op: u64,
+    /// This server's ranks in the command's destination: the command runs once for them.
+    pub ranks: IdSet,
     /// Kind of the request (command or stdio).
     pub kind: Kind,
     /// Filter the command asked for.
@@ -53,6 +55,8 @@ pub struct Delivery {
 #[derive(Debug)]
 pub struct Replier {
     op: u64,
+    /// The ranks this replier answers for.
+    ranks: IdSet,
     to: ReplyTo,
 }
 
@@ -64,20 +68,61 @@ enum ReplyTo {
     Channel(mpsc::UnboundedSender<(u64, Bytes)>),
 }
 
+impl ReplyTo {
+    fn clone_to(&self) -> Self {
+        match self {
+            ReplyTo::Node(i) => ReplyTo::Node(i.clone()),
+            ReplyTo::Channel(t) => ReplyTo::Channel(t.clone()),
+        }
+    }
+}
+
 impl Replier {
     /// A replier for op `op` whose reply goes to `tx` as `(op, payload)` (for testing
     /// handlers without a node).
     pub fn new(op: u64, tx: mpsc::UnboundedSender<(u64, Bytes)>) -> Self {
         Self {
             op,
+            ranks: IdSet::single(0),
             to: ReplyTo::Channel(tx),
         }
     }
 
-    /// Sends the local reply. If the node is gone, the reply is dropped.
+    /// This replier answering for `ranks` instead (for testing handlers of several ranks
+    /// without a node).
+    pub fn for_ranks(mut self, ranks: IdSet) -> Self {
+        self.ranks = ranks;
+        self
+    }
+
+    /// The ranks this replier answers for.
+    pub fn ranks(&self) -> &IdSet {
+        &self.ranks
+    }
+
+    /// One replier per rank this one answers for: each rank's reply goes up on its own,
+    /// and the node merges them through the command's filter.
+    pub fn split(self) -> Vec<(u32, Replier)> {
+        self.ranks
+            .iter()
+            .map(|r| {
+                (
+                    r,
+                    Replier {
+                        op: self.op,
+                        ranks: IdSet::single(r),
+                        to: self.to.clone_to(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Sends the local reply, for all the ranks this replier answers for. If the node is
+    /// gone, the reply is dropped.
     pub fn send(self, payload: impl Into<Bytes>) {
         match self.to {
-            ReplyTo::Node(inbox) => inbox.push(self.op, payload.into()),
+            ReplyTo::Node(inbox) => inbox.push(self.op, self.ranks, payload.into()),
             ReplyTo::Channel(tx) => {
                 let _ = tx.send((self.op, payload.into()));
             }
@@ -92,7 +137,7 @@ impl Replier {
 /// spawned task, another thread, later) wakes the task as a channel would.
 #[derive(Debug, Default)]
 struct Inbox {
-    queue: Mutex<VecDeque<(u64, Bytes)>>,
+    queue: Mutex<VecDeque<(u64, IdSet, Bytes)>>,
     turn: TurnWaker,
 }
 
@@ -130,16 +175,16 @@ impl TurnWaker {
 }
 
 impl Inbox {
-    fn push(&self, op: u64, payload: Bytes) {
-        self.lock().push_back((op, payload));
+    fn push(&self, op: u64, ranks: IdSet, payload: Bytes) {
+        self.lock().push_back((op, ranks, payload));
         self.turn.wake();
     }
 
-    fn pop(&self) -> Option<(u64, Bytes)> {
+    fn pop(&self) -> Option<(u64, IdSet, Bytes)> {
         self.lock().pop_front()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Bytes)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, IdSet, Bytes)>> {
         // A panic while pushing or popping leaves the queue whole.
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -627,18 +672,21 @@ impl Driver {
                 },
                 Output::Deliver {
                     op,
+                    ranks,
                     kind,
                     filter,
                     service,
                     payload,
                 } => (self.handler)(Delivery {
                     op,
+                    ranks: ranks.clone(),
                     kind,
                     filter,
                     service,
                     payload,
                     reply: Replier {
                         op,
+                        ranks,
                         to: ReplyTo::Node(self.inbox.clone()),
                     },
                 }),
@@ -718,14 +766,14 @@ impl Driver {
                 if self.local_paused {
                     break;
                 }
-                let Poll::Ready(Some((kind, payload))) = self
+                let Poll::Ready(Some((kind, rank, payload))) = self
                     .events
                     .poll_recv(&mut Context::from_waker(&self.events_waker))
                 else {
                     self.want[EVENTS] = false;
                     break;
                 };
-                self.node.handle_local_event(kind, payload);
+                self.node.handle_local_event(self.now, kind, rank, payload);
                 self.dispatch();
             }
         }
@@ -765,11 +813,11 @@ impl Driver {
     fn take_replies(&mut self) -> bool {
         let mut more = true;
         for _ in 0..DRAIN {
-            let Some((op, payload)) = self.inbox.pop() else {
+            let Some((op, ranks, payload)) = self.inbox.pop() else {
                 more = false;
                 break;
             };
-            self.node.handle_local_reply(self.now, op, payload);
+            self.node.handle_local_reply(self.now, op, &ranks, payload);
         }
         self.dispatch();
         more
@@ -970,11 +1018,12 @@ impl Driver {
     }
 }
 
-/// Events a server's local side sends up (kind and payload), for [`run_node_with_events`].
+/// Events a server's local side sends up (kind, the local rank it is from, payload), for
+/// [`run_node_with_events`].
 /// The channel is bounded, and the driver stops reading it while the node says so
 /// ([`Output::PauseLocal`]): a full channel makes the producer (the process's output
 /// reader) wait, which makes the process wait: backpressure, never a dropped line.
-pub type LocalEvents = mpsc::Receiver<(Kind, Bytes)>;
+pub type LocalEvents = mpsc::Receiver<(Kind, u32, Bytes)>;
 
 /// Runs `node` until its parent link closes. `children` holds each child's link, or the
 /// error that kept it from connecting (those ids are reported lost on every command).
@@ -1635,7 +1684,7 @@ mod tests {
         let output = tokio::spawn(async move {
             for i in 0..n_events {
                 let line = bytes::Bytes::from(format!("line {i}"));
-                events_tx.send((Kind::Event, line)).await.unwrap();
+                events_tx.send((Kind::Event, 0, line)).await.unwrap();
             }
         });
         let n = 200u64;
@@ -1691,14 +1740,14 @@ mod tests {
         let cx = std::task::Context::from_waker(&waker);
         let inbox = super::Inbox::default();
         inbox.enter();
-        inbox.push(1, "in the turn".into());
+        inbox.push(1, IdSet::single(0), "in the turn".into());
         assert_eq!(count.0.load(Ordering::SeqCst), 0);
         assert!(inbox.leave(&cx), "a reply is waiting");
-        assert_eq!(inbox.pop().map(|(op, _)| op), Some(1));
+        assert_eq!(inbox.pop().map(|(op, _, _)| op), Some(1));
         assert!(!inbox.leave(&cx));
-        inbox.push(2, "between turns".into());
+        inbox.push(2, IdSet::single(0), "between turns".into());
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
-        assert_eq!(inbox.pop().map(|(op, _)| op), Some(2));
+        assert_eq!(inbox.pop().map(|(op, _, _)| op), Some(2));
         assert_eq!(inbox.pop(), None);
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use prost::Message as _;
 use sdm_proto::IdSet;
 use sdm_proto::pb;
-use sdm_topology::{NodeId, Shape, ShapeError, Topology};
+use sdm_topology::{NodeId, Placement, PlacementError, Shape, ShapeError, Topology, Tree};
 
 use crate::auth::SessionKey;
 use crate::filters::Registry;
@@ -54,6 +54,8 @@ pub struct InitSpec {
     /// Where the master accepts orphans re-attaching (it fills this in before passing the
     /// init down); `None` if it does not listen.
     pub master: Option<String>,
+    /// Which ranks each server serves (the ids commands are addressed to).
+    pub placement: Placement,
 }
 
 /// Why an init command is not valid: it says what was wrong (which field, which server).
@@ -85,6 +87,9 @@ pub enum InitError {
     /// The tree shape is not one sdm knows.
     #[error("init command: {0}")]
     Topology(#[from] ShapeError),
+    /// The placement of ranks on servers is not valid.
+    #[error("init command: {0}")]
+    Placement(#[from] PlacementError),
     /// A server's address does not parse.
     #[error("init command: address of server {server}: {error}")]
     Address {
@@ -210,6 +215,7 @@ impl InitSpec {
             filter_plugins: self.filter_plugins.clone(),
             service_plugins: self.service_plugins.clone(),
             master: self.master.clone(),
+            placement: self.placement.to_string(),
         }
     }
 
@@ -240,7 +246,20 @@ impl InitSpec {
             filter_plugins: m.filter_plugins,
             service_plugins: m.service_plugins,
             master: m.master,
+            placement: m.placement.parse()?,
         };
+        if let Placement::Sets(s) = &spec.placement
+            && s.len() != spec.servers as usize
+        {
+            return Err(InitError::Topology(ShapeError::Tree {
+                origin: "of the init command".into(),
+                message: format!(
+                    "{} servers placed, {} in the command",
+                    s.len(),
+                    spec.servers
+                ),
+            }));
+        }
         if let Some(m) = spec.shape()?.servers().filter(|&m| m != spec.servers) {
             return Err(InitError::Topology(ShapeError::Tree {
                 origin: "of the init command".into(),
@@ -253,6 +272,15 @@ impl InitSpec {
     /// The tree shape.
     pub fn shape(&self) -> Result<Shape, InitError> {
         Ok(self.topology.parse()?)
+    }
+
+    /// The tree: its shape over the servers, and the ranks each serves.
+    pub fn tree(&self) -> Result<Tree, InitError> {
+        let shape = self.shape()?;
+        Ok(Tree::new(
+            std::sync::Arc::from(shape.build(self.servers)),
+            self.placement.clone(),
+        ))
     }
 
     /// The routing table as one node needs it: the addresses of `ids` parsed (a node's
@@ -315,6 +343,7 @@ impl InitSpec {
             filter_plugins: self.filter_plugins.clone(),
             service_plugins: self.service_plugins.clone(),
             master: self.master.clone(),
+            placement: self.placement.clone(),
         }
     }
 
@@ -362,6 +391,7 @@ mod tests {
             filter_plugins: vec!["/opt/tool/libcsum.so".into()],
             service_plugins: vec!["/opt/tool/libchecksum.so".into()],
             master: Some("tcp://127.0.0.1:7100".into()),
+            placement: Placement::Identity,
         }
     }
 
@@ -538,18 +568,29 @@ mod tests {
                     filter_plugins,
                     service_plugins,
                     master,
-                )| InitSpec {
-                    servers: table.len() as u32,
-                    topology: shape.to_owned(),
-                    table: Table::new(table).unwrap(),
-                    attempts,
-                    delay_ms,
-                    probe_span,
-                    handshake_ms,
-                    stdio_window_ms,
-                    filter_plugins,
-                    service_plugins,
-                    master,
+                )| {
+                    let n = table.len() as u32;
+                    InitSpec {
+                        servers: n,
+                        topology: shape.to_owned(),
+                        table: Table::new(table).unwrap(),
+                        attempts,
+                        delay_ms,
+                        probe_span,
+                        handshake_ms,
+                        stdio_window_ms,
+                        filter_plugins,
+                        service_plugins,
+                        master,
+                        placement: match stdio_window_ms % 3 {
+                            0 => Placement::Identity,
+                            1 => Placement::blocks((attempts % 7) + 2, n * 3),
+                            _ => Placement::sets(
+                                (0..n).map(|s| IdSet::range(s * 2..=s * 2 + 1)).collect(),
+                            )
+                            .unwrap(),
+                        },
+                    }
                 },
             )
     }

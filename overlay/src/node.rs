@@ -34,7 +34,7 @@ use bytes::Bytes;
 use sdm_filters::builtin::Identical;
 use sdm_filters::{Filter, FilterError, Registry};
 use sdm_proto::{Control, IdSet, Kind, Message, Status, SyncMode};
-use sdm_topology::{NodeId, Topology};
+use sdm_topology::{NodeId, Topology, Tree};
 
 use crate::flow::{self, Origin, RecvWindow, SendWindow};
 use crate::liveness::{Clocks, Liveness, Peer};
@@ -49,10 +49,12 @@ pub enum Output {
     ToParent(Message),
     /// Send a frame to a child.
     ToChild(NodeId, Message),
-    /// Run a command here; answer with [`Node::handle_local_reply`].
+    /// Run a command here for `ranks`; answer with [`Node::handle_local_reply`].
     Deliver {
         /// Operation id to answer.
         op: u64,
+        /// This server's ranks in the command's destination.
+        ranks: IdSet,
         /// The command's kind (command or stdio).
         kind: Kind,
         /// The command's filter name.
@@ -391,7 +393,7 @@ static NO_LOSSES: Losses = Losses {
 #[derive(Debug)]
 pub struct Node {
     me: NodeId,
-    topo: Arc<dyn Topology>,
+    topo: Tree,
     /// Boxed: an op is large, and a box keeps the table's entries small and cheap to move.
     ops: OpTable<Box<PendingOp>>,
     /// (deadline, op) for every op with a deadline.
@@ -406,11 +408,11 @@ pub struct Node {
     /// (`None`: a zero window, lines pass straight through; boxed, as most nodes never
     /// coalesce and a node should be small when millions are simulated.)
     stdio: Option<Box<Coalescer>>,
-    /// How many lines this server has sent up on each stream (indexed by the stream tag,
-    /// the payload's first byte: 1 stdout, 2 stderr; tags from 3 up share the last slot):
-    /// the index of its next line there.
+    /// How many lines each local rank has sent up on each stream (indexed by the stream
+    /// tag, the payload's first byte: 1 stdout, 2 stderr; tags from 3 up share the last
+    /// slot): the index of its next line there.
     /// (Boxed when first used: most nodes never send a line of their own.)
-    lines_sent: Option<Box<[u64; 4]>>,
+    lines_sent: Option<Box<BTreeMap<u32, [u64; 4]>>>,
     /// Where each op's filter comes from.
     registry: Arc<Registry>,
     /// Liveness of the links (keepalives sent, silence watched).
@@ -426,8 +428,10 @@ pub struct Node {
 }
 
 impl Node {
-    /// The node `me` in tree `topo`.
-    pub fn new(me: NodeId, topo: Arc<dyn Topology>) -> Self {
+    /// The node `me` in tree `topo` (a shape with one rank per server, or a [`Tree`] with
+    /// a placement of ranks on servers).
+    pub fn new(me: NodeId, topo: impl Into<Tree>) -> Self {
+        let topo = topo.into();
         Self {
             me,
             topo,
@@ -448,7 +452,7 @@ impl Node {
 
     /// The node `me` in tree `topo`, making each op's filter from `registry` (the built-ins
     /// plus the plugins a daemon loaded) instead of the built-ins alone.
-    pub fn with_registry(me: NodeId, topo: Arc<dyn Topology>, registry: Arc<Registry>) -> Self {
+    pub fn with_registry(me: NodeId, topo: impl Into<Tree>, registry: Arc<Registry>) -> Self {
         Self {
             registry,
             ..Self::new(me, topo)
@@ -538,10 +542,13 @@ impl Node {
     /// Whose server `id`'s output is here: this server's own, or that of the link it comes
     /// up through (the child, or adopted descendant, nearest it on its way here).
     fn origin_of(&self, id: u32) -> Origin {
-        if self.me.server() == Some(id) {
+        if self.topo.serves(self.me, id) {
             return Origin::Local;
         }
-        let mut at = NodeId::Server(id);
+        let Some(server) = self.topo.server_of(id) else {
+            return Origin::Child(NodeId::Server(id));
+        };
+        let mut at = NodeId::Server(server);
         loop {
             // A live adopted descendant has a link of its own (a dead one's ranks come
             // through whoever adopted them since).
@@ -549,11 +556,11 @@ impl Node {
             if losses.adopted.contains(&at) && !losses.dead.contains_key(&at) {
                 return Origin::Child(at);
             }
-            match self.topo.parent(at) {
+            match self.topo.shape().parent(at) {
                 Some(p) if p == self.me => return Origin::Child(at),
                 Some(p) => at = p,
                 // Not below this node: a link of its own.
-                None => return Origin::Child(NodeId::Server(id)),
+                None => return Origin::Child(NodeId::Server(server)),
             }
         }
     }
@@ -672,9 +679,19 @@ impl Node {
         self.me
     }
 
-    /// The tree this node is part of.
+    /// The shape of the tree this node is part of.
     pub fn topology(&self) -> &Arc<dyn Topology> {
+        self.topo.shape()
+    }
+
+    /// The tree this node is part of, with the ranks each server serves.
+    pub fn tree(&self) -> &Tree {
         &self.topo
+    }
+
+    /// The ranks this node serves (none at the master).
+    pub fn local_ranks(&self) -> IdSet {
+        self.topo.local(self.me)
     }
 
     /// Counters.
@@ -734,14 +751,14 @@ impl Node {
         let mut forward = Vec::with_capacity(shares.len());
         for (child, share) in shares {
             let mut rest = share;
-            let under = self.topo.subtree(child);
+            let servers_under = self.topo.shape().subtree(child);
             let losses = self.losses();
             let mut adoptees: Vec<(u64, NodeId, IdSet)> = losses
                 .adopted
                 .iter()
                 .filter(|a| {
                     **a != child
-                        && a.server().is_some_and(|s| under.contains(s))
+                        && a.server().is_some_and(|s| servers_under.contains(s))
                         && !losses.dead.contains_key(a)
                 })
                 .map(|&a| {
@@ -779,14 +796,11 @@ impl Node {
     #[inline(never)]
     fn split_unreachable(
         &self,
-        local: bool,
+        local: &IdSet,
         shares: &[(NodeId, IdSet)],
         dest: &IdSet,
     ) -> (IdSet, IdSet) {
-        let mut reach = IdSet::new();
-        if local {
-            reach.insert(self.me.server().expect("local delivery only at servers"));
-        }
+        let mut reach = local.clone();
         for (_, share) in shares {
             reach.union_with(share);
         }
@@ -798,9 +812,21 @@ impl Node {
     /// server), only logged below it (the parent already narrowed the destination).
     #[cold]
     #[inline(never)]
+    fn no_such_rank(&self) -> String {
+        let servers = self.topo.servers();
+        if self.topo.placement().is_identity() {
+            format!("no such server: the tree has {servers} servers")
+        } else {
+            format!(
+                "no such rank: the {servers} servers serve ranks {}",
+                self.topo.all_ranks()
+            )
+        }
+    }
+
     fn account_unreachable(&self, op: u64, pending: &mut PendingOp, unreachable: &IdSet) {
         let why = if self.me == NodeId::Master {
-            format!("no such server: the tree has {} servers", self.topo.size())
+            self.no_such_rank()
         } else {
             format!("not in the subtree of server {}", self.me)
         };
@@ -852,11 +878,11 @@ impl Node {
         // The shares are disjoint parts of the destination, so when they (and this
         // server) count as many ids as it has, they are all of it.
         let dest = std::mem::take(&mut msg.dest);
-        let reached = u64::from(local) + shares.iter().map(|(_, s)| s.len()).sum::<u64>();
+        let reached = local.len() + shares.iter().map(|(_, s)| s.len()).sum::<u64>();
         let (reach, unreachable) = if reached == dest.len() {
             (dest, IdSet::new())
         } else {
-            self.split_unreachable(local, &shares, &dest)
+            self.split_unreachable(&local, &shares, &dest)
         };
         let (me, registry) = (self.me, &self.registry);
         let make = |spec: &str| match spec {
@@ -873,7 +899,7 @@ impl Node {
             self.registry.generation(),
             make,
             reach,
-            shares.len() + usize::from(local),
+            shares.len() + usize::from(!local.is_empty()),
         );
         if !unreachable.is_empty() {
             self.account_unreachable(op, &mut pending, &unreachable);
@@ -907,12 +933,12 @@ impl Node {
         if forward.capacity() <= SPARE_SOURCES_MAX {
             SPARE_SHARES.set(forward);
         }
-        if local {
-            let me = self.me.server().expect("local delivery only at servers");
-            pending.left += 1;
-            pending.outstanding.push((Source::Local, IdSet::single(me)));
+        if !local.is_empty() {
+            pending.left += local.len();
+            pending.outstanding.push((Source::Local, local.clone()));
             self.out.push_back(Output::Deliver {
                 op,
+                ranks: local,
                 kind: msg.kind,
                 filter: msg.aggregate.filter,
                 service: msg.service,
@@ -928,14 +954,15 @@ impl Node {
     }
 
     /// Gives each copy of command `op` still queued here (for a child, or to run at this
-    /// server) the payload `f(ids)` returns, `ids` being who that copy is for (the child's
-    /// share, or this server alone): a command whose payload each subtree needs only part of
-    /// (the init command's routing table) is narrowed to its share.
-    pub fn tailor_queued(&mut self, op: u64, mut f: impl FnMut(&IdSet) -> Bytes) {
+    /// server) the payload `f(to)` returns, `to` being who that copy is for (the child, or
+    /// this node): a command whose payload each subtree needs only part of (the init
+    /// command's routing table) is narrowed to its share.
+    pub fn tailor_queued(&mut self, op: u64, mut f: impl FnMut(NodeId) -> Bytes) {
+        let me = self.me;
         for o in &mut self.out {
             match o {
-                Output::ToChild(_, m) if m.op == op && m.kind == Kind::Command => {
-                    m.payload = f(&m.dest);
+                Output::ToChild(c, m) if m.op == op && m.kind == Kind::Command => {
+                    m.payload = f(*c);
                 }
                 Output::Deliver {
                     op: o,
@@ -943,9 +970,7 @@ impl Node {
                     payload,
                     ..
                 } if *o == op => {
-                    if let Some(me) = self.me.server() {
-                        *payload = f(&IdSet::single(me));
-                    }
+                    *payload = f(me);
                 }
                 _ => {}
             }
@@ -1006,33 +1031,40 @@ impl Node {
         }
     }
 
-    /// Something happened here (a breakpoint, an exit, a line of output): send it up as an
-    /// event (or stdio) from this server. A line of output carries its index in its stream
-    /// (this server's k-th line there), so lines of many ranks can be aligned line by line.
-    /// A stdio payload of [`IDLE`] alone (the program went idle) becomes one idle marker
-    /// per stream, carrying the number of lines sent there.
-    pub fn handle_local_event(&mut self, kind: Kind, payload: Bytes) {
-        let Some(me) = self.me.server() else { return };
+    /// Something happened to local rank `rank` (a breakpoint, an exit, a line of output):
+    /// send it up as an event (or stdio) from that rank. A line of output carries its index
+    /// in its stream (the rank's k-th line there), so lines of many ranks can be aligned
+    /// line by line. A stdio payload of [`IDLE`] alone (the rank went idle) becomes one idle
+    /// marker per stream, carrying the number of lines it sent there. Output of a rank this
+    /// node does not serve is dropped (logged).
+    pub fn handle_local_event(&mut self, now: Instant, kind: Kind, rank: u32, payload: Bytes) {
+        if !self.topo.serves(self.me, rank) {
+            tracing::warn!(node = %self.me, rank, "output of a rank not served here dropped");
+            return;
+        }
+        // Lines of several local ranks merge here as children's do.
+        let merge = self.stdio.is_some() && self.topo.local_count(self.me) > 1;
+        let lines = self.lines_sent.get_or_insert_default();
+        let counts = lines.entry(rank).or_default();
         if kind == Kind::Stdio && payload[..] == [IDLE] {
-            // The program went idle: one marker per stream, after the lines sent there.
-            for stream in [STDOUT, STDERR] {
-                let sent = self
-                    .lines_sent
-                    .as_ref()
-                    .map_or(0, |n| n[usize::from(stream)]);
-                let line = StdioLine {
+            // The rank went idle: one marker per stream, after the lines sent there.
+            let marks: Vec<StdioLine> = [STDOUT, STDERR]
+                .into_iter()
+                .map(|stream| StdioLine {
                     kind,
-                    sources: IdSet::single(me),
-                    index: sent,
+                    sources: IdSet::single(rank),
+                    index: counts[usize::from(stream)],
                     payload: Bytes::copy_from_slice(&[IDLE, stream]),
-                };
-                self.push_stdio(line, Some(Origin::Local));
+                })
+                .collect();
+            for line in marks {
+                self.push_local_line(now, line, merge);
             }
             return;
         }
         let index = match (kind, payload.first()) {
             (Kind::Stdio, Some(&stream)) => {
-                let n = &mut self.lines_sent.get_or_insert_default()[usize::from(stream.min(3))];
+                let n = &mut counts[usize::from(stream.min(3))];
                 *n += 1;
                 *n - 1
             }
@@ -1040,24 +1072,31 @@ impl Node {
         };
         let line = StdioLine {
             kind,
-            sources: IdSet::single(me),
+            sources: IdSet::single(rank),
             index,
             payload,
         };
-        self.push_stdio(line, Some(Origin::Local));
+        self.push_local_line(now, line, merge);
     }
 
-    /// The local command `op` produced `payload`.
-    pub fn handle_local_reply(&mut self, now: Instant, op: u64, payload: Bytes) {
+    /// A local rank's line goes up, through the coalescing buffer when `merge`.
+    fn push_local_line(&mut self, now: Instant, line: StdioLine, merge: bool) {
+        match self.stdio.as_mut() {
+            Some(c) if merge => {
+                for l in c.push(now, line) {
+                    self.push_stdio(l, None);
+                }
+            }
+            _ => self.push_stdio(line, Some(Origin::Local)),
+        }
+    }
+
+    /// The local command `op` produced `payload` for the local ranks `ranks` (all of the
+    /// delivery's ranks, or some of them: the others answer in replies of their own, and
+    /// the op's filter merges them as it merges children's).
+    pub fn handle_local_reply(&mut self, now: Instant, op: u64, ranks: &IdSet, payload: Bytes) {
         let _ = now;
-        let Some(me) = self.me.server() else { return };
-        self.accept(
-            op,
-            Source::Local,
-            Status::Replied,
-            payload,
-            &IdSet::single(me),
-        );
+        self.accept(op, Source::Local, Status::Replied, payload, ranks);
     }
 
     /// Accounts `ids` from `from`: only ids still outstanding from that source count.
@@ -1126,9 +1165,9 @@ impl Node {
         let Some(s) = descendant.server() else {
             return false;
         };
-        let direct = self.topo.children(self.me).contains(&descendant);
+        let direct = self.topo.shape().children(self.me).contains(&descendant);
         if descendant == self.me
-            || !self.topo.subtree(self.me).contains(s)
+            || !self.topo.shape().subtree(self.me).contains(s)
             || (direct && !self.losses().dead.contains_key(&descendant))
         {
             return false;
@@ -1321,5 +1360,7 @@ impl Node {
 }
 
 mod ops;
+#[cfg(test)]
+mod ranks_tests;
 #[cfg(test)]
 mod tests;

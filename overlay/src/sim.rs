@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sdm_filters::Registry;
 use sdm_proto::{IdSet, Kind, Message, SyncMode};
-use sdm_topology::{NodeId, Topology};
+use sdm_topology::{NodeId, Topology, Tree};
 
 use crate::flow::{self, Grant};
 use crate::liveness::{Liveness, Peer};
@@ -47,6 +47,7 @@ enum Event {
     LocalReply {
         to: u64,
         op: u64,
+        ranks: IdSet,
         payload: Bytes,
     },
     Timer {
@@ -71,6 +72,8 @@ pub use crate::frontend::ReplyGroup as Group;
 /// A simulated tree: the front-end, the master and `N` servers.
 pub struct SimNet {
     topo: Arc<dyn Topology>,
+    /// The shape with the ranks each server serves (every node shares it).
+    tree: Tree,
     /// The node at each position while it holds state (the master always).
     nodes: Vec<Option<Box<Node>>>,
     /// Positions killed or hung: no node is made there any more.
@@ -114,15 +117,23 @@ pub struct SimNet {
 const NOT_ARMED: u64 = u64::MAX;
 
 impl SimNet {
-    /// A tree over `topo`; every link has one-way `latency`.
+    /// A tree over `topo`, one rank per server; every link has one-way `latency`.
     pub fn new(topo: Arc<dyn Topology>, latency: Duration, responder: Responder) -> Self {
+        Self::with_tree(Tree::identity(topo), latency, responder)
+    }
+
+    /// A tree of servers serving ranks as `tree`'s placement says (a server answers once
+    /// for all its ranks in a command's destination); every link has one-way `latency`.
+    pub fn with_tree(tree: Tree, latency: Duration, responder: Responder) -> Self {
+        let topo = Arc::clone(tree.shape());
         let m = topo.positions() as usize;
         let mut nodes: Vec<Option<Box<Node>>> = Vec::new();
         nodes.resize_with(m, || None);
-        nodes[0] = Some(Box::new(Node::new(NodeId::Master, topo.clone())));
+        nodes[0] = Some(Box::new(Node::new(NodeId::Master, tree.clone())));
         let start = Instant::now();
         Self {
             topo,
+            tree,
             nodes,
             gone: vec![false; m],
             registry: None,
@@ -156,7 +167,7 @@ impl SimNet {
         let slot = &mut self.nodes[p];
         if slot.is_none() {
             let me = NodeId::from_position(p as u64);
-            let topo = Arc::clone(&self.topo);
+            let topo = self.tree.clone();
             *slot = Some(Box::new(match &self.registry {
                 Some(r) => Node::with_registry(me, topo, Arc::clone(r)),
                 None => Node::new(me, topo),
@@ -413,7 +424,9 @@ impl SimNet {
                 }
             }
             Event::LinkDown { child, .. } => node.handle_link_down(now, child, "killed"),
-            Event::LocalReply { op, payload, .. } => node.handle_local_reply(now, op, payload),
+            Event::LocalReply {
+                op, ranks, payload, ..
+            } => node.handle_local_reply(now, op, &ranks, payload),
             Event::Timer { .. } => {
                 node.handle_timeout(now);
                 self.armed[pos as usize] = NOT_ARMED;
@@ -440,9 +453,14 @@ impl SimNet {
                 if lines.is_empty() {
                     self.producers.remove(&pos);
                 }
+                let now = self.now;
                 match (line, self.node_mut(pos)) {
                     (Some(l), Some(node)) => {
-                        node.handle_local_event(Kind::Stdio, l);
+                        // A server's program is its first rank's.
+                        let Some(rank) = node.local_ranks().first() else {
+                            break;
+                        };
+                        node.handle_local_event(now, Kind::Stdio, rank, l);
                         continue;
                     }
                     _ => break,
@@ -489,7 +507,9 @@ impl SimNet {
                 Output::LinkDead(..) => {}
                 Output::PauseLocal => self.paused[p] = true,
                 Output::ResumeLocal => self.paused[p] = false,
-                Output::Deliver { op, payload, .. } => {
+                Output::Deliver {
+                    op, ranks, payload, ..
+                } => {
                     if let Some((delay, reply)) = (self.responder)(me, &payload) {
                         let at = self.now + delay;
                         self.push(
@@ -497,6 +517,7 @@ impl SimNet {
                             Event::LocalReply {
                                 to: pos,
                                 op,
+                                ranks,
                                 payload: reply,
                             },
                         );

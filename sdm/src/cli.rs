@@ -16,7 +16,7 @@ use sdm_overlay::auth::SessionKey;
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
-use sdm_topology::{Shape, Topology};
+use sdm_topology::{Placement, Shape, Topology};
 
 /// The longest wait an option may ask for (a day, in milliseconds): longer ones are typing
 /// mistakes, and a bound keeps deadlines from overflowing the clock.
@@ -180,6 +180,11 @@ struct TreeArgs {
     /// file (`fe:0 => h1:0 h2:0 ;`), whose host names place the servers (with ssh).
     #[arg(long, default_value = "binomial")]
     topology: Shape,
+    /// Ranks each server serves, in blocks (default: one server per host, serving every
+    /// rank on it, as STAT's and TotalView's daemons do; K splits a large host; 1 is one
+    /// server per rank).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    ranks_per_server: Option<u32>,
     /// A filter plugin (a shared library implementing sdm_filter.h) the front-end and every
     /// daemon load, so requests can name its filter (repeatable). The path must hold the
     /// same library on every host.
@@ -218,8 +223,14 @@ impl TreeArgs {
                 sdm_deploy::hostlist::compress(&hosts)
             );
         }
+        // A topology file fixes the servers: one rank each, as it numbers them.
+        let ranks_per_server = match &self.topology {
+            Shape::Explicit(_) => Some(1),
+            _ => self.ranks_per_server.or(Some(1)),
+        };
         Ok(SessionOptions {
             n,
+            ranks_per_server,
             launcher: self.launcher,
             hosts,
             launcher_args: self
@@ -325,7 +336,7 @@ struct ConsoleArgs {
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
-    /// Number of servers (and program processes).
+    /// Number of ranks (program processes).
     #[arg(short, long)]
     n: u32,
     #[command(flatten)]
@@ -367,7 +378,7 @@ struct AttachArgs {
 
 #[derive(clap::Args, Debug)]
 struct TopArgs {
-    /// Number of servers (and program processes).
+    /// Number of ranks (program processes).
     #[arg(short, long)]
     n: u32,
     #[command(flatten)]
@@ -388,7 +399,7 @@ struct TopArgs {
 
 #[derive(clap::Args, Debug)]
 struct LaunchArgs {
-    /// Number of servers.
+    /// Number of ranks (the ids the tree's servers serve).
     #[arg(short, long)]
     n: u32,
     #[command(flatten)]
@@ -598,9 +609,10 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         startup_timeout: Duration::from_secs(a.timeout),
         ..a.tree.options(a.n)?
     };
+    let servers = sdm_client::layout::of(&opts)?.servers;
     let tty = std::io::stderr().is_terminal() && !a.json;
     let bar = if tty {
-        let b = ProgressBar::new(u64::from(a.n));
+        let b = ProgressBar::new(u64::from(servers));
         b.set_style(
             ProgressStyle::with_template("{spinner} {msg:<22} [{bar:30}] {pos}/{len} {elapsed}")
                 .expect("valid template")
@@ -622,9 +634,9 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         (Some(b), Progress::InitSent) => b.set_message("connecting the tree"),
         (Some(_), Progress::Launched) => {}
         (None, Progress::Listening { count, .. })
-            if !quiet && (count.is_power_of_two() || *count == n) =>
+            if !quiet && (count.is_power_of_two() || *count == servers) =>
         {
-            eprintln!("sdm: {count}/{n} servers listening");
+            eprintln!("sdm: {count}/{servers} servers listening");
         }
         (None, Progress::Listening { .. }) => {}
         (None, Progress::Launched) if !quiet => eprintln!("sdm: servers launched"),
@@ -647,7 +659,7 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         writeln!(
             std::io::stdout(),
             "{}",
-            serde_json::json!({"servers": n, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
+            serde_json::json!({"ranks": n, "servers": servers, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
                 "failed": failed, "seconds": r.seconds,
                 "processes": r.processes.iter().map(|(id, host, pid)| serde_json::json!({"id": id, "host": host, "pid": pid})).collect::<Vec<_>>()})
         )?;
@@ -1032,14 +1044,38 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
     let here = sdm_server::monitor::hostname();
     let is_here = |h: &str| is_this_host(h, &here);
     let mut opts = a.console.tree.options(n)?;
-    // Servers go where the tasks are: on this host by fork, on others through ssh, one per
-    // rank in rank order (the ssh launcher places rank i on hosts[i]).
+    // One server per host serves that host's ranks (split in blocks of --ranks-per-server):
+    // on this host by fork, on others through ssh (server i on hosts[i]).
+    let per = a.console.tree.ranks_per_server.unwrap_or(u32::MAX);
+    let (sets, server_hosts) = ranks_by_host(&tasks, per);
+    opts.placement = Some(Placement::sets(sets)?);
     if opts.launcher == LauncherKind::Local && !tasks.iter().all(|(h, _)| is_here(h)) {
         opts.launcher = LauncherKind::Ssh;
-        opts.hosts = tasks.iter().map(|(h, _)| h.clone()).collect();
+        opts.hosts = server_hosts;
     }
     let pids = tasks.iter().map(|&(_, p)| p).collect();
     run_console(n, a.console, Some(opts), pids, Vec::new()).await
+}
+
+/// The ranks of `tasks` (host, pid by rank) grouped by host in first-seen order, each
+/// host's split in blocks of `per`: one server's ranks each, with that server's host.
+fn ranks_by_host(tasks: &[(String, u32)], per: u32) -> (Vec<IdSet>, Vec<String>) {
+    let mut hosts: Vec<(&str, Vec<u32>)> = Vec::new();
+    for (rank, (h, _)) in tasks.iter().enumerate() {
+        match hosts.iter_mut().find(|(x, _)| x == h) {
+            Some((_, v)) => v.push(rank as u32),
+            None => hosts.push((h, vec![rank as u32])),
+        }
+    }
+    let mut sets = Vec::new();
+    let mut names = Vec::new();
+    for (h, ranks) in hosts {
+        for chunk in ranks.chunks(per.max(1) as usize) {
+            sets.push(chunk.iter().copied().collect());
+            names.push(h.to_owned());
+        }
+    }
+    (sets, names)
 }
 
 /// Whether `host` (a name from a process table or `--pids`, empty for none) is this host,
@@ -1193,6 +1229,25 @@ mod tests {
             assert_eq!(fast.kind(), slow.kind(), "{line}");
             assert_eq!(fast.to_string(), slow.to_string(), "{line}");
         }
+    }
+
+    #[test]
+    fn attached_ranks_are_grouped_by_host_and_split_in_blocks() {
+        let tasks: Vec<(String, u32)> = ["a", "b", "a", "b", "a"]
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.to_string(), 100 + i as u32))
+            .collect();
+        let (sets, hosts) = ranks_by_host(&tasks, u32::MAX);
+        assert_eq!(
+            sets,
+            vec!["[0,2,4]".parse().unwrap(), "[1,3]".parse().unwrap()]
+        );
+        assert_eq!(hosts, ["a", "b"]);
+        let (sets, hosts) = ranks_by_host(&tasks, 2);
+        assert_eq!(sets.len(), 3);
+        assert_eq!(sets[1], IdSet::single(4));
+        assert_eq!(hosts, ["a", "a", "b"]);
     }
 
     #[test]

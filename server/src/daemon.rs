@@ -15,10 +15,8 @@ use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{
     Address, Link, Listener, PortRange, Transport, TransportConfig, bind_in_range, transport_for,
 };
-use sdm_proto::Kind;
-use sdm_topology::{NodeId, Topology};
-
-use bytes::Bytes;
+use sdm_proto::{IdSet, Kind};
+use sdm_topology::{NodeId, Topology, Tree};
 
 use crate::error::{Error, ErrorKind, startup};
 use crate::ranks::Ranks;
@@ -86,13 +84,20 @@ async fn serve(
             tracing::warn!(node = %me, child = %c, "{e}");
         }
     }
-    let mut node = Node::with_registry(me, topo.clone(), Arc::new(spec.registry()));
+    let tree = Tree::new(topo.clone(), spec.placement.clone());
+    let mut node = Node::with_registry(me, tree, Arc::new(spec.registry()));
     node.set_stdio_window(Duration::from_millis(spec.stdio_window_ms));
     let op = first.op;
     node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
     // Each child takes only its subtree's part of the table (and its ancestors'); this
     // server's own init service only its own (it reads the tree's size and the plugins).
-    node.tailor_queued(op, |ids| spec.for_child(&*topo, me, ids).to_payload());
+    node.tailor_queued(op, |to| {
+        let servers = match to {
+            _ if to == me => IdSet::from_iter(me.server()),
+            c => topo.subtree(c),
+        };
+        spec.for_child(&*topo, me, &servers).to_payload()
+    });
     let recovery = recover::recovery(
         me,
         &*topo,
@@ -276,17 +281,8 @@ pub(crate) async fn run_server_with(
     // orphaned descendants re-attaching.
     // Output lines and events share one bounded queue to the node: a full queue makes
     // the output reader, and so the process, wait.
-    let (ev_tx, events) = tokio::sync::mpsc::channel(1024);
-    // Every local rank's output and events, each naming its rank; the node takes them
-    // untagged until it routes by rank (one rank per server).
-    let (rank_tx, mut rank_rx) = tokio::sync::mpsc::channel::<(Kind, u32, Bytes)>(1024);
-    tokio::spawn(async move {
-        while let Some((kind, _rank, bytes)) = rank_rx.recv().await {
-            if ev_tx.send((kind, bytes)).await.is_err() {
-                break;
-            }
-        }
-    });
+    // Every local rank's output and events go to the node on it, each naming its rank.
+    let (rank_tx, events) = tokio::sync::mpsc::channel(1024);
     let ranks = Arc::new(Ranks::new(id, rank_tx));
     let table = Arc::clone(&ranks);
     let served = serve(

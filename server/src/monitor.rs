@@ -197,11 +197,7 @@ struct Start {
 impl MonitorHandle {
     /// A handle of the monitor thread (started on the first job); events it detects
     /// (breakpoint hits, exits) arrive on the returned receiver as OMIS-style event texts.
-    pub fn new(
-        rank: u32,
-        servers: u32,
-        stdio: Output,
-    ) -> (Self, mpsc::UnboundedReceiver<String>) {
+    pub fn new(rank: u32, servers: u32, stdio: Output) -> (Self, mpsc::UnboundedReceiver<String>) {
         let (etx, erx) = mpsc::unbounded_channel();
         let start = Start {
             rank,

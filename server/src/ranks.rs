@@ -12,15 +12,17 @@ use bytes::Bytes;
 use sdm_omis::Registry;
 use sdm_proto::{IdSet, Kind};
 
-use sdm_overlay::driver::Replier;
-
 use crate::counters::{Socket, Store};
 use crate::monitor::{Monitor, MonitorHandle, Output};
 
 /// What a server knows of the job from its init command: the tree's size, how many ranks
 /// there are, and which of them this server owns.
 #[derive(Debug, Default)]
-pub struct Job(Mutex<JobFacts>);
+pub struct Job {
+    /// This server's id.
+    server: u32,
+    facts: Mutex<JobFacts>,
+}
 
 #[derive(Debug, Clone, Default)]
 struct JobFacts {
@@ -30,10 +32,15 @@ struct JobFacts {
 }
 
 impl Job {
+    /// This server's id (its ranks are the placement's ranks of this server).
+    pub fn server(&self) -> u32 {
+        self.server
+    }
+
     /// Records what the init command said: `servers` in the tree, `size` ranks in the job,
     /// `own` the ranks of this server.
     pub fn set(&self, servers: u32, size: Option<u32>, own: IdSet) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = JobFacts {
+        *self.facts.lock().unwrap_or_else(|p| p.into_inner()) = JobFacts {
             servers,
             size,
             own: Some(own),
@@ -43,7 +50,7 @@ impl Job {
     /// Has `monitor` (of `rank`) take what is known: the tree's size, the job's, and the
     /// rank's index among this server's ranks.
     pub fn prepare(&self, rank: u32, monitor: &MonitorHandle) {
-        let f = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let f = self.facts.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let local = f
             .own
             .as_ref()
@@ -114,8 +121,6 @@ impl fmt::Debug for ServerContext {
 
 /// The table of a server's local ranks.
 pub struct Ranks {
-    /// The server's id.
-    server: u32,
     /// Where every rank's output lines and events go (each naming its rank).
     output: Output,
     omis: Arc<Registry<Monitor>>,
@@ -137,10 +142,12 @@ impl Ranks {
     /// `output`.
     pub fn new(server: u32, output: Output) -> Self {
         Self {
-            server,
             output,
             omis: crate::services::registry(),
-            job: Arc::default(),
+            job: Arc::new(Job {
+                server,
+                facts: Mutex::default(),
+            }),
             table: Mutex::default(),
             sockets: Mutex::default(),
         }
@@ -195,12 +202,6 @@ impl Ranks {
         ctx
     }
 
-    /// One replier per local rank a delivery is for, with the rank (today the server's
-    /// one rank, its id).
-    pub fn split(&self, reply: Replier) -> Vec<(u32, Replier)> {
-        vec![(self.server, reply)]
-    }
-
     /// The ranks that have a context, in order.
     pub fn ranks(&self) -> Vec<u32> {
         self.lock().keys().copied().collect()
@@ -223,7 +224,12 @@ impl Ranks {
         for end in ends {
             let _ = end.await;
         }
-        for s in self.sockets.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for s in self
+            .sockets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             s.close();
         }
     }
@@ -255,7 +261,13 @@ mod tests {
         assert_eq!(got.1.unwrap(), (7, Some(3), Some(8), 2));
         // A rank's output reaches the node naming the rank.
         b.monitor
-            .call(|m| m.start("sh", &["-c".into(), "echo hi".into()], crate::monitor::IoMode::Pipes))
+            .call(|m| {
+                m.start(
+                    "sh",
+                    &["-c".into(), "echo hi".into()],
+                    crate::monitor::IoMode::Pipes,
+                )
+            })
             .await
             .unwrap();
         let (kind, rank, line) = rx.recv().await.unwrap();

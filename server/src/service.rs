@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use sdm_omis::Registry;
 use sdm_overlay::driver::{Delivery, Replier};
 
 use crate::error::{Error, ErrorKind};
@@ -304,7 +303,7 @@ impl Services {
         } else {
             &d.service
         };
-        let per_rank = ranks.split(d.reply);
+        let per_rank = d.reply.split();
         // The table's own name is shared with the request and the reply: a command for a
         // registered service allocates nothing here.
         let (service, handler): (Arc<str>, Arc<dyn Handler>) = match self.table.get_key_value(name)
@@ -366,9 +365,12 @@ fn init(plugins: &Mutex<Plugins>, req: Request, reply: Reply) {
     match sdm_overlay::init::InitSpec::from_payload(&req.payload) {
         Ok(spec) => {
             let ctx = req.context();
-            // One rank per server until the init command carries a placement.
-            let own = sdm_proto::IdSet::single(ctx.rank());
-            ctx.job.set(spec.servers, Some(spec.servers), own);
+            let own = spec.placement.ranks_of(ctx.job.server());
+            let size = match spec.servers {
+                0 => None,
+                n => Some(spec.placement.ranks_of_servers(0, n - 1).len() as u32),
+            };
+            ctx.job.set(spec.servers, size, own);
             ctx.job.prepare(ctx.rank(), &ctx.monitor);
             plugins
                 .lock()
@@ -477,7 +479,7 @@ fn evaluate_service(req: Request, reply: Reply) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sdm_proto::Kind;
+    use sdm_proto::{IdSet, Kind};
 
     /// The ranks of server 3 (one, rank 3, until it has a placement).
     fn ranks() -> Ranks {
@@ -485,21 +487,83 @@ mod tests {
         Ranks::new(3, tx)
     }
 
-    /// Dispatches `payload` tagged `service` and returns the reply.
-    async fn ask(s: &Services, service: &str, payload: &'static [u8]) -> Bytes {
+    /// Dispatches `payload` tagged `service` to the local ranks `to` of `ranks`; returns
+    /// the replies (in rank order: the handlers here answer at once).
+    fn ask_ranks(
+        ranks: &Ranks,
+        to: IdSet,
+        s: &Services,
+        service: &str,
+        payload: &'static [u8],
+    ) -> Vec<Bytes> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let d = Delivery {
             op: 7,
+            ranks: to.clone(),
             kind: Kind::Command,
             filter: Default::default(),
             service: service.into(),
             payload: Bytes::from_static(payload),
-            reply: Replier::new(7, tx),
+            reply: Replier::new(7, tx).for_ranks(to),
+        };
+        s.dispatch(ranks, d);
+        let mut out = Vec::new();
+        while let Ok((op, bytes)) = rx.try_recv() {
+            assert_eq!(op, 7);
+            out.push(bytes);
+        }
+        out
+    }
+
+    /// Dispatches `payload` tagged `service` to rank 3 and returns the reply.
+    async fn ask(s: &Services, service: &str, payload: &'static [u8]) -> Bytes {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let d = Delivery {
+            op: 7,
+            ranks: IdSet::single(3),
+            kind: Kind::Command,
+            filter: Default::default(),
+            service: service.into(),
+            payload: Bytes::from_static(payload),
+            reply: Replier::new(7, tx).for_ranks(IdSet::single(3)),
         };
         s.dispatch(&ranks(), d);
         let (op, bytes) = rx.recv().await.expect("a reply");
         assert_eq!(op, 7);
         bytes
+    }
+
+    /// A command to several local ranks runs once per rank, each with its own reply
+    /// (merged by the node); each rank has its own context, made once.
+    #[tokio::test]
+    async fn a_command_runs_once_for_each_local_rank_it_is_for() {
+        let s = Services::stock();
+        let ranks = ranks();
+        let to: IdSet = "[2,5-7]".parse().unwrap();
+        let values = ask_ranks(&ranks, to.clone(), &s, SDM, b"value");
+        assert_eq!(values, ["2", "5", "6", "7"]);
+        assert_eq!(ranks.ranks(), [2, 5, 6, 7]);
+        for (rank, line) in to
+            .iter()
+            .zip(ask_ranks(&ranks, to.clone(), &s, SDM, b"info"))
+        {
+            let line = String::from_utf8(line.to_vec()).unwrap();
+            let want = format!(
+                "host={} pid={} rank={rank} ",
+                hostname(),
+                std::process::id()
+            );
+            assert!(line.starts_with(&want), "{line}");
+        }
+        assert_eq!(ranks.ranks(), [2, 5, 6, 7], "contexts made once");
+        // An unknown service: an error for each rank.
+        let errors = ask_ranks(&ranks, to, &s, "nope", b"");
+        assert_eq!(errors.len(), 4);
+        assert!(
+            errors
+                .iter()
+                .all(|e| e.starts_with(b"error: service \"nope\""))
+        );
     }
 
     #[tokio::test]
@@ -535,7 +599,8 @@ mod tests {
         for id in [0, 7, 10, 99, 4_000_000_000, u32::MAX] {
             let (tx, _rx) = tokio::sync::mpsc::channel(1);
             let (monitor, _) = MonitorHandle::new(id, 1, tx);
-            let ctx = ServerContext::new(id, monitor, crate::services::registry(), Default::default());
+            let ctx =
+                ServerContext::new(id, monitor, crate::services::registry(), Default::default());
             assert_eq!(&ctx.rank_text[..], id.to_string().as_bytes());
         }
         let s = Services::stock();

@@ -256,12 +256,7 @@ struct Image {
 
 impl Image {
     fn new(file: Arc<FileImage>, avma: Range<u64>, bias: u64) -> Self {
-        let module = Module::new(
-            file.name.clone(),
-            avma.clone(),
-            bias,
-            file.sections.clone(),
-        );
+        let module = Module::new(file.name.clone(), avma.clone(), bias, file.sections.clone());
         Self {
             file,
             avma,
@@ -553,7 +548,7 @@ impl Stacks {
     fn unwind_from(&mut self, pid: Pid, regs: ThreadRegs) -> Result<Vec<RawFrame>, UnwindError> {
         let mem = Memory::open(pid)?;
         let keys = self.load_images(pid, &mem);
-        let mut unwinder = UnwinderX86_64::<Vec<u8>>::new();
+        let mut unwinder = UnwinderX86_64::<Bytes>::new();
         for k in &keys {
             if let Some(Some(image)) = self.images.get(k) {
                 unwinder.add_module(image.module.clone());
@@ -567,7 +562,7 @@ impl Stacks {
 /// (CFI marks it, or a null return address), on memory it cannot read, or at
 /// [`MAX_FRAMES`].
 fn walk(
-    unwinder: &UnwinderX86_64<Vec<u8>>,
+    unwinder: &UnwinderX86_64<Bytes>,
     mem: &Memory,
     rip: u64,
     rsp: u64,

@@ -36,6 +36,7 @@
 
 mod dot;
 mod explicit;
+mod placement;
 mod shapes;
 
 use std::fmt;
@@ -44,6 +45,7 @@ use std::sync::Arc;
 
 pub use dot::{to_dot, to_graph};
 pub use explicit::Explicit;
+pub use placement::{Placement, PlacementError, Tree};
 use sdm_proto::IdSet;
 pub use shapes::{Binomial, Flat, KAry, KNomial};
 

@@ -1,7 +1,10 @@
 //! sdm-sim: one broadcast through a simulated tree of up to millions of servers, every
 //! frame really encoded and decoded, driven by the same `Node` state machine as the daemons.
 //!
-//! Prints one JSON line: servers, accounted, groups, root_bytes, dest_header_bytes,
+//! The ids are ranks: `--ranks R` spreads R ranks over the servers in blocks (each server
+//! answers once for all its ranks); without it every server serves one rank.
+//!
+//! Prints one JSON line: servers, ranks, accounted, groups, root_bytes, dest_header_bytes,
 //! elapsed_ms, peak_rss_mb (and lost / timed_out in range form when there are any).
 
 use std::sync::Arc;
@@ -12,7 +15,7 @@ use bytes::Bytes;
 use clap::Parser;
 use sdm_overlay::sim::SimNet;
 use sdm_proto::{IdSet, Status, SyncMode};
-use sdm_topology::{NodeId, Shape};
+use sdm_topology::{NodeId, Placement, Shape, Tree};
 
 /// Millions of small objects made and freed in waves: glibc's allocator spends a third of
 /// the run consolidating its free lists, mimalloc's size classes do not.
@@ -26,6 +29,9 @@ struct Args {
     /// Number of servers.
     #[arg(long, default_value_t = 1000)]
     servers: u32,
+    /// Number of ranks, in blocks over the servers (default: one per server).
+    #[arg(long)]
+    ranks: Option<u32>,
     /// Tree shape: binomial, kary:K, knomial:K or flat.
     #[arg(long, default_value = "binomial")]
     topology: Shape,
@@ -54,11 +60,23 @@ fn main() -> anyhow::Result<()> {
         );
     }
     let n = args.servers;
+    let ranks = args.ranks.unwrap_or(n);
+    anyhow::ensure!(
+        ranks >= n,
+        "--ranks {ranks}: fewer ranks than servers ({n})"
+    );
+    let placement = Placement::blocks(ranks.div_ceil(n), ranks);
+    anyhow::ensure!(
+        placement.servers_for(ranks) == n,
+        "--ranks {ranks} in blocks of {} fill {} servers, not {n}",
+        ranks.div_ceil(n),
+        placement.servers_for(ranks)
+    );
     let distinct = args.distinct.min(n);
     // Distinct repliers spread evenly: ids i * (n / distinct).
     let stride = n.checked_div(distinct).unwrap_or(0);
     let started = Instant::now();
-    let topo = Arc::from(args.topology.build(n));
+    let topo = Tree::new(Arc::from(args.topology.build(n)), placement);
     let responder = Box::new(move |id: NodeId, _: &Bytes| {
         let s = id.server().expect("only servers deliver");
         let body: Bytes = if stride > 0 && s.is_multiple_of(stride) && s / stride < distinct {
@@ -68,8 +86,8 @@ fn main() -> anyhow::Result<()> {
         };
         Some((Duration::from_micros(10), body))
     });
-    let mut net = SimNet::new(topo, Duration::from_micros(args.latency_us), responder);
-    let dest = IdSet::all(n);
+    let mut net = SimNet::with_tree(topo, Duration::from_micros(args.latency_us), responder);
+    let dest = IdSet::all(ranks);
     let dest_header_bytes = dest.to_bytes().len();
     for &k in &args.kill {
         net.kill(k);
@@ -95,6 +113,7 @@ fn main() -> anyhow::Result<()> {
     }
     let mut out = serde_json::json!({
         "servers": n,
+        "ranks": ranks,
         "topology": args.topology.to_string(),
         "accounted": accounted.len(),
         "accounted_twice": twice,

@@ -254,9 +254,14 @@ fn a_servers_lines_are_numbered_per_stream_and_merge_only_at_equal_indices() {
         b"\x02f",
         b"\x00",
     ] {
-        n.handle_local_event(Kind::Stdio, Bytes::from_static(payload));
+        n.handle_local_event(Instant::now(), Kind::Stdio, 1, Bytes::from_static(payload));
     }
-    n.handle_local_event(Kind::Event, Bytes::from_static(b"exited"));
+    n.handle_local_event(
+        Instant::now(),
+        Kind::Event,
+        1,
+        Bytes::from_static(b"exited"),
+    );
     let mut sent = Vec::new();
     while let Some(Output::ToParent(m)) = n.poll_output() {
         sent.push((m.kind, m.op, m.payload));
@@ -940,20 +945,22 @@ fn queued_copies_of_a_command_are_tailored_to_whom_they_go() {
     let kids = topo.children(me);
     assert!(kids.len() >= 2, "{kids:?}");
     let all = topo.subtree(me);
-    let mine = IdSet::single(me.server().unwrap()).to_string();
-    let mut node = Node::new(me, Arc::from(topo));
+    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(topo);
+    let mut node = Node::new(me, topo.clone());
     let now = Instant::now();
     node.handle_from_parent(
         now,
         Message::command(7, all.clone(), SyncMode::WaitAll, "all"),
     );
     node.handle_from_parent(now, Message::command(8, all, SyncMode::WaitAll, "other"));
-    node.tailor_queued(7, |ids| Bytes::from(ids.to_string()));
+    // Each copy gets the subtree of the node it is for.
+    node.tailor_queued(7, |to| Bytes::from(topo.subtree(to).to_string()));
+    let mine = topo.subtree(me).to_string();
     let (mut children, mut local) = (0, 0);
     while let Some(o) = node.poll_output() {
         match o {
-            Output::ToChild(_, m) if m.op == 7 => {
-                assert_eq!(m.payload, Bytes::from(m.dest.to_string()));
+            Output::ToChild(c, m) if m.op == 7 => {
+                assert_eq!(m.payload, Bytes::from(topo.subtree(c).to_string()));
                 children += 1;
             }
             Output::Deliver { op: 7, payload, .. } => {
@@ -1172,7 +1179,11 @@ fn a_thread_keeps_its_route_vector_unless_wide() {
             let sent = std::iter::from_fn(|| node.poll_output())
                 .filter(|o| matches!(o, Output::ToChild(..)))
                 .count();
-            assert_eq!(sent, node.topo.children(NodeId::Master).len(), "{shape}");
+            assert_eq!(
+                sent,
+                node.topo.shape().children(NodeId::Master).len(),
+                "{shape}"
+            );
             let (empty, room) = spare();
             assert!(empty);
             assert_eq!(room > 0, kept, "{shape}: room for {room}");
