@@ -15,6 +15,8 @@
 //!   launcher's ranked descendants).
 //! - [`services`]: the OMIS services every server offers over its monitor.
 //! - [`plugin`]: service plugins, shared libraries implementing `include/sdm_service.h`.
+//! - [`ranks`]: the table of a server's local ranks, each with its own monitor
+//!   ([`ranks::ServerContext`]), made at its first command.
 //! - [`service`]: the service registry ([`Services`]): commands go to the service their
 //!   envelope's tag names, payload bytes unchanged; the stock services (`sdm`, `omis`,
 //!   `counters`, `procstat`, `sdm.init`) are registered like any tool's.
@@ -24,8 +26,8 @@
 //!
 //! # Add your own service
 //!
-//! A service is a name and a [`Handler`]: a function of the [`Request`] (op, this server's
-//! id, the payload bytes as sent, the monitor and the program's pid) and a [`Reply`] it may
+//! A service is a name and a [`Handler`]: a function of the [`Request`] (op, the rank it is
+//! for, the payload bytes as sent, the rank's monitor and its program's pid) and a [`Reply`] it may
 //! move to a task and answer later. The front-end tags its commands with the name
 //! (`Message::command(..).for_service("checksum")`, `sdm launch --service checksum`).
 //!
@@ -63,6 +65,7 @@ pub mod gdbmi;
 pub mod monitor;
 pub mod mpir;
 pub mod plugin;
+pub mod ranks;
 pub mod server;
 pub mod service;
 pub mod services;
