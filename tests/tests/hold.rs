@@ -61,7 +61,9 @@ fn held(argv: &[&str], env: &[(&str, &Path)]) -> Result<HeldJob, HoldError> {
         .map(|(k, v)| (k.to_string(), v.display().to_string()))
         .collect();
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(launch_held(&argv, &env)));
+    std::thread::spawn(move || {
+        let _ = tx.send(launch_held(&argv, &env));
+    });
     rx.recv_timeout(Duration::from_secs(300))
         .expect("the job is spawned and held within 5 minutes")
 }
