@@ -2,6 +2,8 @@
 //! that spawns its tasks and calls `MPIR_Breakpoint` from a thread of its own (as a
 //! launcher's progress thread may), while another thread keeps making threads.
 
+use std::process::Command;
+
 use super::*;
 
 /// The fake: thread `launch` forks `n` tasks that each wait for a byte on a pipe, then
