@@ -145,10 +145,21 @@ pub enum HoldError {
     },
 }
 
+/// The Slurm job step a held srun launched (srun's `totalview_jobid` and
+/// `totalview_stepid`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmStep {
+    /// The job id (`SLURM_JOB_ID` of the tasks).
+    pub job_id: String,
+    /// The step id (`SLURM_STEP_ID` of the tasks).
+    pub step_id: String,
+}
+
 /// A job whose tasks are spawned and held, its launcher stopped in `MPIR_Breakpoint`.
 /// [`HeldJob::release`] (or dropping it) lets them go on.
 pub struct HeldJob {
     table: ProcTable,
+    slurm: Option<SlurmStep>,
     program: String,
     child: Option<Child>,
     release: Option<mpsc::Sender<()>>,
@@ -173,6 +184,12 @@ impl HeldJob {
     /// The launcher's pid.
     pub fn launcher_pid(&self) -> u32 {
         self.table.launcher
+    }
+
+    /// The Slurm job and step of the held job, when the launcher is srun: what a tool
+    /// needs to start its own daemons on the job's nodes (`srun --jobid=JOB --overlap`).
+    pub fn slurm_step(&self) -> Option<&SlurmStep> {
+        self.slurm.as_ref()
     }
 
     /// Lets the launcher go on, untraced, and with it the job; returns the launcher's
@@ -221,8 +238,9 @@ pub fn launch_held(argv: &[String], env: &[(String, String)]) -> Result<HeldJob,
             source,
         })?;
     match held_rx.recv() {
-        Ok(Ok((table, child))) => Ok(HeldJob {
+        Ok(Ok((table, slurm, child))) => Ok(HeldJob {
             table,
+            slurm,
             program,
             child: Some(child),
             release: Some(release_tx),
@@ -239,7 +257,7 @@ pub fn launch_held(argv: &[String], env: &[(String, String)]) -> Result<HeldJob,
     }
 }
 
-type Held = Result<(ProcTable, Child), HoldError>;
+type Held = Result<(ProcTable, Option<SlurmStep>, Child), HoldError>;
 
 /// The tracer thread: starts the launcher, holds it, sends the table (or the error) and,
 /// when `release` is dropped, lets it go.
@@ -272,7 +290,8 @@ fn trace(
             return Ok(());
         }
     };
-    if held.send(Ok((table, child))).is_err() {
+    let slurm = launcher.slurm_step();
+    if held.send(Ok((table, slurm, child))).is_err() {
         return launcher.release(&at);
     }
     match serve(&mut launcher, &at, release) {

@@ -558,7 +558,7 @@ impl Memory {
     }
 
     /// A NUL-terminated string of at most 4096 bytes.
-    fn c_string(&self, addr: u64, what: &'static str) -> Result<String, MpirError> {
+    pub(crate) fn c_string(&self, addr: u64, what: &'static str) -> Result<String, MpirError> {
         if addr == 0 {
             return Ok(String::new());
         }

@@ -129,6 +129,16 @@ fn srun_holds_its_tasks_before_main_until_released() {
         assert_eq!(tracer_and_state(d.pid), (0, 'T'), "rank {}", d.rank);
     }
     assert_eq!(markers(&dir), Vec::<String>::new());
+    // The step, for a tool's own daemons on its nodes: the tasks' own ids.
+    let step = job.slurm_step().expect("srun's job and step ids");
+    let env = std::fs::read(format!("/proc/{}/environ", job.table().tasks[0].pid)).unwrap();
+    let var = |name: &str| {
+        env.split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(format!("{name}=").as_bytes()))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(Some(&step.job_id), var("SLURM_JOB_ID").as_ref());
+    assert_eq!(Some(&step.step_id), var("SLURM_STEP_ID").as_ref());
     let pid = job.launcher_pid();
     let launcher = job.release().unwrap();
     assert_eq!(tracer_and_state(pid).0, 0, "the launcher is left traced");
@@ -160,6 +170,7 @@ fn mpirun_holds_its_ranks_in_mpi_init_until_released() {
     )
     .unwrap();
     assert_table(&job, &prog);
+    assert_eq!(job.slurm_step(), None);
     // Open MPI holds nothing before main: every rank gets to MPI_Init (a hang guard, not a
     // timing check) and stays there, untraced, until the launcher is released.
     let deadline = Instant::now() + Duration::from_secs(120);

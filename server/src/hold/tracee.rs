@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use super::{Ending, HoldError};
+use super::{Ending, HoldError, SlurmStep};
 use crate::mpir::{Memory, MpirError, find_symbols};
 
 /// `MPIR_debug_state` once the launcher has spawned its job.
@@ -290,6 +290,24 @@ impl Launcher {
         let mut regs = ptrace::getregs(tid).map_err(|e| self.trace_error(tid, "getregs", e))?;
         regs.rip = pc;
         ptrace::setregs(tid, regs).map_err(|e| self.trace_error(tid, "setregs", e))
+    }
+
+    /// srun's job and step ids (`totalview_jobid`, `totalview_stepid`: strings it sets
+    /// before `MPIR_Breakpoint`); `None` for another launcher.
+    pub(super) fn slurm_step(&self) -> Option<SlurmStep> {
+        let found = find_symbols(
+            self.pid.as_raw() as u32,
+            &["totalview_jobid", "totalview_stepid"],
+        );
+        let read = |name: &'static str| {
+            let at = self.mem().u64_at(*found.get(name)?, name).ok()?;
+            let s = self.mem().c_string(at, name).ok()?;
+            (!s.is_empty()).then_some(s)
+        };
+        Some(SlurmStep {
+            job_id: read("totalview_jobid")?,
+            step_id: read("totalview_stepid")?,
+        })
     }
 
     /// Leaves thread `tid` in its stop (held) until the release.
