@@ -166,3 +166,22 @@ fn dropping_a_held_job_releases_it() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn a_launcher_killed_while_held_is_reported_so() {
+    let dir = scratch("killed");
+    let bin = build_fake(&dir);
+    let argv = vec![bin, "2".into(), dir.display().to_string()];
+    let job = launch_held(&argv, &[]).unwrap();
+    let pid = job.launcher_pid();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    match job.release() {
+        Err(HoldError::Ended { ending, when, .. }) => {
+            assert_eq!(ending, Ending::Killed(Signal::SIGKILL));
+            assert_eq!(when, "while its job was held");
+        }
+        other => panic!("expected Ended, got {other:?}"),
+    }
+    // Reaped: no zombie left of it.
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+}

@@ -88,7 +88,7 @@ impl Launcher {
             source,
         })?;
         let pid = Pid::from_raw(child.id() as i32);
-        let l = Self {
+        let mut l = Self {
             pid,
             program,
             mem: None,
@@ -345,12 +345,9 @@ impl Launcher {
     /// returned. (Only this launcher's threads are waited for, never `-1`: the process
     /// may have other children.)
     pub(super) fn poll(&mut self) -> Result<Option<Stop>, HoldError> {
-        let tids: Vec<Pid> = self
-            .threads
-            .iter()
-            .filter(|&(_, &t)| t != Thread::Stopped)
-            .map(|(&tid, _)| tid)
-            .collect();
+        // Stopped threads too: one killed in its stop reports its end, and the main
+        // thread's end is only reported once every other thread's is reaped.
+        let tids: Vec<Pid> = self.threads.keys().copied().collect();
         for tid in tids {
             let status = match waitpid(tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
                 Ok(s) => s,
@@ -423,6 +420,20 @@ impl Launcher {
     /// Lets the launcher go on from `MPIR_Breakpoint`, untraced: the `int3` out, every
     /// thread stopped (a thread-directed SIGSTOP, swallowed) and detached.
     pub(super) fn release(mut self, at: &Spawned) -> Result<(), HoldError> {
+        match self.let_go(at) {
+            Err(e @ HoldError::Ended { .. }) => Err(e),
+            // Not left in a breakpoint it cannot get out of: killed, and, when it was
+            // dying anyway, said so.
+            Err(e) => match self.kill() {
+                Some(ending) => Err(self.ended(ending, "while its job was held")),
+                None => Err(e),
+            },
+            Ok(()) => Ok(()),
+        }
+    }
+
+    /// [`Launcher::release`]'s work.
+    fn let_go(&mut self, at: &Spawned) -> Result<(), HoldError> {
         self.mem()
             .write(at.breakpoint, &[at.saved], "MPIR_Breakpoint")?;
         let parked: Vec<Pid> = self
@@ -479,25 +490,37 @@ impl Launcher {
         Ok(())
     }
 
-    /// Kills the launcher (on an error before it was handed out) and reaps every thread,
-    /// the main thread last (its end is reported once the others are reaped).
-    pub(super) fn kill(mut self) {
+    /// Kills the launcher (on an error before it was handed out, or one that would leave
+    /// it stopped in a breakpoint) and reaps every thread, the main thread last (its end
+    /// is reported once the others are reaped; /proc/PID/task names threads not seen
+    /// yet). Returns how the main thread ended.
+    pub(super) fn kill(&mut self) -> Option<Ending> {
         let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
-        let mut tids: Vec<Pid> = self
-            .threads
-            .keys()
-            .copied()
-            .filter(|&t| t != self.pid)
-            .collect();
-        tids.push(self.pid);
-        for tid in tids {
-            while let Ok(s) = waitpid(tid, Some(WaitPidFlag::__WALL)) {
-                if matches!(s, WaitStatus::Exited(..) | WaitStatus::Signaled(..)) {
-                    break;
+        self.mem = None;
+        let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
+        loop {
+            let mut tids: Vec<Pid> = self.threads.keys().copied().collect();
+            if let Ok(dir) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) {
+                tids.extend(
+                    dir.flatten()
+                        .filter_map(|e| e.file_name().to_str()?.parse().ok().map(Pid::from_raw)),
+                );
+            }
+            for tid in tids.into_iter().filter(|&t| t != self.pid) {
+                if matches!(
+                    waitpid(tid, flags),
+                    Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_)
+                ) {
+                    self.threads.remove(&tid);
                 }
             }
+            match waitpid(self.pid, flags) {
+                Ok(WaitStatus::Exited(_, c)) => return Some(Ending::Exited(c)),
+                Ok(WaitStatus::Signaled(_, s, _)) => return Some(Ending::Killed(s)),
+                Err(_) => return None,
+                Ok(_) => std::thread::sleep(POLL),
+            }
         }
-        self.threads.clear();
     }
 
     pub(super) fn ended(&self, ending: Ending, when: &'static str) -> HoldError {
