@@ -571,6 +571,13 @@ impl Console {
         Ok(lines)
     }
 
+    /// Runs the tasks of `dest`, attached while their launcher holds them before their
+    /// start, to `main`, where they stay stopped.
+    pub async fn run_attached_to_main(&mut self, dest: &IdSet) -> anyhow::Result<Vec<Line>> {
+        let id = self.id();
+        self.request(dest, &format!("{id} [] sdm_to_main()")).await
+    }
+
     /// Programs started from now on stop at `main` (`sdm run --stop-at-main`).
     pub fn set_stop_at_main(&mut self, on: bool) {
         self.stop_at_main = on;

@@ -1,0 +1,121 @@
+//! Launch mode (`sdm run --launcher srun|mpirun`): the job is started by its own launcher,
+//! so MPI wiring and PMI come from it, and held for the tool as STAT, TotalView and
+//! LaunchMON hold it (the launcher traced with `MPIR_being_debugged` set, stopped in
+//! `MPIR_Breakpoint`); its process table places one server per host, each attaching to
+//! its host's ranks; then the launcher is released. Under srun the tasks wait before their
+//! first instruction, so `--stop-at-main` and breakpoints set before the program runs work
+//! as they do locally; Open MPI 4 holds its ranks inside `MPI_Init` instead.
+
+use std::io::Write;
+
+use anyhow::Context;
+use sdm_deploy::LauncherKind;
+use sdm_proto::IdSet;
+use sdm_server::hold::{HeldJob, HoldError, launch_held};
+
+use crate::console::Console;
+
+/// A job its launcher holds, and which launcher that is.
+pub(crate) struct Held {
+    /// The held job (released once its ranks are attached).
+    pub job: HeldJob,
+    /// srun or mpirun.
+    pub kind: LauncherKind,
+}
+
+/// Starts `program` as an `n`-rank job of `kind` held in `MPIR_Breakpoint`. `Ok(Err(e))`
+/// when the launcher cannot hold a job (no MPIR interface): the caller falls back.
+pub(crate) async fn start(
+    kind: LauncherKind,
+    hosts: &[String],
+    extra: &[String],
+    n: u32,
+    program: &[String],
+) -> anyhow::Result<Result<Held, HoldError>> {
+    let argv = sdm_deploy::job::job_command(kind, hosts, extra, n, program)?;
+    tracing::info!("launch mode: {}", argv.join(" "));
+    // Open MPI warns on stderr that MPIR is deprecated unless told not to.
+    let env = [("OMPI_MPIR_DO_NOT_WARN".to_owned(), "1".to_owned())];
+    let held = tokio::task::spawn_blocking(move || launch_held(&argv, &env))
+        .await
+        .context("the thread holding the launcher")?;
+    Ok(held.map(|job| Held { job, kind }))
+}
+
+/// The held job's tasks as (host, pid), in rank order; an error names a rank missing from
+/// the launcher's table.
+pub(crate) fn tasks(held: &Held, n: u32) -> anyhow::Result<Vec<(String, u32)>> {
+    let mut tasks: Vec<Option<(String, u32)>> = vec![None; n as usize];
+    for d in &held.job.table().tasks {
+        if let Some(slot) = tasks.get_mut(d.rank as usize) {
+            *slot = Some((d.host.clone(), d.pid));
+        }
+    }
+    tasks
+        .into_iter()
+        .enumerate()
+        .map(|(r, t)| t.with_context(|| format!("rank {r} is not in the launcher's process table")))
+        .collect()
+}
+
+/// Once the servers have attached: srun's tasks, held before their first instruction, run
+/// to `main` (and on, without `--stop-at-main`); the launcher is released. Returns the
+/// launcher, to wait for or end with the session.
+pub(crate) async fn release(
+    console: &mut Console,
+    held: Held,
+    stop_at_main: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<std::process::Child> {
+    let all: IdSet = console.session().all();
+    let at_start = held.kind == LauncherKind::Srun;
+    if at_start {
+        for l in console.run_attached_to_main(&all).await? {
+            if !l.started() {
+                eprintln!(
+                    "sdm: {} did not reach main: {}",
+                    l.ids,
+                    l.shown(crate::words::reply)
+                );
+            }
+        }
+    }
+    let kind = held.kind;
+    let child = tokio::task::spawn_blocking(move || held.job.release())
+        .await
+        .context("the thread releasing the launcher")??;
+    match (at_start, stop_at_main) {
+        (true, false) => {
+            console.command("cont", out).await?;
+        }
+        (false, true) => {
+            eprintln!(
+                "sdm: {kind} holds its ranks inside MPI_Init, after main began: they are stopped there"
+            );
+            console.command("stop", out).await?;
+        }
+        _ => {}
+    }
+    Ok(child)
+}
+
+/// Ends a released launcher with the session: one still running (its job outlived the
+/// console) gets SIGTERM, as srun ends its step, then is waited for. Its exit status
+/// (128+N for signal N) counts with the ranks'.
+pub(crate) fn finish(mut child: std::process::Child) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    if matches!(child.try_wait(), Ok(None)) {
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+    match child.wait() {
+        Ok(s) => s
+            .code()
+            .or_else(|| s.signal().map(|n| 128 + n))
+            .unwrap_or(1),
+        Err(e) => {
+            eprintln!("sdm: waiting for the job's launcher: {e}");
+            1
+        }
+    }
+}
