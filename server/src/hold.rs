@@ -40,8 +40,11 @@
 //! untraced. Dropping a [`HeldJob`] releases it too: a launcher is never left stopped or
 //! traced. A launcher whose image has no `MPIR_being_debugged` or `MPIR_Breakpoint`
 //! (a shell, a wrapper script: the launcher must be the launcher's binary itself) is
-//! killed before it ran its first instruction, and the error says so
+//! killed at its entry point, before its `main`, and the error says so
 //! ([`HoldError::NoMpir`]), so the caller can start the job otherwise and attach to it.
+//! A launcher that dies while held (killed, or ending its job) is reaped and reported
+//! ([`HoldError::Ended`]); one that never spawns its job (waiting for a Slurm allocation)
+//! keeps [`launch_held`] waiting: there is no time limit of its own.
 
 use std::process::Child;
 use std::sync::mpsc;
