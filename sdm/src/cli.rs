@@ -968,7 +968,9 @@ async fn run_console(
             );
         }
     } else {
-        let attached = console.attach(&attach).await?;
+        // srun's held tasks wait before their first instruction: run to main as attached.
+        let to_main = held.as_ref().is_some_and(crate::held::Held::at_start);
+        let attached = console.attach_with(&attach, to_main).await?;
         // Like STAT, a job with ranks that vanished is still inspected through the others.
         start_failed = attached.iter().all(|l| !l.started());
         for l in attached.iter().filter(|l| !l.started()) {
@@ -1062,12 +1064,12 @@ async fn run_console(
     // Like srun: the largest exit status of the programs, at least 1 when a program
     // could not start, a server was lost or a command failed.
     let ending = console.shutdown().await;
-    // A held job ends with the session, as a job `sdm run` started: its launcher's status
-    // counts with the ranks'.
-    let launched = launcher.map_or(0, crate::held::finish);
+    // A held job ends with the session, as a job `sdm run` started does.
+    if let Some(l) = launcher {
+        crate::held::finish(l);
+    }
     let code = ending
         .exit_code()
-        .max(launched)
         .max(i32::from(failed))
         .max(interrupted.map_or(0, crate::interrupt::exit_status));
     // `exit` runs no destructors: the socket goes first.

@@ -10,7 +10,6 @@ use std::io::Write;
 
 use anyhow::Context;
 use sdm_deploy::LauncherKind;
-use sdm_proto::IdSet;
 use sdm_server::hold::{HeldJob, HoldError, launch_held};
 
 use crate::console::Console;
@@ -21,6 +20,14 @@ pub(crate) struct Held {
     pub job: HeldJob,
     /// srun or mpirun.
     pub kind: LauncherKind,
+}
+
+impl Held {
+    /// Whether the launcher holds the tasks before their first instruction (srun), so
+    /// they are run to `main` as they are attached; Open MPI 4 holds them in `MPI_Init`.
+    pub(crate) fn at_start(&self) -> bool {
+        self.kind == LauncherKind::Srun
+    }
 }
 
 /// Starts `program` as an `n`-rank job of `kind` held in `MPIR_Breakpoint`. `Ok(Err(e))`
@@ -58,8 +65,9 @@ pub(crate) fn tasks(held: &Held, n: u32) -> anyhow::Result<Vec<(String, u32)>> {
         .collect()
 }
 
-/// Once the servers have attached: srun's tasks, held before their first instruction, run
-/// to `main` (and on, without `--stop-at-main`); the launcher is released. Returns the
+/// Once the servers have attached (srun's tasks, held before their first instruction, run
+/// to `main` as they were): the launcher is released, and the tasks go on unless
+/// `--stop-at-main`. Returns the
 /// launcher, to wait for or end with the session.
 pub(crate) async fn release(
     console: &mut Console,
@@ -67,26 +75,15 @@ pub(crate) async fn release(
     stop_at_main: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<std::process::Child> {
-    let all: IdSet = console.session().all();
-    let at_start = held.kind == LauncherKind::Srun;
-    if at_start {
-        for l in console.run_attached_to_main(&all).await? {
-            if !l.started() {
-                eprintln!(
-                    "sdm: {} did not reach main: {}",
-                    l.ids,
-                    l.shown(crate::words::reply)
-                );
-            }
-        }
-    }
+    let at_start = held.at_start();
     let kind = held.kind;
     let child = tokio::task::spawn_blocking(move || held.job.release())
         .await
         .context("the thread releasing the launcher")??;
     match (at_start, stop_at_main) {
+        // Quietly: the ranks simply run, as a program started without --stop-at-main does.
         (true, false) => {
-            console.command("cont", out).await?;
+            console.command("cont", &mut std::io::sink()).await?;
         }
         (false, true) => {
             eprintln!(
@@ -100,22 +97,16 @@ pub(crate) async fn release(
 }
 
 /// Ends a released launcher with the session: one still running (its job outlived the
-/// console) gets SIGTERM, as srun ends its step, then is waited for. Its exit status
-/// (128+N for signal N) counts with the ranks'.
-pub(crate) fn finish(mut child: std::process::Child) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
+/// console) gets SIGTERM, as srun ends its step; then it is waited for. The job's status
+/// is its ranks' (the console saw each end, and ranks it killed do not count), not the
+/// launcher's, which reports those kills too.
+pub(crate) fn finish(mut child: std::process::Child) {
     if matches!(child.try_wait(), Ok(None)) {
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     }
     match child.wait() {
-        Ok(s) => s
-            .code()
-            .or_else(|| s.signal().map(|n| 128 + n))
-            .unwrap_or(1),
-        Err(e) => {
-            eprintln!("sdm: waiting for the job's launcher: {e}");
-            1
-        }
+        Ok(s) => tracing::info!("the job's launcher ended: {s}"),
+        Err(e) => eprintln!("sdm: waiting for the job's launcher: {e}"),
     }
 }

@@ -324,14 +324,13 @@ pub fn registry() -> Arc<Registry<Monitor>> {
             Box::new(|m: &mut Monitor, req: &BasicRequest| {
                 let pid = int_param(req, 0, "pid")?;
                 let pid = u32::try_from(pid).map_err(|_| err(format!("sdm_attach: {pid} is not a pid")))?;
-                m.attach(pid).map(|p| vec![Value::Int(i64::from(p))]).map_err(err)
-            }),
-        );
-        // `sdm_to_main()`: a task attached while its launcher holds it runs to `main`.
-        x.register(
-            "to_main",
-            Box::new(|m: &mut Monitor, _: &BasicRequest| {
-                m.run_attached_to_main().map(|()| vec![Value::Int(0)]).map_err(err)
+                let p = m.attach(pid).map_err(err)?;
+                // `sdm_attach(PID, 1)`: a task its launcher holds before its start runs to
+                // `main` (in this one job: the monitor's poll must not continue it first).
+                if req.params.len() > 1 && int_param(req, 1, "run to main")? != 0 {
+                    m.run_attached_to_main().map_err(err)?;
+                }
+                Ok(vec![Value::Int(i64::from(p))])
             }),
         );
         x.register(
