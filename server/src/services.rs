@@ -70,7 +70,8 @@ pub fn registry() -> Arc<Registry<Monitor>> {
     );
     r.register_base(
         "number_of_nodes",
-        Box::new(|m, _| Ok(vec![Value::Int(i64::from(m.servers))])),
+        // The nodes OMIS numbers are the ranks (a server may serve many).
+        Box::new(|m, _| Ok(vec![Value::Int(i64::from(m.size.unwrap_or(m.servers)))])),
     );
     r.register_base(
         "list_nodes",
