@@ -226,7 +226,7 @@ impl TreeArgs {
         // A topology file fixes the servers: one rank each, as it numbers them.
         let ranks_per_server = match &self.topology {
             Shape::Explicit(_) => Some(1),
-            _ => self.ranks_per_server.or(Some(1)),
+            _ => self.ranks_per_server,
         };
         Ok(SessionOptions {
             n,
@@ -253,6 +253,17 @@ impl TreeArgs {
 }
 
 impl TreeArgs {
+    /// [`TreeArgs::options`] for a tree whose servers start the program: under srun or
+    /// mpirun a program gets its MPI wiring from the launcher's task that runs its server,
+    /// so each rank has a server of its own unless `--ranks-per-server` says otherwise.
+    fn program_options(&self, n: u32) -> anyhow::Result<SessionOptions> {
+        let mut opts = self.options(n)?;
+        if matches!(opts.launcher, LauncherKind::Srun | LauncherKind::Mpirun) {
+            opts.ranks_per_server.get_or_insert(1);
+        }
+        Ok(opts)
+    }
+
     /// The hosts a topology file in MRNet's form places the servers on: only the ssh
     /// launcher can honour them (mpirun and srun place ranks themselves).
     fn topology_hosts(&self) -> anyhow::Result<Option<&[String]>> {
@@ -736,7 +747,7 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
         "--period {}: seconds from 0 (excluded) to {most}",
         a.period
     );
-    let session = Session::launch(&a.tree.options(a.n)?, |_| {})
+    let session = Session::launch(&a.tree.program_options(a.n)?, |_| {})
         .await
         .context("launching the tree")?;
     for (ids, why) in &session.report().failed {
@@ -822,7 +833,7 @@ async fn run_console(
 ) -> anyhow::Result<()> {
     let mut opts = match opts {
         Some(o) => o,
-        None => c.tree.options(n)?,
+        None => c.tree.program_options(n)?,
     };
     // Command files are read now: a missing one is named before anything starts.
     let mut script = crate::script::sources(&c.commands, &c.command_files)?;

@@ -13,6 +13,8 @@
 //!   addr2line), its stored OMIS event requests and their actions.
 //! - [`mpir`]: the process table of a running job, read from its launcher (MPIR, or the
 //!   launcher's ranked descendants).
+//! - [`hold`]: a job started held for a tool (MPIR launch mode): the launcher stopped in
+//!   `MPIR_Breakpoint`, the tasks spawned and not yet running, their table read.
 //! - [`services`]: the OMIS services every server offers over its monitor.
 //! - [`plugin`]: service plugins, shared libraries implementing `include/sdm_service.h`.
 //! - [`ranks`]: the table of a server's local ranks, each with its own monitor
@@ -62,6 +64,7 @@ pub mod counters;
 pub mod daemon;
 pub mod error;
 pub mod gdbmi;
+pub mod hold;
 pub mod monitor;
 pub mod mpir;
 pub mod plugin;

@@ -41,6 +41,7 @@ mod idle;
 mod session;
 mod symbolic;
 mod threads;
+mod tomain;
 pub use detach::Leave;
 pub use symbolic::{FrameMove, Step};
 pub use threads::ThreadStack;

@@ -70,7 +70,7 @@ pub fn registry() -> Arc<Registry<Monitor>> {
     );
     r.register_base(
         "number_of_nodes",
-        // The nodes OMIS numbers are the ranks (a server may serve many).
+        // The job's nodes in OMIS's sense: its ranks.
         Box::new(|m, _| Ok(vec![Value::Int(i64::from(m.size.unwrap_or(m.servers)))])),
     );
     r.register_base(
@@ -325,6 +325,13 @@ pub fn registry() -> Arc<Registry<Monitor>> {
                 let pid = int_param(req, 0, "pid")?;
                 let pid = u32::try_from(pid).map_err(|_| err(format!("sdm_attach: {pid} is not a pid")))?;
                 m.attach(pid).map(|p| vec![Value::Int(i64::from(p))]).map_err(err)
+            }),
+        );
+        // `sdm_to_main()`: a task attached while its launcher holds it runs to `main`.
+        x.register(
+            "to_main",
+            Box::new(|m: &mut Monitor, _: &BasicRequest| {
+                m.run_attached_to_main().map(|()| vec![Value::Int(0)]).map_err(err)
             }),
         );
         x.register(
