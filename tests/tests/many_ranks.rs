@@ -191,7 +191,14 @@ fn all_gone(pids: &[u32]) -> bool {
     false
 }
 
-/// Starts `sleep 1000` on every rank; returns the pids by rank.
+/// Whether `pid` waits in `clock_nanosleep` (x86-64 system call 230), past its start-up.
+fn in_sleep(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .is_ok_and(|s| s.split(' ').next() == Some("230"))
+}
+
+/// Starts `sleep 1000` on every rank and waits (a hang guard of two minutes) until each
+/// sleeps; returns the pids by rank.
 async fn start_sleeps(c: &mut Console) -> Vec<u32> {
     let started = c
         .start_program("sleep", &["1000".into()], "pipes")
@@ -209,7 +216,16 @@ async fn start_sleeps(c: &mut Console) -> Vec<u32> {
         }
     }
     assert_eq!(pids.len() as u32, N, "{started:?}");
-    pids.into_values().collect()
+    let pids: Vec<u32> = pids.into_values().collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !pids.iter().all(|&p| in_sleep(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "the sleeps never slept: {pids:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pids
 }
 
 /// stop, bt and cont of the 8 ranks of one server: one merged answer each, every process
