@@ -16,10 +16,10 @@
 #
 # Usage: bench/debugger-bench.sh [--old-bin DIR]
 #   --old-bin DIR  the older build: DIR holds its release `sdm` and `sdm-debug-bench`
-# Environment: SIZES ("64 256"), REPS (3), K (10), GDB_MAX (64), PROFILE (release; `dev` for
-# the debug build), OLD_BIN (as --old-bin), NEW_BIN (a directory with the `sdm` and
-# `sdm-debug-bench` to run as the new build, not this tree's). A size whose gdbs would not fit in the free memory
-# (70 MB each) is skipped.
+# Environment: SIZES ("64 256"), REPS (3), K (10), GDB_MAX (64; 0 skips the gdb runs),
+# PROFILE (release; `dev` for the debug build), OLD_BIN (as --old-bin), NEW_BIN (a directory
+# with the `sdm` and `sdm-debug-bench` to run as the new build, not this tree's). A size whose
+# gdbs would not fit in the free memory (70 MB each) is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -126,6 +126,11 @@ for n in $SIZES; do
     hp+=("$(field "$out" handover_print_ms)")
     pr+=("$(field "$out" print_p50_ms)")
     nx+=("$(field "$out" next_p50_ms)")
+    if [ "$m" -eq 0 ]; then
+      gp+=(0) gn+=(0)
+      echo "# n=$n rep=$rep handover+print=${hp[-1]} print=${pr[-1]} next=${nx[-1]}" >&2
+      continue
+    fi
     # gdb on each process in turn: print on running ranks...
     pids=()
     for r in $(seq 0 $((m - 1))); do

@@ -579,8 +579,8 @@ fn table(text: &str) -> String {
     let with_old = data.keys().any(|(_, _, sys)| sys == "sdm-old");
     let mut out = if with_old {
         String::from(
-            "| figure | n | sdm before | sdm | baseline | before / baseline | sdm / baseline |\n\
-             | --- | --- | --- | --- | --- | --- | --- |\n",
+            "| figure | n | sdm before | sdm | baseline | before / baseline | sdm / baseline | sdm / before |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         )
     } else {
         String::from(
@@ -598,8 +598,12 @@ fn table(text: &str) -> String {
         };
         let show = |c: &Option<(f64, String)>| c.as_ref().map_or("–".into(), |c| c.1.clone());
         if with_old {
+            let against_old = match (&sdm, &old) {
+                (Some((a, _)), Some((b, _))) if *b != 0.0 => format!("{:.2}", a / b),
+                _ => "–".into(),
+            };
             out.push_str(&format!(
-                "| {} | {n} | {} | {} | {} | {} | {} |\n",
+                "| {} | {n} | {} | {} | {} | {} | {} | {against_old} |\n",
                 FIGURES[i].2,
                 show(&old),
                 show(&sdm),
