@@ -17,8 +17,9 @@
 # Environment: SIZES ("64 256 1024"), REPS (3), GDB_MAX (256), LAUNCHER (srun; Slurm's
 # default MaxTasksPerNode, 512, caps srun on one node: use mpirun for 1024), OLD_BIN (as
 # --old-bin), SDM_ARGS (extra `sdm attach` options of the new build, e.g.
-# `--ranks-per-server 1`), SDM_BIN (run that `sdm` as the new build, not this tree's),
-# GDB_MAX=0 skips the gdb runs.
+# `--ranks-per-server 1`), NEW_BIN (run that `sdm` as the new build, not this tree's),
+# GDB_MAX=0 skips the gdb runs. Each build runs with SDM_BIN set to itself, so that the
+# daemons it starts are its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,8 +39,8 @@ LAUNCHER=${LAUNCHER:-srun}
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 command -v "$LAUNCHER" >/dev/null || { echo "needs $LAUNCHER (deploy/ci-setup.sh)" >&2; exit 1; }
 command -v gdb >/dev/null || { echo "needs gdb (deploy/ci-setup.sh)" >&2; exit 1; }
-# SDM_BIN: run that build as the new one instead of building this tree's.
-if [ -n "${SDM_BIN:-}" ]; then SDM=$SDM_BIN; else
+# NEW_BIN: run that build as the new one instead of building this tree's.
+if [ -n "${NEW_BIN:-}" ]; then SDM=$NEW_BIN; else
   cargo build --release -p sdm >&2
   SDM=${CARGO_TARGET_DIR:-target}/release/sdm
 fi
@@ -57,7 +58,7 @@ timed_attach() {
   local extra=()
   [ "$bin" = "$SDM" ] && extra=("${SDM_ARGS[@]}")
   t0=$(now)
-  "$bin" attach "$job" "${extra[@]}" "$@" >"$out"
+  SDM_BIN=$bin "$bin" attach "$job" "${extra[@]}" "$@" >"$out"
   t1=$(now)
   echo "$t1 - $t0" | bc -l
 }
@@ -109,8 +110,8 @@ for n in $SIZES; do
       echo "# n=$n rep=$rep old: attach=$o_a attach+bt=$o_b new: attach=$n_a attach+bt=$n_b load: $(cut -d' ' -f1 /proc/loadavg)" >&2
       continue
     fi
-    t0=$(now); "$SDM" attach "$job" -c detach >/dev/null; t1=$(now)
-    "$SDM" attach "$job" -c bt -c detach >/tmp/sdm-attach-bench-bt.txt; t2=$(now)
+    t0=$(now); SDM_BIN=$SDM "$SDM" attach "$job" -c detach >/dev/null; t1=$(now)
+    SDM_BIN=$SDM "$SDM" attach "$job" -c bt -c detach >/tmp/sdm-attach-bench-bt.txt; t2=$(now)
     grep -q "nanosleep" /tmp/sdm-attach-bench-bt.txt || { echo "bt shows no nanosleep:" >&2; cat /tmp/sdm-attach-bench-bt.txt >&2; exit 1; }
     a=$(echo "$t1 - $t0" | bc -l); b=$(echo "($t2 - $t1) - $a" | bc -l)
     mapfile -t pids < <("$SDM" attach "$job" --table | awk '{print $3}')

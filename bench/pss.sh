@@ -12,8 +12,9 @@
 #
 # Usage: bench/pss.sh [--old-bin PATH]
 #   --old-bin PATH  the older build's `sdm` (or the directory holding it)
-# Environment: SIZES ("64"), REPS (3), OLD_BIN (as --old-bin), SDM_BIN (run that `sdm` as the
-# new build instead of building this tree's).
+# Environment: SIZES ("64"), REPS (3), OLD_BIN (as --old-bin), NEW_BIN (run that `sdm` as the
+# new build instead of building this tree's). Each build runs with SDM_BIN set to itself, so
+# that the daemons it starts are its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +29,7 @@ SIZES=${SIZES:-64}
 REPS=${REPS:-3}
 command -v srun >/dev/null || { echo "pss.sh: needs srun (deploy/ci-setup.sh)" >&2; exit 1; }
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-if [ -n "${SDM_BIN:-}" ]; then SDM=$SDM_BIN; else
+if [ -n "${NEW_BIN:-}" ]; then SDM=$NEW_BIN; else
   cargo build --release -p sdm >&2
   SDM=${CARGO_TARGET_DIR:-target}/release/sdm
 fi
@@ -66,7 +67,7 @@ wait_for() {
 # Idle tree of binary $1 at $n ranks: prints "MB processes".
 idle() {
   local out=$work/idle.out pid
-  setsid "$1" launch -n "$n" --hold --json </dev/null >"$out" 2>&1 &
+  SDM_BIN=$1 setsid "$1" launch -n "$n" --hold --json </dev/null >"$out" 2>&1 &
   pid=$!
   wait_for "$out" '"ready_count"'
   sleep 1
@@ -80,7 +81,7 @@ after_bt() {
   local out=$work/bt.out fifo=$work/cmds pid
   rm -f "$fifo"
   mkfifo "$fifo"
-  "$1" attach "$2" -x - <"$fifo" >"$out" 2>&1 &
+  SDM_BIN=$1 "$1" attach "$2" -x - <"$fifo" >"$out" 2>&1 &
   pid=$!
   exec 9>"$fifo"
   echo bt >&9

@@ -60,7 +60,7 @@ run() {
     if [ "$label" = sdm-old ]; then
       SDM_BIN="$OLD/sdm" "$bin" $args $flag | sed 's/"system":"sdm"/"system":"sdm-old"/' | tee -a "$OUT"
     else
-      "$bin" $args $flag | tee -a "$OUT"
+      SDM_BIN="${B%/*}/sdm" "$bin" $args $flag | tee -a "$OUT"
     fi
   done
 }
