@@ -49,6 +49,15 @@ pub fn layout(opts: &SessionOptions, implied: &[String]) -> Result<Layout> {
             placement: p.clone(),
         });
     }
+    // A topology file numbers its servers: one rank each, as it places them.
+    if let Some(m) = opts.topology.servers()
+        && opts.ranks_per_server.is_none()
+    {
+        return Ok(Layout {
+            servers: m,
+            placement: Placement::Identity,
+        });
+    }
     let per = match opts.ranks_per_server {
         Some(0) => {
             return Err(Error::invalid(
@@ -60,7 +69,8 @@ pub fn layout(opts: &SessionOptions, implied: &[String]) -> Result<Layout> {
             let hosts = match opts.launcher {
                 LauncherKind::Local => 1,
                 _ if !opts.hosts.is_empty() => distinct_hosts(&opts.hosts).len() as u32,
-                _ => distinct_hosts(implied).len().max(1) as u32,
+                _ if !implied.is_empty() => distinct_hosts(implied).len() as u32,
+                _ => nodes_in(&opts.launcher_args).unwrap_or(1),
             };
             n.div_ceil(hosts.clamp(1, n.max(1)))
         }
@@ -70,6 +80,24 @@ pub fn layout(opts: &SessionOptions, implied: &[String]) -> Result<Layout> {
         servers: placement.servers_for(n),
         placement,
     })
+}
+
+/// The node count a launcher's own arguments ask for (`-N K`, `--nodes=K`, `--nodes K`).
+fn nodes_in(args: &[String]) -> Option<u32> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let value = match a.as_str() {
+            "-N" | "--nodes" => it.next().map(String::as_str),
+            a => a
+                .strip_prefix("--nodes=")
+                .or_else(|| a.strip_prefix("-N").filter(|v| !v.is_empty())),
+        };
+        // `-N 2-4` (a range): its least.
+        if let Some(k) = value.and_then(|v| v.split('-').next()?.parse().ok()) {
+            return Some(k);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -96,6 +124,11 @@ mod tests {
         let implied = ["n1".to_string(), "n2".to_string()];
         let l = layout(&opts(5, LauncherKind::Srun, &[], None), &implied).unwrap();
         assert_eq!((l.servers, l.placement), (2, Placement::blocks(3, 5)));
+        let mut o = opts(16, LauncherKind::Srun, &[], None);
+        o.launcher_args = vec!["-N".into(), "4".into()];
+        assert_eq!(layout(&o, &[]).unwrap().servers, 4);
+        o.launcher_args = vec!["--nodes=2-3".into()];
+        assert_eq!(layout(&o, &[]).unwrap().servers, 2);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use sdm_overlay::transport::{Address, PortRange, TransportConfig, bind_in_range,
 #[cfg(feature = "quic")]
 use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
 use sdm_proto::{IdSet, Message, Status, SyncMode};
-use sdm_topology::{Placement, Shape};
+use sdm_topology::{Placement, Shape, Tree};
 
 use sdm_overlay::init::{INIT_SERVICE, InitSpec, Table};
 
@@ -624,6 +624,14 @@ impl Session {
     /// Which ranks each server serves.
     pub fn placement(&self) -> &Placement {
         &self.placement
+    }
+
+    /// The tree: its shape over the servers and the ranks each serves.
+    pub fn tree(&self) -> Tree {
+        Tree::new(
+            Arc::from(self.shape.build(self.servers_count)),
+            self.placement.clone(),
+        )
     }
 
     /// The tree's shape (binomial for an attached session unless it says otherwise).
