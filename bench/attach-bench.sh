@@ -51,7 +51,8 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+
 # Seconds of one end-to-end run of `$1 attach JOB ARGS...`, its output in $out; the build's
 # own options (SDM_ARGS) go to the new build only.
 out=/tmp/sdm-attach-bench-$$.txt
-trap 'rm -f "$out"' EXIT
+# On any exit, the job still running (a session of its own: setsid) goes too.
+trap 'rm -f "$out"; [ -z "${job:-}" ] || kill -- -"$job" 2>/dev/null || true' EXIT
 timed_attach() {
   local bin=$1 job=$2 t0 t1
   shift 2
@@ -105,7 +106,7 @@ for n in $SIZES; do
     [ "$have" -eq "$n" ] || { echo "$LAUNCHER -n $n: only $have tasks in the table" >&2; kill "$job"; exit 1; }
     if [ -n "$OLD_BIN" ]; then
       old_vs_new "$job" "$rep"
-      kill "$job" 2>/dev/null; wait "$job" 2>/dev/null || true
+      kill "$job" 2>/dev/null; wait "$job" 2>/dev/null || true; job=
       oa+=("$o_a") ob+=("$o_b") na+=("$n_a") nb+=("$n_b")
       echo "# n=$n rep=$rep old: attach=$o_a attach+bt=$o_b new: attach=$n_a attach+bt=$n_b load: $(cut -d' ' -f1 /proc/loadavg)" >&2
       continue
@@ -122,7 +123,7 @@ for n in $SIZES; do
     g=0
     [ "$m" -gt 0 ] && g=$(echo "($t4 - $t3) * $n / $m" | bc -l)
     [ "$m" -lt "$n" ] && scaled=" (scaled from $m)"
-    kill "$job" 2>/dev/null; wait "$job" 2>/dev/null || true
+    kill "$job" 2>/dev/null; wait "$job" 2>/dev/null || true; job=
     attach+=("$a") bt+=("$b") gdbt+=("$g")
     echo "# n=$n rep=$rep attach=$a bt=$b gdb=$g" >&2
   done

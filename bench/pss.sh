@@ -36,7 +36,8 @@ fi
 SDM=$(readlink -f "$SDM")
 [ -n "$OLD_BIN" ] && OLD_BIN=$(readlink -f "$OLD_BIN")
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# On any exit, the job still running (a session of its own: setsid) goes too.
+trap 'rm -rf "$work"; [ -z "${job:-}" ] || kill -- -"$job" 2>/dev/null || true' EXIT
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
@@ -129,7 +130,7 @@ for n in $SIZES; do
     elif [ $((rep % 2)) -eq 1 ]; then measure "$OLD_BIN" old; measure "$SDM" new
     else measure "$SDM" new; measure "$OLD_BIN" old
     fi
-    kill "$job" 2>/dev/null; wait "$job" 2>/dev/null || true
+    kill "$job" 2>/dev/null; wait "$job" 2>/dev/null || true; job=
   done
   NI=$(printf '%s\n' "${new_idle[@]}" | median) NB=$(printf '%s\n' "${new_bt[@]}" | median)
   if [ -z "$OLD_BIN" ]; then
