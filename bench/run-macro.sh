@@ -9,7 +9,9 @@
 #                  `sdm-relay`, e.g. from `git worktree add /tmp/old OLD && cargo build
 #                  --release -p sdm -p sdm-bench` there), as system `sdm-old`: before and
 #                  after in one sitting.
-# Environment: SIZES ("64 256 1024"), REPS (3), ITERS (200), WINDOW (16), WAVES (by size:
+# Environment: SIZES ("64 256 1024"), REPS (3), BENCHES ("startup rtt throughput": which to
+# run), SDM_ARGS (extra sdm-bench options for this build's sdm runs, e.g.
+# `--ranks-per-server 16`), ITERS (200), WINDOW (16), WAVES (by size:
 # 2048000 / n, at least 2000, so each throughput run lasts seconds, not a tenth of one: at
 # 64 servers a run of 2000 waves takes the relay 0.15 s, and its CPU per wave then spreads
 # by 30% from run to run, against 10% over 32000 waves; a number fixes it for every size).
@@ -26,6 +28,8 @@ if [ "${1:-}" = --old-bin ]; then
 fi
 SIZES=${SIZES:-"64 256 1024"}
 REPS=${REPS:-3}
+BENCHES=${BENCHES:-"startup rtt throughput"}
+SDM_ARGS=${SDM_ARGS:-}
 ITERS=${ITERS:-200}
 WAVES=${WAVES:-}
 WINDOW=${WINDOW:-16}
@@ -44,13 +48,19 @@ run() {
   local n=$1 bin=$2 flag=$3 label=$4
   local waves=${WAVES:-$((2048000 / n > 2000 ? 2048000 / n : 2000))}
   echo "# n=$n rep=$rep $label" >&2
-  for args in "startup -n $n" "rtt -n $n --iters $ITERS" \
-              "throughput -n $n --waves $waves --window $WINDOW"; do
+  local b args
+  for b in $BENCHES; do
+    case "$b" in
+      startup) args="startup -n $n" ;;
+      rtt) args="rtt -n $n --iters $ITERS" ;;
+      throughput) args="throughput -n $n --waves $waves --window $WINDOW" ;;
+      *) echo "run-macro.sh: unknown bench $b in BENCHES" >&2; exit 1 ;;
+    esac
     # shellcheck disable=SC2086
     if [ "$label" = sdm-old ]; then
       SDM_BIN="$OLD/sdm" "$bin" $args $flag | sed 's/"system":"sdm"/"system":"sdm-old"/' | tee -a "$OUT"
     else
-      "$bin" $args $flag | tee -a "$OUT"
+      SDM_BIN="${B%/*}/sdm" "$bin" $args $flag | tee -a "$OUT"
     fi
   done
 }
@@ -58,7 +68,7 @@ run() {
 for n in $SIZES; do
   for rep in $(seq "$REPS"); do
     [ -n "$OLD" ] && run "$n" "$OLD/sdm-bench" "" sdm-old
-    run "$n" "$B" "" sdm
+    run "$n" "$B" "$SDM_ARGS" sdm
     run "$n" "$B" --baseline baseline
   done
 done

@@ -77,9 +77,13 @@ enum Bench {
 
 #[derive(Args, Debug, Clone)]
 struct Common {
-    /// Number of servers (the tree has n + 1 daemons: master or position 0, plus n).
+    /// Number of ranks: sdm serves them from one server (one per host) unless
+    /// --ranks-per-server splits them; the baseline runs n relays (plus position 0).
     #[arg(short, long)]
     n: u32,
+    /// Ranks per sdm server, in blocks (1: one server per rank, the layout before issue 37).
+    #[arg(long)]
+    ranks_per_server: Option<u32>,
     /// sdm transport: tcp or quic (the baseline is always tcp).
     #[arg(long, default_value = "tcp")]
     transport: String,
@@ -110,6 +114,10 @@ fn main() -> anyhow::Result<()> {
         Bench::Startup(c) | Bench::Rtt { common: c, .. } | Bench::Throughput { common: c, .. } => c,
     };
     ensure!(common.n > 0, "-n must be at least 1");
+    ensure!(
+        common.ranks_per_server != Some(0),
+        "--ranks-per-server must be at least 1"
+    );
     let out = if common.baseline {
         ensure!(
             common.transport == "tcp",
@@ -133,6 +141,7 @@ fn header(bench: &str, system: &str, c: &Common) -> Value {
         "bench": bench,
         "system": system,
         "n": c.n,
+        "ranks_per_server": c.ranks_per_server,
         "transport": if c.baseline { "tcp" } else { c.transport.as_str() },
     })
 }
@@ -155,6 +164,7 @@ fn micros(d: Duration) -> f64 {
 async fn launch(c: &Common) -> anyhow::Result<(Session, f64, Value)> {
     let opts = SessionOptions {
         n: c.n,
+        ranks_per_server: c.ranks_per_server,
         launcher: LauncherKind::Local,
         transport: c.transport.clone(),
         topology: Shape::Binomial,
@@ -569,8 +579,8 @@ fn table(text: &str) -> String {
     let with_old = data.keys().any(|(_, _, sys)| sys == "sdm-old");
     let mut out = if with_old {
         String::from(
-            "| figure | n | sdm before | sdm | baseline | before / baseline | sdm / baseline |\n\
-             | --- | --- | --- | --- | --- | --- | --- |\n",
+            "| figure | n | sdm before | sdm | baseline | before / baseline | sdm / baseline | sdm / before |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         )
     } else {
         String::from(
@@ -588,8 +598,12 @@ fn table(text: &str) -> String {
         };
         let show = |c: &Option<(f64, String)>| c.as_ref().map_or("–".into(), |c| c.1.clone());
         if with_old {
+            let against_old = match (&sdm, &old) {
+                (Some((a, _)), Some((b, _))) if *b != 0.0 => format!("{:.2}", a / b),
+                _ => "–".into(),
+            };
             out.push_str(&format!(
-                "| {} | {n} | {} | {} | {} | {} | {} |\n",
+                "| {} | {n} | {} | {} | {} | {} | {} | {against_old} |\n",
                 FIGURES[i].2,
                 show(&old),
                 show(&sdm),

@@ -17,9 +17,13 @@ use serde_json::json;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
-    /// Number of servers (and programs).
+    /// Number of ranks (programs); one server serves them all unless --ranks-per-server
+    /// splits them.
     #[arg(short, long, default_value_t = 64)]
     n: u32,
+    /// Ranks per server, in blocks (1: one server per rank, the layout before issue 37).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    ranks_per_server: Option<u32>,
     /// The program (built with -g; it is started stopped at `main`).
     #[arg(long)]
     program: String,
@@ -62,6 +66,7 @@ fn ms(d: Duration) -> f64 {
 async fn bench(cli: Cli) -> anyhow::Result<serde_json::Value> {
     let opts = SessionOptions {
         n: cli.n,
+        ranks_per_server: cli.ranks_per_server,
         program: Some(find_sdm_binary()?),
         ..SessionOptions::default()
     };
@@ -90,7 +95,8 @@ async fn bench(cli: Cli) -> anyhow::Result<serde_json::Value> {
     s.shutdown(Duration::from_secs(10)).await;
     let (p, n) = (summarize(&prints), summarize(&nexts));
     Ok(json!({
-        "bench": "debugger", "n": cli.n, "iters": cli.iters, "expr": cli.expr,
+        "bench": "debugger", "n": cli.n, "ranks_per_server": cli.ranks_per_server,
+        "iters": cli.iters, "expr": cli.expr,
         "print_groups": groups, "handover_print_ms": ms(handover),
         "print_p50_ms": p.p50, "next_p50_ms": n.p50,
     }))
