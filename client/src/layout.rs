@@ -5,6 +5,7 @@
 //! one server per rank.
 
 use sdm_deploy::LauncherKind;
+use sdm_proto::IdSet;
 use sdm_topology::Placement;
 
 use crate::error::{Error, Result};
@@ -63,6 +64,30 @@ pub fn layout(opts: &SessionOptions, implied: &[String]) -> Result<Layout> {
     })
 }
 
+/// The servers for a job whose rank `r` runs on `hosts[r]` (a process table, for `sdm
+/// attach`): one server per host serving every rank on it, or, with `per`, one per `per`
+/// of a host's ranks (in rank order). Returns each server's host (in order of the hosts'
+/// first ranks) and the placement of the ranks on them.
+pub fn by_host(hosts: &[String], per: Option<u32>) -> (Vec<String>, Placement) {
+    let names = distinct_hosts(hosts);
+    let per = per.unwrap_or(u32::MAX).max(1) as usize;
+    let mut servers = Vec::new();
+    let mut sets = Vec::new();
+    for name in names {
+        let ranks: Vec<u32> = (0u32..)
+            .zip(hosts)
+            .filter(|(_, h)| **h == name)
+            .map(|(r, _)| r)
+            .collect();
+        for chunk in ranks.chunks(per) {
+            servers.push(name.clone());
+            sets.push(chunk.iter().copied().collect::<IdSet>());
+        }
+    }
+    let placement = Placement::sets(sets).expect("each rank is on one host");
+    (servers, placement)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +121,21 @@ mod tests {
         let l = layout(&opts(10, LauncherKind::Local, &[], Some(1)), &[]).unwrap();
         assert_eq!((l.servers, l.placement), (10, Placement::Identity));
         assert!(layout(&opts(10, LauncherKind::Local, &[], Some(0)), &[]).is_err());
+    }
+
+    #[test]
+    fn a_process_table_is_grouped_by_host() {
+        let hosts: Vec<String> = ["b", "a", "b", "a", "b"].map(str::to_owned).to_vec();
+        let set = |r: &[u32]| r.iter().copied().collect::<IdSet>();
+        let (servers, p) = by_host(&hosts, None);
+        assert_eq!(servers, ["b", "a"]);
+        assert_eq!(
+            p,
+            Placement::sets(vec![set(&[0, 2, 4]), set(&[1, 3])]).unwrap()
+        );
+        let (servers, p) = by_host(&hosts, Some(2));
+        assert_eq!(servers, ["b", "b", "a"]);
+        let sets = vec![set(&[0, 2]), set(&[4]), set(&[1, 3])];
+        assert_eq!(p, Placement::sets(sets).unwrap());
     }
 }

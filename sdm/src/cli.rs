@@ -1017,7 +1017,7 @@ async fn run_console(
 }
 
 /// `sdm attach`: the job's process table (from its launcher, or `--pids`), one server per
-/// rank on the rank's host, each attached to its rank's process; then the console.
+/// host attaching to every rank on it; then the console.
 async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
     let tasks: Vec<(String, u32)> = match a.launcher_pid {
         Some(pid) => {
@@ -1043,11 +1043,17 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
     let here = sdm_server::monitor::hostname();
     let is_here = |h: &str| is_this_host(h, &here);
     let mut opts = a.console.tree.options(n)?;
-    // Servers go where the tasks are: on this host by fork, on others through ssh, one per
-    // rank in rank order (the ssh launcher places rank i on hosts[i]).
+    // Servers go where the tasks are, one per host serving its ranks (`--ranks-per-server`
+    // splits a host): on this host by fork, on others through ssh (server i on hosts[i]).
+    let task_hosts: Vec<String> = tasks.iter().map(|(h, _)| h.clone()).collect();
+    let (server_hosts, placement) =
+        sdm_client::layout::by_host(&task_hosts, a.console.tree.ranks_per_server);
+    opts.placement = Some(placement);
     if opts.launcher == LauncherKind::Local && !tasks.iter().all(|(h, _)| is_here(h)) {
         opts.launcher = LauncherKind::Ssh;
-        opts.hosts = tasks.iter().map(|(h, _)| h.clone()).collect();
+    }
+    if opts.launcher == LauncherKind::Ssh {
+        opts.hosts = server_hosts;
     }
     let pids = tasks.iter().map(|&(_, p)| p).collect();
     run_console(n, a.console, Some(opts), pids, Vec::new()).await
