@@ -156,7 +156,7 @@ const char *sdm_last_error(void);
 void sdm_string_free(char *s);
 
 /**
- * New launch options with the defaults: 4 servers, the `local` launcher, tcp, a binomial
+ * New launch options with the defaults: 4 ranks on one server per host, the `local` launcher, tcp, a binomial
  * tree, the `sdm` binary from `$SDM_BIN` or next to the program. Free with
  * `sdm_options_free`.
  */
@@ -171,12 +171,21 @@ sdm_options *sdm_options_new(void);
 void sdm_options_free(sdm_options *o);
 
 /**
- * Sets the number of servers (at least 1).
+ * Sets the number of ranks (at least 1): the ids commands are addressed to.
  *
  * # Safety
  * `o` is NULL or live options.
  */
 int sdm_options_set_n(sdm_options *o, uint32_t n);
+
+/**
+ * Sets how many ranks each server serves, in blocks (1: one server per rank); 0, the
+ * default, is one server per host serving every rank on it.
+ *
+ * # Safety
+ * `o` is NULL or live options.
+ */
+int sdm_options_set_ranks_per_server(sdm_options *o, uint32_t k);
 
 /**
  * Sets the launcher: `local`, `ssh`, `srun` or `mpirun`.

@@ -333,7 +333,7 @@ pub unsafe extern "C" fn sdm_string_free(s: *mut c_char) {
 
 // ---- options ----------------------------------------------------------------------------
 
-/// New launch options with the defaults: 4 servers, the `local` launcher, tcp, a binomial
+/// New launch options with the defaults: 4 ranks on one server per host, the `local` launcher, tcp, a binomial
 /// tree, the `sdm` binary from `$SDM_BIN` or next to the program. Free with
 /// `sdm_options_free`.
 #[unsafe(no_mangle)]
@@ -356,7 +356,7 @@ pub unsafe extern "C" fn sdm_options_free(o: *mut sdm_options) {
     unsafe { free(o) }
 }
 
-/// Sets the number of servers (at least 1).
+/// Sets the number of ranks (at least 1): the ids commands are addressed to.
 ///
 /// # Safety
 /// `o` is NULL or live options.
@@ -365,6 +365,20 @@ pub unsafe extern "C" fn sdm_options_set_n(o: *mut sdm_options, n: u32) -> c_int
     guard(|| {
         // SAFETY: the caller's promise.
         unsafe { arg_mut(o, "options") }?.opts.n = n;
+        Ok(())
+    })
+}
+
+/// Sets how many ranks each server serves, in blocks (1: one server per rank); 0, the
+/// default, is one server per host serving every rank on it.
+///
+/// # Safety
+/// `o` is NULL or live options.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sdm_options_set_ranks_per_server(o: *mut sdm_options, k: u32) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise.
+        unsafe { arg_mut(o, "options") }?.opts.ranks_per_server = (k > 0).then_some(k);
         Ok(())
     })
 }

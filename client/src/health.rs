@@ -94,7 +94,8 @@ pub async fn report(s: &Session, timeout: Duration) -> crate::Result<Vec<Line>> 
             )),
         }
     }
-    let topo = s.shape().build(s.n());
+    let tree = s.tree();
+    let topo = tree.shape();
     let mut out = Vec::new();
     let mut stack: Vec<(NodeId, usize)> = topo
         .children(NodeId::Master)
@@ -103,7 +104,7 @@ pub async fn report(s: &Session, timeout: Duration) -> crate::Result<Vec<Line>> 
         .collect();
     while let Some((node, depth)) = stack.pop() {
         let NodeId::Server(root) = node else { continue };
-        let ids = topo.subtree(node);
+        let ids = tree.subtree(node);
         let health = Health::of(&ids, &replied, &lost);
         let why = if health == Health::Full {
             Vec::new()

@@ -5,7 +5,6 @@
 //! one server per rank.
 
 use sdm_deploy::LauncherKind;
-use sdm_proto::IdSet;
 use sdm_topology::Placement;
 
 use crate::error::{Error, Result};
@@ -31,6 +30,15 @@ pub fn distinct_hosts(hosts: &[String]) -> Vec<String> {
     out
 }
 
+/// The layout `opts` asks for, with the hosts its launcher implies when none are given.
+pub fn of(opts: &SessionOptions) -> Result<Layout> {
+    let implied = opts
+        .launcher
+        .build_with(opts.hosts.clone(), Vec::new())
+        .implied_hosts();
+    layout(opts, &implied)
+}
+
 /// The layout `opts` asks for; `implied` are the hosts the launcher will use when none were
 /// given (srun inside an allocation).
 pub fn layout(opts: &SessionOptions, implied: &[String]) -> Result<Layout> {
@@ -39,6 +47,15 @@ pub fn layout(opts: &SessionOptions, implied: &[String]) -> Result<Layout> {
         return Ok(Layout {
             servers: p.servers_for(n),
             placement: p.clone(),
+        });
+    }
+    // A topology file numbers its servers: one rank each, as it places them.
+    if let Some(m) = opts.topology.servers()
+        && opts.ranks_per_server.is_none()
+    {
+        return Ok(Layout {
+            servers: m,
+            placement: Placement::Identity,
         });
     }
     let per = match opts.ranks_per_server {
@@ -52,7 +69,8 @@ pub fn layout(opts: &SessionOptions, implied: &[String]) -> Result<Layout> {
             let hosts = match opts.launcher {
                 LauncherKind::Local => 1,
                 _ if !opts.hosts.is_empty() => distinct_hosts(&opts.hosts).len() as u32,
-                _ => distinct_hosts(implied).len().max(1) as u32,
+                _ if !implied.is_empty() => distinct_hosts(implied).len() as u32,
+                _ => nodes_in(&opts.launcher_args).unwrap_or(1),
             };
             n.div_ceil(hosts.clamp(1, n.max(1)))
         }
@@ -64,28 +82,22 @@ pub fn layout(opts: &SessionOptions, implied: &[String]) -> Result<Layout> {
     })
 }
 
-/// The servers for a job whose rank `r` runs on `hosts[r]` (a process table, for `sdm
-/// attach`): one server per host serving every rank on it, or, with `per`, one per `per`
-/// of a host's ranks (in rank order). Returns each server's host (in order of the hosts'
-/// first ranks) and the placement of the ranks on them.
-pub fn by_host(hosts: &[String], per: Option<u32>) -> (Vec<String>, Placement) {
-    let names = distinct_hosts(hosts);
-    let per = per.unwrap_or(u32::MAX).max(1) as usize;
-    let mut servers = Vec::new();
-    let mut sets = Vec::new();
-    for name in names {
-        let ranks: Vec<u32> = (0u32..)
-            .zip(hosts)
-            .filter(|(_, h)| **h == name)
-            .map(|(r, _)| r)
-            .collect();
-        for chunk in ranks.chunks(per) {
-            servers.push(name.clone());
-            sets.push(chunk.iter().copied().collect::<IdSet>());
+/// The node count a launcher's own arguments ask for (`-N K`, `--nodes=K`, `--nodes K`).
+fn nodes_in(args: &[String]) -> Option<u32> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let value = match a.as_str() {
+            "-N" | "--nodes" => it.next().map(String::as_str),
+            a => a
+                .strip_prefix("--nodes=")
+                .or_else(|| a.strip_prefix("-N").filter(|v| !v.is_empty())),
+        };
+        // `-N 2-4` (a range): its least.
+        if let Some(k) = value.and_then(|v| v.split('-').next()?.parse().ok()) {
+            return Some(k);
         }
     }
-    let placement = Placement::sets(sets).expect("each rank is on one host");
-    (servers, placement)
+    None
 }
 
 #[cfg(test)]
@@ -112,6 +124,11 @@ mod tests {
         let implied = ["n1".to_string(), "n2".to_string()];
         let l = layout(&opts(5, LauncherKind::Srun, &[], None), &implied).unwrap();
         assert_eq!((l.servers, l.placement), (2, Placement::blocks(3, 5)));
+        let mut o = opts(16, LauncherKind::Srun, &[], None);
+        o.launcher_args = vec!["-N".into(), "4".into()];
+        assert_eq!(layout(&o, &[]).unwrap().servers, 4);
+        o.launcher_args = vec!["--nodes=2-3".into()];
+        assert_eq!(layout(&o, &[]).unwrap().servers, 2);
     }
 
     #[test]
@@ -121,21 +138,5 @@ mod tests {
         let l = layout(&opts(10, LauncherKind::Local, &[], Some(1)), &[]).unwrap();
         assert_eq!((l.servers, l.placement), (10, Placement::Identity));
         assert!(layout(&opts(10, LauncherKind::Local, &[], Some(0)), &[]).is_err());
-    }
-
-    #[test]
-    fn a_process_table_is_grouped_by_host() {
-        let hosts: Vec<String> = ["b", "a", "b", "a", "b"].map(str::to_owned).to_vec();
-        let set = |r: &[u32]| r.iter().copied().collect::<IdSet>();
-        let (servers, p) = by_host(&hosts, None);
-        assert_eq!(servers, ["b", "a"]);
-        assert_eq!(
-            p,
-            Placement::sets(vec![set(&[0, 2, 4]), set(&[1, 3])]).unwrap()
-        );
-        let (servers, p) = by_host(&hosts, Some(2));
-        assert_eq!(servers, ["b", "b", "a"]);
-        let sets = vec![set(&[0, 2]), set(&[4]), set(&[1, 3])];
-        assert_eq!(p, Placement::sets(sets).unwrap());
     }
 }

@@ -20,7 +20,7 @@ use sdm_overlay::transport::{Address, PortRange, TransportConfig, bind_in_range,
 #[cfg(feature = "quic")]
 use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
 use sdm_proto::{IdSet, Message, Status, SyncMode};
-use sdm_topology::{Placement, Shape};
+use sdm_topology::{Placement, Shape, Tree};
 
 use sdm_overlay::init::{INIT_SERVICE, InitSpec, Table};
 
@@ -147,9 +147,9 @@ pub enum Progress {
 /// What start-up achieved.
 #[derive(Debug, Clone)]
 pub struct LaunchReport {
-    /// Servers that acknowledged the init command.
+    /// Ranks whose servers acknowledged the init command.
     pub ready: IdSet,
-    /// Servers that did not, grouped by reason.
+    /// Ranks whose servers did not, grouped by reason.
     pub failed: Vec<(IdSet, String)>,
     /// Seconds from launch to the last acknowledgement.
     pub seconds: f64,
@@ -288,8 +288,10 @@ fn random_u16() -> u16 {
 }
 
 impl Session {
-    /// Launches the master and `opts.n` servers and initializes the tree. Returns once
-    /// every server is ready or the start-up deadline passed; see [`Session::report`].
+    /// Launches the master and the servers serving `opts.n` ranks (one server per host,
+    /// or as [`SessionOptions::ranks_per_server`] or [`SessionOptions::placement`] say)
+    /// and initializes the tree. Returns once every rank is ready or the start-up deadline
+    /// passed; see [`Session::report`].
     pub async fn launch(
         opts: &SessionOptions,
         mut progress: impl FnMut(&Progress),
@@ -302,11 +304,7 @@ impl Session {
         if opts.n == 0 {
             return Err(Error::invalid("a tree needs at least one rank (-n)"));
         }
-        let implied = opts
-            .launcher
-            .build_with(opts.hosts.clone(), Vec::new())
-            .implied_hosts();
-        let layout = crate::layout::layout(opts, &implied)?;
+        let layout = crate::layout::of(opts)?;
         let servers_n = layout.servers;
         check_ports_per_host(opts, servers_n)?;
         let (registry, filter_plugins) = load_filter_plugins(&opts.filter_plugins)?;
@@ -626,6 +624,14 @@ impl Session {
     /// Which ranks each server serves.
     pub fn placement(&self) -> &Placement {
         &self.placement
+    }
+
+    /// The tree: its shape over the servers and the ranks each serves.
+    pub fn tree(&self) -> Tree {
+        Tree::new(
+            Arc::from(self.shape.build(self.servers_count)),
+            self.placement.clone(),
+        )
     }
 
     /// The tree's shape (binomial for an attached session unless it says otherwise).

@@ -38,6 +38,7 @@
 //! through [`Launched::next_line`].
 
 pub mod hostlist;
+pub mod job;
 pub mod maps;
 
 #[cfg(feature = "copies")]
@@ -266,7 +267,12 @@ impl Local {
 fn own_session(cmd: &mut Command) {
     // SAFETY: setsid is async-signal-safe and touches nothing of the parent's.
     unsafe {
-        cmd.pre_exec(|| nix::unistd::setsid().map(drop).map_err(io::Error::from));
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 
@@ -403,7 +409,7 @@ pub struct Mpirun {
 }
 
 /// `--host` for mpirun: every distinct host with an equal share of `n` slots (rounded up).
-fn mpirun_hosts(hosts: &[String], n: u32) -> String {
+pub(crate) fn mpirun_hosts(hosts: &[String], n: u32) -> String {
     let mut distinct: Vec<&str> = Vec::new();
     for h in hosts {
         if !distinct.contains(&h.as_str()) {
@@ -418,28 +424,34 @@ fn mpirun_hosts(hosts: &[String], n: u32) -> String {
         .join(",")
 }
 
+/// Whether `mpirun` is Open MPI's (else MPICH's hydra), from `mpirun --version`.
+pub(crate) fn mpirun_is_open_mpi() -> Result<bool, LaunchError> {
+    let version = std::process::Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .map_err(|source| LaunchError::Spawn {
+            launcher: "mpirun",
+            program: "mpirun --version (install openmpi-bin)".into(),
+            source,
+        })?;
+    let text = String::from_utf8_lossy(&version.stdout).to_string()
+        + &String::from_utf8_lossy(&version.stderr);
+    Ok(text.contains("Open MPI") || text.contains("OpenRTE"))
+}
+
 impl Launcher for Mpirun {
     fn name(&self) -> &str {
         "mpirun"
     }
     fn launch(&self, spec: &LaunchSpec) -> Result<Launched, LaunchError> {
-        let version = std::process::Command::new("mpirun")
-            .arg("--version")
-            .output()
-            .map_err(|source| LaunchError::Spawn {
-                launcher: "mpirun",
-                program: "mpirun --version (install openmpi-bin)".into(),
-                source,
-            })?;
-        let text = String::from_utf8_lossy(&version.stdout).to_string()
-            + &String::from_utf8_lossy(&version.stderr);
+        let open_mpi = mpirun_is_open_mpi()?;
         let names: Vec<&str> = spec.env.iter().map(|(k, _)| k.as_str()).collect();
         let mut cmd = Command::new("mpirun");
         // Open MPI 4.1 loses a child's exit when many ranks end at once and mpirun hangs;
         // launching from the main thread avoids it (see deploy/README.md).
         cmd.envs(spec.env.iter().cloned())
             .env("OMPI_MCA_odls_base_max_threads", "0");
-        if text.contains("Open MPI") || text.contains("OpenRTE") {
+        if open_mpi {
             // Names only: the values come from our environment.
             cmd.args([
                 "--allow-run-as-root",

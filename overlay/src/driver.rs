@@ -88,6 +88,13 @@ impl Replier {
         }
     }
 
+    /// This replier answering for `ranks` instead (for testing handlers of several ranks
+    /// without a node).
+    pub fn for_ranks(mut self, ranks: IdSet) -> Self {
+        self.ranks = ranks;
+        self
+    }
+
     /// The ranks this replier answers for.
     pub fn ranks(&self) -> &IdSet {
         &self.ranks

@@ -412,7 +412,7 @@ pub struct Node {
     /// tag, the payload's first byte: 1 stdout, 2 stderr; tags from 3 up share the last
     /// slot): the index of its next line there.
     /// (Boxed when first used: most nodes never send a line of their own.)
-    lines_sent: Option<Box<BTreeMap<u32, [u64; 4]>>>,
+    lines_sent: Option<BTreeMap<u32, [u64; 4]>>,
     /// Where each op's filter comes from.
     registry: Arc<Registry>,
     /// Liveness of the links (keepalives sent, silence watched).

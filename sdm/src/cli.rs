@@ -16,7 +16,7 @@ use sdm_overlay::auth::SessionKey;
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
-use sdm_topology::{Shape, Topology};
+use sdm_topology::{Placement, Shape, Topology};
 
 /// The longest wait an option may ask for (a day, in milliseconds): longer ones are typing
 /// mistakes, and a bound keeps deadlines from overflowing the clock.
@@ -226,7 +226,7 @@ impl TreeArgs {
         // A topology file fixes the servers: one rank each, as it numbers them.
         let ranks_per_server = match &self.topology {
             Shape::Explicit(_) => Some(1),
-            _ => self.ranks_per_server.or(Some(1)),
+            _ => self.ranks_per_server,
         };
         Ok(SessionOptions {
             n,
@@ -253,6 +253,17 @@ impl TreeArgs {
 }
 
 impl TreeArgs {
+    /// [`TreeArgs::options`] for a tree whose servers start the program: under srun or
+    /// mpirun a program gets its MPI wiring from the launcher's task that runs its server,
+    /// so each rank has a server of its own unless `--ranks-per-server` says otherwise.
+    fn program_options(&self, n: u32) -> anyhow::Result<SessionOptions> {
+        let mut opts = self.options(n)?;
+        if matches!(opts.launcher, LauncherKind::Srun | LauncherKind::Mpirun) {
+            opts.ranks_per_server.get_or_insert(1);
+        }
+        Ok(opts)
+    }
+
     /// The hosts a topology file in MRNet's form places the servers on: only the ssh
     /// launcher can honour them (mpirun and srun place ranks themselves).
     fn topology_hosts(&self) -> anyhow::Result<Option<&[String]>> {
@@ -336,7 +347,7 @@ struct ConsoleArgs {
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
-    /// Number of servers (and program processes).
+    /// Number of ranks (program processes).
     #[arg(short, long)]
     n: u32,
     #[command(flatten)]
@@ -378,7 +389,7 @@ struct AttachArgs {
 
 #[derive(clap::Args, Debug)]
 struct TopArgs {
-    /// Number of servers (and program processes).
+    /// Number of ranks (program processes).
     #[arg(short, long)]
     n: u32,
     #[command(flatten)]
@@ -399,7 +410,7 @@ struct TopArgs {
 
 #[derive(clap::Args, Debug)]
 struct LaunchArgs {
-    /// Number of servers.
+    /// Number of ranks (the ids the tree's servers serve).
     #[arg(short, long)]
     n: u32,
     #[command(flatten)]
@@ -522,7 +533,7 @@ fn real_main() -> anyhow::Result<()> {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Launch(a) => launch(a).await,
-        Cmd::Run(a) => run_console(a.n, a.console, None, a.attach, a.program).await,
+        Cmd::Run(a) => run_job(a).await,
         Cmd::Attach(a) => attach_job(a).await,
         Cmd::Top(a) => run_top(a).await,
         Cmd::Status { pid, json } => {
@@ -609,9 +620,10 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         startup_timeout: Duration::from_secs(a.timeout),
         ..a.tree.options(a.n)?
     };
+    let servers = sdm_client::layout::of(&opts)?.servers;
     let tty = std::io::stderr().is_terminal() && !a.json;
     let bar = if tty {
-        let b = ProgressBar::new(u64::from(a.n));
+        let b = ProgressBar::new(u64::from(servers));
         b.set_style(
             ProgressStyle::with_template("{spinner} {msg:<22} [{bar:30}] {pos}/{len} {elapsed}")
                 .expect("valid template")
@@ -633,9 +645,9 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         (Some(b), Progress::InitSent) => b.set_message("connecting the tree"),
         (Some(_), Progress::Launched) => {}
         (None, Progress::Listening { count, .. })
-            if !quiet && (count.is_power_of_two() || *count == n) =>
+            if !quiet && (count.is_power_of_two() || *count == servers) =>
         {
-            eprintln!("sdm: {count}/{n} servers listening");
+            eprintln!("sdm: {count}/{servers} servers listening");
         }
         (None, Progress::Listening { .. }) => {}
         (None, Progress::Launched) if !quiet => eprintln!("sdm: servers launched"),
@@ -658,7 +670,7 @@ async fn launch(a: LaunchArgs) -> anyhow::Result<()> {
         writeln!(
             std::io::stdout(),
             "{}",
-            serde_json::json!({"servers": n, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
+            serde_json::json!({"ranks": n, "servers": servers, "ready": r.ready.to_string(), "ready_count": r.ready.len(),
                 "failed": failed, "seconds": r.seconds,
                 "processes": r.processes.iter().map(|(id, host, pid)| serde_json::json!({"id": id, "host": host, "pid": pid})).collect::<Vec<_>>()})
         )?;
@@ -735,7 +747,7 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
         "--period {}: seconds from 0 (excluded) to {most}",
         a.period
     );
-    let session = Session::launch(&a.tree.options(a.n)?, |_| {})
+    let session = Session::launch(&a.tree.program_options(a.n)?, |_| {})
         .await
         .context("launching the tree")?;
     for (ids, why) in &session.report().failed {
@@ -812,16 +824,50 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
 
 /// `sdm run` and `sdm attach`: a tree of `n` servers, each starting `program` or attaching
 /// to its rank's pid in `attach`, then the console.
+/// `sdm run`: under srun or mpirun (without `--ranks-per-server`) the job is started by
+/// its launcher and held for the tool (launch mode, see held.rs), one server per host
+/// attaching to its ranks; a launcher that cannot hold a job is said so and the job runs
+/// with one server per rank, each starting its rank; otherwise the servers start the
+/// program (or attach to `--attach`).
+async fn run_job(a: RunArgs) -> anyhow::Result<()> {
+    let tree = &a.console.tree;
+    if a.attach.is_empty()
+        && matches!(tree.launcher, LauncherKind::Srun | LauncherKind::Mpirun)
+        && tree.ranks_per_server.is_none()
+    {
+        let opts = tree.options(a.n)?;
+        match crate::held::start(
+            tree.launcher,
+            &opts.hosts,
+            &opts.launcher_args,
+            a.n,
+            &a.program,
+        )
+        .await?
+        {
+            Ok(held) => {
+                let tasks = crate::held::tasks(&held, a.n)?;
+                let opts = per_host_options(a.n, tree, &tasks)?;
+                let pids = tasks.iter().map(|&(_, p)| p).collect();
+                return run_console(a.n, a.console, Some(opts), pids, Vec::new(), Some(held)).await;
+            }
+            Err(e) => eprintln!("sdm: {e}; starting one server per rank instead"),
+        }
+    }
+    run_console(a.n, a.console, None, a.attach, a.program, None).await
+}
+
 async fn run_console(
     n: u32,
     c: ConsoleArgs,
     opts: Option<SessionOptions>,
     attach: Vec<u32>,
     program: Vec<String>,
+    held: Option<crate::held::Held>,
 ) -> anyhow::Result<()> {
     let mut opts = match opts {
         Some(o) => o,
-        None => c.tree.options(n)?,
+        None => c.tree.program_options(n)?,
     };
     // Command files are read now: a missing one is named before anything starts.
     let mut script = crate::script::sources(&c.commands, &c.command_files)?;
@@ -922,7 +968,9 @@ async fn run_console(
             );
         }
     } else {
-        let attached = console.attach(&attach).await?;
+        // srun's held tasks wait before their first instruction: run to main as attached.
+        let to_main = held.as_ref().is_some_and(crate::held::Held::at_start);
+        let attached = console.attach_with(&attach, to_main).await?;
         // Like STAT, a job with ranks that vanished is still inspected through the others.
         start_failed = attached.iter().all(|l| !l.started());
         for l in attached.iter().filter(|l| !l.started()) {
@@ -933,16 +981,24 @@ async fn run_console(
             );
         }
     }
+    // A held job goes on once its ranks are attached (and run to main).
+    let launcher = match held {
+        Some(h) => Some(
+            crate::held::release(&mut console, h, c.stop_at_main, &mut std::io::stdout()).await?,
+        ),
+        None => None,
+    };
     let mut failed = !r.failed.is_empty();
     let mut interrupted = None;
     let mut out = std::io::stdout();
     let interactive = std::io::stdin().is_terminal();
-    if script.is_empty() && !interactive && !attach.is_empty() {
+    if script.is_empty() && !interactive && !attach.is_empty() && launcher.is_none() {
         // Processes attached to take no input from here: it holds commands, as gdb's does.
         script.push(crate::script::Source::Stdin);
     }
     if script.is_empty() && !interactive {
-        // Like srun: standard input goes to the programs; wait for them to end.
+        // Like srun: standard input goes to the programs (a held job's launcher has its
+        // own); wait for them to end.
         let (tx, rx) = tokio::sync::mpsc::channel::<Option<String>>(64);
         std::thread::spawn(move || {
             use std::io::Read;
@@ -967,7 +1023,12 @@ async fn run_console(
             None => crate::interrupt::Interrupts::catch()?,
         };
         match console
-            .wait_for_exit(Some(rx), &stdin_ids, &mut interrupts, &mut out)
+            .wait_for_exit(
+                launcher.is_none().then_some(rx),
+                &stdin_ids,
+                &mut interrupts,
+                &mut out,
+            )
             .await
         {
             Ok(None) => {}
@@ -1003,6 +1064,10 @@ async fn run_console(
     // Like srun: the largest exit status of the programs, at least 1 when a program
     // could not start, a server was lost or a command failed.
     let ending = console.shutdown().await;
+    // A held job ends with the session, as a job `sdm run` started does.
+    if let Some(l) = launcher {
+        crate::held::finish(l);
+    }
     let code = ending
         .exit_code()
         .max(i32::from(failed))
@@ -1017,7 +1082,7 @@ async fn run_console(
 }
 
 /// `sdm attach`: the job's process table (from its launcher, or `--pids`), one server per
-/// host attaching to every rank on it; then the console.
+/// rank on the rank's host, each attached to its rank's process; then the console.
 async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
     let tasks: Vec<(String, u32)> = match a.launcher_pid {
         Some(pid) => {
@@ -1040,23 +1105,53 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
         }
     };
     let n = u32::try_from(tasks.len()).context("too many ranks")?;
-    let here = sdm_server::monitor::hostname();
-    let is_here = |h: &str| is_this_host(h, &here);
-    let mut opts = a.console.tree.options(n)?;
-    // Servers go where the tasks are, one per host serving its ranks (`--ranks-per-server`
-    // splits a host): on this host by fork, on others through ssh (server i on hosts[i]).
-    let task_hosts: Vec<String> = tasks.iter().map(|(h, _)| h.clone()).collect();
-    let (server_hosts, placement) =
-        sdm_client::layout::by_host(&task_hosts, a.console.tree.ranks_per_server);
-    opts.placement = Some(placement);
-    if opts.launcher == LauncherKind::Local && !tasks.iter().all(|(h, _)| is_here(h)) {
-        opts.launcher = LauncherKind::Ssh;
-    }
-    if opts.launcher == LauncherKind::Ssh {
-        opts.hosts = server_hosts;
-    }
+    let opts = per_host_options(n, &a.console.tree, &tasks)?;
     let pids = tasks.iter().map(|&(_, p)| p).collect();
-    run_console(n, a.console, Some(opts), pids, Vec::new()).await
+    run_console(n, a.console, Some(opts), pids, Vec::new(), None).await
+}
+
+/// Options for servers attaching to `tasks` (host, pid by rank): one server per host serves
+/// that host's ranks (split in blocks of --ranks-per-server), on this host by fork, on
+/// others through ssh (server i on hosts[i]).
+fn per_host_options(
+    n: u32,
+    tree: &TreeArgs,
+    tasks: &[(String, u32)],
+) -> anyhow::Result<SessionOptions> {
+    let here = sdm_server::monitor::hostname();
+    let mut opts = tree.options(n)?;
+    let per = tree.ranks_per_server.unwrap_or(u32::MAX);
+    let (sets, server_hosts) = ranks_by_host(tasks, per);
+    opts.placement = Some(Placement::sets(sets)?);
+    if opts.launcher == LauncherKind::Ssh || !tasks.iter().all(|(h, _)| is_this_host(h, &here)) {
+        opts.launcher = LauncherKind::Ssh;
+        opts.hosts = server_hosts;
+    } else {
+        opts.launcher = LauncherKind::Local;
+        opts.hosts.clear();
+    }
+    Ok(opts)
+}
+
+/// The ranks of `tasks` (host, pid by rank) grouped by host in first-seen order, each
+/// host's split in blocks of `per`: one server's ranks each, with that server's host.
+fn ranks_by_host(tasks: &[(String, u32)], per: u32) -> (Vec<IdSet>, Vec<String>) {
+    let mut hosts: Vec<(&str, Vec<u32>)> = Vec::new();
+    for (rank, (h, _)) in tasks.iter().enumerate() {
+        match hosts.iter_mut().find(|(x, _)| x == h) {
+            Some((_, v)) => v.push(rank as u32),
+            None => hosts.push((h, vec![rank as u32])),
+        }
+    }
+    let mut sets = Vec::new();
+    let mut names = Vec::new();
+    for (h, ranks) in hosts {
+        for chunk in ranks.chunks(per.max(1) as usize) {
+            sets.push(chunk.iter().copied().collect());
+            names.push(h.to_owned());
+        }
+    }
+    (sets, names)
 }
 
 /// Whether `host` (a name from a process table or `--pids`, empty for none) is this host,
@@ -1210,6 +1305,25 @@ mod tests {
             assert_eq!(fast.kind(), slow.kind(), "{line}");
             assert_eq!(fast.to_string(), slow.to_string(), "{line}");
         }
+    }
+
+    #[test]
+    fn attached_ranks_are_grouped_by_host_and_split_in_blocks() {
+        let tasks: Vec<(String, u32)> = ["a", "b", "a", "b", "a"]
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.to_string(), 100 + i as u32))
+            .collect();
+        let (sets, hosts) = ranks_by_host(&tasks, u32::MAX);
+        assert_eq!(
+            sets,
+            vec!["[0,2,4]".parse().unwrap(), "[1,3]".parse().unwrap()]
+        );
+        assert_eq!(hosts, ["a", "b"]);
+        let (sets, hosts) = ranks_by_host(&tasks, 2);
+        assert_eq!(sets.len(), 3);
+        assert_eq!(sets[1], IdSet::single(4));
+        assert_eq!(hosts, ["a", "a", "b"]);
     }
 
     #[test]

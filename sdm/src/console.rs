@@ -599,13 +599,20 @@ impl Console {
     /// Attaches rank `i` to the running process `pids[i]` (processes this tree did not
     /// start: they are detached, not killed, when it ends).
     pub async fn attach(&mut self, pids: &[u32]) -> anyhow::Result<Vec<Line>> {
+        self.attach_with(pids, false).await
+    }
+
+    /// [`Console::attach`]; with `to_main`, each process (held by its launcher before its
+    /// first instruction) is run to `main` and stays stopped there.
+    pub async fn attach_with(&mut self, pids: &[u32], to_main: bool) -> anyhow::Result<Vec<Line>> {
+        let flag = if to_main { ", 1" } else { "" };
         let mut pending = Vec::new();
         for (rank, pid) in pids.iter().enumerate() {
             let id = self.id();
             let dest = IdSet::single(rank as u32);
             let op = self
                 .session
-                .send_command(omis(&dest, format!("{id} [] sdm_attach({pid})")))
+                .send_command(omis(&dest, format!("{id} [] sdm_attach({pid}{flag})")))
                 .await?;
             pending.push((op, dest));
         }

@@ -23,6 +23,7 @@ pub mod cli;
 pub mod commands;
 pub mod console;
 pub mod editor;
+mod held;
 pub mod interrupt;
 pub mod manual;
 pub mod screen;

@@ -156,6 +156,13 @@ pub fn socket_path(pid: u32) -> PathBuf {
     dir.join(format!("sdm-counters-{pid}.sock"))
 }
 
+/// The counters socket of rank `rank` of the server with pid `pid` (each local rank's
+/// program feeds its own).
+pub fn rank_socket_path(pid: u32, rank: u32) -> PathBuf {
+    let dir = std::env::var_os("XDG_RUNTIME_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    dir.join(format!("sdm-counters-{pid}-{rank}.sock"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,11 +18,9 @@ use sdm_overlay::transport::{
 use sdm_proto::{IdSet, Kind};
 use sdm_topology::{NodeId, Topology, Tree};
 
-use bytes::Bytes;
-
 use crate::error::{Error, ErrorKind, startup};
-use crate::monitor::MonitorHandle;
-use crate::service::{ServerContext, Services};
+use crate::ranks::Ranks;
+use crate::service::Services;
 use sdm_overlay::init::InitSpec;
 
 /// Reads the init command from a fresh parent link, connects to our children, and runs the
@@ -283,56 +281,21 @@ pub(crate) async fn run_server_with(
     // orphaned descendants re-attaching.
     // Output lines and events share one bounded queue to the node: a full queue makes
     // the output reader, and so the process, wait.
-    let (node_tx, events) = tokio::sync::mpsc::channel(1024);
-    let (ev_tx, mut mon_output) = tokio::sync::mpsc::channel::<(Kind, Bytes)>(1024);
-    let (monitor, mut mon_events) = MonitorHandle::new(id, 0, ev_tx.clone());
-    // Every line and event names the rank it is from (this server's one monitor: rank `id`).
-    tokio::spawn(async move {
-        while let Some((kind, payload)) = mon_output.recv().await {
-            if node_tx.send((kind, id, payload)).await.is_err() {
-                break;
-            }
-        }
-    });
-    // The program's own counters come in on a Unix socket named in its environment, bound
-    // when the server first starts a program.
-    let counters = crate::counters::Store::default();
-    let counters_socket = Arc::new(crate::counters::Socket::new(
-        crate::counters::socket_path(std::process::id()),
-        counters.clone(),
-    ));
-    let socket = counters_socket.clone();
-    monitor.prepare(move |m| m.counters = Some(socket));
-    let ctx = Arc::new(ServerContext::new(
-        id,
-        monitor.clone(),
-        crate::services::registry(),
-        counters,
-    ));
-    // Event actions run on the monitor thread with the same services.
-    let reg = ctx.omis.clone();
-    monitor.prepare(move |m| m.registry = Some(reg));
-    tokio::spawn(async move {
-        while let Some(e) = mon_events.recv().await {
-            if ev_tx.send((Kind::Event, Bytes::from(e))).await.is_err() {
-                break;
-            }
-        }
-    });
+    // Every local rank's output and events go to the node on it, each naming its rank.
+    let (rank_tx, events) = tokio::sync::mpsc::channel(1024);
+    let ranks = Arc::new(Ranks::new(id, rank_tx));
+    let table = Arc::clone(&ranks);
     let served = serve(
         me,
         parent,
         Arc::from(transport),
         key,
-        Box::new(move |d| services.dispatch(&ctx, d)),
+        Box::new(move |d| services.dispatch(&table, d)),
         events,
         Some(listener),
     )
     .await;
     // Kill only what we started, and only once the tree is gone.
-    if monitor.started() {
-        monitor.call(|m| m.kill_quietly()).await;
-    }
-    counters_socket.close();
+    ranks.end().await;
     served
 }

@@ -13,8 +13,12 @@
 //!   addr2line), its stored OMIS event requests and their actions.
 //! - [`mpir`]: the process table of a running job, read from its launcher (MPIR, or the
 //!   launcher's ranked descendants).
+//! - [`hold`]: a job started held for a tool (MPIR launch mode): the launcher stopped in
+//!   `MPIR_Breakpoint`, the tasks spawned and not yet running, their table read.
 //! - [`services`]: the OMIS services every server offers over its monitor.
 //! - [`plugin`]: service plugins, shared libraries implementing `include/sdm_service.h`.
+//! - [`ranks`]: the table of a server's local ranks, each with its own monitor
+//!   ([`ranks::ServerContext`]), made at its first command.
 //! - [`service`]: the service registry ([`Services`]): commands go to the service their
 //!   envelope's tag names, payload bytes unchanged; the stock services (`sdm`, `omis`,
 //!   `counters`, `procstat`, `sdm.init`) are registered like any tool's.
@@ -24,8 +28,8 @@
 //!
 //! # Add your own service
 //!
-//! A service is a name and a [`Handler`]: a function of the [`Request`] (op, this server's
-//! id, the payload bytes as sent, the monitor and the program's pid) and a [`Reply`] it may
+//! A service is a name and a [`Handler`]: a function of the [`Request`] (op, the rank it is
+//! for, the payload bytes as sent, the rank's monitor and its program's pid) and a [`Reply`] it may
 //! move to a task and answer later. The front-end tags its commands with the name
 //! (`Message::command(..).for_service("checksum")`, `sdm launch --service checksum`).
 //!
@@ -60,9 +64,11 @@ pub mod counters;
 pub mod daemon;
 pub mod error;
 pub mod gdbmi;
+pub mod hold;
 pub mod monitor;
 pub mod mpir;
 pub mod plugin;
+pub mod ranks;
 pub mod server;
 pub mod service;
 pub mod services;

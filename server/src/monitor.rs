@@ -1,4 +1,6 @@
-//! The node-local monitor: controls the one application process a server starts, with
+//! The node-local monitor of one rank: controls the application process a server starts or
+//! attaches to for that rank (a server runs one monitor per local rank, see
+//! `crate::ranks`), with
 //! signals, /proc and ptrace (stop, continue, kill, process info, registers, memory, stack
 //! backtraces unwound from DWARF call-frame information and symbolized with addr2line,
 //! breakpoints).
@@ -39,6 +41,7 @@ mod idle;
 mod session;
 mod symbolic;
 mod threads;
+mod tomain;
 pub use detach::Leave;
 pub use symbolic::{FrameMove, Step};
 pub use threads::ThreadStack;
@@ -108,13 +111,17 @@ impl std::str::FromStr for IoMode {
 /// Stream tags of a stdio payload (its first byte), defined with the coalescer that reads them.
 pub use sdm_overlay::coalesce::{STDERR, STDOUT};
 
+/// Where a monitor's output lines and end-of-process events go to the node: each as
+/// `(kind, rank, payload)`, naming the local rank they come from.
+pub type Output = mpsc::Sender<(Kind, u32, Bytes)>;
+
 /// Reads `fd` line by line and sends each line (tagged with `stream`) as stdio; blocks when
 /// the channel is full, which blocks the process when its output buffer fills. What it
 /// holds is kept in a tap, added to `taps` with a copy of `fd`, for the idle watch.
 fn spawn_reader(
     fd: std::fs::File,
     stream: u8,
-    tx: mpsc::Sender<(Kind, Bytes)>,
+    (tx, rank): (Output, u32),
     taps: &mut Vec<(Arc<idle::Tap>, std::os::fd::OwnedFd)>,
 ) -> std::thread::JoinHandle<()> {
     let tap = Arc::new(idle::Tap::default());
@@ -125,17 +132,21 @@ fn spawn_reader(
         .name("sdm-stdio".into())
         .spawn(move || {
             idle::read_lines(fd, stream, &tap, |line| {
-                tx.blocking_send((Kind::Stdio, line)).is_ok()
+                tx.blocking_send((Kind::Stdio, rank, line)).is_ok()
             })
         })
         .expect("spawning a stdio reader")
 }
 
-/// The monitor of one server (runs on its own thread; see [`MonitorHandle`]).
+/// The monitor of one rank (runs on its own thread; see [`MonitorHandle`]).
 pub struct Monitor {
-    stdio: mpsc::Sender<(Kind, Bytes)>,
-    /// This server's id (handed to the process as `SDM_RANK`).
+    stdio: Output,
+    /// The rank (handed to the process as `SDM_RANK`).
     pub rank: u32,
+    /// Its index among this server's ranks (`SDM_LOCAL_RANK`), once the init command said.
+    pub local_rank: Option<u32>,
+    /// How many ranks the job has (`SDM_SIZE`), once the init command said.
+    pub size: Option<u32>,
     /// Number of servers in the tree.
     pub servers: u32,
     proc: Option<Proc>,
@@ -178,7 +189,7 @@ struct LazyThread {
 struct Start {
     rank: u32,
     servers: u32,
-    stdio: mpsc::Sender<(Kind, Bytes)>,
+    stdio: Output,
     events: mpsc::UnboundedSender<String>,
     /// Jobs run before any other once the thread starts ([`MonitorHandle::prepare`]).
     prepared: Vec<Job>,
@@ -187,11 +198,7 @@ struct Start {
 impl MonitorHandle {
     /// A handle of the monitor thread (started on the first job); events it detects
     /// (breakpoint hits, exits) arrive on the returned receiver as OMIS-style event texts.
-    pub fn new(
-        rank: u32,
-        servers: u32,
-        stdio: mpsc::Sender<(Kind, Bytes)>,
-    ) -> (Self, mpsc::UnboundedReceiver<String>) {
+    pub fn new(rank: u32, servers: u32, stdio: Output) -> (Self, mpsc::UnboundedReceiver<String>) {
         let (etx, erx) = mpsc::unbounded_channel();
         let start = Start {
             rank,
@@ -293,6 +300,8 @@ fn run_thread(s: Start) -> std_mpsc::Sender<Job> {
             let mut m = Monitor {
                 stdio: s.stdio,
                 rank: s.rank,
+                local_rank: None,
+                size: None,
                 servers: s.servers,
                 proc: None,
                 events: s.events,
@@ -400,6 +409,14 @@ impl Monitor {
         use std::os::fd::{AsFd, OwnedFd};
         let mut cmd = Command::new(program);
         cmd.args(args).env("SDM_RANK", self.rank.to_string());
+        // Only sdm's own names: an MPI library reading OMPI_COMM_WORLD_RANK or PMI_RANK
+        // would take them for its launcher's and look for a PMI server there is not.
+        if let Some(local) = self.local_rank {
+            cmd.env("SDM_LOCAL_RANK", local.to_string());
+        }
+        if let Some(size) = self.size {
+            cmd.env("SDM_SIZE", size.to_string());
+        }
         if let Some(path) = self.counters.as_ref().and_then(|c| c.path()) {
             cmd.env(sdm_deploy::COUNTERS_ENV, path);
         }
@@ -463,7 +480,7 @@ impl Monitor {
                 readers.push(spawn_reader(
                     std::fs::File::from(m),
                     STDOUT,
-                    self.stdio.clone(),
+                    (self.stdio.clone(), self.rank),
                     &mut taps,
                 ));
                 (Some(w), true)
@@ -474,13 +491,13 @@ impl Monitor {
                 readers.push(spawn_reader(
                     std::fs::File::from(OwnedFd::from(out)),
                     STDOUT,
-                    self.stdio.clone(),
+                    (self.stdio.clone(), self.rank),
                     &mut taps,
                 ));
                 readers.push(spawn_reader(
                     std::fs::File::from(OwnedFd::from(err)),
                     STDERR,
-                    self.stdio.clone(),
+                    (self.stdio.clone(), self.rank),
                     &mut taps,
                 ));
                 let w = child
@@ -1027,7 +1044,7 @@ impl Monitor {
         let Some(p) = self.proc.as_mut() else { return };
         p.stdin = None;
         let readers = std::mem::take(&mut p.readers);
-        let tx = self.stdio.clone();
+        let (tx, rank) = (self.stdio.clone(), self.rank);
         // What the program started and left behind ends with it (it would hold the
         // output open); a process attached to is not ours to end.
         let session = p.child.is_some().then_some(p.pid);
@@ -1040,7 +1057,7 @@ impl Monitor {
                 for r in readers {
                     let _ = r.join();
                 }
-                let _ = tx.blocking_send((Kind::Event, Bytes::from(event)));
+                let _ = tx.blocking_send((Kind::Event, rank, Bytes::from(event)));
             });
         if let Err(e) = spawned {
             tracing::warn!("cannot report the process's exit: {e}");
@@ -1121,10 +1138,10 @@ impl Monitor {
         let Some(w) = self.idle.as_mut().filter(|_| alive) else {
             return;
         };
-        let tx = &self.stdio;
+        let (tx, rank) = (&self.stdio, self.rank);
         w.check(std::time::Instant::now(), || {
             let marker = Bytes::from_static(&[sdm_overlay::coalesce::IDLE]);
-            tx.try_send((Kind::Stdio, marker)).is_ok()
+            tx.try_send((Kind::Stdio, rank, marker)).is_ok()
         });
     }
 

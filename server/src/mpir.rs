@@ -79,8 +79,8 @@ pub enum MpirError {
         /// The system error.
         errno: nix::Error,
     },
-    /// Reading the launcher's memory failed.
-    #[error("launcher {pid}: cannot read {what} at {addr:#x}: {why}")]
+    /// Reading (or writing) the launcher's memory failed.
+    #[error("launcher {pid}: cannot access {what} at {addr:#x}: {why}")]
     Memory {
         /// The launcher.
         pid: u32,
@@ -220,6 +220,20 @@ pub fn read_proctable(launcher: u32) -> Result<ProcTable, MpirError> {
 fn read_mpir(pid: u32, table: u64, size: u64, state: Option<u64>) -> Result<ProcTable, MpirError> {
     let stopped = Stopped::attach(pid)?;
     let mem = Memory::open(pid)?;
+    let t = read_table(&mem, table, size, state);
+    drop(stopped);
+    t
+}
+
+/// Reads the MPIR table of the (stopped) launcher whose memory is `mem`, from the addresses
+/// of `MPIR_proctable`, `MPIR_proctable_size` and `MPIR_debug_state`.
+pub(crate) fn read_table(
+    mem: &Memory,
+    table: u64,
+    size: u64,
+    state: Option<u64>,
+) -> Result<ProcTable, MpirError> {
+    let pid = mem.pid;
     let n = mem.i32_at(size, "MPIR_proctable_size")?;
     let debug_state = match state {
         Some(a) => mem.i32_at(a, "MPIR_debug_state")?,
@@ -247,7 +261,6 @@ fn read_mpir(pid: u32, table: u64, size: u64, state: Option<u64>) -> Result<Proc
             pid: task_pid.max(0) as u32,
         });
     }
-    drop(stopped);
     // A table whose tasks have no pid yet is still being filled (the step is launching).
     if tasks.iter().any(|t| t.pid == 0) {
         return Err(MpirError::NotSpawned {
@@ -398,8 +411,9 @@ fn environ(pid: u32) -> Option<HashMap<String, String>> {
     )
 }
 
-/// Run-time addresses of data `names` in the ELF files `pid` has mapped (first found wins).
-fn find_symbols(pid: u32, names: &[&str]) -> HashMap<String, u64> {
+/// Run-time addresses of symbols `names` (data or functions) in the ELF files `pid` has
+/// mapped (first found wins).
+pub(crate) fn find_symbols(pid: u32, names: &[&str]) -> HashMap<String, u64> {
     let mut out = HashMap::new();
     // The lowest mapping of each file: its start minus its file offset is where the file's
     // first page is, and the ELF's first loadable segment sits there.
@@ -468,16 +482,28 @@ impl Drop for Stopped {
     }
 }
 
-/// The launcher's memory, read through /proc/PID/mem.
-struct Memory {
+/// The launcher's memory, read (and, opened writable, written) through /proc/PID/mem.
+pub(crate) struct Memory {
     pid: u32,
     file: std::fs::File,
 }
 
 impl Memory {
-    fn open(pid: u32) -> Result<Self, MpirError> {
-        let file =
-            std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| MpirError::Memory {
+    pub(crate) fn open(pid: u32) -> Result<Self, MpirError> {
+        Self::open_with(pid, false)
+    }
+
+    /// Memory its tracer may also write (a breakpoint, a flag).
+    pub(crate) fn open_writable(pid: u32) -> Result<Self, MpirError> {
+        Self::open_with(pid, true)
+    }
+
+    fn open_with(pid: u32, write: bool) -> Result<Self, MpirError> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|e| MpirError::Memory {
                 pid,
                 what: "/proc/PID/mem",
                 addr: 0,
@@ -486,7 +512,29 @@ impl Memory {
         Ok(Self { pid, file })
     }
 
-    fn read(&self, addr: u64, buf: &mut [u8], what: &'static str) -> Result<(), MpirError> {
+    /// Writes `bytes` at `addr` (text pages too: the kernel writes them for a tracer).
+    pub(crate) fn write(
+        &self,
+        addr: u64,
+        bytes: &[u8],
+        what: &'static str,
+    ) -> Result<(), MpirError> {
+        self.file
+            .write_all_at(bytes, addr)
+            .map_err(|e| MpirError::Memory {
+                pid: self.pid,
+                what,
+                addr,
+                why: e.to_string(),
+            })
+    }
+
+    pub(crate) fn read(
+        &self,
+        addr: u64,
+        buf: &mut [u8],
+        what: &'static str,
+    ) -> Result<(), MpirError> {
         self.file
             .read_exact_at(buf, addr)
             .map_err(|e| MpirError::Memory {
@@ -497,20 +545,20 @@ impl Memory {
             })
     }
 
-    fn u64_at(&self, addr: u64, what: &'static str) -> Result<u64, MpirError> {
+    pub(crate) fn u64_at(&self, addr: u64, what: &'static str) -> Result<u64, MpirError> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b, what)?;
         Ok(u64::from_le_bytes(b))
     }
 
-    fn i32_at(&self, addr: u64, what: &'static str) -> Result<i32, MpirError> {
+    pub(crate) fn i32_at(&self, addr: u64, what: &'static str) -> Result<i32, MpirError> {
         let mut b = [0u8; 4];
         self.read(addr, &mut b, what)?;
         Ok(i32::from_le_bytes(b))
     }
 
     /// A NUL-terminated string of at most 4096 bytes.
-    fn c_string(&self, addr: u64, what: &'static str) -> Result<String, MpirError> {
+    pub(crate) fn c_string(&self, addr: u64, what: &'static str) -> Result<String, MpirError> {
         if addr == 0 {
             return Ok(String::new());
         }

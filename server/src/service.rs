@@ -16,20 +16,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use sdm_omis::Registry;
 use sdm_overlay::driver::{Delivery, Replier};
 
 use crate::error::{Error, ErrorKind};
-use crate::monitor::{Monitor, MonitorHandle, ProcState, hostname};
+use crate::monitor::{MonitorHandle, ProcState, hostname};
 use crate::plugin::ServicePlugin;
+pub use crate::ranks::{Ranks, ServerContext};
 
 pub use sdm_proto::service::{COUNTERS, EVALUATE, OMIS, PROCSTAT, SDM};
 
 /// The init command (the tag the front-end gives it).
 pub const INIT: &str = sdm_overlay::init::INIT_SERVICE;
 
-/// One line describing this server: host, pid, resident memory and load average.
-pub fn info_line() -> String {
+/// One line describing rank `rank` of this server: host, the server's pid, the rank, the
+/// server's resident memory and the load average (`host=` first: scripts look for it).
+pub fn info_line(rank: u32) -> String {
     let rss_kb = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -43,61 +44,14 @@ pub fn info_line() -> String {
         .and_then(|s| s.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| "?".into());
     format!(
-        "host={} pid={} rss_kb={rss_kb} load={load}",
+        "host={} pid={} rank={rank} rss_kb={rss_kb} load={load}",
         hostname(),
         std::process::id()
     )
 }
 
-/// What a server's services share: its id, its monitor, the OMIS services and the
-/// program's counters.
-#[derive(Clone)]
-pub struct ServerContext {
-    /// This server's id (fixed: [`ServerContext::id`]).
-    id: u32,
-    /// The node-local monitor.
-    pub monitor: MonitorHandle,
-    /// The OMIS services the monitor runs.
-    pub omis: Arc<Registry<Monitor>>,
-    /// The program's own counters (see [`crate::counters`]).
-    pub counters: crate::counters::Store,
-    /// `id` as decimal text, made once: what `sdm value` answers every time.
-    id_text: Bytes,
-}
-
-impl ServerContext {
-    /// The context of server `id`.
-    pub fn new(
-        id: u32,
-        monitor: MonitorHandle,
-        omis: Arc<Registry<Monitor>>,
-        counters: crate::counters::Store,
-    ) -> Self {
-        Self {
-            id,
-            monitor,
-            omis,
-            counters,
-            id_text: id_text(id),
-        }
-    }
-
-    /// This server's id.
-    pub fn id(&self) -> u32 {
-        self.id
-    }
-}
-
-impl fmt::Debug for ServerContext {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServerContext")
-            .field("id", &self.id)
-            .finish()
-    }
-}
-
-/// One command for a service: which operation, on which server, its payload bytes exactly
-/// as sent, and a way to reach the monitored program.
+/// One command for a service: which operation, for which rank, its payload bytes exactly
+/// as sent, and a way to reach the rank's monitored program.
 #[derive(Debug)]
 pub struct Request {
     op: u64,
@@ -112,9 +66,15 @@ impl Request {
         self.op
     }
 
-    /// This server's id.
+    /// The rank this request is for (a command to k local ranks is one request each).
+    pub fn rank(&self) -> u32 {
+        self.ctx.rank()
+    }
+
+    /// The rank this request is for: [`Request::rank`] (the name from when a server served
+    /// one rank, whose id it was).
     pub fn server(&self) -> u32 {
-        self.ctx.id
+        self.rank()
     }
 
     /// The service the command was tagged for (as registered; never empty).
@@ -127,7 +87,7 @@ impl Request {
         &self.payload
     }
 
-    /// The node-local monitor (jobs on it run in submission order on its own thread).
+    /// The rank's node-local monitor (jobs on it run in submission order on its own thread).
     pub fn monitor(&self) -> &MonitorHandle {
         &self.ctx.monitor
     }
@@ -137,7 +97,7 @@ impl Request {
         &self.ctx
     }
 
-    /// The monitored program's pid, if this server started or attached one.
+    /// The rank's monitored program's pid, if this server started or attached one.
     pub async fn pid(&self) -> Option<u32> {
         self.ctx.monitor.call(|m| m.pid()).await
     }
@@ -150,27 +110,27 @@ impl Request {
 pub struct Reply {
     replier: Option<Replier>,
     service: Arc<str>,
-    server: u32,
+    rank: u32,
 }
 
 impl Reply {
-    fn new(replier: Replier, service: Arc<str>, server: u32) -> Self {
+    fn new(replier: Replier, service: Arc<str>, rank: u32) -> Self {
         Self {
             replier: Some(replier),
             service,
-            server,
+            rank,
         }
     }
 
-    /// Sends `payload` as this server's reply.
+    /// Sends `payload` as this rank's reply.
     pub fn send(mut self, payload: impl Into<Bytes>) {
         if let Some(r) = self.replier.take() {
             r.send(payload);
         }
     }
 
-    /// Sends an error reply: `error: service "NAME": WHAT` (without this server's id, so
-    /// identical errors of many servers merge into one group, which names them).
+    /// Sends an error reply: `error: service "NAME": WHAT` (without the rank, so identical
+    /// errors of many ranks merge into one group, which names them).
     pub fn error(mut self, what: impl fmt::Display) {
         let text = self.error_text(what);
         if let Some(r) = self.replier.take() {
@@ -191,7 +151,7 @@ impl Drop for Reply {
             } else {
                 "the handler dropped the request without replying"
             };
-            tracing::warn!("server {}: service {:?}: {why}", self.server, self.service);
+            tracing::warn!("rank {}: service {:?}: {why}", self.rank, self.service);
             let text = self.error_text(why);
             if let Some(r) = self.replier.take() {
                 r.send(text);
@@ -333,14 +293,17 @@ impl Services {
             .load_all(server, paths);
     }
 
-    /// Hands one delivered command to its service. A handler's panic is contained: the
-    /// command gets an error reply naming the service, and the server carries on.
-    pub fn dispatch(&self, ctx: &Arc<ServerContext>, d: Delivery) {
+    /// Hands one delivered command to its service, once for each local rank it is for
+    /// (each with its own reply, which the node merges through the command's filter with
+    /// the others). A handler's panic is contained: that rank's reply is an error naming
+    /// the service, and the server carries on.
+    pub fn dispatch(&self, ranks: &Ranks, d: Delivery) {
         let name = if d.service.is_empty() {
             SDM
         } else {
             &d.service
         };
+        let per_rank = d.reply.split();
         // The table's own name is shared with the request and the reply: a command for a
         // registered service allocates nothing here.
         let (service, handler): (Arc<str>, Arc<dyn Handler>) = match self.table.get_key_value(name)
@@ -359,22 +322,27 @@ impl Services {
                     Some(p) => (service, Arc::new(crate::plugin::PluginService(p))),
                     None => {
                         let text = self.unknown();
-                        Reply::new(d.reply, service, ctx.id).error(text);
+                        for (rank, replier) in per_rank {
+                            Reply::new(replier, Arc::clone(&service), rank).error(&text);
+                        }
                         return;
                     }
                 }
             }
         };
-        let reply = Reply::new(d.reply, Arc::clone(&service), ctx.id);
-        let req = Request {
-            op: d.op,
-            service,
-            payload: d.payload,
-            ctx: Arc::clone(ctx),
-        };
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| handler.call(req, reply))) {
-            let what = sdm_overlay::logging::panic_text(&*panic);
-            tracing::error!("server {}: service {name:?} panicked: {what}", ctx.id);
+        for (rank, replier) in per_rank {
+            let ctx = ranks.get(rank);
+            let reply = Reply::new(replier, Arc::clone(&service), rank);
+            let req = Request {
+                op: d.op,
+                service: Arc::clone(&service),
+                payload: d.payload.clone(),
+                ctx,
+            };
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| handler.call(req, reply))) {
+                let what = sdm_overlay::logging::panic_text(&*panic);
+                tracing::error!("rank {rank}: service {name:?} panicked: {what}");
+            }
         }
     }
 
@@ -396,8 +364,14 @@ impl Services {
 fn init(plugins: &Mutex<Plugins>, req: Request, reply: Reply) {
     match sdm_overlay::init::InitSpec::from_payload(&req.payload) {
         Ok(spec) => {
-            let servers = spec.servers;
-            req.monitor().prepare(move |m| m.servers = servers);
+            let ctx = req.context();
+            let own = spec.placement.ranks_of(ctx.job.server());
+            let size = match spec.servers {
+                0 => None,
+                n => Some(spec.placement.ranks_of_servers(0, n - 1).len() as u32),
+            };
+            ctx.job.set(spec.servers, size, own);
+            ctx.job.prepare(ctx.rank(), &ctx.monitor);
             plugins
                 .lock()
                 .expect("not poisoned")
@@ -408,7 +382,7 @@ fn init(plugins: &Mutex<Plugins>, req: Request, reply: Reply) {
     reply.send("ready");
 }
 
-/// [`SDM`]: `ping`, `info`, `value` (this server's id), `sleep MS`.
+/// [`SDM`]: `ping`, `info`, `value` (the rank), `sleep MS`.
 fn sdm_service(req: Request, reply: Reply) {
     // A request is a short ASCII line: its verb is matched as bytes, without a copy or a
     // Unicode check (text is made, lossily, only of an argument or for an error).
@@ -420,10 +394,10 @@ fn sdm_service(req: Request, reply: Reply) {
     let arg = || String::from_utf8_lossy(arg);
     match verb {
         b"ping" => reply.send("pong"),
-        b"info" => reply.send(info_line()),
+        b"info" => reply.send(info_line(req.rank())),
         // The same bytes every time (a reference count, no formatting), which a `sum` of
         // this one value sends on as they are.
-        b"value" => reply.send(req.ctx.id_text.clone()),
+        b"value" => reply.send(req.ctx.rank_text.clone()),
         b"sleep" => match arg().trim().parse::<u64>() {
             Ok(ms) => {
                 tokio::spawn(async move {
@@ -438,11 +412,6 @@ fn sdm_service(req: Request, reply: Reply) {
             String::from_utf8_lossy(verb)
         )),
     }
-}
-
-/// A server id as decimal text (made once per server: [`ServerContext::new`]).
-fn id_text(id: u32) -> Bytes {
-    Bytes::from(id.to_string())
 }
 
 /// [`OMIS`]: the request runs on the monitor thread, queued now, in delivery order (a stop
@@ -510,36 +479,91 @@ fn evaluate_service(req: Request, reply: Reply) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sdm_proto::Kind;
+    use sdm_proto::{IdSet, Kind};
 
-    /// A context over a fresh monitor (no process) for server 3.
-    fn ctx() -> Arc<ServerContext> {
+    /// The ranks of server 3 (one, rank 3, until it has a placement).
+    fn ranks() -> Ranks {
         let (tx, _rx) = tokio::sync::mpsc::channel(16);
-        let (monitor, _events) = MonitorHandle::new(3, 4, tx);
-        Arc::new(ServerContext::new(
-            3,
-            monitor,
-            crate::services::registry(),
-            crate::counters::Store::default(),
-        ))
+        Ranks::new(3, tx)
     }
 
-    /// Dispatches `payload` tagged `service` and returns the reply.
-    async fn ask(s: &Services, service: &str, payload: &'static [u8]) -> Bytes {
+    /// Dispatches `payload` tagged `service` to the local ranks `to` of `ranks`; returns
+    /// the replies (in rank order: the handlers here answer at once).
+    fn ask_ranks(
+        ranks: &Ranks,
+        to: IdSet,
+        s: &Services,
+        service: &str,
+        payload: &'static [u8],
+    ) -> Vec<Bytes> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let d = Delivery {
             op: 7,
-            ranks: sdm_proto::IdSet::single(0),
+            ranks: to.clone(),
             kind: Kind::Command,
             filter: Default::default(),
             service: service.into(),
             payload: Bytes::from_static(payload),
-            reply: Replier::new(7, tx),
+            reply: Replier::new(7, tx).for_ranks(to),
         };
-        s.dispatch(&ctx(), d);
+        s.dispatch(ranks, d);
+        let mut out = Vec::new();
+        while let Ok((op, bytes)) = rx.try_recv() {
+            assert_eq!(op, 7);
+            out.push(bytes);
+        }
+        out
+    }
+
+    /// Dispatches `payload` tagged `service` to rank 3 and returns the reply.
+    async fn ask(s: &Services, service: &str, payload: &'static [u8]) -> Bytes {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let d = Delivery {
+            op: 7,
+            ranks: IdSet::single(3),
+            kind: Kind::Command,
+            filter: Default::default(),
+            service: service.into(),
+            payload: Bytes::from_static(payload),
+            reply: Replier::new(7, tx).for_ranks(IdSet::single(3)),
+        };
+        s.dispatch(&ranks(), d);
         let (op, bytes) = rx.recv().await.expect("a reply");
         assert_eq!(op, 7);
         bytes
+    }
+
+    /// A command to several local ranks runs once per rank, each with its own reply
+    /// (merged by the node); each rank has its own context, made once.
+    #[tokio::test]
+    async fn a_command_runs_once_for_each_local_rank_it_is_for() {
+        let s = Services::stock();
+        let ranks = ranks();
+        let to: IdSet = "[2,5-7]".parse().unwrap();
+        let values = ask_ranks(&ranks, to.clone(), &s, SDM, b"value");
+        assert_eq!(values, ["2", "5", "6", "7"]);
+        assert_eq!(ranks.ranks(), [2, 5, 6, 7]);
+        for (rank, line) in to
+            .iter()
+            .zip(ask_ranks(&ranks, to.clone(), &s, SDM, b"info"))
+        {
+            let line = String::from_utf8(line.to_vec()).unwrap();
+            let want = format!(
+                "host={} pid={} rank={rank} ",
+                hostname(),
+                std::process::id()
+            );
+            assert!(line.starts_with(&want), "{line}");
+        }
+        assert_eq!(ranks.ranks(), [2, 5, 6, 7], "contexts made once");
+        // An unknown service: an error for each rank.
+        let errors = ask_ranks(&ranks, to, &s, "nope", b"");
+        assert_eq!(errors.len(), 4);
+        assert!(
+            errors
+                .iter()
+                .all(|e| e.starts_with(b"error: service \"nope\""))
+        );
     }
 
     #[tokio::test]
@@ -573,7 +597,11 @@ mod tests {
     #[tokio::test]
     async fn the_sdm_service_reads_a_request_line() {
         for id in [0, 7, 10, 99, 4_000_000_000, u32::MAX] {
-            assert_eq!(&id_text(id)[..], id.to_string().as_bytes());
+            let (tx, _rx) = tokio::sync::mpsc::channel(1);
+            let (monitor, _) = MonitorHandle::new(id, 1, tx);
+            let ctx =
+                ServerContext::new(id, monitor, crate::services::registry(), Default::default());
+            assert_eq!(&ctx.rank_text[..], id.to_string().as_bytes());
         }
         let s = Services::stock();
         let (a, b) = (

@@ -70,7 +70,8 @@ pub fn registry() -> Arc<Registry<Monitor>> {
     );
     r.register_base(
         "number_of_nodes",
-        Box::new(|m, _| Ok(vec![Value::Int(i64::from(m.servers))])),
+        // The job's nodes in OMIS's sense: its ranks.
+        Box::new(|m, _| Ok(vec![Value::Int(i64::from(m.size.unwrap_or(m.servers)))])),
     );
     r.register_base(
         "list_nodes",
@@ -323,7 +324,13 @@ pub fn registry() -> Arc<Registry<Monitor>> {
             Box::new(|m: &mut Monitor, req: &BasicRequest| {
                 let pid = int_param(req, 0, "pid")?;
                 let pid = u32::try_from(pid).map_err(|_| err(format!("sdm_attach: {pid} is not a pid")))?;
-                m.attach(pid).map(|p| vec![Value::Int(i64::from(p))]).map_err(err)
+                let p = m.attach(pid).map_err(err)?;
+                // `sdm_attach(PID, 1)`: a task its launcher holds before its start runs to
+                // `main` (in this one job: the monitor's poll must not continue it first).
+                if req.params.len() > 1 && int_param(req, 1, "run to main")? != 0 {
+                    m.run_attached_to_main().map_err(err)?;
+                }
+                Ok(vec![Value::Int(i64::from(p))])
             }),
         );
         x.register(

@@ -9,11 +9,18 @@
 //! becomes a `<signal handler called>` frame, and the walk continues in the interrupted code
 //! with the registers the kernel saved in the `ucontext_t` on the stack. Functions inlined at
 //! a pc are frames of their own (innermost first, all at the same pc), as gdb shows them.
+//!
+//! What is read of a file (its unwind sections, symbols and DWARF) does not depend on where
+//! a process maps it: [`Files`] keeps it once per file (by device, inode, size and
+//! modification time) for the whole server, so the monitors of all its local ranks, each
+//! on its own thread, share one copy of each binary's tables.
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
@@ -101,43 +108,40 @@ struct Symbol {
     name: String,
 }
 
-/// What a walk needs of one mapped ELF image: its unwind module, symbols and DWARF.
-struct Image {
+/// Section bytes shared by every mapping of a file (cloning one is a reference count).
+type Bytes = Arc<[u8]>;
+
+/// What a walk needs of one ELF file wherever it is mapped: its unwind sections, symbols
+/// and DWARF. Shared ([`Files`]) by every process mapping the same file.
+struct FileImage {
     /// The file's name (no directory), or the area's (`[vdso]`).
     name: String,
-    /// Where it is mapped (all its mappings).
-    avma: Range<u64>,
-    /// Actual address minus the address the file states.
-    bias: u64,
-    module: Module<Vec<u8>>,
+    /// Its call-frame sections, as framehop takes them (addresses as the file states).
+    sections: ExplicitModuleSectionInfo<Bytes>,
+    /// Its loadable segments (where a mapping of it is, its load bias follows).
+    segments: Vec<Segment>,
     /// Function symbols by address.
     symbols: Vec<Symbol>,
     /// DWARF for function names, inline chains and lines (files only; `None` when the
-    /// file cannot be loaded).
-    dwarf: Option<addr2line::Loader>,
+    /// file cannot be loaded). A loader fills its caches as it is asked (not `Sync`): the
+    /// monitors sharing it take turns.
+    dwarf: Option<Mutex<addr2line::Loader>>,
 }
 
-impl Image {
-    /// Reads `data` (the ELF image of `name`, mapped at `avma` with `bias`); `path` is the
-    /// file to load DWARF from.
-    fn new(
-        name: &str,
-        data: &[u8],
-        avma: Range<u64>,
-        bias: u64,
-        path: Option<&Path>,
-    ) -> Option<Self> {
+impl FileImage {
+    /// Reads `data` (the ELF image of `name`); `path` is the file to load DWARF from.
+    fn new(name: &str, data: &[u8], path: Option<&Path>) -> Option<Self> {
         use object::{Object, ObjectSection, ObjectSymbol};
         let file = object::File::parse(data).ok()?;
         let section = |n: &str| {
             let s = file.section_by_name(n)?;
             let range = s.address()..s.address() + s.size();
-            Some((range, s.data().ok()?.to_vec()))
+            Some((range, Bytes::from(s.data().ok()?)))
         };
         let (text_svma, text) = section(".text").unzip();
         let (eh_frame_svma, eh_frame) = section(".eh_frame").unzip();
         let (eh_frame_hdr_svma, eh_frame_hdr) = section(".eh_frame_hdr").unzip();
-        let info = ExplicitModuleSectionInfo {
+        let sections = ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma,
             text,
@@ -151,7 +155,6 @@ impl Image {
             debug_frame: section(".debug_frame").map(|(_, d)| d),
             ..ExplicitModuleSectionInfo::default()
         };
-        let module = Module::new(name.to_owned(), avma.clone(), bias, info);
         let mut symbols: Vec<Symbol> = file
             .symbols()
             .chain(file.dynamic_symbols())
@@ -167,11 +170,10 @@ impl Image {
         symbols.sort_by_key(|s| s.address);
         Some(Self {
             name: name.rsplit('/').next().unwrap_or(name).to_owned(),
-            avma,
-            bias,
-            module,
+            sections,
+            segments: segments(&file),
             symbols,
-            dwarf: path.and_then(|p| addr2line::Loader::new(p).ok()),
+            dwarf: path.and_then(|p| addr2line::Loader::new(p).ok().map(Mutex::new)),
         })
     }
 
@@ -195,7 +197,11 @@ impl Image {
     /// offset, `libc.so.6+0x2724a`: the same in every process that maps the same file.
     fn frames(&self, pc: u64, fp: u64, svma: u64) -> Vec<Frame> {
         let mut out = Vec::new();
-        if let Some(mut chain) = self.dwarf.as_ref().and_then(|d| d.find_frames(svma).ok()) {
+        let dwarf = self
+            .dwarf
+            .as_ref()
+            .map(|d| d.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Some(mut chain) = dwarf.as_ref().and_then(|d| d.find_frames(svma).ok()) {
             while let Ok(Some(f)) = chain.next() {
                 let Some(name) = f
                     .function
@@ -234,6 +240,110 @@ impl Image {
             module: self.name.clone(),
             offset: svma,
         }]
+    }
+}
+
+/// One file as one process maps it: the shared [`FileImage`] and where it is.
+struct Image {
+    file: Arc<FileImage>,
+    /// Where it is mapped (all its mappings).
+    avma: Range<u64>,
+    /// Actual address minus the address the file states.
+    bias: u64,
+    /// The unwind module at this place (its section bytes shared with the file's).
+    module: Module<Bytes>,
+}
+
+impl Image {
+    fn new(file: Arc<FileImage>, avma: Range<u64>, bias: u64) -> Self {
+        let module = Module::new(file.name.clone(), avma.clone(), bias, file.sections.clone());
+        Self {
+            file,
+            avma,
+            bias,
+            module,
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.file.name
+    }
+
+    fn frames(&self, pc: u64, fp: u64, svma: u64) -> Vec<Frame> {
+        self.file.frames(pc, fp, svma)
+    }
+}
+
+/// A file's identity: a file replaced or rewritten (another inode, size or modification
+/// time) is another file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+/// A file being read, or read: the first monitor to want it reads it, the others wait.
+type Slot = Arc<OnceLock<Option<Arc<FileImage>>>>;
+
+/// What was read of each file mapped by the processes this server walks, shared by every
+/// rank's monitor ([`Files::global`]): each binary's tables are read once per server,
+/// however many local ranks map it.
+#[derive(Default)]
+pub(crate) struct Files {
+    slots: Mutex<HashMap<FileId, Slot>>,
+    /// How many files were read (for tests).
+    reads: AtomicUsize,
+}
+
+impl Files {
+    /// The server's (the process's) one cache.
+    pub(crate) fn global() -> Arc<Files> {
+        static GLOBAL: OnceLock<Arc<Files>> = OnceLock::new();
+        GLOBAL.get_or_init(Arc::default).clone()
+    }
+
+    /// How many files this cache has read so far.
+    #[cfg(test)]
+    fn reads(&self) -> usize {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    /// The image of the file at `path` that a process maps as inode `inode`: read once,
+    /// then shared. `None`: not an ELF file this can read. A file whose inode on disk is
+    /// not the mapped one (replaced since) is read for this caller alone.
+    fn get(&self, path: &Path, inode: u64) -> Option<Arc<FileImage>> {
+        let meta = std::fs::metadata(path).ok()?;
+        if meta.ino() != inode {
+            return self.read(path);
+        }
+        let id = FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        };
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            if !slots.contains_key(&id) {
+                // Forget the files no process here maps any more (only this cache holds them).
+                slots.retain(|_, s| match s.get() {
+                    Some(Some(image)) => Arc::strong_count(image) > 1,
+                    Some(None) => true,
+                    None => true,
+                });
+            }
+            slots.entry(id).or_default().clone()
+        };
+        slot.get_or_init(|| self.read(path)).clone()
+    }
+
+    fn read(&self, path: &Path) -> Option<Arc<FileImage>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let data = std::fs::read(path).ok()?;
+        let name = path.display().to_string();
+        FileImage::new(&name, &data, Some(path)).map(Arc::new)
     }
 }
 
@@ -289,14 +399,30 @@ impl Memory {
 /// same place has the same load bias).
 type ImageKey = (PathBuf, u64, u64);
 
-/// Walks and names the stacks of processes, keeping what it read of each mapped image.
-#[derive(Default)]
+/// Walks and names the stacks of processes, keeping where each mapped image is (the
+/// images themselves come from the shared [`Files`]).
 pub(crate) struct Stacks {
     /// `None`: not an ELF image this can read.
     images: HashMap<ImageKey, Option<Image>>,
+    files: Arc<Files>,
+}
+
+impl Default for Stacks {
+    /// Walks sharing the server's one cache of files ([`Files::global`]).
+    fn default() -> Self {
+        Self::with_files(Files::global())
+    }
 }
 
 impl Stacks {
+    /// Walks reading files through `files`.
+    pub(crate) fn with_files(files: Arc<Files>) -> Self {
+        Self {
+            images: HashMap::new(),
+            files,
+        }
+    }
+
     /// The stack of the ptrace-stopped process `pid`, innermost frame first, each frame
     /// named (inlined functions as frames of their own).
     pub(crate) fn backtrace(&mut self, pid: Pid) -> Result<Vec<Frame>, UnwindError> {
@@ -338,7 +464,7 @@ impl Stacks {
     /// A frame named [`UNKNOWN_FRAME`], in the module mapped at its pc if any.
     fn unnamed(&self, f: &RawFrame) -> Frame {
         let (module, offset) = match self.image_at(f.pc) {
-            Some(i) => (i.name.clone(), f.pc.wrapping_sub(i.bias)),
+            Some(i) => (i.name().to_owned(), f.pc.wrapping_sub(i.bias)),
             None => (String::new(), f.pc),
         };
         Frame {
@@ -383,18 +509,20 @@ impl Stacks {
             }
             // The same file (inode) at the same place: the same image, read once.
             if !matches!(self.images.get(&key), Some(Some(i)) if i.avma == avma) {
-                let data = if vdso {
+                let file = if vdso {
+                    // Read from the process (it is not a file); small, so not shared.
                     let mut buf = vec![0u8; (m.end - m.start) as usize];
-                    mem.read(m.start, &mut buf).then_some(buf)
+                    mem.read(m.start, &mut buf)
+                        .then(|| FileImage::new("[vdso]", &buf, None))
+                        .flatten()
+                        .map(Arc::new)
                 } else {
-                    std::fs::read(&m.path).ok()
+                    self.files.get(&m.path, m.inode)
                 };
                 let offset = if vdso { 0 } else { m.offset };
-                let image = data.and_then(|data| {
-                    let bias = load_bias(&data, m.start, offset)?;
-                    let name = m.path.display().to_string();
-                    let path = (!vdso).then_some(m.path.as_path());
-                    Image::new(&name, &data, avma, bias, path)
+                let image = file.and_then(|file| {
+                    let bias = load_bias(&file.segments, m.start, offset)?;
+                    Some(Image::new(file, avma, bias))
                 });
                 self.images.insert(key.clone(), image);
             }
@@ -420,7 +548,7 @@ impl Stacks {
     fn unwind_from(&mut self, pid: Pid, regs: ThreadRegs) -> Result<Vec<RawFrame>, UnwindError> {
         let mem = Memory::open(pid)?;
         let keys = self.load_images(pid, &mem);
-        let mut unwinder = UnwinderX86_64::<Vec<u8>>::new();
+        let mut unwinder = UnwinderX86_64::<Bytes>::new();
         for k in &keys {
             if let Some(Some(image)) = self.images.get(k) {
                 unwinder.add_module(image.module.clone());
@@ -434,7 +562,7 @@ impl Stacks {
 /// (CFI marks it, or a null return address), on memory it cannot read, or at
 /// [`MAX_FRAMES`].
 fn walk(
-    unwinder: &UnwinderX86_64<Vec<u8>>,
+    unwinder: &UnwinderX86_64<Bytes>,
     mem: &Memory,
     rip: u64,
     rsp: u64,
@@ -490,29 +618,49 @@ fn walk(
     frames
 }
 
-/// The load bias of an ELF image (`data`) whose bytes at file offset `offset` are mapped at
-/// `start`: the segment holding that offset is at its stated address plus the bias. (Where
-/// two segments share the mapping's first page, the mapping is the later one's.)
-fn load_bias(data: &[u8], start: u64, offset: u64) -> Option<u64> {
+/// A loadable segment of an ELF file: its file offset and size, and the address it states.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    offset: u64,
+    size: u64,
+    address: u64,
+}
+
+fn segments(file: &object::File<'_>) -> Vec<Segment> {
     use object::{Object, ObjectSegment};
-    let file = object::File::parse(data).ok()?;
     file.segments()
-        .filter(|s| {
-            let (seg_offset, size) = s.file_range();
-            seg_offset & !0xfff <= offset && offset < seg_offset + size.max(1)
+        .map(|s| {
+            let (offset, size) = s.file_range();
+            Segment {
+                offset,
+                size,
+                address: s.address(),
+            }
         })
-        .max_by_key(|s| s.file_range().0)
+        .collect()
+}
+
+/// The load bias of an ELF file (its `segments`) whose bytes at file offset `offset` are
+/// mapped at `start`: the segment holding that offset is at its stated address plus the
+/// bias. (Where two segments share the mapping's first page, the mapping is the later
+/// one's.)
+fn load_bias(segments: &[Segment], start: u64, offset: u64) -> Option<u64> {
+    segments
+        .iter()
+        .filter(|s| s.offset & !0xfff <= offset && offset < s.offset + s.size.max(1))
+        .max_by_key(|s| s.offset)
         .map(|s| {
             start
-                .wrapping_add(s.file_range().0)
+                .wrapping_add(s.offset)
                 .wrapping_sub(offset)
-                .wrapping_sub(s.address())
+                .wrapping_sub(s.address)
         })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn bias_of_a_mapped_segment() {
@@ -524,8 +672,9 @@ mod tests {
             .into_iter()
             .find(|m| m.path == me && m.executable)
             .unwrap();
-        let bias = load_bias(&data, text.start, text.offset).unwrap();
-        let image = Image::new("self", &data, text.start..text.end, bias, Some(&me)).unwrap();
+        let file = FileImage::new("self", &data, Some(&me)).unwrap();
+        let bias = load_bias(&file.segments, text.start, text.offset).unwrap();
+        let image = Image::new(Arc::new(file), text.start..text.end, bias);
         let here = bias_of_a_mapped_segment as fn() as usize as u64;
         let frames = image.frames(here, 0, here - bias);
         assert!(
@@ -545,11 +694,9 @@ mod tests {
             size,
             name: name.into(),
         };
-        let mut image = Image::new(
+        let mut image = FileImage::new(
             "none",
             &std::fs::read(std::fs::read_link("/proc/self/exe").unwrap()).unwrap(),
-            0..1,
-            0,
             None,
         )
         .unwrap();
@@ -564,19 +711,16 @@ mod tests {
         assert_eq!(image.symbol(0x50), None);
     }
 
-    #[test]
-    fn sleeping_process_is_unwound_through_libc() {
-        // `sleep` waits in libc's nanosleep, which keeps no frame pointer: its caller is
-        // found through libc's .eh_frame.
+    /// Walks a `sleep` (with `stacks`) until it is past its start-up and in the sleep;
+    /// returns its frames and the files it maps executable (what a walk reads), and ends it.
+    fn walk_a_sleep(stacks: &mut Stacks) -> (Vec<Frame>, BTreeSet<PathBuf>) {
         let mut child = std::process::Command::new("sleep")
             .arg("100")
             .spawn()
             .unwrap();
         let pid = Pid::from_raw(child.id() as i32);
         ptrace::seize(pid, ptrace::Options::empty()).unwrap();
-        let mut stacks = Stacks::default();
         let mut frames = Vec::new();
-        // Until it is past its start-up and in the sleep.
         for _ in 0..500 {
             ptrace::interrupt(pid).unwrap();
             nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::__WALL)).unwrap();
@@ -587,11 +731,51 @@ mod tests {
             ptrace::cont(pid, None).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+        let files = read_maps(pid)
+            .into_iter()
+            .filter(|m| m.executable && m.path.starts_with("/"))
+            .map(|m| m.path)
+            .collect();
         let _ = child.kill();
         let _ = child.wait();
+        (frames, files)
+    }
+
+    #[test]
+    fn sleeping_process_is_unwound_through_libc() {
+        // `sleep` waits in libc's nanosleep, which keeps no frame pointer: its caller is
+        // found through libc's .eh_frame.
+        let (frames, _) = walk_a_sleep(&mut Stacks::default());
         let names: Vec<&str> = frames.iter().map(|f| f.function.as_str()).collect();
         assert_eq!(names[..2], ["clock_nanosleep", "nanosleep"], "{frames:?}");
         // Below libc, the (stripped) program's frames and its start: more than the two.
         assert!(names.len() > 3, "{frames:?}");
+    }
+
+    /// Two processes of one binary, walked at once from two threads (two ranks' monitors),
+    /// each with its own [`Stacks`]: each file they map (the program, libc, the loader) is
+    /// read once, and both walks name the same frames. Every monitor's walks share the
+    /// server's one cache.
+    #[test]
+    fn monitors_of_one_binary_share_each_file() {
+        let files = Arc::new(Files::default());
+        let walk = |files: Arc<Files>| {
+            std::thread::spawn(move || {
+                let mut stacks = Stacks::with_files(files);
+                let walked = walk_a_sleep(&mut stacks);
+                (walked, stacks)
+            })
+        };
+        let (a, b) = (walk(files.clone()), walk(files.clone()));
+        let (((a, mapped), _sa), ((b, _), _sb)) = (a.join().unwrap(), b.join().unwrap());
+        let names = |f: &[Frame]| f.iter().map(|f| f.function.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&a)[..2], ["clock_nanosleep", "nanosleep"], "{a:?}");
+        assert_eq!(names(&a), names(&b));
+        assert!(mapped.len() >= 2, "{mapped:?}");
+        assert_eq!(files.reads(), mapped.len(), "each of {mapped:?} read once");
+        assert!(Arc::ptr_eq(
+            &Stacks::default().files,
+            &Stacks::default().files
+        ));
     }
 }

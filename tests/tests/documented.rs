@@ -170,6 +170,7 @@ async fn servers_listen_in_the_documented_port_range() {
     for _ in 0..3 {
         let opts = SessionOptions {
             n: 4,
+            ranks_per_server: Some(1),
             program: Some(support::sdm().into()),
             ..SessionOptions::default()
         };
@@ -277,9 +278,20 @@ fn options_out_of_range_are_errors_naming_the_range() {
 #[test]
 fn more_servers_than_a_hosts_ports_fail_at_once_in_one_line() {
     for (args, ports) in [
-        (&["launch", "-n", "5000"][..], "2048"),
         (
-            &["launch", "-n", "11", "--port-range", "40000-40009"][..],
+            &["launch", "--ranks-per-server", "1", "-n", "5000"][..],
+            "2048",
+        ),
+        (
+            &[
+                "launch",
+                "--ranks-per-server",
+                "1",
+                "-n",
+                "11",
+                "--port-range",
+                "40000-40009",
+            ][..],
             "10",
         ),
     ] {

@@ -10,6 +10,7 @@ use sdm_proto::IdSet;
 async fn sixteen() -> Session {
     let opts = SessionOptions {
         n: 16,
+        ranks_per_server: Some(1),
         program: Some(sdm_e2e::sdm().into()),
         ..SessionOptions::default()
     };

@@ -27,13 +27,31 @@ fn here() -> String {
 
 #[test]
 fn a_bad_hostlist_or_hosts_without_a_launcher_is_named() {
-    let (ok, _, err) = sdm_out(&["launch", "-n", "2", "--launcher", "ssh", "--hosts", "h[1-4"]);
+    let (ok, _, err) = sdm_out(&[
+        "launch",
+        "--ranks-per-server",
+        "1",
+        "-n",
+        "2",
+        "--launcher",
+        "ssh",
+        "--hosts",
+        "h[1-4",
+    ]);
     assert!(!ok);
     assert!(
         err.contains(r#"--hosts: hostlist "h[1-4": a '[' is never closed"#),
         "{err}"
     );
-    let (ok, _, err) = sdm_out(&["launch", "-n", "2", "--hosts", "node[01-02,07]"]);
+    let (ok, _, err) = sdm_out(&[
+        "launch",
+        "--ranks-per-server",
+        "1",
+        "-n",
+        "2",
+        "--hosts",
+        "node[01-02,07]",
+    ]);
     assert!(!ok);
     assert!(
         err.contains("--hosts node[01-02,07] needs a launcher that reaches them"),
@@ -43,7 +61,15 @@ fn a_bad_hostlist_or_hosts_without_a_launcher_is_named() {
 
 #[test]
 fn the_hosts_line_is_in_hostlist_form() {
-    let (ok, out, err) = sdm_out(&["launch", "-n", "6", "--send", "ping"]);
+    let (ok, out, err) = sdm_out(&[
+        "launch",
+        "--ranks-per-server",
+        "1",
+        "-n",
+        "6",
+        "--send",
+        "ping",
+    ]);
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[1], format!("hosts  {}: [0-5]", here()), "{out}");
@@ -58,6 +84,8 @@ fn the_hosts_line_is_in_hostlist_form() {
 fn a_missing_remote_sdm_is_named_with_its_host() {
     let (ok, out, _) = sdm_out(&[
         "launch",
+        "--ranks-per-server",
+        "1",
         "-n",
         "3",
         "--launcher",
@@ -89,6 +117,8 @@ fn ssh_takes_a_hostlist_and_launcher_args() {
     // given as ssh options, for a host written in hostlist form.
     let (ok, out, err) = sdm_out(&[
         "launch",
+        "--ranks-per-server",
+        "1",
         "-n",
         "4",
         "--launcher",
@@ -109,7 +139,17 @@ fn ssh_takes_a_hostlist_and_launcher_args() {
 /// (the hosts line), one merged pong.
 fn launch_on_this_host(launcher: &str, args: &[&str]) {
     let h = here();
-    let mut all = vec!["launch", "-n", "4", "--launcher", launcher, "--hosts", &h];
+    let mut all = vec![
+        "launch",
+        "--ranks-per-server",
+        "1",
+        "-n",
+        "4",
+        "--launcher",
+        launcher,
+        "--hosts",
+        &h,
+    ];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--send", "ping"]);
     let (ok, out, err) = sdm_out(&all);
@@ -139,6 +179,8 @@ fn srun_takes_a_nodelist_and_site_arguments() {
     // A node that is not in the cluster is Slurm's error, reported as a failed launch.
     let (ok, out, err) = sdm_out(&[
         "launch",
+        "--ranks-per-server",
+        "1",
         "-n",
         "2",
         "--launcher",

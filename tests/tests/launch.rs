@@ -14,6 +14,7 @@ fn opts(n: u32, launcher: LauncherKind) -> SessionOptions {
     SessionOptions {
         n,
         launcher,
+        ranks_per_server: Some(1),
         program: Some(sdm_e2e::sdm().into()),
         ..SessionOptions::default()
     }
@@ -348,7 +349,16 @@ async fn ssh_launch_over_loopback() {
 async fn cli_launch_json_and_frontend_death_leaves_no_orphans() {
     let sdm = sdm_e2e::sdm();
     let out = Command::new(sdm)
-        .args(["launch", "-n", "8", "--json", "--send", "ping"])
+        .args([
+            "launch",
+            "--ranks-per-server",
+            "1",
+            "-n",
+            "8",
+            "--json",
+            "--send",
+            "ping",
+        ])
         .output()
         .unwrap();
     assert!(
@@ -369,7 +379,15 @@ async fn cli_launch_json_and_frontend_death_leaves_no_orphans() {
 
     // Kill the front-end (sdm launch --hold) with SIGKILL: the master and every server exit.
     let mut child = Command::new(sdm)
-        .args(["launch", "-n", "6", "--json", "--hold"])
+        .args([
+            "launch",
+            "--ranks-per-server",
+            "1",
+            "-n",
+            "6",
+            "--json",
+            "--hold",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -484,7 +502,17 @@ fn topology_files_on_the_command_line() {
 
     // A launch over it, from the CLI.
     let out = Command::new(sdm_e2e::sdm())
-        .args(["launch", "-n", "16", "--topology", &shape, "--send", "ping"])
+        .args([
+            "launch",
+            "--ranks-per-server",
+            "1",
+            "-n",
+            "16",
+            "--topology",
+            &shape,
+            "--send",
+            "ping",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -497,7 +525,15 @@ fn topology_files_on_the_command_line() {
         assert!(!out.status.success(), "{args:?}: {out:?}");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    let err = run(&["launch", "-n", "8", "--topology", &shape]);
+    let err = run(&[
+        "launch",
+        "--ranks-per-server",
+        "1",
+        "-n",
+        "8",
+        "--topology",
+        &shape,
+    ]);
     assert!(
         err.contains("the topology file's tree has 16 servers, not 8"),
         "{err}"
@@ -517,6 +553,8 @@ fn topology_files_on_the_command_line() {
     std::fs::write(&mrnet, "fe:0 => a:0 b:0 ;\n").unwrap();
     let err = run(&[
         "launch",
+        "--ranks-per-server",
+        "1",
         "-n",
         "2",
         "--topology",
@@ -567,6 +605,8 @@ fn every_listener_stays_in_the_port_range() {
     let child = Command::new(sdm_e2e::sdm())
         .args([
             "launch",
+            "--ranks-per-server",
+            "1",
             "-n",
             "8",
             "--port-range",
@@ -621,7 +661,16 @@ fn every_listener_stays_in_the_port_range() {
 
     // Too small a range for the servers of one host: one line says so before any starts.
     let out = Command::new(sdm_e2e::sdm())
-        .args(["launch", "-n", "4", "--timeout", "20", "--port-range"])
+        .args([
+            "launch",
+            "--ranks-per-server",
+            "1",
+            "-n",
+            "4",
+            "--timeout",
+            "20",
+            "--port-range",
+        ])
         .arg(format!("{first}-{}", first + 1))
         .output()
         .unwrap();

@@ -50,7 +50,17 @@ fn sdm_status_asks_the_running_front_end() {
     let runtime = runtime_dir();
     // Eight programs that end when their input does, like `srun`.
     let mut run = Run(Command::new(sdm_e2e::sdm())
-        .args(["run", "-n", "8", "--", "sh", "-c", "read x"])
+        .args([
+            "run",
+            "--ranks-per-server",
+            "1",
+            "-n",
+            "8",
+            "--",
+            "sh",
+            "-c",
+            "read x",
+        ])
         .env("XDG_RUNTIME_DIR", &runtime)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -187,6 +187,7 @@ impl FromStr for Placement {
                 let ranks: u32 = ranks.parse().map_err(|_| bad())?;
                 Ok(Placement::blocks(per, ranks))
             }
+            Some(("sets", "")) => Placement::sets(Vec::new()),
             Some(("sets", v)) => {
                 let sets = v
                     .split(';')

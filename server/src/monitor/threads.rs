@@ -79,17 +79,13 @@ fn walk_other(stacks: &mut Stacks, tid: Pid) -> Option<Vec<Frame>> {
     frames
 }
 
-/// Ends the group-stop of the other threads of `pid` (a SIGCONT) where any is still in
-/// one: a `stop` by SIGSTOP stops every thread, and a traced main thread is continued by
-/// ptrace alone, which resumes only that thread.
+/// Ends the group-stop of the other threads of `pid` (a SIGCONT) where it has any: a
+/// `stop` by SIGSTOP stops every thread, and a traced main thread is continued by ptrace
+/// alone, which resumes only that thread. (A SIGCONT to threads not stopped does nothing.)
 pub(super) fn end_group_stop(pid: Pid) -> MonResult<()> {
-    let stopped = tasks(pid).into_iter().any(|tid| {
-        tid != pid
-            && std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
-                .ok()
-                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('T')))
-                .unwrap_or(false)
-    });
+    // Any other thread, not only those seen stopped now: one a stack walk just let go
+    // may not be back in the group-stop yet, and would enter it for good after the check.
+    let stopped = tasks(pid).into_iter().any(|tid| tid != pid);
     if stopped {
         nix::sys::signal::kill(pid, Signal::SIGCONT).map_err(|e| errno(pid, "SIGCONT", e))?;
     }

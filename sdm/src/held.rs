@@ -1,0 +1,112 @@
+//! Launch mode (`sdm run --launcher srun|mpirun`): the job is started by its own launcher,
+//! so MPI wiring and PMI come from it, and held for the tool as STAT, TotalView and
+//! LaunchMON hold it (the launcher traced with `MPIR_being_debugged` set, stopped in
+//! `MPIR_Breakpoint`); its process table places one server per host, each attaching to
+//! its host's ranks; then the launcher is released. Under srun the tasks wait before their
+//! first instruction, so `--stop-at-main` and breakpoints set before the program runs work
+//! as they do locally; Open MPI 4 holds its ranks inside `MPI_Init` instead.
+
+use std::io::Write;
+
+use anyhow::Context;
+use sdm_deploy::LauncherKind;
+use sdm_server::hold::{HeldJob, HoldError, launch_held};
+
+use crate::console::Console;
+
+/// A job its launcher holds, and which launcher that is.
+pub(crate) struct Held {
+    /// The held job (released once its ranks are attached).
+    pub job: HeldJob,
+    /// srun or mpirun.
+    pub kind: LauncherKind,
+}
+
+impl Held {
+    /// Whether the launcher holds the tasks before their first instruction (srun), so
+    /// they are run to `main` as they are attached; Open MPI 4 holds them in `MPI_Init`.
+    pub(crate) fn at_start(&self) -> bool {
+        self.kind == LauncherKind::Srun
+    }
+}
+
+/// Starts `program` as an `n`-rank job of `kind` held in `MPIR_Breakpoint`. `Ok(Err(e))`
+/// when the launcher cannot hold a job (no MPIR interface): the caller falls back.
+pub(crate) async fn start(
+    kind: LauncherKind,
+    hosts: &[String],
+    extra: &[String],
+    n: u32,
+    program: &[String],
+) -> anyhow::Result<Result<Held, HoldError>> {
+    let argv = sdm_deploy::job::job_command(kind, hosts, extra, n, program)?;
+    tracing::info!("launch mode: {}", argv.join(" "));
+    // Open MPI warns on stderr that MPIR is deprecated unless told not to.
+    let env = [("OMPI_MPIR_DO_NOT_WARN".to_owned(), "1".to_owned())];
+    let held = tokio::task::spawn_blocking(move || launch_held(&argv, &env))
+        .await
+        .context("the thread holding the launcher")?;
+    Ok(held.map(|job| Held { job, kind }))
+}
+
+/// The held job's tasks as (host, pid), in rank order; an error names a rank missing from
+/// the launcher's table.
+pub(crate) fn tasks(held: &Held, n: u32) -> anyhow::Result<Vec<(String, u32)>> {
+    let mut tasks: Vec<Option<(String, u32)>> = vec![None; n as usize];
+    for d in &held.job.table().tasks {
+        if let Some(slot) = tasks.get_mut(d.rank as usize) {
+            *slot = Some((d.host.clone(), d.pid));
+        }
+    }
+    tasks
+        .into_iter()
+        .enumerate()
+        .map(|(r, t)| t.with_context(|| format!("rank {r} is not in the launcher's process table")))
+        .collect()
+}
+
+/// Once the servers have attached (srun's tasks, held before their first instruction, run
+/// to `main` as they were): the launcher is released, and the tasks go on unless
+/// `--stop-at-main`. Returns the
+/// launcher, to wait for or end with the session.
+pub(crate) async fn release(
+    console: &mut Console,
+    held: Held,
+    stop_at_main: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<std::process::Child> {
+    let at_start = held.at_start();
+    let kind = held.kind;
+    let child = tokio::task::spawn_blocking(move || held.job.release())
+        .await
+        .context("the thread releasing the launcher")??;
+    match (at_start, stop_at_main) {
+        // Quietly: the ranks simply run, as a program started without --stop-at-main does.
+        (true, false) => {
+            console.command("cont", &mut std::io::sink()).await?;
+        }
+        (false, true) => {
+            eprintln!(
+                "sdm: {kind} holds its ranks inside MPI_Init, after main began: they are stopped there"
+            );
+            console.command("stop", out).await?;
+        }
+        _ => {}
+    }
+    Ok(child)
+}
+
+/// Ends a released launcher with the session: one still running (its job outlived the
+/// console) gets SIGTERM, as srun ends its step; then it is waited for. The job's status
+/// is its ranks' (the console saw each end, and ranks it killed do not count), not the
+/// launcher's, which reports those kills too.
+pub(crate) fn finish(mut child: std::process::Child) {
+    if matches!(child.try_wait(), Ok(None)) {
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+    match child.wait() {
+        Ok(s) => tracing::info!("the job's launcher ended: {s}"),
+        Err(e) => eprintln!("sdm: waiting for the job's launcher: {e}"),
+    }
+}

@@ -1,0 +1,86 @@
+//! Running an attached process to `main`: a job its launcher holds before the tasks' first
+//! instruction (srun with `MPIR_being_debugged` set stops each task at its exec, before the
+//! dynamic linker runs) is attached to, and each task run to `main` and left stopped there,
+//! as `--stop-at-main` leaves a program this server starts.
+
+use nix::sys::ptrace;
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+
+use super::{MonResult, Monitor, ProcState, errno, poke_byte, raw, state};
+
+impl Monitor {
+    /// Runs the attached process to `main` and leaves it stopped there (traced, as `stop`
+    /// leaves it). It must not have reached `main` yet: a process already past it runs on
+    /// until it ends or calls `main` again, so this is for tasks held before their start.
+    pub fn run_attached_to_main(&mut self) -> MonResult<()> {
+        let addr = self.resolve("main")?;
+        let p = self.proc()?;
+        let pid = p.pid;
+        if !p.traced || p.child.is_some() {
+            return Err(
+                state("only a process attached to runs to main this way".into()).with_pid(raw(pid)),
+            );
+        }
+        // Into a ptrace stop. A process seized while stopped (the held task) reports that
+        // stop by itself; a running one is interrupted.
+        if p.state == ProcState::Running {
+            if process_stopped(pid) {
+                super::wait_trace_stop(p)?;
+            } else {
+                ptrace::interrupt(pid).map_err(|e| errno(pid, "ptrace interrupt", e))?;
+                super::wait_interrupted(p)?;
+            }
+        }
+        let word = ptrace::read(pid, addr as ptrace::AddressType)
+            .map_err(|e| errno(pid, &format!("reading {addr:#x}"), e))?;
+        poke_byte(pid, addr, 0xcc)?;
+        // SIGCONT ends the stop the launcher left it in; PTRACE_CONT lets it run.
+        kill(pid, Signal::SIGCONT).map_err(|e| errno(pid, "SIGCONT", e))?;
+        ptrace::cont(pid, None).map_err(|e| errno(pid, "ptrace cont", e))?;
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::__WALL)).map_err(|e| errno(pid, "waitpid", e))? {
+                WaitStatus::Stopped(_, Signal::SIGTRAP) => {
+                    let mut r = ptrace::getregs(pid).map_err(|e| errno(pid, "getregs", e))?;
+                    if r.rip.wrapping_sub(1) != addr {
+                        ptrace::cont(pid, None).map_err(|e| errno(pid, "ptrace cont", e))?;
+                        continue;
+                    }
+                    r.rip = addr;
+                    ptrace::setregs(pid, r).map_err(|e| errno(pid, "setregs", e))?;
+                    poke_byte(pid, addr, (word & 0xff) as u8)?;
+                    break;
+                }
+                // A stop on the way (job control, the launcher's SIGSTOP) is not kept.
+                WaitStatus::Stopped(_, Signal::SIGSTOP | Signal::SIGCONT)
+                | WaitStatus::PtraceEvent(..) => {
+                    ptrace::cont(pid, None).map_err(|e| errno(pid, "ptrace cont", e))?;
+                }
+                WaitStatus::Stopped(_, sig) => {
+                    ptrace::cont(pid, sig).map_err(|e| errno(pid, "ptrace cont", e))?;
+                }
+                WaitStatus::Exited(_, c) => {
+                    self.proc()?.state = ProcState::Exited(c);
+                    return Err(state(format!("the program exited with {c} before main"))
+                        .with_pid(raw(pid)));
+                }
+                WaitStatus::Signaled(_, s, _) => {
+                    self.proc()?.state = ProcState::Signaled(s.to_string());
+                    return Err(state(format!("the program was killed by {s} before main"))
+                        .with_pid(raw(pid)));
+                }
+                _ => {}
+            }
+        }
+        self.proc()?.state = ProcState::Stopped;
+        Ok(())
+    }
+}
+
+/// Whether process `pid` is stopped (`T` in /proc/PID/stat).
+fn process_stopped(pid: nix::unistd::Pid) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with(['T', 't'])))
+        .unwrap_or(false)
+}

@@ -1,0 +1,100 @@
+//! Launch mode (issue 37): `sdm run --launcher srun|mpirun` starts the job through its own
+//! launcher, held in `MPIR_Breakpoint`, then one server for the host attaches to every
+//! rank before the launcher is released. Under srun the tasks are held before their first
+//! instruction, so `--stop-at-main` and a breakpoint set before the program runs work as
+//! locally; Open MPI 4 holds its ranks in `MPI_Init`.
+
+use std::collections::BTreeSet;
+
+use sdm_e2e::{assert_hung_job_classes, c_program, mpi_program, sdm_ok};
+
+/// The distinct server pids in `omis N [] node_info()` output lines (`[ids] N [ids]
+/// node_info(RANK,"HOST",PID)`).
+fn server_pids(out: &str) -> BTreeSet<u32> {
+    out.lines()
+        .filter(|l| l.contains("node_info("))
+        .filter_map(|l| {
+            let args = l.rsplit_once("node_info(")?.1.trim_end_matches(')');
+            args.rsplit(',').next()?.trim().parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(
+    not(sdm_have_slurm),
+    ignore = "needs srun, a running Slurm (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn an_srun_job_is_held_stopped_at_main_and_breakpoints_set_before_it_runs_hit() {
+    let prog = c_program("ranks", &["-g", "-O0"]);
+    let out = sdm_ok([
+        "run",
+        "--launcher",
+        "srun",
+        "-n",
+        "4",
+        "--stop-at-main",
+        "-c",
+        "omis 1 [] node_info()",
+        "-c",
+        "status",
+        "-c",
+        "break work",
+        "-c",
+        "cont",
+        "-c",
+        "sleep 1",
+        "-c",
+        "status",
+        "-c",
+        "kill",
+        "--",
+        prog.to_str().unwrap(),
+    ]);
+    // One server on this host serves the four ranks srun started.
+    assert_eq!(server_pids(&out).len(), 1, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("[0-3] stopped in main at ranks.c")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("[0-3] breakpoint 1 hit in work() at ranks.c:")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l == "[0-3] stopped at breakpoint in work"),
+        "{out}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(sdm_have_mpirun),
+    ignore = "needs mpirun and mpicc (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn an_mpirun_job_is_held_in_mpi_init_and_its_hang_is_seen_by_one_server() {
+    let prog = mpi_program("mpi_hang");
+    let out = sdm_ok([
+        "run",
+        "--launcher",
+        "mpirun",
+        "-n",
+        "8",
+        "-c",
+        "omis 1 [] node_info()",
+        "-c",
+        "sleep 2",
+        "-c",
+        "bt --classes",
+        "-c",
+        "kill",
+        "--",
+        prog.to_str().unwrap(),
+    ]);
+    assert_eq!(server_pids(&out).len(), 1, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_hung_job_classes(&lines, 8, &out);
+}
