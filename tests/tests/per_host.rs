@@ -5,9 +5,10 @@
 //! - through `--launcher ssh --hosts …`, `--launcher mpirun --hosts …` and `--launcher
 //!   srun --hosts …` with no layout flag: exactly one `sdm server` process on each host (`ip
 //!   netns pids` and /proc, one listener on the host's address with `ss`), `sdm launch -n 64
-//!   --send ping` all ready and one `[0-63] pong`; `sdm run -n 64` merges the ranks' output
-//!   exactly (`[0-63] hello`, each number once for all, each rank's own line once, in
-//!   order); a console script `stop`, `bt --classes`, `cont`, `kill` over a C program
+//!   --send ping` all ready and one `[0-63] pong`; over ssh `sdm run -n 64` merges the
+//!   ranks' output exactly (`[0-63] hello`, each number once for all, each rank's own line
+//!   once, in order; under mpirun and srun the job's output is its launcher's); a console
+//!   script `stop`, `bt --classes`, `cont`, `kill` over a C program
 //!   answers for all 64, each rank's stack its own (tests/programs/spinner.c `funcs`: the
 //!   function a rank spins in follows from its rank);
 //! - `sdm attach` of a hung 64-rank `mpirun` job spread over the four hosts: one server per
@@ -305,10 +306,15 @@ fn console_script(hosts: &Hosts, launcher: impl Fn(&mut Command)) {
     assert_daemons_gone(hosts, "tcp", "the console script ended");
 }
 
-/// The three checks with `launcher` setting the launcher and hosts.
-fn sixty_four_ranks(hosts: &Hosts, launcher: impl Fn(&mut Command)) {
+/// The checks with `launcher` setting the launcher and hosts; `merged`: sdm starts the
+/// ranks and merges their output (ssh). Under mpirun and srun the job is started by its
+/// own launcher and held for the servers (launch mode), so its output is the launcher's
+/// (tests/stdio.rs `runtime_leaves_stdio_to_the_launcher`).
+fn sixty_four_ranks(hosts: &Hosts, merged: bool, launcher: impl Fn(&mut Command)) {
     launch_pings(hosts, &launcher);
-    merged_stdio(hosts, &launcher);
+    if merged {
+        merged_stdio(hosts, &launcher);
+    }
     console_script(hosts, &launcher);
 }
 
@@ -321,7 +327,7 @@ fn ssh_starts_one_server_per_host_for_sixteen_ranks_each() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let h = SshHosts::create(HOSTS);
     let list = h.hosts.hostlist();
-    sixty_four_ranks(&h.hosts, |c| {
+    sixty_four_ranks(&h.hosts, true, |c| {
         c.args(["--launcher", "ssh", "--hosts", &list]);
     });
 }
@@ -335,7 +341,7 @@ fn mpirun_starts_one_server_per_host_for_sixteen_ranks_each() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let h = SshHosts::create(HOSTS);
     let list = h.hosts.hostlist();
-    sixty_four_ranks(&h.hosts, |c| {
+    sixty_four_ranks(&h.hosts, false, |c| {
         c.args(["--launcher", "mpirun", "--hosts", &list]);
     });
 }
@@ -347,10 +353,10 @@ fn mpirun_starts_one_server_per_host_for_sixteen_ranks_each() {
 )]
 fn srun_starts_one_server_per_host_for_sixteen_ranks_each() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // Four CPUs a node, as in tests/multihost.rs: one task (server) a node needs one.
-    let h = SlurmHosts::create(HOSTS, 4);
+    // A CPU for each rank: srun starts the job's 16 tasks on each node itself.
+    let h = SlurmHosts::create(HOSTS, RANKS_PER_HOST);
     let list = h.hosts.hostlist();
-    sixty_four_ranks(&h.hosts, |c| {
+    sixty_four_ranks(&h.hosts, false, |c| {
         h.slurm(c).args(["--launcher", "srun", "--hosts", &list]);
     });
     assert!(
