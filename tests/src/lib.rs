@@ -24,9 +24,16 @@
 //!   and kills them (SIGKILL) when dropped.
 //! - Filters without a network: [`through_tree`] folds leaf payloads through a tree shape.
 //! - Checks: [`ids_with`], [`assert_partition`].
-//! - Hosts on one machine: [`netns::Hosts`] makes network namespaces joined by a bridge.
+//! - Hosts on one machine: [`netns::Hosts`] makes network namespaces joined by a bridge;
+//!   [`sshhosts::SshHosts`] gives each an sshd, [`slurmhosts::SlurmHosts`] a Slurm node;
+//!   [`daemons`] sees the `sdm` daemons inside each host and drives a held `sdm launch`;
+//!   [`hungjob::HungJobAcross`] is a hung MPI job across them for `sdm attach`.
 
+pub mod daemons;
 mod harness;
+pub mod hungjob;
 pub mod netns;
+pub mod slurmhosts;
+pub mod sshhosts;
 
 pub use harness::*;

@@ -113,6 +113,16 @@ impl Hosts {
         &self.tag
     }
 
+    /// How many hosts there are.
+    pub fn count(&self) -> u32 {
+        self.namespaces.len() as u32
+    }
+
+    /// Every host in Slurm's hostlist form, `<tag>h[1-N]`.
+    pub fn hostlist(&self) -> String {
+        format!("{}h[1-{}]", self.tag, self.count())
+    }
+
     /// Host `k`'s namespace (and host name), `<tag>h<k>`.
     pub fn namespace(&self, k: u32) -> String {
         format!("{}h{k}", self.tag)
