@@ -836,6 +836,16 @@ async fn run_job(a: RunArgs) -> anyhow::Result<()> {
         && tree.ranks_per_server.is_none()
     {
         let opts = tree.options(a.n)?;
+        // Across hosts a held job does not reach the console yet (on the namespace hosts
+        // Open MPI's daemons did not start under a held mpirun, and servers started as a
+        // step of a held srun job never answered): one server per rank there.
+        if !opts.hosts.is_empty() {
+            eprintln!(
+                "sdm: {} across hosts is not held for the tool yet: one server per rank",
+                tree.launcher
+            );
+            return run_console(a.n, a.console, None, a.attach, a.program, None).await;
+        }
         match crate::held::start(
             tree.launcher,
             &opts.hosts,
