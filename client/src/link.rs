@@ -79,6 +79,9 @@ struct Shared {
     next_op: AtomicU64,
     out: mpsc::UnboundedSender<Outgoing>,
     events: Mutex<mpsc::UnboundedReceiver<Message>>,
+    /// Output that reached the front-end by another path ([`Handle::inject_output`]).
+    injected: Mutex<mpsc::UnboundedReceiver<Message>>,
+    inject: mpsc::UnboundedSender<Message>,
     grant: SyncMutex<flow::Grant>,
     closed: watch::Receiver<Option<String>>,
     registry: Arc<Registry>,
@@ -111,6 +114,7 @@ impl Handle {
         let (closed_tx, closed) = watch::channel(None);
         let (events_tx, events) = mpsc::unbounded_channel();
         let (out, out_rx) = mpsc::unbounded_channel();
+        let (inject, injected) = mpsc::unbounded_channel();
         let reader = tokio::spawn(read_loop(reader, pending.clone(), events_tx, closed_tx));
         let writer = tokio::spawn(write_loop(writer, out_rx));
         Self {
@@ -119,6 +123,8 @@ impl Handle {
                 next_op: AtomicU64::new(1),
                 out,
                 events: Mutex::new(events),
+                injected: Mutex::new(injected),
+                inject,
                 grant: SyncMutex::new(flow::Grant::default()),
                 closed,
                 registry,
@@ -338,16 +344,40 @@ impl Handle {
     /// a time, the others wait their turn.
     pub async fn next_event(&self) -> Option<Message> {
         self.hand_back_credit();
-        let m = self.shared.events.lock().await.recv().await?;
-        self.taken(&m);
-        Some(m)
+        let mut events = self.shared.events.lock().await;
+        let mut injected = self.shared.injected.lock().await;
+        tokio::select! {
+            Some(m) = injected.recv() => Some(m),
+            m = events.recv() => {
+                let m = m?;
+                self.taken(&m);
+                Some(m)
+            }
+        }
     }
 
     /// An event already received, without waiting.
     pub fn queued_event(&self) -> Option<Message> {
+        if let Some(m) = self
+            .shared
+            .injected
+            .try_lock()
+            .ok()
+            .and_then(|mut r| r.try_recv().ok())
+        {
+            return Some(m);
+        }
         let m = self.shared.events.try_lock().ok()?.try_recv().ok()?;
         self.taken(&m);
         Some(m)
+    }
+
+    /// Output of the ranks that reached the front-end by another path than the tree (a
+    /// held job's launcher's labelled output): taken with the tree's events and stdio, in
+    /// the same form (stdio with its rank as source and its line index as op), without
+    /// flow-control credit.
+    pub fn inject_output(&self, m: Message) {
+        let _ = self.shared.inject.send(m);
     }
 
     /// Counts an event or stdio frame handed to the tool; its credit goes back to the

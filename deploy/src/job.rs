@@ -1,8 +1,55 @@
 //! The command line that starts an application job through its own launcher, for launch
 //! mode: the launcher wires the job (MPI, PMI) as it would without a tool, and the tool
-//! holds it (MPIR) and attaches one server per host to its tasks.
+//! holds it (MPIR) and attaches one server per host to its tasks. The launcher labels each
+//! line of output with its rank (srun `--label`, Open MPI `--tag-output`, MPICH
+//! `-prepend-rank`), so the tool can merge the ranks' lines; [`Labels::parse`] reads them.
 
 use crate::{LaunchError, LauncherKind, hostlist, mpirun_hosts, mpirun_is_open_mpi};
+
+/// How a launcher labels its ranks' output lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Labels {
+    /// srun `--label`: `RANK: text` (the rank right-aligned).
+    Srun,
+    /// Open MPI `--tag-output`: `[JOB,RANK]<stdout>:text`.
+    OpenMpi,
+    /// MPICH `-prepend-rank`: `[RANK] text`.
+    Mpich,
+}
+
+impl Labels {
+    /// The rank and text of a labelled line, and its stream when the label names one
+    /// (Open MPI's: 1 stdout, 2 stderr); `None` for a line of the launcher's own.
+    pub fn parse(self, line: &str) -> Option<(u32, Option<u8>, &str)> {
+        match self {
+            Labels::Srun => {
+                let (rank, text) = line.split_once(": ")?;
+                Some((rank.trim_start().parse().ok()?, None, text))
+            }
+            Labels::OpenMpi => {
+                let (ids, rest) = line.strip_prefix('[')?.split_once(']')?;
+                let rank = ids.split_once(',')?.1.parse().ok()?;
+                match rest.strip_prefix("<stdout>:") {
+                    Some(text) => Some((rank, Some(1), text)),
+                    None => Some((rank, Some(2), rest.strip_prefix("<stderr>:")?)),
+                }
+            }
+            Labels::Mpich => {
+                let (rank, text) = line.strip_prefix('[')?.split_once("] ")?;
+                Some((rank.parse().ok()?, None, text))
+            }
+        }
+    }
+}
+
+/// A job's command line, and how its launcher labels the output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// The launcher and its arguments, the program last.
+    pub argv: Vec<String>,
+    /// How its output lines name their rank.
+    pub labels: Labels,
+}
 
 /// `launcher -n N ... program args...` for `kind` (srun or mpirun), with `hosts` (a
 /// node list; empty: the launcher's own placement) and the site's `extra` arguments.
@@ -12,29 +59,31 @@ pub fn job_command(
     extra: &[String],
     n: u32,
     program: &[String],
-) -> Result<Vec<String>, LaunchError> {
-    let mut argv: Vec<String> = Vec::new();
-    let n = n.to_string();
-    match kind {
+) -> Result<Job, LaunchError> {
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let count = n.to_string();
+    let (mut argv, labels) = match kind {
         LauncherKind::Srun => {
-            argv.extend(["srun", "-n", &n].map(String::from));
+            let mut a = words(&["srun", "-n", &count, "--label"]);
             if !hosts.is_empty() {
-                argv.push(format!("--nodelist={}", hostlist::compress(hosts)));
+                a.push(format!("--nodelist={}", hostlist::compress(hosts)));
             }
+            (a, Labels::Srun)
         }
         LauncherKind::Mpirun if mpirun_is_open_mpi()? => {
-            argv.extend(
-                ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", &n].map(String::from),
-            );
+            let mut a = words(&["mpirun", "--allow-run-as-root", "--oversubscribe"]);
+            a.extend(words(&["--tag-output", "-n", &count]));
             if !hosts.is_empty() {
-                argv.extend(["--host".into(), mpirun_hosts(hosts, n.parse().unwrap_or(1))]);
+                a.extend(["--host".into(), mpirun_hosts(hosts, n)]);
             }
+            (a, Labels::OpenMpi)
         }
         LauncherKind::Mpirun => {
-            argv.extend(["mpirun", "-n", &n].map(String::from));
+            let mut a = words(&["mpirun", "-prepend-rank", "-n", &count]);
             if !hosts.is_empty() {
-                argv.extend(["-hosts".into(), mpirun_hosts(hosts, n.parse().unwrap_or(1))]);
+                a.extend(["-hosts".into(), mpirun_hosts(hosts, n)]);
             }
+            (a, Labels::Mpich)
         }
         LauncherKind::Local | LauncherKind::Ssh => {
             return Err(LaunchError::Invalid {
@@ -42,10 +91,10 @@ pub fn job_command(
                 what: format!("{kind} does not start parallel jobs: use srun or mpirun"),
             });
         }
-    }
+    };
     argv.extend(extra.iter().cloned());
     argv.extend(program.iter().cloned());
-    Ok(argv)
+    Ok(Job { argv, labels })
 }
 
 #[cfg(test)]
@@ -53,29 +102,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn srun_gets_the_count_the_nodes_and_the_program() {
+    fn srun_gets_the_count_labels_the_nodes_and_the_program() {
         let hosts = ["n1".to_string(), "n2".to_string()];
-        let argv = job_command(
-            LauncherKind::Srun,
-            &hosts,
-            &["-p".into(), "debug".into()],
-            8,
-            &["./app".into(), "x".into()],
-        )
-        .unwrap();
+        let extra = ["-p".to_string(), "debug".to_string()];
+        let job = job_command(LauncherKind::Srun, &hosts, &extra, 8, &["./app".into()]).unwrap();
+        assert_eq!(job.labels, Labels::Srun);
         assert_eq!(
-            argv,
+            job.argv,
             [
                 "srun",
                 "-n",
                 "8",
+                "--label",
                 "--nodelist=n[1-2]",
                 "-p",
                 "debug",
-                "./app",
-                "x"
+                "./app"
             ]
         );
         assert!(job_command(LauncherKind::Ssh, &[], &[], 2, &["a".into()]).is_err());
+    }
+
+    #[test]
+    fn labelled_lines_give_their_rank_stream_and_text() {
+        assert_eq!(Labels::Srun.parse(" 3: a: b"), Some((3, None, "a: b")));
+        assert_eq!(Labels::Srun.parse("srun: error"), None);
+        assert_eq!(
+            Labels::OpenMpi.parse("[1,12]<stderr>:oops"),
+            Some((12, Some(2), "oops"))
+        );
+        assert_eq!(
+            Labels::OpenMpi.parse("[1,0]<stdout>:"),
+            Some((0, Some(1), ""))
+        );
+        assert_eq!(Labels::OpenMpi.parse("mpirun noticed"), None);
+        assert_eq!(Labels::Mpich.parse("[7] x"), Some((7, None, "x")));
     }
 }

@@ -16,7 +16,7 @@ use sdm_overlay::auth::SessionKey;
 use sdm_overlay::frontend::ReplyGroup;
 use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
-use sdm_topology::{Placement, Shape, Topology};
+use sdm_topology::{Shape, Topology};
 
 /// The longest wait an option may ask for (a day, in milliseconds): longer ones are typing
 /// mistakes, and a bound keeps deadlines from overflowing the clock.
@@ -134,7 +134,7 @@ struct ServerArgs {
 
 /// How to start a tree: the options `launch` and `run` share.
 #[derive(clap::Args, Debug)]
-struct TreeArgs {
+pub(crate) struct TreeArgs {
     /// local, ssh, mpirun or srun.
     #[arg(long, default_value = "local")]
     launcher: LauncherKind,
@@ -184,7 +184,7 @@ struct TreeArgs {
     /// rank on it, as STAT's and TotalView's daemons do; K splits a large host; 1 is one
     /// server per rank).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
-    ranks_per_server: Option<u32>,
+    pub(crate) ranks_per_server: Option<u32>,
     /// A filter plugin (a shared library implementing sdm_filter.h) the front-end and every
     /// daemon load, so requests can name its filter (repeatable). The path must hold the
     /// same library on every host.
@@ -199,7 +199,7 @@ struct TreeArgs {
 }
 
 impl TreeArgs {
-    fn options(&self, n: u32) -> anyhow::Result<SessionOptions> {
+    pub(crate) fn options(&self, n: u32) -> anyhow::Result<SessionOptions> {
         let mut hosts = sdm_deploy::hostlist::expand_all(&self.hosts).context("--hosts")?;
         // A plugin named here that does not load is fatal, as a --filter-plugin's is.
         for p in &self.service_plugins {
@@ -847,7 +847,7 @@ async fn run_job(a: RunArgs) -> anyhow::Result<()> {
         {
             Ok(held) => {
                 let tasks = crate::held::tasks(&held, a.n)?;
-                let opts = per_host_options(a.n, tree, &tasks)?;
+                let opts = crate::hosts::per_host_options(a.n, tree, &tasks)?;
                 let pids = tasks.iter().map(|&(_, p)| p).collect();
                 return run_console(a.n, a.console, Some(opts), pids, Vec::new(), Some(held)).await;
             }
@@ -1105,58 +1105,14 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
         }
     };
     let n = u32::try_from(tasks.len()).context("too many ranks")?;
-    let opts = per_host_options(n, &a.console.tree, &tasks)?;
+    let opts = crate::hosts::per_host_options(n, &a.console.tree, &tasks)?;
     let pids = tasks.iter().map(|&(_, p)| p).collect();
     run_console(n, a.console, Some(opts), pids, Vec::new(), None).await
 }
 
-/// Options for servers attaching to `tasks` (host, pid by rank): one server per host serves
-/// that host's ranks (split in blocks of --ranks-per-server), on this host by fork, on
-/// others through ssh (server i on hosts[i]).
-fn per_host_options(
-    n: u32,
-    tree: &TreeArgs,
-    tasks: &[(String, u32)],
-) -> anyhow::Result<SessionOptions> {
-    let here = sdm_server::monitor::hostname();
-    let mut opts = tree.options(n)?;
-    let per = tree.ranks_per_server.unwrap_or(u32::MAX);
-    let (sets, server_hosts) = ranks_by_host(tasks, per);
-    opts.placement = Some(Placement::sets(sets)?);
-    if opts.launcher == LauncherKind::Ssh || !tasks.iter().all(|(h, _)| is_this_host(h, &here)) {
-        opts.launcher = LauncherKind::Ssh;
-        opts.hosts = server_hosts;
-    } else {
-        opts.launcher = LauncherKind::Local;
-        opts.hosts.clear();
-    }
-    Ok(opts)
-}
-
-/// The ranks of `tasks` (host, pid by rank) grouped by host in first-seen order, each
-/// host's split in blocks of `per`: one server's ranks each, with that server's host.
-fn ranks_by_host(tasks: &[(String, u32)], per: u32) -> (Vec<IdSet>, Vec<String>) {
-    let mut hosts: Vec<(&str, Vec<u32>)> = Vec::new();
-    for (rank, (h, _)) in tasks.iter().enumerate() {
-        match hosts.iter_mut().find(|(x, _)| x == h) {
-            Some((_, v)) => v.push(rank as u32),
-            None => hosts.push((h, vec![rank as u32])),
-        }
-    }
-    let mut sets = Vec::new();
-    let mut names = Vec::new();
-    for (h, ranks) in hosts {
-        for chunk in ranks.chunks(per.max(1) as usize) {
-            sets.push(chunk.iter().copied().collect());
-            names.push(h.to_owned());
-        }
-    }
-    (sets, names)
-}
-
 /// Whether `host` (a name from a process table or `--pids`, empty for none) is this host,
 /// named `here`.
-fn is_this_host(host: &str, here: &str) -> bool {
+pub(crate) fn is_this_host(host: &str, here: &str) -> bool {
     host.is_empty()
         || host == here
         || host == "localhost"
@@ -1305,25 +1261,6 @@ mod tests {
             assert_eq!(fast.kind(), slow.kind(), "{line}");
             assert_eq!(fast.to_string(), slow.to_string(), "{line}");
         }
-    }
-
-    #[test]
-    fn attached_ranks_are_grouped_by_host_and_split_in_blocks() {
-        let tasks: Vec<(String, u32)> = ["a", "b", "a", "b", "a"]
-            .iter()
-            .enumerate()
-            .map(|(i, h)| (h.to_string(), 100 + i as u32))
-            .collect();
-        let (sets, hosts) = ranks_by_host(&tasks, u32::MAX);
-        assert_eq!(
-            sets,
-            vec!["[0,2,4]".parse().unwrap(), "[1,3]".parse().unwrap()]
-        );
-        assert_eq!(hosts, ["a", "b"]);
-        let (sets, hosts) = ranks_by_host(&tasks, 2);
-        assert_eq!(sets.len(), 3);
-        assert_eq!(sets[1], IdSet::single(4));
-        assert_eq!(hosts, ["a", "a", "b"]);
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::io::Write;
 
 use anyhow::Context;
 use sdm_deploy::LauncherKind;
-use sdm_server::hold::{HeldJob, HoldError, launch_held};
+use sdm_deploy::job::Labels;
+use sdm_proto::{IdSet, Kind, Message, Status};
+use sdm_server::hold::{HeldJob, HoldError, launch_held_with};
 
 use crate::console::Console;
 
@@ -20,6 +22,8 @@ pub(crate) struct Held {
     pub job: HeldJob,
     /// srun or mpirun.
     pub kind: LauncherKind,
+    /// How the launcher labels its ranks' output lines.
+    pub labels: Labels,
 }
 
 impl Held {
@@ -39,14 +43,15 @@ pub(crate) async fn start(
     n: u32,
     program: &[String],
 ) -> anyhow::Result<Result<Held, HoldError>> {
-    let argv = sdm_deploy::job::job_command(kind, hosts, extra, n, program)?;
+    let job = sdm_deploy::job::job_command(kind, hosts, extra, n, program)?;
+    let (argv, labels) = (job.argv, job.labels);
     tracing::info!("launch mode: {}", argv.join(" "));
     // Open MPI warns on stderr that MPIR is deprecated unless told not to.
     let env = [("OMPI_MPIR_DO_NOT_WARN".to_owned(), "1".to_owned())];
-    let held = tokio::task::spawn_blocking(move || launch_held(&argv, &env))
+    let held = tokio::task::spawn_blocking(move || launch_held_with(&argv, &env, true))
         .await
         .context("the thread holding the launcher")?;
-    Ok(held.map(|job| Held { job, kind }))
+    Ok(held.map(|job| Held { job, kind, labels }))
 }
 
 /// The held job's tasks as (host, pid), in rank order; an error names a rank missing from
@@ -76,10 +81,19 @@ pub(crate) async fn release(
     out: &mut dyn Write,
 ) -> anyhow::Result<std::process::Child> {
     let at_start = held.at_start();
-    let kind = held.kind;
-    let child = tokio::task::spawn_blocking(move || held.job.release())
+    let (kind, labels) = (held.kind, held.labels);
+    let mut child = tokio::task::spawn_blocking(move || held.job.release())
         .await
         .context("the thread releasing the launcher")??;
+    // The ranks' lines, labelled by the launcher, join the tree's output to be merged.
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let handle = console.session().handle();
+    if let Some(o) = child.stdout.take() {
+        forward(o, STDOUT, labels, handle.clone(), lines.clone());
+    }
+    if let Some(e) = child.stderr.take() {
+        forward(e, STDERR, labels, handle, lines);
+    }
     match (at_start, stop_at_main) {
         // Quietly: the ranks simply run, as a program started without --stop-at-main does.
         (true, false) => {
@@ -109,4 +123,48 @@ pub(crate) fn finish(mut child: std::process::Child) {
         Ok(s) => tracing::info!("the job's launcher ended: {s}"),
         Err(e) => eprintln!("sdm: waiting for the job's launcher: {e}"),
     }
+}
+
+/// Stream tags of stdio payloads.
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+
+/// Lines each (rank, stream) has had so far: the index of its next line.
+type LineCounts = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(u32, u8), u64>>>;
+
+/// Reads the launcher's `stream` on a thread of its own: each labelled line goes to the
+/// console as that rank's next line (numbered per rank and stream, as servers number
+/// theirs, so the console aligns and merges them); the launcher's own lines go to stderr.
+fn forward(
+    from: impl std::io::Read + Send + 'static,
+    stream: u8,
+    labels: Labels,
+    to: sdm_client::link::Handle,
+    counts: LineCounts,
+) {
+    use std::io::BufRead;
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(from).split(b'\n') {
+            let Ok(line) = line else { break };
+            let text = String::from_utf8_lossy(&line);
+            let text = text.strip_suffix('\r').unwrap_or(&text);
+            let Some((rank, tagged, body)) = labels.parse(text) else {
+                eprintln!("{text}");
+                continue;
+            };
+            let stream = tagged.unwrap_or(stream);
+            let index = {
+                let mut c = counts.lock().unwrap_or_else(|p| p.into_inner());
+                let n = c.entry((rank, stream)).or_insert(0);
+                *n += 1;
+                *n - 1
+            };
+            let mut payload = vec![stream];
+            payload.extend_from_slice(body.as_bytes());
+            let mut m = Message::reply(index, IdSet::single(rank), Status::Replied, payload.into());
+            m.kind = Kind::Stdio;
+            m.aggregate.status = None;
+            to.inject_output(m);
+        }
+    });
 }

@@ -24,6 +24,7 @@ pub mod commands;
 pub mod console;
 pub mod editor;
 mod held;
+mod hosts;
 pub mod interrupt;
 pub mod manual;
 pub mod screen;

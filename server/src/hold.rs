@@ -229,13 +229,24 @@ impl Drop for HeldJob {
 /// this process's environment, and returns once its job is spawned and held (see the
 /// module documentation for what holds the tasks under each launcher).
 pub fn launch_held(argv: &[String], env: &[(String, String)]) -> Result<HeldJob, HoldError> {
+    launch_held_with(argv, env, false)
+}
+
+/// [`launch_held`]; with `capture`, the launcher's standard output and error are pipes,
+/// taken with the `Child` [`HeldJob::release`] returns (read them from then on: before, the
+/// held job writes nothing, and a launcher whose pipe fills waits).
+pub fn launch_held_with(
+    argv: &[String],
+    env: &[(String, String)],
+    capture: bool,
+) -> Result<HeldJob, HoldError> {
     let program = argv.first().ok_or(HoldError::NoCommand)?.clone();
     let (held_tx, held_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let (argv, env) = (argv.to_vec(), env.to_vec());
     let tracer = std::thread::Builder::new()
         .name("sdm-hold".into())
-        .spawn(move || trace(&argv, &env, &held_tx, &release_rx))
+        .spawn(move || trace(&argv, &env, capture, &held_tx, &release_rx))
         .map_err(|source| HoldError::Spawn {
             program: program.clone(),
             source,
@@ -267,10 +278,11 @@ type Held = Result<(ProcTable, Option<SlurmStep>, Child), HoldError>;
 fn trace(
     argv: &[String],
     env: &[(String, String)],
+    capture: bool,
     held: &mpsc::Sender<Held>,
     release: &mpsc::Receiver<()>,
 ) -> Result<(), HoldError> {
-    let (mut launcher, child) = match Launcher::start(argv, env) {
+    let (mut launcher, child) = match Launcher::start(argv, env, capture) {
         Ok(l) => l,
         Err(e) => {
             let _ = held.send(Err(e));

@@ -63,6 +63,7 @@
 pub mod counters;
 pub mod daemon;
 pub mod error;
+mod gate;
 pub mod gdbmi;
 pub mod hold;
 pub mod monitor;

@@ -297,6 +297,7 @@ fn run_thread(s: Start) -> std_mpsc::Sender<Job> {
     std::thread::Builder::new()
         .name("sdm-monitor".into())
         .spawn(move || {
+            crate::gate::lower_this_thread();
             let mut m = Monitor {
                 stdio: s.stdio,
                 rank: s.rank,

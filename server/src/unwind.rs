@@ -426,6 +426,7 @@ impl Stacks {
     /// The stack of the ptrace-stopped process `pid`, innermost frame first, each frame
     /// named (inlined functions as frames of their own).
     pub(crate) fn backtrace(&mut self, pid: Pid) -> Result<Vec<Frame>, UnwindError> {
+        let _walking = crate::gate::walks().enter();
         let raw = self.unwind(pid)?;
         Ok(self.name_frames(&raw))
     }
@@ -437,6 +438,7 @@ impl Stacks {
         pid: Pid,
         regs: ThreadRegs,
     ) -> Result<Vec<Frame>, UnwindError> {
+        let _walking = crate::gate::walks().enter();
         let raw = self.unwind_from(pid, regs)?;
         Ok(self.name_frames(&raw))
     }

@@ -227,3 +227,26 @@ async fn kill9_during_a_stdio_flood_and_a_stream() {
     );
     c.shutdown().await;
 }
+
+/// Servers serving four ranks each (8 servers, 32 ranks): a killed interior server loses
+/// exactly its own four ranks once its children re-attach, and they answer for theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_of_four_ranks_loses_those_and_its_orphans_reattach() {
+    let opts = SessionOptions {
+        n: 32,
+        ranks_per_server: Some(4),
+        program: Some(sdm_e2e::sdm().into()),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
+    assert_eq!(s.report().ready, IdSet::all(32));
+    assert_eq!(s.report().processes.len(), 8, "8 servers");
+    // Server 3 (ranks 12-15) is interior in the binomial tree of 8: servers 4-6 below it.
+    kill9(&s, 3);
+    let mut c = Console::new(s, false);
+    let want: IdSet = "[0-11,16-31]".parse().unwrap();
+    let (ok, lost) = ping_until(&mut c, &want).await;
+    assert_eq!(ok, want, "servers 4-6 re-attached (lost: {lost})");
+    assert_eq!(lost.to_string(), "[12-15]");
+    c.shutdown().await;
+}

@@ -74,10 +74,15 @@ impl Launcher {
     pub(super) fn start(
         argv: &[String],
         env: &[(String, String)],
+        capture: bool,
     ) -> Result<(Self, Child), HoldError> {
         let program = argv[0].clone();
         let mut cmd = Command::new(&program);
         cmd.args(&argv[1..]).envs(env.iter().cloned());
+        if capture {
+            cmd.stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+        }
         // SAFETY: ptrace(PTRACE_TRACEME) is a system call, async-signal-safe.
         unsafe {
             use std::os::unix::process::CommandExt;

@@ -1,0 +1,80 @@
+//! Where the servers of a running job go: one per host, serving the ranks the job's
+//! process table places there (split in blocks of `--ranks-per-server`), for `sdm attach`
+//! and for a job held in launch mode.
+
+use sdm_client::session::SessionOptions;
+use sdm_deploy::LauncherKind;
+use sdm_proto::IdSet;
+use sdm_topology::Placement;
+
+/// Options for servers attaching to `tasks` (host, pid by rank): one server per host serves
+/// that host's ranks (split in blocks of --ranks-per-server), on this host by fork, on
+/// others through ssh (server i on hosts[i]).
+pub(crate) fn per_host_options(
+    n: u32,
+    tree: &crate::cli::TreeArgs,
+    tasks: &[(String, u32)],
+) -> anyhow::Result<SessionOptions> {
+    let here = sdm_server::monitor::hostname();
+    let mut opts = tree.options(n)?;
+    let per = tree.ranks_per_server.unwrap_or(u32::MAX);
+    let (sets, server_hosts) = ranks_by_host(tasks, per);
+    opts.placement = Some(Placement::sets(sets)?);
+    if opts.launcher == LauncherKind::Ssh
+        || !tasks
+            .iter()
+            .all(|(h, _)| crate::cli::is_this_host(h, &here))
+    {
+        opts.launcher = LauncherKind::Ssh;
+        opts.hosts = server_hosts;
+    } else {
+        opts.launcher = LauncherKind::Local;
+        opts.hosts.clear();
+    }
+    Ok(opts)
+}
+
+/// The ranks of `tasks` (host, pid by rank) grouped by host in first-seen order, each
+/// host's split in blocks of `per`: one server's ranks each, with that server's host.
+fn ranks_by_host(tasks: &[(String, u32)], per: u32) -> (Vec<IdSet>, Vec<String>) {
+    let mut hosts: Vec<(&str, Vec<u32>)> = Vec::new();
+    for (rank, (h, _)) in tasks.iter().enumerate() {
+        match hosts.iter_mut().find(|(x, _)| x == h) {
+            Some((_, v)) => v.push(rank as u32),
+            None => hosts.push((h, vec![rank as u32])),
+        }
+    }
+    let mut sets = Vec::new();
+    let mut names = Vec::new();
+    for (h, ranks) in hosts {
+        for chunk in ranks.chunks(per.max(1) as usize) {
+            sets.push(chunk.iter().copied().collect());
+            names.push(h.to_owned());
+        }
+    }
+    (sets, names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attached_ranks_are_grouped_by_host_and_split_in_blocks() {
+        let tasks: Vec<(String, u32)> = ["a", "b", "a", "b", "a"]
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.to_string(), 100 + i as u32))
+            .collect();
+        let (sets, hosts) = ranks_by_host(&tasks, u32::MAX);
+        assert_eq!(
+            sets,
+            vec!["[0,2,4]".parse().unwrap(), "[1,3]".parse().unwrap()]
+        );
+        assert_eq!(hosts, ["a", "b"]);
+        let (sets, hosts) = ranks_by_host(&tasks, 2);
+        assert_eq!(sets.len(), 3);
+        assert_eq!(sets[1], IdSet::single(4));
+        assert_eq!(hosts, ["a", "a", "b"]);
+    }
+}
