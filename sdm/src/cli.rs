@@ -839,7 +839,11 @@ async fn run_job(a: RunArgs) -> anyhow::Result<()> {
         // Across hosts a held job does not reach the console yet (on the namespace hosts
         // Open MPI's daemons did not start under a held mpirun, and servers started as a
         // step of a held srun job never answered): one server per rank there.
-        if !opts.hosts.is_empty() {
+        let hostfile = opts
+            .launcher_args
+            .iter()
+            .any(|a| a.contains("hostfile") || matches!(a.as_str(), "--host" | "-H" | "-w"));
+        if sdm_client::layout::of(&opts)?.servers > 1 || hostfile {
             eprintln!(
                 "sdm: {} across hosts is not held for the tool yet: one server per rank",
                 tree.launcher
