@@ -621,39 +621,7 @@ impl Monitor {
         }
         p.exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_else(|_| p.exe.clone());
         let addr = self.resolve("main")?;
-        let word = ptrace::read(pid, addr as ptrace::AddressType)
-            .map_err(|e| errno(pid, &format!("reading {addr:#x}"), e))?;
-        poke_byte(pid, addr, 0xcc)?;
-        ptrace::cont(pid, None).map_err(|e| errno(pid, "ptrace cont", e))?;
-        loop {
-            match waitpid(pid, Some(WaitPidFlag::__WALL)).map_err(|e| errno(pid, "waitpid", e))? {
-                WaitStatus::Stopped(_, Signal::SIGTRAP) => {
-                    let mut r = ptrace::getregs(pid).map_err(|e| errno(pid, "getregs", e))?;
-                    if r.rip - 1 != addr {
-                        ptrace::cont(pid, None).map_err(|e| errno(pid, "ptrace cont", e))?;
-                        continue;
-                    }
-                    r.rip = addr;
-                    ptrace::setregs(pid, r).map_err(|e| errno(pid, "setregs", e))?;
-                    poke_byte(pid, addr, (word & 0xff) as u8)?;
-                    break;
-                }
-                WaitStatus::Stopped(_, sig) => {
-                    ptrace::cont(pid, sig).map_err(|e| errno(pid, "ptrace cont", e))?;
-                }
-                WaitStatus::Exited(_, c) => {
-                    self.proc()?.state = ProcState::Exited(c);
-                    return Err(state(format!("the program exited with {c} before main"))
-                        .with_pid(raw(pid)));
-                }
-                WaitStatus::Signaled(_, s, _) => {
-                    self.proc()?.state = ProcState::Signaled(s.to_string());
-                    return Err(state(format!("the program was killed by {s} before main"))
-                        .with_pid(raw(pid)));
-                }
-                _ => {}
-            }
-        }
+        self.run_into(pid, addr, false)?;
         kill(pid, Signal::SIGSTOP).map_err(|e| errno(pid, "SIGSTOP", e))?;
         ptrace::detach(pid, None).map_err(|e| errno(pid, "ptrace detach", e))?;
         let p = self.proc()?;
@@ -664,7 +632,7 @@ impl Monitor {
 }
 
 /// The state letter of process `pid` in /proc (`R`, `S`, `T`…).
-fn proc_state(pid: nix::unistd::Pid) -> Option<char> {
+pub(super) fn proc_state(pid: nix::unistd::Pid) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(") ")?.1.chars().next()
 }

@@ -6,6 +6,7 @@
 use nix::sys::ptrace;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
 
 use super::{MonResult, Monitor, ProcState, errno, poke_byte, raw, state};
 
@@ -25,18 +26,29 @@ impl Monitor {
         // Into a ptrace stop. A process seized while stopped (the held task) reports that
         // stop by itself; a running one is interrupted.
         if p.state == ProcState::Running {
-            if process_stopped(pid) {
+            if super::symbolic::proc_state(pid).is_some_and(|c| matches!(c, 'T' | 't')) {
                 super::wait_trace_stop(p)?;
             } else {
                 ptrace::interrupt(pid).map_err(|e| errno(pid, "ptrace interrupt", e))?;
                 super::wait_interrupted(p)?;
             }
         }
+        // SIGCONT ends the stop the launcher left it in; PTRACE_CONT lets it run.
+        kill(pid, Signal::SIGCONT).map_err(|e| errno(pid, "SIGCONT", e))?;
+        self.run_into(pid, addr, true)?;
+        self.proc()?.state = ProcState::Stopped;
+        Ok(())
+    }
+}
+
+impl Monitor {
+    /// Runs the ptrace-stopped process `pid` until it reaches `addr` (`main`), with a
+    /// breakpoint put there and taken out again; it stays in that ptrace stop. `skip_stops`:
+    /// stops on the way (job control, a launcher's SIGSTOP) are not kept.
+    pub(super) fn run_into(&mut self, pid: Pid, addr: u64, skip_stops: bool) -> MonResult<()> {
         let word = ptrace::read(pid, addr as ptrace::AddressType)
             .map_err(|e| errno(pid, &format!("reading {addr:#x}"), e))?;
         poke_byte(pid, addr, 0xcc)?;
-        // SIGCONT ends the stop the launcher left it in; PTRACE_CONT lets it run.
-        kill(pid, Signal::SIGCONT).map_err(|e| errno(pid, "SIGCONT", e))?;
         ptrace::cont(pid, None).map_err(|e| errno(pid, "ptrace cont", e))?;
         loop {
             match waitpid(pid, Some(WaitPidFlag::__WALL)).map_err(|e| errno(pid, "waitpid", e))? {
@@ -48,12 +60,12 @@ impl Monitor {
                     }
                     r.rip = addr;
                     ptrace::setregs(pid, r).map_err(|e| errno(pid, "setregs", e))?;
-                    poke_byte(pid, addr, (word & 0xff) as u8)?;
-                    break;
+                    return poke_byte(pid, addr, (word & 0xff) as u8);
                 }
-                // A stop on the way (job control, the launcher's SIGSTOP) is not kept.
                 WaitStatus::Stopped(_, Signal::SIGSTOP | Signal::SIGCONT)
-                | WaitStatus::PtraceEvent(..) => {
+                | WaitStatus::PtraceEvent(..)
+                    if skip_stops =>
+                {
                     ptrace::cont(pid, None).map_err(|e| errno(pid, "ptrace cont", e))?;
                 }
                 WaitStatus::Stopped(_, sig) => {
@@ -72,15 +84,5 @@ impl Monitor {
                 _ => {}
             }
         }
-        self.proc()?.state = ProcState::Stopped;
-        Ok(())
     }
-}
-
-/// Whether process `pid` is stopped (`T` in /proc/PID/stat).
-fn process_stopped(pid: nix::unistd::Pid) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with(['T', 't'])))
-        .unwrap_or(false)
 }
