@@ -93,6 +93,13 @@ struct Common {
     /// sdm start-up deadline in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// How sdm's servers start: `local` (this host) or `ssh` (one server per --hosts entry
+    /// by default).
+    #[arg(long, default_value = "local")]
+    launcher: LauncherKind,
+    /// The hosts for `--launcher ssh`, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    hosts: Vec<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -143,6 +150,8 @@ fn header(bench: &str, system: &str, c: &Common) -> Value {
         "n": c.n,
         "ranks_per_server": c.ranks_per_server,
         "transport": if c.baseline { "tcp" } else { c.transport.as_str() },
+        "launcher": if c.baseline { "local".into() } else { format!("{:?}", c.launcher).to_lowercase() },
+        "hosts": c.hosts.len(),
     })
 }
 
@@ -165,7 +174,8 @@ async fn launch(c: &Common) -> anyhow::Result<(Session, f64, Value)> {
     let opts = SessionOptions {
         n: c.n,
         ranks_per_server: c.ranks_per_server,
-        launcher: LauncherKind::Local,
+        launcher: c.launcher,
+        hosts: c.hosts.clone(),
         transport: c.transport.clone(),
         topology: Shape::Binomial,
         program: Some(find_sdm_binary()?),
@@ -258,6 +268,7 @@ async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
             warmup,
         } => {
             let (s, wall) = launch_all_ready(c).await?;
+            let servers = s.servers();
             let all = s.all();
             let mut samples = Vec::with_capacity(*iters as usize);
             let result: anyhow::Result<()> = async {
@@ -276,7 +287,8 @@ async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
             .await;
             s.shutdown(Duration::from_secs(20)).await;
             result?;
-            Ok(rtt_json(c, "sdm", wall, *iters, *warmup, &samples))
+            let out = rtt_json(c, "sdm", wall, *iters, *warmup, &samples);
+            Ok(extend(out, json!({ "servers": servers })))
         }
         Bench::Throughput {
             common: c,
@@ -286,6 +298,7 @@ async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
             service,
         } => {
             let (s, wall) = launch_all_ready(c).await?;
+            let servers = s.servers();
             let all = s.all();
             let n = u64::from(c.n);
             let want = (n * (n - 1) / 2).to_string();
@@ -329,9 +342,8 @@ async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
             if let Some(e) = first_bad {
                 bail!("{bad} waves had a wrong sum; first: {e}");
             }
-            Ok(throughput_json(
-                c, "sdm", wall, *waves, *window, *warmup, elapsed, cpu,
-            ))
+            let out = throughput_json(c, "sdm", wall, *waves, *window, *warmup, elapsed, cpu);
+            Ok(extend(out, json!({ "servers": servers })))
         }
     }
 }
