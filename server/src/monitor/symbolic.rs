@@ -191,7 +191,12 @@ impl Monitor {
     }
 
     /// Evaluates `expr` in the selected frame; the value as gdb prints it.
+    /// Natively (`crate::natprint`) while no gdb holds the process and the expression is
+    /// one it supports; through gdb otherwise.
     pub fn evaluate(&mut self, expr: &str) -> MonResult<String> {
+        if let Ok(answer) = self.evaluate_native(expr) {
+            return answer;
+        }
         let h = self.held_stopped()?;
         let d = h
             .gdb
