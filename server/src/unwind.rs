@@ -582,9 +582,16 @@ impl Stacks {
             if let Some(Some(image)) = self.images.get(k) {
                 unwinder.add_module(image.module.clone());
                 if image.file.path.is_some() {
+                    let segments = image.file.segments.iter();
                     files.push(crate::natprint::Mapped {
                         path: k.0.clone(),
-                        avma: image.avma.clone(),
+                        avma: segments
+                            .map(|s| {
+                                let start = s.address.wrapping_add(image.bias);
+                                start..start.wrapping_add(s.memsize)
+                            })
+                            .chain([image.avma.clone()])
+                            .collect(),
                         bias: image.bias,
                         debug: DebugSource(image.file.clone()),
                     });
@@ -693,6 +700,8 @@ struct Segment {
     offset: u64,
     size: u64,
     address: u64,
+    /// Its size in memory (with what is zero-filled past the file's bytes: `.bss`).
+    memsize: u64,
 }
 
 fn segments(file: &object::File<'_>) -> Vec<Segment> {
@@ -704,6 +713,7 @@ fn segments(file: &object::File<'_>) -> Vec<Segment> {
                 offset,
                 size,
                 address: s.address(),
+                memsize: s.size(),
             }
         })
         .collect()

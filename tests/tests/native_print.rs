@@ -6,6 +6,9 @@
 //! one (`rank + 1`) hands the ranks to gdb as before, and gdb, on the very same processes
 //! at the very same stop, must print every one of them identically.
 
+use std::collections::BTreeSet;
+use std::path::Path;
+
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
@@ -69,10 +72,27 @@ const SUPPORTED: &[&str] = &[
     "r->values[0]",
 ];
 
-/// The gdbs among this test's descendants (the servers' and their children).
-fn gdbs() -> Vec<u32> {
-    sdm_e2e::descendants_of(std::process::id())
-        .into_iter()
+/// The gdbs below the servers running `program` (the parents of its processes): tests
+/// running at once each count their own.
+fn gdbs_of(program: &Path) -> Vec<u32> {
+    let below = sdm_e2e::descendants_of(std::process::id());
+    let parent = |pid: &u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(") ")?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let servers: BTreeSet<u32> = below
+        .iter()
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == program))
+        .filter_map(parent)
+        .collect();
+    servers
+        .iter()
+        .flat_map(|s| sdm_e2e::descendants_of(*s))
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "gdb")
         })
@@ -138,7 +158,11 @@ async fn print_natively_as_gdb_prints_without_starting_gdb() {
     for e in SUPPORTED {
         let out = answer(&run(&mut c, &format!("print {e}")).await, e);
         assert!(!out.contains("error"), "print {e}: {out}");
-        assert_eq!(gdbs(), Vec::<u32>::new(), "print {e} started a gdb: {out}");
+        assert_eq!(
+            gdbs_of(&program),
+            Vec::<u32>::new(),
+            "print {e} started a gdb: {out}"
+        );
         native.push(out);
     }
     let none = answer(&run(&mut c, "print nosuch").await, "nosuch");
@@ -149,7 +173,11 @@ async fn print_natively_as_gdb_prints_without_starting_gdb() {
             RANKS - 1
         )
     );
-    assert_eq!(gdbs(), Vec::<u32>::new(), "native prints started a gdb");
+    assert_eq!(
+        gdbs_of(&program),
+        Vec::<u32>::new(),
+        "native prints started a gdb"
+    );
     // Per-rank values still print one line per rank, equal ones merge.
     let ranks: String = (0..RANKS).map(|r| format!("[{r}] rank = {r}\n")).collect();
     assert_eq!(native[0], ranks);
@@ -169,7 +197,11 @@ async fn print_natively_as_gdb_prints_without_starting_gdb() {
         answer(&run(&mut c, "print rank + 1").await, "rank + 1"),
         sums
     );
-    assert_eq!(gdbs().len(), RANKS as usize, "one gdb per rank now");
+    assert_eq!(
+        gdbs_of(&program).len(),
+        RANKS as usize,
+        "one gdb per rank now"
+    );
 
     // gdb on the same processes at the same stop says exactly the same.
     for (e, mine) in SUPPORTED.iter().zip(&native) {
@@ -177,6 +209,70 @@ async fn print_natively_as_gdb_prints_without_starting_gdb() {
         assert_eq!(&theirs, mine, "print {e}");
     }
     assert_eq!(answer(&run(&mut c, "print nosuch").await, "nosuch"), none);
+    run(&mut c, "kill").await;
+    c.shutdown().await;
+}
+
+/// Frame 0 in the C library (the ranks of tests/programs/ranks.c sleep in their last loop):
+/// the program's globals print natively as gdb prints them there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(sdm_have_gdb), ignore = "needs gdb")]
+async fn print_natively_from_a_frame_in_the_c_library() {
+    let program = sdm_e2e::c_program("ranks", &["-O0", "-g"]);
+    let opts = SessionOptions {
+        n: RANKS,
+        program: Some(sdm_e2e::sdm().into()),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
+    let mut c = Console::new(s, false);
+    let started = c
+        .start_program(program.to_str().unwrap(), &[], "pipes")
+        .await
+        .unwrap();
+    assert!(started.iter().all(|l| l.started()), "{started:?}");
+    let mut status = String::new();
+    for _ in 0..300 {
+        run(&mut c, "stop").await;
+        status = run(&mut c, "status").await;
+        if status.lines().count() == 1 && status.contains("sleep") {
+            break;
+        }
+        run(&mut c, "cont").await;
+        run(&mut c, "sleep 0.2").await;
+    }
+    assert!(status.contains("sleep"), "{status}");
+    let exprs = ["rank", "a", "a[2]", "total", "nosuch"];
+    let mut native = Vec::new();
+    for e in exprs {
+        native.push(answer(&run(&mut c, &format!("print {e}")).await, e));
+        assert_eq!(
+            gdbs_of(&program),
+            Vec::<u32>::new(),
+            "print {e} started a gdb"
+        );
+    }
+    let a: String = (0..RANKS)
+        .map(|r| format!("[{r}] a[2] = {}\n", 100 * r + 2))
+        .collect();
+    assert_eq!(native[2], a);
+    assert_eq!(
+        native[4],
+        format!(
+            "[0-{}] error: No symbol \"nosuch\" in current context.\n",
+            RANKS - 1
+        )
+    );
+    answer(&run(&mut c, "print rank + 0").await, "rank + 0");
+    assert_eq!(
+        gdbs_of(&program).len(),
+        RANKS as usize,
+        "one gdb per rank now"
+    );
+    for (e, mine) in exprs.iter().zip(&native) {
+        let theirs = answer(&run(&mut c, &format!("print {e}")).await, e);
+        assert_eq!(&theirs, mine, "print {e}");
+    }
     run(&mut c, "kill").await;
     c.shutdown().await;
 }

@@ -200,9 +200,16 @@ impl Debug {
     pub(super) fn find_var(&self, name: &str, p: &Process) -> Result<Option<Found>, NotNative> {
         let bias = p.files[p.exe].bias;
         let pc = p.regs[16];
-        let here = p.files[p.exe]
-            .avma
-            .contains(&pc)
+        let at_pc = p.file_at(pc);
+        if let Some(other) = at_pc.filter(|f| *f != p.exe) {
+            // Frame 0 in a library: gdb looks in its DWARF first (its locals, its statics).
+            let lib = &p.files[other];
+            let d = lib.debug.get().ok_or(NotNative::Symbols)?;
+            if d.separate || d.shadows(name, pc.wrapping_sub(lib.bias))? {
+                return Err(NotNative::Symbols);
+            }
+        }
+        let here = (at_pc == Some(p.exe))
             .then(|| self.unit_at(pc.wrapping_sub(bias)))
             .flatten();
         if let Some(u) = here {
@@ -231,6 +238,24 @@ impl Debug {
             var: *v,
             function: None,
         }))
+    }
+
+    /// Whether gdb, stopped at `svma` in this file (a library), finds `name` here before
+    /// it looks in the executable: a local there, a static of its unit, a global of the
+    /// file. Not C there: gdb's language changes.
+    fn shadows(&self, name: &str, svma: u64) -> Result<bool, NotNative> {
+        if self.globals.contains_key(name) {
+            return Ok(true);
+        }
+        let Some(u) = self.unit_at(svma) else {
+            return Ok(false);
+        };
+        if !self.units[u].c {
+            return Err(NotNative::Language);
+        }
+        let statics = self.statics.get(name);
+        Ok(statics.is_some_and(|v| v.iter().any(|r| r.unit == u))
+            || self.local(u, svma, name)?.is_some())
     }
 
     /// A local or parameter `name` visible at `svma` in unit `u`: the innermost scope first.

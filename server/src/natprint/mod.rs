@@ -58,8 +58,8 @@ impl From<NotNative> for Failure {
 pub(crate) struct Mapped {
     /// Its path.
     pub(crate) path: PathBuf,
-    /// Where it is mapped.
-    pub(crate) avma: Range<u64>,
+    /// Where it is mapped: its mappings and its loadable segments (with `.bss`).
+    pub(crate) avma: Vec<Range<u64>>,
     /// Actual address minus the address the file states.
     pub(crate) bias: u64,
     /// Its DWARF and names, read when first needed.
@@ -96,9 +96,18 @@ impl Process<'_> {
         Ok(buf)
     }
 
+    /// Which file holds code address `pc`.
+    fn file_at(&self, pc: u64) -> Option<usize> {
+        self.files
+            .iter()
+            .position(|f| f.avma.iter().any(|r| r.contains(&pc)))
+    }
+
     /// Whether `addr` is inside a mapped file (gdb may print `<symbol+offset>` after it).
     fn in_file(&self, addr: u64) -> bool {
-        self.files.iter().any(|f| f.avma.contains(&addr))
+        self.files
+            .iter()
+            .any(|f| f.avma.iter().any(|r| r.contains(&addr)))
     }
 
     /// The value of `text` as gdb prints it.
