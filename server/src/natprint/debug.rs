@@ -438,21 +438,21 @@ fn separate_file(path: &Path, file: &object::File<'_>) -> Option<PathBuf> {
 mod tests {
     use super::*;
 
+    /// The C library (with its separate debug file when one is installed, as here with
+    /// libc6-dbg): a made-up name is certainly not there, its functions are.
     #[test]
     fn the_c_library_lacks_a_made_up_name() {
-        for lib in [
-            "/lib/x86_64-linux-gnu/libc.so.6",
-            "/lib64/ld-linux-x86-64.so.2",
-        ] {
-            let Some(d) = Debug::load(Path::new(lib)) else {
-                panic!("{lib} not read");
-            };
-            assert!(
-                d.certainly_lacks("nosuch_name_here"),
-                "{lib}: separate {}",
-                d.separate
-            );
-            assert!(!d.certainly_lacks("malloc") || lib.contains("ld-"), "{lib}");
+        let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        if !libc.exists() {
+            eprintln!("no {}: skipped", libc.display());
+            return;
         }
+        let d = Debug::load(libc).expect("libc is an ELF file");
+        assert!(
+            d.certainly_lacks("nosuch_name_here"),
+            "separate {}",
+            d.separate
+        );
+        assert!(!d.certainly_lacks("malloc"));
     }
 }

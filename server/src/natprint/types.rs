@@ -58,6 +58,14 @@ impl Debug {
             };
             let next = attr_ref(&e, dw::DW_AT_type).map(|offset| DieRef { offset, ..r });
             match e.tag() {
+                // gdb prints these as wide characters (`65 L'A'`, `L"…"`): not done here.
+                dw::DW_TAG_typedef
+                    if self.name_of(&self.units[r.unit].unit, &e).is_some_and(|n| {
+                        matches!(n.as_str(), "wchar_t" | "char16_t" | "char32_t")
+                    }) =>
+                {
+                    return Err(NotNative::Type);
+                }
                 dw::DW_TAG_typedef
                 | dw::DW_TAG_const_type
                 | dw::DW_TAG_volatile_type
