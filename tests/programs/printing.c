@@ -34,6 +34,8 @@ struct record {
     signed char sbyte;
     long long big;
     unsigned long long ubig;
+    float ratio;
+    double weight;
 };
 
 int rank;
@@ -52,6 +54,8 @@ int grid[2][3] = {{1, 2, 3}, {4, 5, 6}};
 char reps[40] = "aaaaaaaaaaaaaaab";
 char exact[3] = "abc";
 volatile int released;
+double darr[4] = {1.5, 2, 0.1, 1e17};
+float third = 1.0f / 3;
 
 __attribute__((noinline)) int visit(int depth, struct record *r)
 {
@@ -97,6 +101,8 @@ int main(void)
     rec.sbyte = -3;
     rec.big = -1234567890123LL;
     rec.ubig = 18446744073709551615ULL;
+    rec.ratio = 0.1f * (rank + 1);
+    rec.weight = -3.14 * rank;
     recp = &rec;
     for (int k = 0; k < 24; k++)
         runs[k] = k < 12 ? 4 : k;

@@ -16,7 +16,8 @@ use sdm_proto::{IdSet, Status};
 
 const RANKS: u32 = 4;
 
-/// Every expression the native evaluator supports, of every type it prints: globals,
+/// Every expression the native evaluator supports, of every type it prints (integers,
+/// characters, booleans, enums, floating point, pointers, arrays, structs): globals,
 /// a file static, a function's static, a parameter, a local and an inner block's local,
 /// members, elements, pointers followed.
 const SUPPORTED: &[&str] = &[
@@ -60,6 +61,10 @@ const SUPPORTED: &[&str] = &[
     "rec.sbyte",
     "rec.big",
     "rec.ubig",
+    "rec.ratio",
+    "rec.weight",
+    "darr",
+    "third",
     "recp->id",
     "recp->in.a",
     "*recp",

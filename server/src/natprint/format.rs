@@ -1,5 +1,6 @@
 //! Values printed exactly as gdb's MI `-data-evaluate-expression` prints them with its
-//! default settings: integers in decimal, characters as `65 'A'`, `_Bool` as `true`, enums
+//! default settings: integers in decimal, floating point as `%g` (see `super::float`),
+//! characters as `65 'A'`, `_Bool` as `true`, enums
 //! by name, pointers in hex (`char *` with the string), arrays as `{1, 2, 3}` with
 //! `<repeats N times>` for runs of more than 10 equal elements and `...` after 200,
 //! character arrays as strings, structs as `{x = 1, y = {a = 2}}`.
@@ -53,6 +54,15 @@ impl Debug {
                         out.push('\'');
                     }
                 }
+            }
+            Type::Float { size } => {
+                let raw = bits(b, *size);
+                let text = if *size == 4 {
+                    super::float::g(f64::from(f32::from_bits(raw as u32)), 9)
+                } else {
+                    super::float::g(f64::from_bits(raw), 17)
+                };
+                out.push_str(&text.ok_or(NotNative::Type)?);
             }
             Type::Enum {
                 size,

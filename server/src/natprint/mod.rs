@@ -9,6 +9,7 @@
 
 mod debug;
 mod expr;
+mod float;
 mod format;
 mod locate;
 mod types;
@@ -28,7 +29,7 @@ pub(crate) enum NotNative {
     Symbols,
     /// Not C (C++, Rust, Fortran print otherwise).
     Language,
-    /// A type this does not print exactly as gdb (floating point, bit fields, functions,
+    /// A type this does not print exactly as gdb (NaNs, long double, bit fields, functions,
     /// a pointer gdb may name with a symbol, bytes beyond ASCII…).
     Type,
     /// A location this does not evaluate (registers, location lists, inlined frames).

@@ -26,6 +26,8 @@ pub(super) enum Type {
         text: bool,
         boolean: bool,
     },
+    /// `float` (4 bytes) or `double` (8).
+    Float { size: u64 },
     /// An enumeration: its enumerators' (value, name), values as raw bits of `size` bytes.
     Enum {
         size: u64,
@@ -211,7 +213,10 @@ impl Debug {
     /// The size of a value of type `t` in bytes.
     pub(super) fn size_of(&self, t: &Type) -> Result<u64, NotNative> {
         Ok(match t {
-            Type::Int { size, .. } | Type::Enum { size, .. } | Type::Struct { size, .. } => *size,
+            Type::Int { size, .. }
+            | Type::Float { size }
+            | Type::Enum { size, .. }
+            | Type::Struct { size, .. } => *size,
             Type::Pointer(_) => 8,
             Type::Array { elem, dims } => {
                 let one = self.size_of(&self.resolve(*elem)?)?;
@@ -303,7 +308,7 @@ impl Debug {
     }
 }
 
-/// A base type: integers, characters and `_Bool` (floating point and the rest: not done).
+/// A base type: integers, characters, `_Bool`, `float` and `double` (the rest: not done).
 fn base(
     e: &gimli::DebuggingInformationEntry<'_, '_, super::debug::R>,
     size: u64,
@@ -311,6 +316,9 @@ fn base(
     let Ok(Some(AttributeValue::Encoding(enc))) = e.attr_value(dw::DW_AT_encoding) else {
         return Err(NotNative::Type);
     };
+    if enc == dw::DW_ATE_float && matches!(size, 4 | 8) {
+        return Ok(Type::Float { size });
+    }
     if !matches!(size, 1 | 2 | 4 | 8) {
         return Err(NotNative::Type);
     }
