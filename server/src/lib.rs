@@ -68,6 +68,7 @@ pub mod gdbmi;
 pub mod hold;
 pub mod monitor;
 pub mod mpir;
+mod natprint;
 pub mod plugin;
 pub mod ranks;
 pub mod server;

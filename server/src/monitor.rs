@@ -38,6 +38,7 @@ mod detach;
 mod gdbcmd;
 mod hit;
 mod idle;
+mod native;
 mod session;
 mod symbolic;
 mod threads;

@@ -126,6 +126,11 @@ struct FileImage {
     /// file cannot be loaded). A loader fills its caches as it is asked (not `Sync`): the
     /// monitors sharing it take turns.
     dwarf: Option<Mutex<addr2line::Loader>>,
+    /// The file (files only), for what native `print` reads of it.
+    path: Option<PathBuf>,
+    /// What native `print` needs of the file (its DWARF, its names), read at the first
+    /// `print` that needs it, then shared like the rest.
+    debug: OnceLock<Option<Arc<crate::natprint::Debug>>>,
 }
 
 impl FileImage {
@@ -174,6 +179,8 @@ impl FileImage {
             segments: segments(&file),
             symbols,
             dwarf: path.and_then(|p| addr2line::Loader::new(p).ok().map(Mutex::new)),
+            path: path.map(Path::to_path_buf),
+            debug: OnceLock::new(),
         })
     }
 
@@ -240,6 +247,30 @@ impl FileImage {
             module: self.name.clone(),
             offset: svma,
         }]
+    }
+}
+
+impl FileImage {
+    /// What native `print` reads of the file, read once.
+    fn debug(&self) -> Option<Arc<crate::natprint::Debug>> {
+        self.debug
+            .get_or_init(|| {
+                let path = self.path.as_ref()?;
+                crate::natprint::Debug::load(path).map(Arc::new)
+            })
+            .clone()
+    }
+}
+
+/// Where native `print` gets a mapped file's [`crate::natprint::Debug`]: read at the first
+/// call that needs it (most prints need only the executable's), then shared.
+#[derive(Clone)]
+pub(crate) struct DebugSource(Arc<FileImage>);
+
+impl DebugSource {
+    /// The file's DWARF and names; `None` when they cannot be read.
+    pub(crate) fn get(&self) -> Option<Arc<crate::natprint::Debug>> {
+        self.0.debug()
     }
 }
 
@@ -535,6 +566,49 @@ impl Stacks {
         keys
     }
 
+    /// The files mapped in the ptrace-stopped process `pid` (the vdso left out) with what
+    /// native `print` reads of each, and the canonical frame address of the innermost frame
+    /// whose registers are `regs` (the stack pointer after one step of unwinding).
+    pub(crate) fn native_view(
+        &mut self,
+        pid: Pid,
+        regs: ThreadRegs,
+    ) -> Result<(Vec<crate::natprint::Mapped>, Option<u64>), UnwindError> {
+        let mem = Memory::open(pid)?;
+        let keys = self.load_images(pid, &mem);
+        let mut unwinder = UnwinderX86_64::<Bytes>::new();
+        let mut files = Vec::new();
+        for k in &keys {
+            if let Some(Some(image)) = self.images.get(k) {
+                unwinder.add_module(image.module.clone());
+                if image.file.path.is_some() {
+                    let segments = image.file.segments.iter();
+                    files.push(crate::natprint::Mapped {
+                        path: k.0.clone(),
+                        avma: segments
+                            .map(|s| {
+                                let start = s.address.wrapping_add(image.bias);
+                                start..start.wrapping_add(s.memsize)
+                            })
+                            .chain([image.avma.clone()])
+                            .collect(),
+                        bias: image.bias,
+                        debug: DebugSource(image.file.clone()),
+                    });
+                }
+            }
+        }
+        let mut cache = CacheX86_64::<_>::new();
+        let mut read_stack = |addr: u64| mem.word(addr).ok_or(());
+        let mut r = UnwindRegsX86_64::new(regs.rip, regs.rsp, regs.rbp);
+        let address = FrameAddress::from_instruction_pointer(regs.rip);
+        let cfa = match unwinder.unwind_frame(address, &mut r, &mut cache, &mut read_stack) {
+            Ok(Some(_)) => Some(r.sp()),
+            _ => None,
+        };
+        Ok((files, cfa))
+    }
+
     fn unwind(&mut self, pid: Pid) -> Result<Vec<RawFrame>, UnwindError> {
         let regs = ptrace::getregs(pid).map_err(|source| UnwindError::Registers { pid, source })?;
         self.unwind_from(
@@ -626,6 +700,8 @@ struct Segment {
     offset: u64,
     size: u64,
     address: u64,
+    /// Its size in memory (with what is zero-filled past the file's bytes: `.bss`).
+    memsize: u64,
 }
 
 fn segments(file: &object::File<'_>) -> Vec<Segment> {
@@ -637,6 +713,7 @@ fn segments(file: &object::File<'_>) -> Vec<Segment> {
                 offset,
                 size,
                 address: s.address(),
+                memsize: s.size(),
             }
         })
         .collect()

@@ -157,16 +157,17 @@ fn line_of(marker: &str) -> u32 {
     sdm_e2e::source_line("release", marker)
 }
 
-/// `stop`, `print` (gdb takes the processes over), `break work`, `cont` until every
+/// `stop`, `print` of an expression only gdb evaluates (gdb takes the processes over),
+/// `break work`, `cont` until every
 /// rank stands at the breakpoint, `next` there, a watchpoint on rank 0, and `cont`: the
 /// programs run with breakpoints and a watchpoint set, gdb holding them.
 async fn native_and_gdb_commands(c: &mut Console) {
     let all = format!("[0-{}]", N - 1);
     has_line(&run(c, "stop").await, &format!("{all} stopped"));
-    let printed = run(c, "print rank").await;
+    let printed = run(c, "print rank + 0").await;
     for r in 0..N {
         assert!(
-            printed.contains(&format!("[{r}] rank = {r}\n")),
+            printed.contains(&format!("[{r}] rank + 0 = {r}\n")),
             "{printed}"
         );
     }
@@ -232,7 +233,7 @@ fn a_killed_front_end_lets_every_process_go() {
     let all = format!("[0-{}]", N - 1);
     let mut sdm = Command::new(sdm_e2e::sdm())
         .args(["attach", "--pids", &list.join(",")])
-        .args(["-c", "stop", "-c", "print rank", "-c", "break work"])
+        .args(["-c", "stop", "-c", "print rank + 0", "-c", "break work"])
         .args(["-c", "cont", "-c", "sleep 600"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

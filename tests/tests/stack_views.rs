@@ -253,11 +253,12 @@ async fn bt_names_lines_splits_call_sites_and_walks_every_thread() {
     );
     assert_eq!(run(&mut c, "thread all").await, "thread all\n");
 
-    // gdb holds the ranks once a symbolic command ran: the same tree, frame for frame.
+    // gdb holds the ranks once a symbolic command ran (an expression only gdb evaluates):
+    // the same tree, frame for frame.
     let native = run(&mut c, "bt").await;
     let native_status = run(&mut c, "status").await;
     assert_eq!(native_status, "[0-3] stopped in pause\n");
-    let printed = run(&mut c, "print rank").await;
+    let printed = run(&mut c, "print rank + 0").await;
     assert_eq!(printed.lines().count(), 4, "{printed}");
     let held = run(&mut c, "bt").await;
     assert_eq!(held, native, "gdb's walk differs from the native one");

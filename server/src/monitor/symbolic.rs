@@ -1,5 +1,6 @@
-//! The monitor's symbolic side: the first symbolic request on a process (an expression, a
-//! source breakpoint, a step) hands it from the native ptrace monitor to a gdb over MI.
+//! The monitor's symbolic side: the first symbolic request on a process (an expression the
+//! native evaluator does not support, see `super::native`; a source breakpoint, a step)
+//! hands it from the native ptrace monitor to a gdb over MI.
 //!
 //! Handover: native breakpoints are removed (and set again in gdb by address), the process
 //! is left in a SIGSTOP group-stop and detached, then gdb attaches to it. From then on its
@@ -191,7 +192,12 @@ impl Monitor {
     }
 
     /// Evaluates `expr` in the selected frame; the value as gdb prints it.
+    /// Natively (`crate::natprint`) while no gdb holds the process and the expression is
+    /// one it supports; through gdb otherwise.
     pub fn evaluate(&mut self, expr: &str) -> MonResult<String> {
+        if let Ok(answer) = self.evaluate_native(expr) {
+            return answer;
+        }
         let h = self.held_stopped()?;
         let d = h
             .gdb
