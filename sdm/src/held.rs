@@ -12,7 +12,7 @@ use anyhow::Context;
 use sdm_deploy::LauncherKind;
 use sdm_deploy::job::Labels;
 use sdm_proto::{IdSet, Kind, Message, Status};
-use sdm_server::hold::{HeldJob, HoldError, launch_held_with};
+use sdm_server::hold::{HeldJob, HoldError, Streams, launch_held_with};
 
 use crate::console::Console;
 
@@ -34,21 +34,28 @@ impl Held {
     }
 }
 
-/// Starts `program` as an `n`-rank job of `kind` held in `MPIR_Breakpoint`. `Ok(Err(e))`
-/// when the launcher cannot hold a job (no MPIR interface): the caller falls back.
+/// Starts `program` as an `n`-rank job of `kind` held in `MPIR_Breakpoint`, its output
+/// captured (merged into the console's), its standard input this one's only with `input`
+/// (else the console reads it: srun would forward it to its tasks). `Ok(Err(e))` when the
+/// launcher cannot hold a job (no MPIR interface): the caller falls back.
 pub(crate) async fn start(
     kind: LauncherKind,
     hosts: &[String],
     extra: &[String],
     n: u32,
     program: &[String],
+    input: bool,
 ) -> anyhow::Result<Result<Held, HoldError>> {
     let job = sdm_deploy::job::job_command(kind, hosts, extra, n, program)?;
     let (argv, labels) = (job.argv, job.labels);
     tracing::info!("launch mode: {}", argv.join(" "));
     // Open MPI warns on stderr that MPIR is deprecated unless told not to.
     let env = [("OMPI_MPIR_DO_NOT_WARN".to_owned(), "1".to_owned())];
-    let held = tokio::task::spawn_blocking(move || launch_held_with(&argv, &env, true))
+    let streams = Streams {
+        capture: true,
+        no_input: !input,
+    };
+    let held = tokio::task::spawn_blocking(move || launch_held_with(&argv, &env, streams))
         .await
         .context("the thread holding the launcher")?;
     Ok(held.map(|job| Held { job, kind, labels }))
