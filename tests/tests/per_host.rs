@@ -228,6 +228,28 @@ impl Scripted {
         }
     }
 
+    /// Reads output until a line starting with `prefix`; panics with everything printed if
+    /// it does not come within `PATIENCE`.
+    fn until_prefix(&mut self, prefix: &str) {
+        while !self.seen.iter().any(|l| l.starts_with(prefix)) {
+            match self.lines.recv_timeout(PATIENCE) {
+                Ok(l) => self.seen.push(l),
+                Err(e) => panic!("no line {prefix:?}… ({e}): {:#?}", self.seen),
+            }
+        }
+    }
+
+    /// Reads whatever output comes for `period`.
+    fn read_for(&mut self, period: Duration) {
+        let until = std::time::Instant::now() + period;
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => break,
+            }
+        }
+    }
+
     /// Closes the commands and waits for the end: everything printed.
     fn finish(mut self) -> Vec<String> {
         drop(self.stdin.take());
@@ -250,6 +272,45 @@ impl Drop for Scripted {
         }
         let _ = self.child.wait();
     }
+}
+
+/// `sdm run LAUNCHER -n 64 --stop-at-main -- held_lines 3` under srun, whose tasks are held
+/// before their first instruction: every rank stopped in `main` (one server per host), a
+/// breakpoint on `func_b` set before `cont` stops exactly the ranks 1 mod 3 there.
+fn held_to_main(hosts: &Hosts, launcher: impl Fn(&mut Command), program: &Path) {
+    let mut cmd = Command::new(support::sdm());
+    cmd.arg("run");
+    launcher(&mut cmd);
+    cmd.args(["-n", &N.to_string(), "--timeout", "600", "--stop-at-main"])
+        .args(LAYOUT)
+        .args(["-x", "-", "--"])
+        .arg(program)
+        .arg("3")
+        .current_dir(std::env::temp_dir());
+    let mut run = Scripted::start(cmd);
+    let everyone = all();
+    run.send("status");
+    run.until_prefix(&format!("{everyone} stopped in main at held_lines.c"));
+    assert_one_server_per_host(hosts, "sdm run --stop-at-main");
+    run.send("break func_b");
+    run.send("cont");
+    let ones: IdSet = (0..N).filter(|r| r % 3 == 1).collect();
+    let want = format!("{ones} stopped at breakpoint in func_b");
+    // They reach it in their own time: asked again until all are there (a hang guard).
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !run.seen.contains(&want) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {want:?}: {:#?}",
+            run.seen
+        );
+        run.send("status");
+        run.read_for(Duration::from_secs(1));
+    }
+    run.send("kill");
+    run.until(&format!("{everyone} killed"));
+    drop(run.finish());
+    assert_daemons_gone(hosts, "tcp", "the held job's run to main ended");
 }
 
 /// The classes `bt --classes` printed, as (ranks, the line).
@@ -373,6 +434,7 @@ fn srun_starts_one_server_per_host_for_sixteen_ranks_each() {
     };
     launch_pings(&h.hosts, launcher);
     held_job(&h.hosts, launcher, &held_lines(false));
+    held_to_main(&h.hosts, launcher, &held_lines(false));
     assert!(
         support::daemons::wait_for(|| h.jobs().is_empty()),
         "a job is still there after the runs: {}",
