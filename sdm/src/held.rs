@@ -34,10 +34,36 @@ impl Held {
     }
 }
 
+/// Why a job is not held: the caller says so and falls back to one server per rank.
+#[derive(Debug)]
+pub(crate) enum NotHeld {
+    /// The launcher cannot hold a job (no MPIR interface, or it ended).
+    Launcher(HoldError),
+    /// Open MPI's mpirun reaches `MPIR_Breakpoint` only once every rank is in `MPI_Init`:
+    /// a program that never calls it would run unheld (or, ending, run twice).
+    NotMpi {
+        /// The program.
+        program: String,
+    },
+}
+
+impl std::fmt::Display for NotHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Launcher(e) => e.fmt(f),
+            Self::NotMpi { program } => write!(
+                f,
+                "Open MPI's mpirun holds a job in MPI_Init, and {program} is not a program \
+                 linked with libmpi"
+            ),
+        }
+    }
+}
+
 /// Starts `program` as an `n`-rank job of `kind` held in `MPIR_Breakpoint`, its output
 /// captured (merged into the console's), its standard input this one's only with `input`
 /// (else the console reads it: srun would forward it to its tasks). `Ok(Err(e))` when the
-/// launcher cannot hold a job (no MPIR interface): the caller falls back.
+/// job cannot be held (see [`NotHeld`]), before anything ran: the caller falls back.
 pub(crate) async fn start(
     kind: LauncherKind,
     hosts: &[String],
@@ -45,9 +71,14 @@ pub(crate) async fn start(
     n: u32,
     program: &[String],
     input: bool,
-) -> anyhow::Result<Result<Held, HoldError>> {
+) -> anyhow::Result<Result<Held, NotHeld>> {
     let job = sdm_deploy::job::job_command(kind, hosts, extra, n, program)?;
     let (argv, labels) = (job.argv, job.labels);
+    if labels == Labels::OpenMpi && !crate::mpilib::links_mpi(&program[0]) {
+        return Ok(Err(NotHeld::NotMpi {
+            program: program[0].clone(),
+        }));
+    }
     tracing::info!("launch mode: {}", argv.join(" "));
     // Open MPI warns on stderr that MPIR is deprecated unless told not to.
     let env = [("OMPI_MPIR_DO_NOT_WARN".to_owned(), "1".to_owned())];
@@ -58,7 +89,9 @@ pub(crate) async fn start(
     let held = tokio::task::spawn_blocking(move || launch_held_with(&argv, &env, streams))
         .await
         .context("the thread holding the launcher")?;
-    Ok(held.map(|job| Held { job, kind, labels }))
+    Ok(held
+        .map(|job| Held { job, kind, labels })
+        .map_err(NotHeld::Launcher))
 }
 
 /// The held job's tasks as (host, pid), in rank order; an error names a rank missing from

@@ -98,3 +98,32 @@ fn an_mpirun_job_is_held_in_mpi_init_and_its_hang_is_seen_by_one_server() {
     let lines: Vec<&str> = out.lines().collect();
     assert_hung_job_classes(&lines, 8, &out);
 }
+
+/// Open MPI's mpirun holds a job only once its ranks are in `MPI_Init`: a program that is
+/// not linked with libmpi is not held (held, it would run unheld and, once ended, be run a
+/// second time by the fallback), which sdm says, and it runs once, one server per rank.
+#[test]
+#[cfg_attr(
+    not(sdm_have_mpirun),
+    ignore = "needs mpirun and mpicc (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn a_program_without_mpi_is_not_held_by_open_mpi_and_runs_once() {
+    let dir = std::env::temp_dir().join(format!("sdm-not-mpi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("runs");
+    let out = std::process::Command::new(sdm_e2e::sdm())
+        .args(["run", "--launcher", "mpirun", "-n", "2", "--", "sh", "-c"])
+        .arg(format!("echo ran >> {}", log.display()))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("running sdm");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {stderr}", out.status);
+    let runs = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(runs, "ran\nran\n", "each rank once: {stderr}");
+    assert!(
+        stderr.contains("sh is not a program linked with libmpi"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
