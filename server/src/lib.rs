@@ -69,6 +69,7 @@ pub mod hold;
 pub mod monitor;
 pub mod mpir;
 pub mod plugin;
+pub mod rankenv;
 pub mod ranks;
 pub mod server;
 pub mod service;

@@ -127,3 +127,67 @@ fn a_program_without_mpi_is_not_held_by_open_mpi_and_runs_once() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each program a server of two ranks starts under `launcher` (`--ranks-per-server 2`, so
+/// not held: the servers start the programs) prints `VARS` as its launcher's variables
+/// hold them; `--label` keeps every rank's line its own.
+fn programs_of_two_rank_servers(launcher: &str, vars: &str) -> Vec<String> {
+    let out = sdm_ok([
+        "run",
+        "--launcher",
+        launcher,
+        "-n",
+        "4",
+        "--ranks-per-server",
+        "2",
+        "--label",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo {vars}"),
+    ]);
+    let mut lines: Vec<String> = out
+        .lines()
+        .filter(|l| !l.contains("exited"))
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// A server started by srun serving two ranks passes each program its own rank's
+/// `SLURM_PROCID` and `SLURM_LOCALID`, not the server's own task's, and no `SLURM_TASK_PID`.
+#[test]
+#[cfg_attr(
+    not(sdm_have_slurm),
+    ignore = "needs srun, a running Slurm (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn programs_of_a_server_of_two_ranks_under_srun_see_their_own_ranks() {
+    let lines = programs_of_two_rank_servers(
+        "srun",
+        "$SDM_RANK procid=$SLURM_PROCID localid=$SLURM_LOCALID pid=${SLURM_TASK_PID:-none}",
+    );
+    let want: Vec<String> = (0..4)
+        .map(|r| format!("[{r}] {r} procid={r} localid={} pid=none", r % 2))
+        .collect();
+    assert_eq!(lines, want);
+}
+
+/// The same under Open MPI's mpirun: `OMPI_COMM_WORLD_RANK` is each program's own rank and
+/// the server's PMIx identity is not passed on.
+#[test]
+#[cfg_attr(
+    not(sdm_have_mpirun),
+    ignore = "needs mpirun and mpicc (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn programs_of_a_server_of_two_ranks_under_mpirun_see_their_own_ranks() {
+    let lines = programs_of_two_rank_servers(
+        "mpirun",
+        "$SDM_RANK rank=$OMPI_COMM_WORLD_RANK local=$OMPI_COMM_WORLD_LOCAL_RANK \
+         pmix=${PMIX_RANK:-none}",
+    );
+    let want: Vec<String> = (0..4)
+        .map(|r| format!("[{r}] {r} rank={r} local={} pmix=none", r % 2))
+        .collect();
+    assert_eq!(lines, want);
+}
