@@ -109,4 +109,26 @@ mod tests {
         assert_eq!(sets[1], IdSet::single(4));
         assert_eq!(hosts, ["a", "a", "b"]);
     }
+
+    #[test]
+    fn servers_in_a_step_follow_the_node_list_srun_expands() {
+        let mut sets: Vec<IdSet> = ["[0-1]", "[2-3]", "[4-5]", "[6]"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let mut hosts: Vec<String> = ["n3", "n10", "n1", "m2"].map(String::from).to_vec();
+        in_step(&mut sets, &mut hosts);
+        // `n[1,3],n10,m2` as srun gets it, expanded in that order.
+        assert_eq!(
+            sdm_deploy::hostlist::compress(&hosts),
+            "n[1,3],n10,m2",
+            "{hosts:?}"
+        );
+        assert_eq!(hosts, ["n1", "n3", "n10", "m2"]);
+        let want: Vec<IdSet> = ["[4-5]", "[0-1]", "[2-3]", "[6]"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(sets, want);
+    }
 }
