@@ -432,14 +432,28 @@ fn srun_starts_one_server_per_host_for_sixteen_ranks_each() {
     let launcher = |c: &mut Command| {
         h.slurm(c).args(["--launcher", "srun", "--hosts", &list]);
     };
+    // Each run's job gone and the nodes idle again before the next (else a held srun
+    // would wait for the nodes, saying so on its standard error, which sdm reads only once
+    // the job is held).
+    let idle = || {
+        let gone = support::daemons::wait_for(|| {
+            let states = h.squery("sinfo", &["-h", "-N", "-o", "%T"]);
+            h.jobs().is_empty() && states.lines().all(|l| l == "idle")
+        });
+        assert!(
+            gone,
+            "a job is still there, or a node is not idle: {}{}{}",
+            h.squery("squeue", &[]),
+            h.squery("sinfo", &["-N", "-l"]),
+            h.logs()
+        );
+    };
     launch_pings(&h.hosts, launcher);
+    idle();
     held_job(&h.hosts, launcher, &held_lines(false));
+    idle();
     held_to_main(&h.hosts, launcher, &held_lines(false));
-    assert!(
-        support::daemons::wait_for(|| h.jobs().is_empty()),
-        "a job is still there after the runs: {}",
-        h.squery("squeue", &[])
-    );
+    idle();
 }
 
 /// tests/programs/held_lines.c, built with mpicc and `-DUSE_MPI` when `mpi`.
