@@ -24,6 +24,9 @@ pub(crate) struct Held {
     pub kind: LauncherKind,
     /// How the launcher labels its ranks' output lines.
     pub labels: Labels,
+    /// Its ranks' lines on its standard error, read since it started (its own lines are
+    /// printed as they come), for the console once it is there.
+    stderr: std::sync::mpsc::Receiver<Vec<u8>>,
 }
 
 impl Held {
@@ -82,16 +85,46 @@ pub(crate) async fn start(
     tracing::info!("launch mode: {}", argv.join(" "));
     // Open MPI warns on stderr that MPIR is deprecated unless told not to.
     let env = [("OMPI_MPIR_DO_NOT_WARN".to_owned(), "1".to_owned())];
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .context("a pipe for the launcher's stderr")?;
+    let stderr = read_stderr(read, labels);
     let streams = Streams {
         capture: true,
         no_input: !input,
+        stderr: Some(write),
     };
     let held = tokio::task::spawn_blocking(move || launch_held_with(&argv, &env, streams))
         .await
         .context("the thread holding the launcher")?;
     Ok(held
-        .map(|job| Held { job, kind, labels })
+        .map(|job| Held {
+            job,
+            kind,
+            labels,
+            stderr,
+        })
         .map_err(NotHeld::Launcher))
+}
+
+/// Reads the launcher's standard error from its start, on a thread of its own: its own
+/// lines (srun saying it waits for its allocation) print at once; its ranks' labelled lines
+/// are kept for the console (see [`release`]). The pipe ends with the launcher.
+fn read_stderr(from: std::os::fd::OwnedFd, labels: Labels) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(std::fs::File::from(from)).split(b'\n') {
+            let Ok(line) = line else { break };
+            let text = String::from_utf8_lossy(&line);
+            let text = text.strip_suffix('\r').unwrap_or(&text);
+            if labels.parse(text).is_none() {
+                eprintln!("{text}");
+            } else if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// The held job's tasks as (host, pid), in rank order; an error names a rank missing from
@@ -121,19 +154,19 @@ pub(crate) async fn release(
     out: &mut dyn Write,
 ) -> anyhow::Result<std::process::Child> {
     let at_start = held.at_start();
-    let (kind, labels) = (held.kind, held.labels);
+    let (kind, labels, stderr) = (held.kind, held.labels, held.stderr);
     let mut child = tokio::task::spawn_blocking(move || held.job.release())
         .await
         .context("the thread releasing the launcher")??;
     // The ranks' lines, labelled by the launcher, join the tree's output to be merged.
-    let lines = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let counts = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
     let handle = console.session().handle();
     if let Some(o) = child.stdout.take() {
-        forward(o, STDOUT, labels, handle.clone(), lines.clone());
+        let lines =
+            std::io::BufRead::split(std::io::BufReader::new(o), b'\n').map_while(Result::ok);
+        forward(lines, STDOUT, labels, handle.clone(), counts.clone());
     }
-    if let Some(e) = child.stderr.take() {
-        forward(e, STDERR, labels, handle, lines);
-    }
+    forward(stderr.into_iter(), STDERR, labels, handle, counts);
     match (at_start, stop_at_main) {
         // Quietly: the ranks simply run, as a program started without --stop-at-main does.
         (true, false) => {
@@ -172,20 +205,18 @@ const STDERR: u8 = 2;
 /// Lines each (rank, stream) has had so far: the index of its next line.
 type LineCounts = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(u32, u8), u64>>>;
 
-/// Reads the launcher's `stream` on a thread of its own: each labelled line goes to the
-/// console as that rank's next line (numbered per rank and stream, as servers number
+/// Forwards the launcher's `stream` lines on a thread of its own: each labelled line goes
+/// to the console as that rank's next line (numbered per rank and stream, as servers number
 /// theirs, so the console aligns and merges them); the launcher's own lines go to stderr.
 fn forward(
-    from: impl std::io::Read + Send + 'static,
+    from: impl Iterator<Item = Vec<u8>> + Send + 'static,
     stream: u8,
     labels: Labels,
     to: sdm_client::link::Handle,
     counts: LineCounts,
 ) {
-    use std::io::BufRead;
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(from).split(b'\n') {
-            let Ok(line) = line else { break };
+        for line in from {
             let text = String::from_utf8_lossy(&line);
             let text = text.strip_suffix('\r').unwrap_or(&text);
             let Some((rank, tagged, body)) = labels.parse(text) else {

@@ -233,7 +233,7 @@ pub fn launch_held(argv: &[String], env: &[(String, String)]) -> Result<HeldJob,
 }
 
 /// The standard streams of a held launcher.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 pub struct Streams {
     /// Its standard output and error are pipes, taken with the `Child` [`HeldJob::release`]
     /// returns (read them from then on: before, the held job writes nothing, and a
@@ -243,6 +243,9 @@ pub struct Streams {
     /// keeps it from the launcher, which would forward it to its tasks); else this
     /// process's.
     pub no_input: bool,
+    /// Its standard error, from its start (a pipe the caller reads at once: the launcher
+    /// may say why it waits before its job is held, e.g. srun for its allocation).
+    pub stderr: Option<std::os::fd::OwnedFd>,
 }
 
 /// [`launch_held`] with the launcher's standard streams as `streams` says.

@@ -191,3 +191,67 @@ fn programs_of_a_server_of_two_ranks_under_mpirun_see_their_own_ranks() {
         .collect();
     assert_eq!(lines, want);
 }
+
+/// A held srun that waits for its allocation says so at once (its standard error is read
+/// from its start, not only once its job is held): with every CPU of the cluster taken by
+/// another job, `srun: job N queued and waiting for resources` reaches sdm's standard error
+/// while the other job still runs; once it is cancelled, the job is held and runs.
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_slurm)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, Slurm and munge (deploy/ci-setup.sh)"
+)]
+fn an_srun_waiting_for_its_allocation_says_so_before_its_job_is_held() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let h = sdm_e2e::slurmhosts::SlurmHosts::create(1, 2);
+    let mut busy = h
+        .slurm(&mut Command::new("srun"))
+        .args(["-n", "2", "sleep", "600"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting srun");
+    let running = || h.squery("squeue", &["-h", "-t", "R", "-o", "%i"]);
+    assert!(
+        sdm_e2e::daemons::wait_for(|| !running().trim().is_empty()),
+        "the other job never ran: {}",
+        h.squery("squeue", &[])
+    );
+    let other = running().trim().to_owned();
+    let prog = c_program("held_lines", &["-g", "-O0"]);
+    let mut sdm = h
+        .slurm(&mut Command::new(sdm_e2e::sdm()))
+        .args(["run", "--launcher", "srun", "-n", "2", "-c", "kill", "--"])
+        .arg(&prog)
+        .arg("1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting sdm run");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = sdm.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("queued and waiting for resources"))
+    {
+        match rx.recv_timeout(sdm_e2e::daemons::PATIENCE) {
+            Ok(l) => seen.push(l),
+            Err(e) => panic!("srun's wait not said ({e}): {seen:#?}"),
+        }
+    }
+    h.squery("scancel", &[&other]);
+    let status = sdm.wait().expect("waiting for sdm");
+    let _ = busy.kill();
+    let _ = busy.wait();
+    seen.extend(rx.try_iter());
+    assert!(status.success(), "{status}: {seen:#?}");
+}

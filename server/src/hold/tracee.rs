@@ -83,6 +83,9 @@ impl Launcher {
             cmd.stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped());
         }
+        if let Some(fd) = streams.stderr {
+            cmd.stderr(fd);
+        }
         if streams.no_input {
             cmd.stdin(std::process::Stdio::null());
         }
