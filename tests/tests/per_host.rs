@@ -433,8 +433,7 @@ fn srun_starts_one_server_per_host_for_sixteen_ranks_each() {
         h.slurm(c).args(["--launcher", "srun", "--hosts", &list]);
     };
     // Each run's job gone and the nodes idle again before the next (else a held srun
-    // would wait for the nodes, saying so on its standard error, which sdm reads only once
-    // the job is held).
+    // waits for the nodes).
     let idle = || {
         let gone = support::daemons::wait_for(|| {
             let states = h.squery("sinfo", &["-h", "-N", "-o", "%T"]);
