@@ -343,6 +343,11 @@ struct ConsoleArgs {
     /// Start every program stopped at `main` (`sdm run`; `cont` runs them).
     #[arg(long)]
     stop_at_main: bool,
+    /// Start-up deadline of the servers in seconds (the launch, the tree's connections,
+    /// its init): a loaded host's servers may need more.
+    #[arg(long, default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_MS / 1000))]
+    timeout: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -836,32 +841,25 @@ async fn run_job(a: RunArgs) -> anyhow::Result<()> {
         && tree.ranks_per_server.is_none()
     {
         let opts = tree.options(a.n)?;
-        // Across hosts a held job does not reach the console yet (on the namespace hosts
-        // Open MPI's daemons did not start under a held mpirun, and servers started as a
-        // step of a held srun job never answered): one server per rank there.
-        let hostfile = opts
-            .launcher_args
-            .iter()
-            .any(|a| a.contains("hostfile") || matches!(a.as_str(), "--host" | "-H" | "-w"));
-        if sdm_client::layout::of(&opts)?.servers > 1 || hostfile {
-            eprintln!(
-                "sdm: {} across hosts is not held for the tool yet: one server per rank",
-                tree.launcher
-            );
-            return run_console(a.n, a.console, None, a.attach, a.program, None).await;
-        }
+        // The launcher forwards standard input to its tasks only when no console reads it
+        // (no script, no terminal), as run_console passes it to the programs then.
+        let c = &a.console;
+        let input =
+            c.commands.is_empty() && c.command_files.is_empty() && !std::io::stdin().is_terminal();
         match crate::held::start(
             tree.launcher,
             &opts.hosts,
             &opts.launcher_args,
             a.n,
             &a.program,
+            input,
         )
         .await?
         {
             Ok(held) => {
                 let tasks = crate::held::tasks(&held, a.n)?;
-                let opts = crate::hosts::per_host_options(a.n, tree, &tasks)?;
+                let step = held.job.slurm_step();
+                let opts = crate::hosts::per_host_options(a.n, tree, &tasks, step)?;
                 let pids = tasks.iter().map(|&(_, p)| p).collect();
                 return run_console(a.n, a.console, Some(opts), pids, Vec::new(), Some(held)).await;
             }
@@ -897,6 +895,7 @@ async fn run_console(
         Duration::from_millis(c.coalesce_ms)
     };
     opts.stdio_window = window;
+    opts.startup_timeout = Duration::from_secs(c.timeout);
     let stdin_ids: IdSet = match &c.stdin {
         None => IdSet::all(n),
         Some(s) => {
@@ -1119,7 +1118,7 @@ async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
         }
     };
     let n = u32::try_from(tasks.len()).context("too many ranks")?;
-    let opts = crate::hosts::per_host_options(n, &a.console.tree, &tasks)?;
+    let opts = crate::hosts::per_host_options(n, &a.console.tree, &tasks, None)?;
     let pids = tasks.iter().map(|&(_, p)| p).collect();
     run_console(n, a.console, Some(opts), pids, Vec::new(), None).await
 }

@@ -12,7 +12,7 @@ use anyhow::Context;
 use sdm_deploy::LauncherKind;
 use sdm_deploy::job::Labels;
 use sdm_proto::{IdSet, Kind, Message, Status};
-use sdm_server::hold::{HeldJob, HoldError, launch_held_with};
+use sdm_server::hold::{HeldJob, HoldError, Streams, launch_held_with};
 
 use crate::console::Console;
 
@@ -24,6 +24,9 @@ pub(crate) struct Held {
     pub kind: LauncherKind,
     /// How the launcher labels its ranks' output lines.
     pub labels: Labels,
+    /// Its ranks' lines on its standard error, read since it started (its own lines are
+    /// printed as they come), for the console once it is there.
+    stderr: std::sync::mpsc::Receiver<Vec<u8>>,
 }
 
 impl Held {
@@ -34,24 +37,94 @@ impl Held {
     }
 }
 
-/// Starts `program` as an `n`-rank job of `kind` held in `MPIR_Breakpoint`. `Ok(Err(e))`
-/// when the launcher cannot hold a job (no MPIR interface): the caller falls back.
+/// Why a job is not held: the caller says so and falls back to one server per rank.
+#[derive(Debug)]
+pub(crate) enum NotHeld {
+    /// The launcher cannot hold a job (no MPIR interface, or it ended).
+    Launcher(HoldError),
+    /// Open MPI's mpirun reaches `MPIR_Breakpoint` only once every rank is in `MPI_Init`:
+    /// a program that never calls it would run unheld (or, ending, run twice).
+    NotMpi {
+        /// The program.
+        program: String,
+    },
+}
+
+impl std::fmt::Display for NotHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Launcher(e) => e.fmt(f),
+            Self::NotMpi { program } => write!(
+                f,
+                "Open MPI's mpirun holds a job in MPI_Init, and {program} is not a program \
+                 linked with libmpi"
+            ),
+        }
+    }
+}
+
+/// Starts `program` as an `n`-rank job of `kind` held in `MPIR_Breakpoint`, its output
+/// captured (merged into the console's), its standard input this one's only with `input`
+/// (else the console reads it: srun would forward it to its tasks). `Ok(Err(e))` when the
+/// job cannot be held (see [`NotHeld`]), before anything ran: the caller falls back.
 pub(crate) async fn start(
     kind: LauncherKind,
     hosts: &[String],
     extra: &[String],
     n: u32,
     program: &[String],
-) -> anyhow::Result<Result<Held, HoldError>> {
+    input: bool,
+) -> anyhow::Result<Result<Held, NotHeld>> {
     let job = sdm_deploy::job::job_command(kind, hosts, extra, n, program)?;
     let (argv, labels) = (job.argv, job.labels);
+    if labels == Labels::OpenMpi && !crate::mpilib::links_mpi(&program[0]) {
+        return Ok(Err(NotHeld::NotMpi {
+            program: program[0].clone(),
+        }));
+    }
     tracing::info!("launch mode: {}", argv.join(" "));
     // Open MPI warns on stderr that MPIR is deprecated unless told not to.
     let env = [("OMPI_MPIR_DO_NOT_WARN".to_owned(), "1".to_owned())];
-    let held = tokio::task::spawn_blocking(move || launch_held_with(&argv, &env, true))
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .context("a pipe for the launcher's stderr")?;
+    let stderr = read_stderr(read, labels);
+    let streams = Streams {
+        capture: true,
+        no_input: !input,
+        stderr: Some(write),
+    };
+    let held = tokio::task::spawn_blocking(move || launch_held_with(&argv, &env, streams))
         .await
         .context("the thread holding the launcher")?;
-    Ok(held.map(|job| Held { job, kind, labels }))
+    Ok(held
+        .map(|job| Held {
+            job,
+            kind,
+            labels,
+            stderr,
+        })
+        .map_err(NotHeld::Launcher))
+}
+
+/// Reads the launcher's standard error from its start, on a thread of its own: its own
+/// lines (srun saying it waits for its allocation) print at once; its ranks' labelled lines
+/// are kept for the console (see [`release`]). The pipe ends with the launcher.
+fn read_stderr(from: std::os::fd::OwnedFd, labels: Labels) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(std::fs::File::from(from)).split(b'\n') {
+            let Ok(line) = line else { break };
+            let text = String::from_utf8_lossy(&line);
+            let text = text.strip_suffix('\r').unwrap_or(&text);
+            if labels.parse(text).is_none() {
+                eprintln!("{text}");
+            } else if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// The held job's tasks as (host, pid), in rank order; an error names a rank missing from
@@ -81,19 +154,19 @@ pub(crate) async fn release(
     out: &mut dyn Write,
 ) -> anyhow::Result<std::process::Child> {
     let at_start = held.at_start();
-    let (kind, labels) = (held.kind, held.labels);
+    let (kind, labels, stderr) = (held.kind, held.labels, held.stderr);
     let mut child = tokio::task::spawn_blocking(move || held.job.release())
         .await
         .context("the thread releasing the launcher")??;
     // The ranks' lines, labelled by the launcher, join the tree's output to be merged.
-    let lines = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let counts = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
     let handle = console.session().handle();
     if let Some(o) = child.stdout.take() {
-        forward(o, STDOUT, labels, handle.clone(), lines.clone());
+        let lines =
+            std::io::BufRead::split(std::io::BufReader::new(o), b'\n').map_while(Result::ok);
+        forward(lines, STDOUT, labels, handle.clone(), counts.clone());
     }
-    if let Some(e) = child.stderr.take() {
-        forward(e, STDERR, labels, handle, lines);
-    }
+    forward(stderr.into_iter(), STDERR, labels, handle, counts);
     match (at_start, stop_at_main) {
         // Quietly: the ranks simply run, as a program started without --stop-at-main does.
         (true, false) => {
@@ -132,20 +205,18 @@ const STDERR: u8 = 2;
 /// Lines each (rank, stream) has had so far: the index of its next line.
 type LineCounts = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(u32, u8), u64>>>;
 
-/// Reads the launcher's `stream` on a thread of its own: each labelled line goes to the
-/// console as that rank's next line (numbered per rank and stream, as servers number
+/// Forwards the launcher's `stream` lines on a thread of its own: each labelled line goes
+/// to the console as that rank's next line (numbered per rank and stream, as servers number
 /// theirs, so the console aligns and merges them); the launcher's own lines go to stderr.
 fn forward(
-    from: impl std::io::Read + Send + 'static,
+    from: impl Iterator<Item = Vec<u8>> + Send + 'static,
     stream: u8,
     labels: Labels,
     to: sdm_client::link::Handle,
     counts: LineCounts,
 ) {
-    use std::io::BufRead;
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(from).split(b'\n') {
-            let Ok(line) = line else { break };
+        for line in from {
             let text = String::from_utf8_lossy(&line);
             let text = text.strip_suffix('\r').unwrap_or(&text);
             let Some((rank, tagged, body)) = labels.parse(text) else {

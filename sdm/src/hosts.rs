@@ -5,33 +5,65 @@
 use sdm_client::session::SessionOptions;
 use sdm_deploy::LauncherKind;
 use sdm_proto::IdSet;
+use sdm_server::hold::SlurmStep;
 use sdm_topology::Placement;
 
 /// Options for servers attaching to `tasks` (host, pid by rank): one server per host serves
-/// that host's ranks (split in blocks of --ranks-per-server), on this host by fork, on
-/// others through ssh (server i on hosts[i]).
+/// that host's ranks (split in blocks of --ranks-per-server), on this host by fork; on
+/// others as a step of the job's own allocation when the job is a Slurm `step` (see
+/// [`in_step`]), else through ssh (server i on hosts[i]).
 pub(crate) fn per_host_options(
     n: u32,
     tree: &crate::cli::TreeArgs,
     tasks: &[(String, u32)],
+    step: Option<&SlurmStep>,
 ) -> anyhow::Result<SessionOptions> {
     let here = sdm_server::monitor::hostname();
     let mut opts = tree.options(n)?;
     let per = tree.ranks_per_server.unwrap_or(u32::MAX);
-    let (sets, server_hosts) = ranks_by_host(tasks, per);
-    opts.placement = Some(Placement::sets(sets)?);
-    if opts.launcher == LauncherKind::Ssh
-        || !tasks
-            .iter()
-            .all(|(h, _)| crate::cli::is_this_host(h, &here))
-    {
-        opts.launcher = LauncherKind::Ssh;
-        opts.hosts = server_hosts;
-    } else {
-        opts.launcher = LauncherKind::Local;
-        opts.hosts.clear();
+    let (mut sets, mut server_hosts) = ranks_by_host(tasks, per);
+    let elsewhere = !tasks
+        .iter()
+        .all(|(h, _)| crate::cli::is_this_host(h, &here));
+    match step {
+        Some(step) if elsewhere && opts.launcher != LauncherKind::Ssh => {
+            in_step(&mut sets, &mut server_hosts);
+            opts.launcher = LauncherKind::Srun;
+            opts.launcher_args = vec![
+                format!("--jobid={}", step.job_id),
+                "--overlap".into(),
+                "--distribution=arbitrary".into(),
+            ];
+            opts.hosts = server_hosts;
+        }
+        _ if elsewhere || opts.launcher == LauncherKind::Ssh => {
+            opts.launcher = LauncherKind::Ssh;
+            opts.hosts = server_hosts;
+        }
+        _ => {
+            opts.launcher = LauncherKind::Local;
+            opts.hosts.clear();
+        }
     }
+    opts.placement = Some(Placement::sets(sets)?);
     Ok(opts)
+}
+
+/// Servers started as a step of the job's allocation (`srun --jobid=J --overlap
+/// --distribution=arbitrary --nodelist=LIST`, LIST in hostlist form), as STAT's and CTI's
+/// daemons are: the arbitrary distribution puts task i (server id i, its `SLURM_PROCID`)
+/// on the i-th node of LIST as srun expands it, so the servers are put in that order,
+/// each with its host's ranks.
+fn in_step(sets: &mut Vec<IdSet>, hosts: &mut Vec<String>) {
+    let order = sdm_deploy::hostlist::expand(&sdm_deploy::hostlist::compress(hosts))
+        .unwrap_or_else(|_| hosts.clone());
+    let at = |h: &String| order.iter().position(|o| o == h).unwrap_or(usize::MAX);
+    let mut servers: Vec<(IdSet, String)> = sets.drain(..).zip(hosts.drain(..)).collect();
+    servers.sort_by_key(|(_, h)| at(h));
+    for (set, host) in servers {
+        sets.push(set);
+        hosts.push(host);
+    }
 }
 
 /// The ranks of `tasks` (host, pid by rank) grouped by host in first-seen order, each
@@ -76,5 +108,27 @@ mod tests {
         assert_eq!(sets.len(), 3);
         assert_eq!(sets[1], IdSet::single(4));
         assert_eq!(hosts, ["a", "a", "b"]);
+    }
+
+    #[test]
+    fn servers_in_a_step_follow_the_node_list_srun_expands() {
+        let mut sets: Vec<IdSet> = ["[0-1]", "[2-3]", "[4-5]", "[6]"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let mut hosts: Vec<String> = ["n3", "n10", "n1", "m2"].map(String::from).to_vec();
+        in_step(&mut sets, &mut hosts);
+        // `n[1,3],n10,m2` as srun gets it, expanded in that order.
+        assert_eq!(
+            sdm_deploy::hostlist::compress(&hosts),
+            "n[1,3],n10,m2",
+            "{hosts:?}"
+        );
+        assert_eq!(hosts, ["n1", "n3", "n10", "m2"]);
+        let want: Vec<IdSet> = ["[4-5]", "[0-1]", "[2-3]", "[6]"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(sets, want);
     }
 }

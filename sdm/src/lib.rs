@@ -27,6 +27,7 @@ mod held;
 mod hosts;
 pub mod interrupt;
 pub mod manual;
+mod mpilib;
 pub mod screen;
 pub mod script;
 pub mod stacks;

@@ -229,16 +229,30 @@ impl Drop for HeldJob {
 /// this process's environment, and returns once its job is spawned and held (see the
 /// module documentation for what holds the tasks under each launcher).
 pub fn launch_held(argv: &[String], env: &[(String, String)]) -> Result<HeldJob, HoldError> {
-    launch_held_with(argv, env, false)
+    launch_held_with(argv, env, Streams::default())
 }
 
-/// [`launch_held`]; with `capture`, the launcher's standard output and error are pipes,
-/// taken with the `Child` [`HeldJob::release`] returns (read them from then on: before, the
-/// held job writes nothing, and a launcher whose pipe fills waits).
+/// The standard streams of a held launcher.
+#[derive(Debug, Default)]
+pub struct Streams {
+    /// Its standard output and error are pipes, taken with the `Child` [`HeldJob::release`]
+    /// returns (read them from then on: before, the held job writes nothing, and a
+    /// launcher whose pipe fills waits); else they are this process's.
+    pub capture: bool,
+    /// Its standard input is /dev/null (a tool reading its own, its console's commands,
+    /// keeps it from the launcher, which would forward it to its tasks); else this
+    /// process's.
+    pub no_input: bool,
+    /// Its standard error, from its start (a pipe the caller reads at once: the launcher
+    /// may say why it waits before its job is held, e.g. srun for its allocation).
+    pub stderr: Option<std::os::fd::OwnedFd>,
+}
+
+/// [`launch_held`] with the launcher's standard streams as `streams` says.
 pub fn launch_held_with(
     argv: &[String],
     env: &[(String, String)],
-    capture: bool,
+    streams: Streams,
 ) -> Result<HeldJob, HoldError> {
     let program = argv.first().ok_or(HoldError::NoCommand)?.clone();
     let (held_tx, held_rx) = mpsc::channel();
@@ -246,7 +260,7 @@ pub fn launch_held_with(
     let (argv, env) = (argv.to_vec(), env.to_vec());
     let tracer = std::thread::Builder::new()
         .name("sdm-hold".into())
-        .spawn(move || trace(&argv, &env, capture, &held_tx, &release_rx))
+        .spawn(move || trace(&argv, &env, streams, &held_tx, &release_rx))
         .map_err(|source| HoldError::Spawn {
             program: program.clone(),
             source,
@@ -278,11 +292,11 @@ type Held = Result<(ProcTable, Option<SlurmStep>, Child), HoldError>;
 fn trace(
     argv: &[String],
     env: &[(String, String)],
-    capture: bool,
+    streams: Streams,
     held: &mpsc::Sender<Held>,
     release: &mpsc::Receiver<()>,
 ) -> Result<(), HoldError> {
-    let (mut launcher, child) = match Launcher::start(argv, env, capture) {
+    let (mut launcher, child) = match Launcher::start(argv, env, streams) {
         Ok(l) => l,
         Err(e) => {
             let _ = held.send(Err(e));

@@ -70,6 +70,7 @@ pub mod monitor;
 pub mod mpir;
 mod natprint;
 pub mod plugin;
+pub mod rankenv;
 pub mod ranks;
 pub mod server;
 pub mod service;

@@ -148,6 +148,9 @@ pub struct Monitor {
     pub local_rank: Option<u32>,
     /// How many ranks the job has (`SDM_SIZE`), once the init command said.
     pub size: Option<u32>,
+    /// Whether this server serves this rank alone, as its launcher's task of that rank:
+    /// the launcher's variables it inherited are the program's (see [`crate::rankenv`]).
+    pub own_task: bool,
     /// Number of servers in the tree.
     pub servers: u32,
     proc: Option<Proc>,
@@ -303,6 +306,7 @@ fn run_thread(s: Start) -> std_mpsc::Sender<Job> {
                 stdio: s.stdio,
                 rank: s.rank,
                 local_rank: None,
+                own_task: true,
                 size: None,
                 servers: s.servers,
                 proc: None,
@@ -419,6 +423,8 @@ impl Monitor {
         if let Some(size) = self.size {
             cmd.env("SDM_SIZE", size.to_string());
         }
+        let own = self.own_task;
+        crate::rankenv::set(&mut cmd, std::env::vars(), self.rank, self.local_rank, own);
         if let Some(path) = self.counters.as_ref().and_then(|c| c.path()) {
             cmd.env(sdm_deploy::COUNTERS_ENV, path);
         }

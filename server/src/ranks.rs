@@ -56,10 +56,12 @@ impl Job {
             .as_ref()
             .filter(|own| own.contains(rank))
             .map(|own| own.range_len(0..=rank) as u32 - 1);
+        let own_task = self.server == rank && f.own.as_ref().is_none_or(|o| o.len() == 1);
         monitor.prepare(move |m| {
             m.servers = f.servers;
             m.size = f.size;
             m.local_rank = local;
+            m.own_task = own_task;
         });
     }
 }

@@ -7,10 +7,14 @@
 //!   netns pids` and /proc, one listener on the host's address with `ss`), `sdm launch -n 64
 //!   --send ping` all ready and one `[0-63] pong`; over ssh `sdm run -n 64` merges the
 //!   ranks' output exactly (`[0-63] hello`, each number once for all, each rank's own line
-//!   once, in order; under mpirun and srun the job's output is its launcher's); a console
-//!   script `stop`, `bt --classes`, `cont`, `kill` over a C program
-//!   answers for all 64, each rank's stack its own (tests/programs/spinner.c `funcs`: the
-//!   function a rank spins in follows from its rank);
+//!   once, in order), and a console script `stop`, `bt --classes`, `cont`, `kill` over a C
+//!   program answers for all 64, each rank's stack its own (tests/programs/spinner.c
+//!   `funcs`: the function a rank spins in follows from its rank);
+//! - under mpirun and srun, `sdm run -n 64` in launch mode (the job started by its own
+//!   launcher and held, one server per host started over ssh or as a step of the job's
+//!   allocation, each attaching to its host's ranks, then the launcher released): the
+//!   launcher's labelled output merged exactly, one server per host, and `stop`, `bt
+//!   --classes`, `cont`, `kill` of all 64 (tests/programs/held_lines.c);
 //! - `sdm attach` of a hung 64-rank `mpirun` job spread over the four hosts: one server per
 //!   host, and STAT's two classes of tests/programs/mpi_hang.c;
 //! - SIGKILL of one host's server inside its namespace: exactly that host's 16 ranks are
@@ -23,6 +27,7 @@
 use sdm_e2e as support;
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
@@ -223,6 +228,28 @@ impl Scripted {
         }
     }
 
+    /// Reads output until a line starting with `prefix`; panics with everything printed if
+    /// it does not come within `PATIENCE`.
+    fn until_prefix(&mut self, prefix: &str) {
+        while !self.seen.iter().any(|l| l.starts_with(prefix)) {
+            match self.lines.recv_timeout(PATIENCE) {
+                Ok(l) => self.seen.push(l),
+                Err(e) => panic!("no line {prefix:?}… ({e}): {:#?}", self.seen),
+            }
+        }
+    }
+
+    /// Reads whatever output comes for `period`.
+    fn read_for(&mut self, period: Duration) {
+        let until = std::time::Instant::now() + period;
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => break,
+            }
+        }
+    }
+
     /// Closes the commands and waits for the end: everything printed.
     fn finish(mut self) -> Vec<String> {
         drop(self.stdin.take());
@@ -245,6 +272,45 @@ impl Drop for Scripted {
         }
         let _ = self.child.wait();
     }
+}
+
+/// `sdm run LAUNCHER -n 64 --stop-at-main -- held_lines 3` under srun, whose tasks are held
+/// before their first instruction: every rank stopped in `main` (one server per host), a
+/// breakpoint on `func_b` set before `cont` stops exactly the ranks 1 mod 3 there.
+fn held_to_main(hosts: &Hosts, launcher: impl Fn(&mut Command), program: &Path) {
+    let mut cmd = Command::new(support::sdm());
+    cmd.arg("run");
+    launcher(&mut cmd);
+    cmd.args(["-n", &N.to_string(), "--timeout", "600", "--stop-at-main"])
+        .args(LAYOUT)
+        .args(["-x", "-", "--"])
+        .arg(program)
+        .arg("3")
+        .current_dir(std::env::temp_dir());
+    let mut run = Scripted::start(cmd);
+    let everyone = all();
+    run.send("status");
+    run.until_prefix(&format!("{everyone} stopped in main at held_lines.c"));
+    assert_one_server_per_host(hosts, "sdm run --stop-at-main");
+    run.send("break func_b");
+    run.send("cont");
+    let ones: IdSet = (0..N).filter(|r| r % 3 == 1).collect();
+    let want = format!("{ones} stopped at breakpoint in func_b");
+    // They reach it in their own time: asked again until all are there (a hang guard).
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !run.seen.contains(&want) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {want:?}: {:#?}",
+            run.seen
+        );
+        run.send("status");
+        run.read_for(Duration::from_secs(1));
+    }
+    run.send("kill");
+    run.until(&format!("{everyone} killed"));
+    drop(run.finish());
+    assert_daemons_gone(hosts, "tcp", "the held job's run to main ended");
 }
 
 /// The classes `bt --classes` printed, as (ranks, the line).
@@ -341,11 +407,16 @@ fn mpirun_starts_one_server_per_host_for_sixteen_ranks_each() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let h = SshHosts::create(HOSTS);
     let list = h.hosts.hostlist();
-    // The tree only: `sdm run` of a job across hosts under mpirun is not held for the tool
-    // yet (one server per rank; see sdm/src/cli.rs run_job).
-    launch_pings(&h.hosts, |c| {
-        c.args(["--launcher", "mpirun", "--hosts", &list]);
-    });
+    let launcher = |c: &mut Command| {
+        c.args(["--launcher", "mpirun", "--hosts", &list])
+            // The namespace hosts share one kernel: MPI's shared-memory transport would
+            // join ranks of different hosts.
+            .env("OMPI_MCA_btl", "self,tcp")
+            .env("OMPI_MCA_mpi_yield_when_idle", "1");
+    };
+    launch_pings(&h.hosts, launcher);
+    // Open MPI's mpirun holds only MPI programs (in MPI_Init).
+    held_job(&h.hosts, launcher, &held_lines(true));
 }
 
 #[test]
@@ -358,16 +429,126 @@ fn srun_starts_one_server_per_host_for_sixteen_ranks_each() {
     // A CPU for each rank: srun starts the job's 16 tasks on each node itself.
     let h = SlurmHosts::create(HOSTS, RANKS_PER_HOST);
     let list = h.hosts.hostlist();
-    // The tree only: `sdm run` of a job across hosts under srun is not held for the tool
-    // yet (one server per rank; see sdm/src/cli.rs run_job).
-    launch_pings(&h.hosts, |c| {
+    let launcher = |c: &mut Command| {
         h.slurm(c).args(["--launcher", "srun", "--hosts", &list]);
-    });
-    assert!(
-        support::daemons::wait_for(|| h.jobs().is_empty()),
-        "a job is still there after the runs: {}",
-        h.squery("squeue", &[])
+    };
+    // Each run's job gone and the nodes idle again before the next (else a held srun
+    // waits for the nodes).
+    let idle = || {
+        let gone = support::daemons::wait_for(|| {
+            let states = h.squery("sinfo", &["-h", "-N", "-o", "%T"]);
+            h.jobs().is_empty() && states.lines().all(|l| l == "idle")
+        });
+        assert!(
+            gone,
+            "a job is still there, or a node is not idle: {}{}{}",
+            h.squery("squeue", &[]),
+            h.squery("sinfo", &["-N", "-l"]),
+            h.logs()
+        );
+    };
+    launch_pings(&h.hosts, launcher);
+    idle();
+    held_job(&h.hosts, launcher, &held_lines(false));
+    idle();
+    held_to_main(&h.hosts, launcher, &held_lines(false));
+    idle();
+}
+
+/// tests/programs/held_lines.c, built with mpicc and `-DUSE_MPI` when `mpi`.
+fn held_lines(mpi: bool) -> PathBuf {
+    const FLAGS: [&str; 3] = ["-O0", "-g", "-fno-omit-frame-pointer"];
+    if !mpi {
+        return support::c_program("held_lines", &FLAGS);
+    }
+    let out = std::env::temp_dir().join(format!("sdm-held-lines-mpi-{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/held_lines.c");
+    support::daemons::output_ok(
+        Command::new("mpicc")
+            .arg("-DUSE_MPI")
+            .args(FLAGS)
+            .arg("-o")
+            .arg(&out)
+            .arg(&src),
     );
+    out
+}
+
+/// `sdm run LAUNCHER -n 64 -- held_lines 100` (launch mode: the job started by its own
+/// launcher, held, one server per host attaching to its ranks, then released): the
+/// ranks' output, labelled by the launcher, merged exactly as on one host (`[0-63] hello`,
+/// each number once for all 64 in order, each rank's own line once, `[0-63] done`); then
+/// `stop` answers for all 64 with exactly one server on each host; `bt --classes` puts every
+/// rank in its own rank's function; `cont` and `kill` answer for all 64; no daemon is left.
+fn held_job(hosts: &Hosts, launcher: impl Fn(&mut Command), program: &Path) {
+    let mut cmd = Command::new(support::sdm());
+    cmd.arg("run");
+    launcher(&mut cmd);
+    // Under Open MPI the held ranks poll in MPI_Init until released: on this machine's
+    // few cores the servers' start-up competes with 64 of them (a hang guard).
+    cmd.args([
+        "-n",
+        &N.to_string(),
+        "--timeout",
+        "600",
+        "--merge-lag",
+        "120000",
+    ])
+    .args(LAYOUT)
+    .args(["-x", "-", "--"])
+    .arg(program)
+    .arg(NUMBERS.to_string())
+    .current_dir(std::env::temp_dir());
+    let mut run = Scripted::start(cmd);
+    let everyone = all();
+    run.until(&format!("{everyone} done"));
+    run.send("stop");
+    run.until(&format!("{everyone} stopped"));
+    assert_one_server_per_host(hosts, "sdm run, held job");
+    for c in ["bt --classes", "cont", "kill"] {
+        run.send(c);
+    }
+    run.until(&format!("{everyone} killed"));
+    let lines = run.finish();
+    let text = lines.join("\n");
+    let prefix = format!("{everyone} ");
+    let printed: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter(|rest| matches!(*rest, "hello" | "done") || rest.parse::<u32>().is_ok())
+        .collect();
+    let mut want = vec!["hello".to_owned()];
+    want.extend((1..=NUMBERS).map(|k| k.to_string()));
+    want.push("done".into());
+    assert_eq!(printed, want, "{text}");
+    let mut own: Vec<&str> = lines
+        .iter()
+        .map(String::as_str)
+        .filter(|l| l.contains(" rank "))
+        .collect();
+    own.sort();
+    let mut want_own: Vec<String> = (0..N).map(|r| format!("[{r}] rank {r}")).collect();
+    want_own.sort();
+    assert_eq!(own, want_own, "each rank's own line once: {text}");
+    assert!(lines.contains(&format!("{everyone} running")), "{text}");
+    // The classes of the ranks' main threads (an MPI library's threads make their own).
+    let mut seen = IdSet::new();
+    for (ids, line) in classes(&lines) {
+        let Some(k) = ["func_a", "func_b", "func_c"]
+            .iter()
+            .position(|f| line.contains(&format!(" {f} ")))
+        else {
+            continue;
+        };
+        assert!(seen.is_disjoint(&ids), "a rank in two classes: {text}");
+        seen.union_with(&ids);
+        assert!(
+            ids.iter().all(|r| r % 3 == k as u32),
+            "{ids} wait in func {k}, which only ranks {k} mod 3 reach: {text}"
+        );
+    }
+    assert_eq!(seen, everyone, "the classes of bt: {text}");
+    assert_daemons_gone(hosts, "tcp", "the held job's run ended");
 }
 
 /// `sdm attach MPIRUN` on a hung 64-rank job, 16 ranks on each host: the process table

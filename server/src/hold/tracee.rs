@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use super::{Ending, HoldError, SlurmStep};
+use super::{Ending, HoldError, SlurmStep, Streams};
 use crate::mpir::{Memory, MpirError, find_symbols};
 
 /// `MPIR_debug_state` once the launcher has spawned its job.
@@ -74,14 +74,20 @@ impl Launcher {
     pub(super) fn start(
         argv: &[String],
         env: &[(String, String)],
-        capture: bool,
+        streams: Streams,
     ) -> Result<(Self, Child), HoldError> {
         let program = argv[0].clone();
         let mut cmd = Command::new(&program);
         cmd.args(&argv[1..]).envs(env.iter().cloned());
-        if capture {
+        if streams.capture {
             cmd.stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped());
+        }
+        if let Some(fd) = streams.stderr {
+            cmd.stderr(fd);
+        }
+        if streams.no_input {
+            cmd.stdin(std::process::Stdio::null());
         }
         // SAFETY: ptrace(PTRACE_TRACEME) is a system call, async-signal-safe.
         unsafe {
