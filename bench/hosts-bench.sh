@@ -25,7 +25,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 cargo build --release -p sdm -p sdm-bench >&2
 cargo build --release -p sdm-e2e --bin sdm-hosts >&2
-dir=${CARGO_TARGET_DIR:-target}/release
+dir=$(cd "${CARGO_TARGET_DIR:-target}/release" && pwd)  # absolute: the hosts run it over ssh
 B=$dir/sdm-bench
 export SDM_BIN=$dir/sdm
 : > "$OUT"

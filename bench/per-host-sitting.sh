@@ -12,6 +12,7 @@
 #
 # Usage: bench/per-host-sitting.sh OLD_DIR [OUTDIR]
 #   OLD_DIR: the older build's release `sdm`, `sdm-bench` and `sdm-debug-bench`
+# Environment: PARTS (the outputs' names to make, e.g. "attach-512 pss"; default all).
 # Needs root, Slurm and Open MPI (deploy/ci-setup.sh), gdb. Takes 30-60 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,9 +23,11 @@ say() { echo "# $(date -u +%T) $*" | tee -a "$OUT/sitting.log" >&2; }
 
 cargo build --release -p sdm -p sdm-bench >&2
 say "sdm $(git rev-parse --short HEAD), old build $OLD"
+PARTS=${PARTS:-"attach-512 attach-1024 print-256 startup hosts pss sim"}
 step() {
   local name=$1
   shift
+  [[ " $PARTS " == *" ${name%.*} "* ]] || return 0
   say "$name: $*"
   "$@" > "$OUT/$name" 2> "$OUT/${name%.*}.log" || say "$name FAILED (see ${name%.*}.log)"
 }
@@ -35,6 +38,5 @@ step startup.md env BENCHES=startup SIZES=1024 REPS=3 bench/run-macro.sh --old-b
 step hosts.md bench/hosts-bench.sh "$OUT/hosts.jsonl"
 step pss.md env SIZES=64 REPS=3 bench/pss.sh --old-bin "$OLD/sdm"
 sim=${CARGO_TARGET_DIR:-target}/release/sdm-sim
-cargo build --release -p sdm-bench --bin sdm-sim >&2
 step sim.txt sh -c "$sim --servers 10000 --ranks 1000000; $sim --servers 1000000"
 say done
