@@ -1,0 +1,139 @@
+//! Waking a rank's monitor when its process changes state, without polling it.
+//!
+//! While the process runs under the monitor (a program it started, or one it traces), one
+//! waiter thread blocks in `waitid(WNOWAIT)` until the process exits or, traced, stops:
+//! the status stays for the monitor, which the waiter wakes with a job and then ends. The
+//! monitor arms a new waiter whenever its process runs again and none waits on it. So an
+//! idle rank costs a blocked thread, not a timer firing hundreds of times a second; a
+//! server of a thousand ranks had its link starved by a thousand such timers.
+
+use std::sync::Weak;
+
+use nix::errno::Errno;
+use nix::sys::wait::{Id, WaitPidFlag, waitid};
+use nix::unistd::Pid;
+
+use super::{LazyThread, Monitor, ProcState};
+
+/// A waiter only waits: a small stack is plenty.
+const WAITER_STACK: usize = 64 << 10;
+
+impl Monitor {
+    /// Whether something must notice the process's exits and stops as they happen: it
+    /// runs, started here or traced, and gdb does not hold it (gdb reports those itself).
+    fn needs_waiter(&self) -> Option<Pid> {
+        let p = self.proc.as_ref()?;
+        let ours = p.traced || p.child.is_some();
+        (p.state == ProcState::Running && ours && p.gdb.is_none()).then_some(p.pid)
+    }
+
+    /// Arms a waiter for the process if it needs one and none waits on it yet. Returns
+    /// whether the process needs polling instead (no waiter could be started).
+    pub(super) fn arm_waiter(&mut self) -> bool {
+        let Some(pid) = self.needs_waiter() else {
+            return false;
+        };
+        if self.waited == Some(pid) {
+            return false;
+        }
+        if spawn(pid, self.wake.clone()) {
+            self.waited = Some(pid);
+            return false;
+        }
+        tracing::debug!("rank {}: no waiter thread for {pid}: polling", self.rank);
+        true
+    }
+}
+
+/// Starts a waiter of `pid` that wakes the monitor thread behind `wake` once the process
+/// has a status to collect (or is gone). Returns whether the thread started.
+fn spawn(pid: Pid, wake: Weak<LazyThread>) -> bool {
+    std::thread::Builder::new()
+        .name("sdm-waiter".into())
+        .stack_size(WAITER_STACK)
+        .spawn(move || {
+            // Exits, and (without WSTOPPED) only the ptrace stops of a traced process:
+            // exactly what the monitor's poll collects, so no status is left to wake on
+            // again.
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::__WALL;
+            while waitid(Id::Pid(pid), flags) == Err(Errno::EINTR) {}
+            // No handle left: the monitor thread is ending anyway.
+            let Some(inner) = wake.upgrade() else { return };
+            if let Some(tx) = inner.tx.get() {
+                let _ = tx.send(Box::new(move |m: &mut Monitor| {
+                    if m.waited == Some(pid) {
+                        m.waited = None;
+                    }
+                }));
+            }
+        })
+        .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+
+    use tokio::sync::mpsc;
+
+    use super::super::{IoMode, MonitorHandle};
+    use sdm_proto::Kind;
+
+    /// How often thread `tid` of this process was switched out so far.
+    fn switches(tid: i32) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+        status
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("voluntary_ctxt_switches:")
+                    .or(l.strip_prefix("nonvoluntary_ctxt_switches:"))
+            })
+            .map(|v| v.trim().parse::<u64>().unwrap())
+            .sum()
+    }
+
+    /// The monitor thread's id, asked of the thread itself.
+    fn monitor_tid(m: &MonitorHandle) -> i32 {
+        m.submit(|_| nix::unistd::gettid().as_raw())
+            .blocking_recv()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_attached_idle_process_leaves_its_monitor_asleep_until_it_exits() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let (m, _events) = MonitorHandle::new(3, 1, tx);
+        let mut sleep = Command::new("sleep")
+            .arg("1000")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = sleep.id();
+        let attached = m.submit(move |m| m.attach(pid)).blocking_recv().unwrap();
+        assert_eq!(attached.unwrap(), pid);
+        let tid = monitor_tid(&m);
+        // Traced and running, with nothing happening: the thread does not wake at all.
+        let before = switches(tid);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(switches(tid), before, "the idle monitor woke");
+        // Its end wakes the monitor, which reports it for its rank.
+        sleep.kill().unwrap();
+        let (kind, rank, event) = rx.blocking_recv().expect("the exit event");
+        assert_eq!((kind, rank), (Kind::Event, 3));
+        assert_eq!(&event[..], b"process_terminated(\"killed\",\"SIGKILL\")");
+    }
+
+    #[test]
+    fn a_started_program_that_ends_is_reported_without_a_poll_timer() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let (m, _events) = MonitorHandle::new(4, 1, tx);
+        m.submit(|m| m.start("sh", &["-c".into(), "sleep 0.2".into()], IoMode::Runtime))
+            .blocking_recv()
+            .unwrap()
+            .unwrap();
+        let (kind, rank, event) = rx.blocking_recv().expect("the exit event");
+        assert_eq!((kind, rank), (Kind::Event, 4));
+        assert_eq!(&event[..], b"process_terminated(\"exited\",0)");
+    }
+}
