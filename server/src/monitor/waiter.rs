@@ -122,6 +122,8 @@ mod tests {
         let (kind, rank, event) = rx.blocking_recv().expect("the exit event");
         assert_eq!((kind, rank), (Kind::Event, 3));
         assert_eq!(&event[..], b"process_terminated(\"killed\",\"SIGKILL\")");
+        // The monitor (its tracer) reaped it already.
+        assert!(sleep.wait().is_err(), "the monitor left a zombie");
     }
 
     #[test]
