@@ -1,7 +1,7 @@
 //! Waking a rank's monitor when its process changes state, without polling it.
 //!
-//! While the process runs under the monitor (a program it started, or one it traces), one
-//! waiter thread blocks in `waitid(WNOWAIT)` until the process exits or, traced, stops:
+//! While the process runs under the monitor (one it traces, or a program it started and
+//! polls on no idle-watch timer), one waiter thread blocks in `waitid(WNOWAIT)` until the process exits or, traced, stops:
 //! the status stays for the monitor, which the waiter wakes with a job and then ends. The
 //! monitor arms a new waiter whenever its process runs again and none waits on it. So an
 //! idle rank costs a blocked thread, not a timer firing hundreds of times a second; a
@@ -20,10 +20,11 @@ const WAITER_STACK: usize = 64 << 10;
 
 impl Monitor {
     /// Whether something must notice the process's exits and stops as they happen: it
-    /// runs, started here or traced, and gdb does not hold it (gdb reports those itself).
+    /// runs, traced or started here, and gdb does not hold it (gdb reports those itself).
+    /// An untraced program with an idle watch needs none: the watch's timer polls it.
     fn needs_waiter(&self) -> Option<Pid> {
         let p = self.proc.as_ref()?;
-        let ours = p.traced || p.child.is_some();
+        let ours = p.traced || (p.child.is_some() && self.idle.is_none());
         (p.state == ProcState::Running && ours && p.gdb.is_none()).then_some(p.pid)
     }
 
