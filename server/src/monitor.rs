@@ -169,8 +169,8 @@ pub struct Monitor {
     pub counters: Option<Arc<crate::counters::Socket>>,
     /// When the started program goes idle (for the front-end's line alignment).
     idle: Option<idle::Watch>,
-    /// The process a waiter thread waits for ([`waiter`]), if one does.
-    waited: Option<Pid>,
+    /// The process a waiter thread waits for ([`waiter`]), and that thread, if one does.
+    waiter: Option<(Pid, std::thread::JoinHandle<()>)>,
     /// Where a waiter sends the job that wakes this monitor (gone with the last handle).
     wake: Weak<LazyThread>,
 }
@@ -319,7 +319,7 @@ fn run_thread(s: Start, wake: Weak<LazyThread>) -> std_mpsc::Sender<Job> {
                 last_cpu: None,
                 counters: None,
                 idle: None,
-                waited: None,
+                waiter: None,
                 wake,
             };
             for job in s.prepared {

@@ -1,10 +1,10 @@
 //! One server attached to a host's worth of processes (issue 37, item 7): 256 `sleep`
 //! processes attached by a single server, one rank each. Every rank is accounted through
-//! attach, `status`, a merged `bt` and `detach` (none lost, none left traced), and while
-//! they all sit idle the server's rank monitors do not wake at all: a monitor waits for
-//! its process's exits and stops, it does not poll them (256 monitors polling every few
-//! milliseconds took the CPU from the server's link, and at 1024 ranks the front-end
-//! called the whole host lost).
+//! attach, `status`, `stop`, a merged `bt` and `detach` (none lost, none left traced, no
+//! thread left waiting for them in the server), and while they all sit idle the server's
+//! rank monitors do not wake at all: a monitor waits for its process's exits and stops, it
+//! does not poll them (1024 monitors polling every 2 ms took the CPU from the server's
+//! link, and the front-end called the whole host lost).
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -80,6 +80,15 @@ fn monitor_switches(pid: u32) -> BTreeMap<u32, u64> {
     out
 }
 
+/// How many threads of process `pid` are named `name`.
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim_end() == name)
+        .count()
+}
+
 /// What /proc says of `pid`: its state letter and its tracer (0: none).
 fn state_and_tracer(pid: u32) -> (char, u32) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -152,11 +161,22 @@ async fn one_server_attached_to_256_processes_accounts_every_rank_and_idles() {
         woke.iter().take(4).collect::<Vec<_>>()
     );
 
-    // One merged bt names every rank's sleep, and detach lets every one go.
+    // Stopped, one merged bt names every rank's sleep, and detach lets every one go,
+    // with nothing left waiting for them in the server.
+    assert_eq!(run(&mut c, "stop").await, format!("{all} stopped\n"));
     let bt = run(&mut c, "bt").await;
     assert_eq!(ranks_saying(&bt, "nanosleep"), IdSet::all(N), "{bt}");
     assert!(!bt.contains("lost") && !bt.contains("error"), "{bt}");
     assert_eq!(run(&mut c, "detach").await, format!("{all} detached\n"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while threads_named(server, "sdm-waiter") > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} waiter threads outlived the detach",
+            threads_named(server, "sdm-waiter")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for &p in &pids {
         let (state, tracer) = state_and_tracer(p);
         assert_eq!(tracer, 0, "pid {p} still traced");

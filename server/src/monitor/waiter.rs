@@ -7,9 +7,12 @@
 //! idle rank costs a blocked thread, not a timer firing hundreds of times a second; a
 //! server of a thousand ranks had its link starved by a thousand such timers.
 
-use std::sync::Weak;
+use std::os::unix::thread::JoinHandleExt;
+use std::sync::{Once, Weak};
+use std::thread::JoinHandle;
 
 use nix::errno::Errno;
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 
@@ -17,6 +20,11 @@ use super::{LazyThread, Monitor, ProcState};
 
 /// A waiter only waits: a small stack is plenty.
 const WAITER_STACK: usize = 64 << 10;
+
+/// Interrupts the `waitid` of a waiter whose process this monitor let go (which would
+/// otherwise never return): its handler does nothing, and nothing else in a server uses
+/// the signal (its default action is to ignore it).
+const KICK: Signal = Signal::SIGURG;
 
 impl Monitor {
     /// Whether something must notice the process's exits and stops as they happen: it
@@ -34,41 +42,78 @@ impl Monitor {
         let Some(pid) = self.needs_waiter() else {
             return false;
         };
-        if self.waited == Some(pid) {
+        if self.waiter.as_ref().is_some_and(|(p, _)| *p == pid) {
             return false;
         }
-        if spawn(pid, self.wake.clone()) {
-            self.waited = Some(pid);
-            return false;
+        match spawn(pid, self.wake.clone()) {
+            Ok(thread) => {
+                // A waiter of an earlier process ends with that process's end.
+                self.waiter = Some((pid, thread));
+                false
+            }
+            Err(e) => {
+                tracing::debug!(
+                    "rank {}: no waiter thread for {pid} ({e}): polling",
+                    self.rank
+                );
+                true
+            }
         }
-        tracing::debug!("rank {}: no waiter thread for {pid}: polling", self.rank);
-        true
+    }
+
+    /// Ends the waiter of a process this monitor attached to and has just let go (no
+    /// longer its tracer, never its parent): interrupted, its `waitid` fails at once.
+    pub(super) fn end_waiter(&mut self) {
+        let Some((_, thread)) = self.waiter.take() else {
+            return;
+        };
+        // SAFETY: the thread is not joined (nor detached) yet, so its id is valid; the
+        // signal's handler does nothing.
+        unsafe { libc::pthread_kill(thread.as_pthread_t(), KICK as libc::c_int) };
+        // Dropped: it ends on its own once interrupted.
     }
 }
 
 /// Starts a waiter of `pid` that wakes the monitor thread behind `wake` once the process
-/// has a status to collect (or is gone). Returns whether the thread started.
-fn spawn(pid: Pid, wake: Weak<LazyThread>) -> bool {
+/// has a status to collect (or is gone).
+fn spawn(pid: Pid, wake: Weak<LazyThread>) -> std::io::Result<JoinHandle<()>> {
+    static HANDLER: Once = Once::new();
+    HANDLER.call_once(|| {
+        extern "C" fn nothing(_: libc::c_int) {}
+        // Without SA_RESTART, so that the signal ends a blocked waitid with EINTR.
+        let action = SigAction::new(
+            SigHandler::Handler(nothing),
+            SaFlags::empty(),
+            SigSet::empty(),
+        );
+        // SAFETY: the handler does nothing at all, which is async-signal-safe.
+        if let Err(e) = unsafe { sigaction(KICK, &action) } {
+            tracing::warn!("no handler for {KICK}: let-go waiters stay blocked ({e})");
+        }
+    });
     std::thread::Builder::new()
         .name("sdm-waiter".into())
         .stack_size(WAITER_STACK)
         .spawn(move || {
             // Exits, and (without WSTOPPED) only the ptrace stops of a traced process:
             // exactly what the monitor's poll collects, so no status is left to wake on
-            // again.
+            // again. Interrupted, it waits again, unless the process is no longer its
+            // monitor's (ECHILD).
             let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::__WALL;
             while waitid(Id::Pid(pid), flags) == Err(Errno::EINTR) {}
             // No handle left: the monitor thread is ending anyway.
             let Some(inner) = wake.upgrade() else { return };
             if let Some(tx) = inner.tx.get() {
                 let _ = tx.send(Box::new(move |m: &mut Monitor| {
-                    if m.waited == Some(pid) {
-                        m.waited = None;
+                    if m.waiter.as_ref().is_some_and(|(p, _)| *p == pid) {
+                        // It has sent this and ends: joined at once.
+                        if let Some((_, thread)) = m.waiter.take() {
+                            let _ = thread.join();
+                        }
                     }
                 }));
             }
         })
-        .is_ok()
 }
 
 #[cfg(test)]
