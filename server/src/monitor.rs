@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -43,6 +43,7 @@ mod session;
 mod symbolic;
 mod threads;
 mod tomain;
+mod waiter;
 pub use detach::Leave;
 pub use symbolic::{FrameMove, Step};
 pub use threads::ThreadStack;
@@ -172,6 +173,10 @@ pub struct Monitor {
     pub counters: Option<Arc<crate::counters::Socket>>,
     /// When the started program goes idle (for the front-end's line alignment).
     idle: Option<idle::Watch>,
+    /// The process a waiter thread waits for ([`waiter`]), and that thread, if one does.
+    waiter: Option<(Pid, std::thread::JoinHandle<()>)>,
+    /// Where a waiter sends the job that wakes this monitor (gone with the last handle).
+    wake: Weak<LazyThread>,
 }
 
 type Job = Box<dyn FnOnce(&mut Monitor) + Send>;
@@ -250,7 +255,7 @@ impl MonitorHandle {
                 .expect("not poisoned")
                 .take()
                 .expect("the monitor thread starts once");
-            run_thread(start)
+            run_thread(start, Arc::downgrade(&self.inner))
         });
         tx.send(job)
             .expect("the monitor thread runs as long as its handle");
@@ -296,7 +301,7 @@ impl MonitorHandle {
 }
 
 /// Starts the monitor thread from `s`; it runs jobs until every handle is gone.
-fn run_thread(s: Start) -> std_mpsc::Sender<Job> {
+fn run_thread(s: Start, wake: Weak<LazyThread>) -> std_mpsc::Sender<Job> {
     let (tx, rx) = std_mpsc::channel::<Job>();
     std::thread::Builder::new()
         .name("sdm-monitor".into())
@@ -319,20 +324,23 @@ fn run_thread(s: Start) -> std_mpsc::Sender<Job> {
                 last_cpu: None,
                 counters: None,
                 idle: None,
+                waiter: None,
+                wake,
             };
             for job in s.prepared {
                 job(&mut m);
             }
+            let mut polling = false;
             loop {
-                // Poll often only while breakpoints may fire; an idle server sleeps.
+                // A waiter wakes the monitor on its process's exits and stops; timers are
+                // left for gdb's reports and the started program's idle watch.
                 let wait = match &m.proc {
                     Some(p) if p.gdb.is_some() && p.state == ProcState::Running => {
                         Duration::from_millis(10)
                     }
-                    Some(p) if p.traced && p.state == ProcState::Running => {
-                        Duration::from_millis(2)
+                    Some(p) if p.state == ProcState::Running && (polling || m.idle.is_some()) => {
+                        Duration::from_millis(50)
                     }
-                    Some(p) if p.state == ProcState::Running => Duration::from_millis(50),
                     _ => Duration::from_secs(3600),
                 };
                 match rx.recv_timeout(wait) {
@@ -342,6 +350,7 @@ fn run_thread(s: Start) -> std_mpsc::Sender<Job> {
                 }
                 m.poll();
                 m.check_idle();
+                polling = m.arm_waiter();
             }
             m.kill_quietly();
         })

@@ -48,6 +48,9 @@ impl Monitor {
         } else {
             self.detach_native(keep_stopped);
         }
+        if self.proc.as_ref().is_some_and(|p| p.child.is_none()) {
+            self.end_waiter();
+        }
         let Some(p) = self.proc.as_mut() else { return };
         if matches!(p.state, ProcState::Exited(_) | ProcState::Signaled(_)) {
             return;
