@@ -7,28 +7,17 @@
 //! link, and the front-end called the whole host lost).
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use sdm::console::Console;
+use sdm::words::is_error;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
+use sdm_e2e::procs::{Sleeps, state_and_tracer};
 use sdm_proto::{IdSet, Status, SyncMode};
 
 /// Processes attached to, all by one server.
 const N: u32 = 256;
-
-/// The `sleep`s attached to, killed when dropped (a failed test leaves none).
-struct Sleeps(Vec<Child>);
-
-impl Drop for Sleeps {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// The server process of every rank, which must be one: its pid.
 async fn one_server(s: &Session) -> u32 {
@@ -89,23 +78,6 @@ fn threads_named(pid: u32, name: &str) -> usize {
         .count()
 }
 
-/// What /proc says of `pid`: its state letter and its tracer (0: none).
-fn state_and_tracer(pid: u32) -> (char, u32) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-            .trim()
-            .to_owned()
-    };
-    (
-        field("State:").chars().next().unwrap(),
-        field("TracerPid:").parse().unwrap(),
-    )
-}
-
 /// The ranks of the `[ids] text` lines of `out` (indented as a tree) whose text contains
 /// `word`.
 fn ranks_saying(out: &str, word: &str) -> IdSet {
@@ -118,18 +90,8 @@ fn ranks_saying(out: &str, word: &str) -> IdSet {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_server_attached_to_256_processes_accounts_every_rank_and_idles() {
-    let sleeps = Sleeps(
-        (0..N)
-            .map(|_| {
-                Command::new("sleep")
-                    .arg("1000")
-                    .stdin(Stdio::null())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect(),
-    );
-    let pids: Vec<u32> = sleeps.0.iter().map(Child::id).collect();
+    let sleeps = Sleeps::start(N);
+    let pids = sleeps.pids();
     let opts = SessionOptions {
         n: N,
         program: Some(sdm_e2e::sdm().into()),
@@ -166,7 +128,21 @@ async fn one_server_attached_to_256_processes_accounts_every_rank_and_idles() {
     assert_eq!(run(&mut c, "stop").await, format!("{all} stopped\n"));
     let bt = run(&mut c, "bt").await;
     assert_eq!(ranks_saying(&bt, "nanosleep"), IdSet::all(N), "{bt}");
-    assert!(!bt.contains("lost") && !bt.contains("error"), "{bt}");
+    let stacks = c
+        .request(&IdSet::all(N), "1 [] stack_backtrace()")
+        .await
+        .unwrap();
+    assert_eq!(
+        stacks.iter().fold(IdSet::new(), |acc, l| &acc | &l.ids),
+        IdSet::all(N),
+        "{stacks:?}"
+    );
+    assert!(
+        stacks
+            .iter()
+            .all(|l| l.status == Status::Replied && l.reply.as_ref().is_some_and(|r| !is_error(r))),
+        "every rank's stack, none lost or refused: {stacks:?}"
+    );
     assert_eq!(run(&mut c, "detach").await, format!("{all} detached\n"));
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while threads_named(server, "sdm-waiter") > 0 {
