@@ -33,6 +33,7 @@ pub mod daemons;
 mod harness;
 pub mod hungjob;
 pub mod netns;
+pub mod procs;
 pub mod slurmhosts;
 pub mod sshhosts;
 

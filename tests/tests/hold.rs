@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use sdm_e2e::procs::{state_and_tracer, tracer};
 use sdm_e2e::{c_program, mpi_program};
 use sdm_server::hold::{HeldJob, HoldError, launch_held};
 
@@ -32,24 +33,6 @@ fn markers(dir: &Path) -> Vec<String> {
 /// `PREFIX.0` … `PREFIX.3`.
 fn four(prefix: &str) -> Vec<String> {
     (0..4).map(|r| format!("{prefix}.{r}")).collect()
-}
-
-/// `TracerPid` and the state letter of `pid`.
-fn tracer_and_state(pid: u32) -> (u32, char) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("no process {pid}: {e}"));
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .unwrap()
-            .trim()
-            .to_owned()
-    };
-    (
-        field("TracerPid:").parse().unwrap(),
-        field("State:").chars().next().unwrap(),
-    )
 }
 
 /// [`launch_held`] with a hang guard (a launcher that never spawns its job fails the test
@@ -98,8 +81,11 @@ fn assert_table(job: &HeldJob, prog: &Path) {
         let exe = std::fs::read_link(format!("/proc/{}/exe", d.pid)).unwrap();
         assert_eq!(exe, prog, "rank {} runs {}", d.rank, exe.display());
     }
-    let (tracer, _) = tracer_and_state(job.launcher_pid());
-    assert_ne!(tracer, 0, "the held launcher is not traced");
+    assert_ne!(
+        tracer(job.launcher_pid()),
+        0,
+        "the held launcher is not traced"
+    );
 }
 
 #[test]
@@ -126,7 +112,7 @@ fn srun_holds_its_tasks_before_main_until_released() {
     assert_table(&job, &prog);
     // Held by Slurm: stopped (SIGSTOP) at the exec, untraced, nothing of main run.
     for d in &job.table().tasks {
-        assert_eq!(tracer_and_state(d.pid), (0, 'T'), "rank {}", d.rank);
+        assert_eq!(state_and_tracer(d.pid), ('T', 0), "rank {}", d.rank);
     }
     assert_eq!(markers(&dir), Vec::<String>::new());
     // The step, for a tool's own daemons on its nodes: the tasks' own ids.
@@ -141,7 +127,7 @@ fn srun_holds_its_tasks_before_main_until_released() {
     assert_eq!(Some(&step.step_id), var("SLURM_STEP_ID").as_ref());
     let pid = job.launcher_pid();
     let launcher = job.release().unwrap();
-    assert_eq!(tracer_and_state(pid).0, 0, "the launcher is left traced");
+    assert_eq!(tracer(pid), 0, "the launcher is left traced");
     wait_success(launcher);
     assert_eq!(markers(&dir), four("started"));
 }
@@ -181,7 +167,7 @@ fn mpirun_holds_its_ranks_in_mpi_init_until_released() {
         std::thread::sleep(Duration::from_millis(20));
     }
     for d in &job.table().tasks {
-        let (tracer, state) = tracer_and_state(d.pid);
+        let (state, tracer) = state_and_tracer(d.pid);
         assert_eq!(tracer, 0, "rank {}", d.rank);
         assert!(
             matches!(state, 'S' | 'R'),
@@ -192,7 +178,7 @@ fn mpirun_holds_its_ranks_in_mpi_init_until_released() {
     assert_eq!(markers(&dir), four("before"), "a rank passed MPI_Init");
     let pid = job.launcher_pid();
     let launcher = job.release().unwrap();
-    assert_eq!(tracer_and_state(pid).0, 0, "the launcher is left traced");
+    assert_eq!(tracer(pid), 0, "the launcher is left traced");
     wait_success(launcher);
     let mut want = four("after");
     want.extend(four("before"));

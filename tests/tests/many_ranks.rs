@@ -7,12 +7,13 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
+use sdm_e2e::procs::{Sleeps, tracer};
 use sdm_proto::{IdSet, Status, SyncMode};
 
 /// Ranks in every test, all on one server.
@@ -310,46 +311,12 @@ async fn a_rank_killed_from_outside_ends_alone() {
     assert!(all_gone(&pids));
 }
 
-/// Processes to attach to, killed when dropped (a failed test leaves none).
-struct Sleeps(Vec<Child>);
-
-impl Drop for Sleeps {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// The tracer of `pid` (0: none).
-fn tracer(pid: u32) -> u32 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("TracerPid:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// Attached to 8 processes by one server: `detach` of some ranks and the end of the
 /// session let every one go, untraced and running, each on its own rank's monitor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn detach_and_the_end_let_every_local_rank_go() {
-    let sleeps = Sleeps(
-        (0..N)
-            .map(|_| {
-                Command::new("sleep")
-                    .arg("1000")
-                    .stdin(Stdio::null())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect(),
-    );
-    let pids: Vec<u32> = sleeps.0.iter().map(Child::id).collect();
+    let sleeps = Sleeps::start(N);
+    let pids = sleeps.pids();
     let s = session().await;
     let mut c = Console::new(s, false);
     for l in c.attach(&pids).await.unwrap() {
