@@ -1,0 +1,380 @@
+//! `sdm run` and `sdm attach`: the job's tree (launch mode under a launcher that holds the
+//! job, or servers starting or attaching to their ranks), then the console over it; the
+//! process table of `--pids HOST:PID,...` and its printing.
+
+use super::*;
+
+/// `sdm run` and `sdm attach`: a tree of `n` servers, each starting `program` or attaching
+/// to its rank's pid in `attach`, then the console.
+/// `sdm run`: under srun or mpirun (without `--ranks-per-server`) the job is started by
+/// its launcher and held for the tool (launch mode, see held.rs), one server per host
+/// attaching to its ranks; a launcher that cannot hold a job is said so and the job runs
+/// with one server per rank, each starting its rank; otherwise the servers start the
+/// program (or attach to `--attach`).
+pub(super) async fn run_job(a: RunArgs) -> anyhow::Result<()> {
+    let tree = &a.console.tree;
+    if a.attach.is_empty()
+        && matches!(tree.launcher, LauncherKind::Srun | LauncherKind::Mpirun)
+        && tree.ranks_per_server.is_none()
+    {
+        let opts = tree.options(a.n)?;
+        // The launcher forwards standard input to its tasks only when no console reads it
+        // (no script, no terminal), as run_console passes it to the programs then.
+        let c = &a.console;
+        let input =
+            c.commands.is_empty() && c.command_files.is_empty() && !std::io::stdin().is_terminal();
+        match crate::held::start(
+            tree.launcher,
+            &opts.hosts,
+            &opts.launcher_args,
+            a.n,
+            &a.program,
+            input,
+        )
+        .await?
+        {
+            Ok(held) => {
+                let tasks = crate::held::tasks(&held, a.n)?;
+                let step = held.job.slurm_step();
+                let opts = crate::hosts::per_host_options(a.n, tree, &tasks, step)?;
+                let pids = tasks.iter().map(|&(_, p)| p).collect();
+                return run_console(a.n, a.console, Some(opts), pids, Vec::new(), Some(held)).await;
+            }
+            Err(e) => eprintln!("sdm: {e}; starting one server per rank instead"),
+        }
+    }
+    run_console(a.n, a.console, None, a.attach, a.program, None).await
+}
+
+async fn run_console(
+    n: u32,
+    c: ConsoleArgs,
+    opts: Option<SessionOptions>,
+    attach: Vec<u32>,
+    program: Vec<String>,
+    held: Option<crate::held::Held>,
+) -> anyhow::Result<()> {
+    let mut opts = match opts {
+        Some(o) => o,
+        None => c.tree.program_options(n)?,
+    };
+    // Command files are read now: a missing one is named before anything starts.
+    let mut script = crate::script::sources(&c.commands, &c.command_files)?;
+    // Without a console, the front-end answers Ctrl-C itself from now on (see interrupt.rs):
+    // one typed while the tree starts ends the start-up.
+    let mut early_interrupts =
+        (script.is_empty() && attach.is_empty() && !std::io::stdin().is_terminal())
+            .then(crate::interrupt::Interrupts::catch)
+            .transpose()?;
+    let window = if c.no_coalesce {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(c.coalesce_ms)
+    };
+    opts.stdio_window = window;
+    opts.startup_timeout = Duration::from_secs(c.timeout);
+    let stdin_ids: IdSet = match &c.stdin {
+        None => IdSet::all(n),
+        Some(s) => {
+            let s = if s.starts_with('[') {
+                s.clone()
+            } else {
+                format!("[{s}]")
+            };
+            let ids: IdSet = s.parse().map_err(|e| anyhow::anyhow!("--stdin: {e}"))?;
+            let beyond = &ids - &IdSet::all(n);
+            anyhow::ensure!(
+                beyond.is_empty(),
+                "--stdin: no rank {beyond}: ranks are 0 to {} (-n {n})",
+                n.saturating_sub(1)
+            );
+            ids
+        }
+    };
+    c.iof
+        .parse::<sdm_server::monitor::IoMode>()
+        .map_err(anyhow::Error::msg)?;
+    if !attach.is_empty() && attach.len() != n as usize {
+        anyhow::bail!(
+            "--attach: {} pids for {} ranks (give one per rank)",
+            attach.len(),
+            n
+        );
+    }
+    let launching = Session::launch(&opts, |_| {});
+    let launched = match early_interrupts.as_mut() {
+        Some(i) => tokio::select! {
+            s = launching => Ok(s),
+            sig = i.next() => Err(sig),
+        },
+        None => Ok(launching.await),
+    };
+    let session = match launched {
+        Ok(s) => s.context("launching the tree")?,
+        Err(sig) => {
+            // The start-up was dropped, which killed the daemons it had started.
+            eprintln!("sdm: {sig} during start-up: nothing was started");
+            std::process::exit(crate::interrupt::exit_status(sig));
+        }
+    };
+    let r = session.report().clone();
+    for (ids, why) in &r.failed {
+        eprintln!("sdm: {ids} failed to start: {why}");
+    }
+    let mut console = crate::console::Console::new(session, c.json);
+    let lag = if c.no_coalesce {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(c.merge_lag)
+    };
+    console.set_stdio(c.label, lag);
+    // `sdm status` in another terminal asks this front-end (the socket goes with it).
+    let status_socket = match crate::status::serve() {
+        Ok((served, queries)) => {
+            console.serve_queries(queries);
+            tracing::info!("sdm status answers on {}", served.path().display());
+            Some(served)
+        }
+        Err(e) => {
+            eprintln!("sdm: no status socket (sdm status will not find this run): {e}");
+            None
+        }
+    };
+    // A script stops at a program that could not start (its commands would all fail), or
+    // when no rank could be attached to.
+    let start_failed;
+    if attach.is_empty() {
+        let exe = std::fs::canonicalize(&program[0])
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| program[0].clone());
+        console.set_stop_at_main(c.stop_at_main);
+        let started = console.start_program(&exe, &program[1..], &c.iof).await?;
+        start_failed = started.iter().any(|l| !l.started());
+        for l in started.iter().filter(|l| !l.started()) {
+            eprintln!(
+                "sdm: {} could not start {exe}: {}",
+                l.ids,
+                l.shown(crate::words::reply)
+            );
+        }
+    } else {
+        // srun's held tasks wait before their first instruction: run to main as attached.
+        let to_main = held.as_ref().is_some_and(crate::held::Held::at_start);
+        let attached = console.attach_with(&attach, to_main).await?;
+        // Like STAT, a job with ranks that vanished is still inspected through the others.
+        start_failed = attached.iter().all(|l| !l.started());
+        for l in attached.iter().filter(|l| !l.started()) {
+            eprintln!(
+                "sdm: {} could not attach: {}",
+                l.ids,
+                l.shown(crate::words::reply)
+            );
+        }
+    }
+    // A held job goes on once its ranks are attached (and run to main).
+    let launcher = match held {
+        Some(h) => Some(
+            crate::held::release(&mut console, h, c.stop_at_main, &mut std::io::stdout()).await?,
+        ),
+        None => None,
+    };
+    let mut failed = !r.failed.is_empty();
+    let mut interrupted = None;
+    let mut out = std::io::stdout();
+    let interactive = std::io::stdin().is_terminal();
+    if script.is_empty() && !interactive && !attach.is_empty() && launcher.is_none() {
+        // Processes attached to take no input from here: it holds commands, as gdb's does.
+        script.push(crate::script::Source::Stdin);
+    }
+    if script.is_empty() && !interactive {
+        // Like srun: standard input goes to the programs (a held job's launcher has its
+        // own); wait for them to end.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Option<String>>(64);
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = vec![0u8; 16 << 10];
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
+                        if tx.blocking_send(Some(chunk)).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = tx.blocking_send(None);
+        });
+        // Like srun, a Ctrl-C (or SIGTERM, SIGHUP) kills the programs and ends the run.
+        let mut interrupts = match early_interrupts {
+            Some(i) => i,
+            None => crate::interrupt::Interrupts::catch()?,
+        };
+        match console
+            .wait_for_exit(
+                launcher.is_none().then_some(rx),
+                &stdin_ids,
+                &mut interrupts,
+                &mut out,
+            )
+            .await
+        {
+            Ok(None) => {}
+            Ok(Some(sig)) => {
+                eprintln!("sdm: {sig}: killing the programs (again to exit at once)");
+                interrupts.exit_on_next();
+                interrupted = Some(sig);
+            }
+            Err(e) if broken_pipe(&e) => {
+                console.shutdown().await;
+                return Err(e);
+            }
+            Err(e) => {
+                eprintln!("sdm: {e:#}");
+                failed = true;
+            }
+        }
+    } else if script.is_empty() {
+        crate::editor::line_editor(&mut console, c.json).await?;
+    } else if start_failed {
+        eprintln!("sdm: the script is not run: a program could not start");
+        failed = true;
+    } else {
+        match crate::script::run(&mut console, &script, &mut out).await {
+            Ok(o) => failed |= o.failed,
+            Err(e) if broken_pipe(&e) => {
+                console.shutdown().await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    // Like srun: the largest exit status of the programs, at least 1 when a program
+    // could not start, a server was lost or a command failed.
+    let ending = console.shutdown().await;
+    // A held job ends with the session, as a job `sdm run` started does.
+    if let Some(l) = launcher {
+        crate::held::finish(l);
+    }
+    let code = ending
+        .exit_code()
+        .max(i32::from(failed))
+        .max(interrupted.map_or(0, crate::interrupt::exit_status));
+    // `exit` runs no destructors: the socket goes first.
+    drop(status_socket);
+    std::io::stdout().flush()?;
+    if code != 0 {
+        std::process::exit(code);
+    }
+    Ok(())
+}
+
+/// `sdm attach`: the job's process table (from its launcher, or `--pids`), one server per
+/// rank on the rank's host, each attached to its rank's process; then the console.
+pub(super) async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
+    let tasks: Vec<(String, u32)> = match a.launcher_pid {
+        Some(pid) => {
+            // A job still starting gets a few seconds to fill its table.
+            let t = sdm_server::mpir::read_proctable_waiting(pid, Duration::from_secs(10))?;
+            if a.table {
+                print_proctable(&t.tasks, a.console.json);
+                return Ok(());
+            }
+            tracing::info!("launcher {pid}: {} ranks ({:?})", t.tasks.len(), t.source);
+            t.tasks.into_iter().map(|d| (d.host, d.pid)).collect()
+        }
+        None => {
+            let tasks = parse_host_pids(&a.pids)?;
+            if a.table {
+                print_proctable(&pids_table(&tasks)?, a.console.json);
+                return Ok(());
+            }
+            tasks
+        }
+    };
+    let n = u32::try_from(tasks.len()).context("too many ranks")?;
+    let opts = crate::hosts::per_host_options(n, &a.console.tree, &tasks, None)?;
+    let pids = tasks.iter().map(|&(_, p)| p).collect();
+    run_console(n, a.console, Some(opts), pids, Vec::new(), None).await
+}
+
+/// Whether `host` (a name from a process table or `--pids`, empty for none) is this host,
+/// named `here`.
+pub(crate) fn is_this_host(host: &str, here: &str) -> bool {
+    host.is_empty()
+        || host == here
+        || host == "localhost"
+        || host.starts_with("127.")
+        || host.split('.').next() == here.split('.').next()
+}
+
+/// `--pids HOST:PID,...` (a bare PID is on this host) in rank order.
+fn parse_host_pids(items: &[String]) -> anyhow::Result<Vec<(String, u32)>> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(rank, item)| {
+            let (host, pid) = item.rsplit_once(':').unwrap_or(("", item));
+            let pid = pid.parse::<u32>().map_err(|_| {
+                anyhow::anyhow!("--pids: {item:?} (rank {rank}) is not HOST:PID or PID")
+            })?;
+            Ok((host.to_owned(), pid))
+        })
+        .collect()
+}
+
+/// `--pids` as a process table: a task on this host named by its executable (its pid
+/// must exist), one elsewhere by `?` (its host is not asked).
+fn pids_table(tasks: &[(String, u32)]) -> anyhow::Result<Vec<sdm_server::mpir::ProcDesc>> {
+    let here = sdm_server::monitor::hostname();
+    let mut out = Vec::new();
+    for (rank, (host, pid)) in (0u32..).zip(tasks) {
+        let local = is_this_host(host, &here);
+        let executable = if local {
+            local_executable(*pid)
+                .with_context(|| format!("--pids: rank {rank}: no process {pid} on this host"))?
+        } else {
+            "?".into()
+        };
+        out.push(sdm_server::mpir::ProcDesc {
+            rank,
+            host: if host.is_empty() {
+                here.clone()
+            } else {
+                host.clone()
+            },
+            executable,
+            pid: *pid,
+        });
+    }
+    Ok(out)
+}
+
+/// The executable of process `pid` on this host: its path, else (another user's process)
+/// the first word of its command line.
+fn local_executable(pid: u32) -> std::io::Result<String> {
+    match std::fs::read_link(format!("/proc/{pid}/exe")) {
+        Ok(p) => Ok(p.display().to_string()),
+        Err(e) => {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).map_err(|_| e)?;
+            let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+            Ok(String::from_utf8_lossy(argv0).into_owned())
+        }
+    }
+}
+
+/// `sdm attach PID --table` (or `--pids ... --table`): the process table, one rank per line.
+fn print_proctable(tasks: &[sdm_server::mpir::ProcDesc], json: bool) {
+    for d in tasks {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"rank": d.rank, "host": d.host, "pid": d.pid, "executable": d.executable})
+            );
+        } else {
+            println!("{} {} {} {}", d.rank, d.host, d.pid, d.executable);
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! `sdm top`: starts the program on every rank, then samples the ranks every period, the
+//! samples reduced in the tree and shown as a live table (or JSON lines).
+
+use super::*;
+
+pub(super) async fn run_top(a: TopArgs) -> anyhow::Result<()> {
+    let most = MAX_WAIT_MS as f64 / 1000.0;
+    anyhow::ensure!(
+        a.period > 0.0 && a.period <= most,
+        "--period {}: seconds from 0 (excluded) to {most}",
+        a.period
+    );
+    let session = Session::launch(&a.tree.program_options(a.n)?, |_| {})
+        .await
+        .context("launching the tree")?;
+    for (ids, why) in &session.report().failed {
+        eprintln!("sdm: {ids} failed to start: {why}");
+    }
+    let mut console = crate::console::Console::new(session, a.json);
+    let program = std::fs::canonicalize(&a.program[0])
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| a.program[0].clone());
+    // The programs' own output would scroll the table away: it goes to the launcher.
+    for l in &console
+        .start_program(&program, &a.program[1..], "runtime")
+        .await?
+    {
+        if !l.started() {
+            eprintln!("sdm: {} could not start {program}: {}", l.ids, l.text);
+        }
+    }
+    let period = Duration::from_secs_f64(a.period);
+    // Ctrl-C (SIGTERM, SIGHUP) ends the sampling; the programs are killed and the tree ends.
+    let mut interrupts = crate::interrupt::Interrupts::catch()?;
+    let tty = !a.json && std::io::stdout().is_terminal();
+    let t0 = tokio::time::Instant::now();
+    let mut n = 0u64;
+    let all = console.session().all();
+    loop {
+        let s =
+            sdm_client::top::sample(console.session(), &all, period.max(Duration::from_secs(2)))
+                .await?;
+        n += 1;
+        let t = t0.elapsed().as_secs_f64();
+        if a.json {
+            writeln!(std::io::stdout(), "{}", crate::top::json(&s, t))?;
+        } else {
+            if tty {
+                write!(std::io::stdout(), "\x1b[H\x1b[2J")?;
+            }
+            writeln!(
+                std::io::stdout(),
+                "sdm top: {} ranks, sample {n} at {t:.1} s",
+                a.n
+            )?;
+            write!(std::io::stdout(), "{}", crate::top::table(&s))?;
+        }
+        std::io::stdout().flush()?;
+        let ended = s.stats.is_empty() && !s.missing.is_empty();
+        if ended || a.count.is_some_and(|c| n >= c) {
+            break;
+        }
+        let until = t0 + period.mul_f64(n as f64);
+        let mut sink = std::io::sink();
+        let pump = async {
+            while tokio::time::Instant::now() < until {
+                console.pump(until, &mut sink).await?;
+            }
+            anyhow::Ok(())
+        };
+        tokio::select! {
+            r = pump => r?,
+            _ = interrupts.next() => break,
+        }
+    }
+    console
+        .session()
+        .request_command(sdm_client::service::omis(
+            &all,
+            SyncMode::Timeout(10_000),
+            "0 [] kill()",
+        ))
+        .await?;
+    let _ = console.shutdown().await;
+    Ok(())
+}
