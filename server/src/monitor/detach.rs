@@ -16,8 +16,9 @@ use nix::unistd::Pid;
 
 use std::time::Duration;
 
+use super::breakpoints::poke_byte;
 use super::symbolic::{gdb_err, interrupt, resume};
-use super::{MonResult, Monitor, ProcState, poke_byte};
+use super::{MonResult, Monitor, ProcState};
 
 /// How long each step of letting a process go may take (a gdb that takes longer is
 /// killed instead).

@@ -8,7 +8,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use super::{MonResult, Monitor, ProcState, errno, poke_byte, raw, state};
+use super::breakpoints::poke_byte;
+use super::control::{wait_interrupted, wait_trace_stop};
+use super::{MonResult, Monitor, ProcState, errno, raw, state};
 
 impl Monitor {
     /// Runs the attached process to `main` and leaves it stopped there (traced, as `stop`
@@ -27,10 +29,10 @@ impl Monitor {
         // stop by itself; a running one is interrupted.
         if p.state == ProcState::Running {
             if super::symbolic::proc_state(pid).is_some_and(|c| matches!(c, 'T' | 't')) {
-                super::wait_trace_stop(p)?;
+                wait_trace_stop(p)?;
             } else {
                 ptrace::interrupt(pid).map_err(|e| errno(pid, "ptrace interrupt", e))?;
-                super::wait_interrupted(p)?;
+                wait_interrupted(p)?;
             }
         }
         // SIGCONT ends the stop the launcher left it in; PTRACE_CONT lets it run.

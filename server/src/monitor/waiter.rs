@@ -1,11 +1,11 @@
 //! Waking a rank's monitor when its process changes state, without polling it.
 //!
 //! While the process runs under the monitor (one it traces, or a program it started and
-//! polls on no idle-watch timer), one waiter thread blocks in `waitid(WNOWAIT)` until the process exits or, traced, stops:
-//! the status stays for the monitor, which the waiter wakes with a job and then ends. The
-//! monitor arms a new waiter whenever its process runs again and none waits on it. So an
-//! idle rank costs a blocked thread, not a timer firing hundreds of times a second; a
-//! server of a thousand ranks had its link starved by a thousand such timers.
+//! polls on no idle-watch timer), one waiter thread blocks in `waitid(WNOWAIT)` until the
+//! process exits or, traced, stops: the status stays for the monitor, which the waiter
+//! wakes with a job and then ends. The monitor arms a new waiter whenever its process runs
+//! again and none waits on it. So an idle rank costs a blocked thread, not a timer firing
+//! many times a second (a thousand such timers starve a server's link).
 
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::{Once, Weak};
