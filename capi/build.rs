@@ -7,7 +7,7 @@ use std::path::PathBuf;
 fn main() {
     let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it")).join("sdm.h");
-    println!("cargo::rerun-if-changed=src/lib.rs");
+    println!("cargo::rerun-if-changed=src");
     println!("cargo::rerun-if-changed=cbindgen.toml");
     println!("cargo::rerun-if-env-changed=CI");
     let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
@@ -16,7 +16,7 @@ fn main() {
         .with_crate(&crate_dir)
         .with_config(config)
         .generate()
-        .expect("cbindgen generates sdm.h from src/lib.rs")
+        .expect("cbindgen generates sdm.h from src/")
         .write_to_file(&out);
     let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
     if !ci {
