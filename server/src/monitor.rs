@@ -103,6 +103,7 @@ pub type Output = mpsc::Sender<(Kind, u32, Bytes)>;
 
 /// The monitor of one rank (runs on its own thread; see [`MonitorHandle`]).
 pub struct Monitor {
+    /// Where the process's output lines and its exit event go.
     stdio: Output,
     /// The rank (handed to the process as `SDM_RANK`).
     pub rank: u32,
@@ -116,6 +117,7 @@ pub struct Monitor {
     /// Number of servers in the tree.
     pub servers: u32,
     proc: Option<Proc>,
+    /// Where breakpoint hits and event-action replies go, as OMIS-style texts.
     events: mpsc::UnboundedSender<String>,
     /// What stack walks read of the process's mapped files.
     stacks: Stacks,
@@ -166,6 +168,7 @@ fn symbol(what: String) -> Error {
 }
 
 impl Monitor {
+    /// The process, or an error saying there is none yet.
     fn proc(&mut self) -> MonResult<&mut Proc> {
         self.proc
             .as_mut()
