@@ -229,8 +229,7 @@ pub fn find_sdm_binary() -> Result<PathBuf> {
 /// default). Ports in that range are taken by the source ports of outgoing connections,
 /// and a connection's TIME-WAIT keeps its port from a listener for a minute: a base in it
 /// after a few trees had come and gone made servers collide and walk port by port onto
-/// each other's (measured: a 1024-server start-up now and then 1 s instead of 0.3 s, its
-/// time in failed binds).
+/// each other's, and a large start-up spent its time in failed binds.
 fn random_port(span: u16) -> u16 {
     let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()

@@ -525,7 +525,7 @@ fn real_main() -> anyhow::Result<()> {
         return Ok(());
     }
     // Daemons run everything on one thread: a frame never crosses threads on its way
-    // through a node (measured: 2-2.5x the round trips and waves of a one-worker pool).
+    // through a node, which makes round trips shorter than on a worker pool.
     let rt = match &cli.cmd {
         Cmd::Master { .. } | Cmd::Server(_) | Cmd::Topology { .. } => {
             tokio::runtime::Builder::new_current_thread()
