@@ -4,6 +4,10 @@
 //! [`crate::commands`]) become OMIS requests to id-sets; merged replies print with their
 //! sender nodes in plain words ([`crate::words`]), stack traces as a STAT-like call-prefix
 //! tree.
+//!
+//! This file holds the console's state and the dispatch of a command line; printing, the
+//! programs' lifetime, breakpoints, stacks, threads and the symbolic commands each have a
+//! submodule.
 
 use std::io::Write;
 use std::time::Duration;
