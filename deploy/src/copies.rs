@@ -1,14 +1,11 @@
 //! Local servers forked from one process: the receiving side of [`COPIES_ENV`].
 //!
-//! Started one by one, a thousand `sdm server` processes on one machine each pay for an
-//! `exec`: mapping a 9 MB binary, the dynamic loader's relocations and symbol lookups, the
-//! page faults of first touching all that, and the front-end's own `fork`, pipe and reader
-//! per process. That was most of the start-up of a large local tree. Instead the front-end
-//! starts one server process with `SDM_COPIES=N`; before it starts a thread it forks N
-//! copies of itself, each a server with its own id, and stays as their supervisor. The
-//! copies share the one stdout pipe to the front-end (their `SDM-LISTEN` lines name their
-//! ids, as with `srun` or `mpirun`), and each dies with the supervisor, as a server the
-//! front-end started itself dies with the front-end.
+//! A thousand `sdm server` processes started one by one on one machine each pay for an
+//! `exec` (mapping the binary, relocations, first-touch page faults) and a pipe of the
+//! front-end's. Instead the front-end starts one server process with `SDM_COPIES=N`; it
+//! forks N copies of itself, each a server with its own id, and stays as their
+//! supervisor. The copies share the one stdout pipe (their `SDM-LISTEN` lines name their
+//! ids, as with `srun` or `mpirun`) and each dies with the supervisor.
 
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
