@@ -11,14 +11,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sdm_deploy::{LaunchSpec, Launched, LauncherKind};
-use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
+use sdm_deploy::{Launched, LauncherKind};
+use sdm_overlay::auth::SessionKey;
 use sdm_overlay::filters::Registry;
 use sdm_overlay::frontend::Frontend;
-use sdm_overlay::setup::ConnectPolicy;
-use sdm_overlay::transport::{Address, PortRange, TransportConfig, bind_in_range, transport_for};
-#[cfg(feature = "quic")]
-use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
+use sdm_overlay::transport::PortRange;
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::{Placement, Shape, Tree};
 
@@ -26,6 +23,10 @@ use sdm_overlay::init::{INIT_SERVICE, InitSpec, Table};
 
 use crate::error::{Error, Result};
 use crate::link::Handle;
+
+mod start;
+
+use start::{collect_listening, listen, server_spec, start_master, transport_env};
 
 /// How to launch a tree.
 #[derive(Debug, Clone)]
@@ -227,8 +228,7 @@ pub fn find_sdm_binary() -> Result<PathBuf> {
 /// default). Ports in that range are taken by the source ports of outgoing connections,
 /// and a connection's TIME-WAIT keeps its port from a listener for a minute: a base in it
 /// after a few trees had come and gone made servers collide and walk port by port onto
-/// each other's (measured: a 1024-server start-up now and then 1 s instead of 0.3 s, its
-/// time in failed binds).
+/// each other's, and a large start-up spent its time in failed binds.
 fn random_port(span: u16) -> u16 {
     let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
@@ -314,87 +314,12 @@ impl Session {
             None => find_sdm_binary()?,
         };
         let key = SessionKey::generate();
-        #[cfg_attr(not(feature = "quic"), allow(unused_mut))]
-        let mut env = vec![(SESSION_KEY_ENV.to_owned(), key.to_hex())];
-        #[cfg_attr(not(feature = "quic"), allow(unused_mut))]
-        let mut cfg = TransportConfig::default();
-        if opts.transport == "quic" {
-            #[cfg(feature = "quic")]
-            {
-                let tls = SessionTls::generate();
-                env.push((SESSION_TLS_ENV.to_owned(), tls_to_env(&tls)));
-                cfg.tls = Some(tls);
-            }
-            #[cfg(not(feature = "quic"))]
-            return Err(Error::invalid(
-                "transport quic: sdm-client was built without the quic feature",
-            ));
-        } else if opts.transport != "tcp" {
-            return Err(Error::invalid(format!(
-                "unknown transport {:?}: expected tcp or quic",
-                opts.transport
-            )));
-        }
+        let (env, cfg) = transport_env(opts, &key)?;
         let launcher = opts
             .launcher
             .build_with(opts.hosts.clone(), opts.launcher_args.clone());
-        let (listen, fe_host) = crate::address::frontend_addresses(
-            opts.launcher,
-            &*launcher,
-            &opts.hosts,
-            opts.listen.as_deref(),
-        )?;
-        let fe_addr: Address = format!("{}://{listen}:0", opts.transport)
-            .parse()
-            .map_err(|e| Error::invalid(format!("front-end address on {listen}: {e}")))?;
-        let transport = transport_for(&fe_addr, &cfg)
-            .map_err(|e| Error::io(format!("transport for {fe_addr}"), e))?;
-        let mut listener = bind_in_range(&*transport, &opts.transport, &listen, opts.port_range, 0)
-            .await
-            .map_err(|e| Error::io(format!("listening on {fe_addr}"), e))?;
-        let fe_addr = listener.local_addr();
-
-        let (base, span) = match opts.port_range {
-            Some(r) => (r.first(), r.len().min(u32::from(u16::MAX)) as u16),
-            None => (
-                opts.base_port
-                    .unwrap_or_else(|| random_port(SERVER_PORT_SPAN)),
-                SERVER_PORT_SPAN,
-            ),
-        };
-        let mut args = vec![
-            "server".into(),
-            "--port".into(),
-            base.to_string(),
-            "--port-span".into(),
-            span.to_string(),
-            "--transport".into(),
-            opts.transport.clone(),
-            "--frontend-host".into(),
-            fe_host,
-        ];
-        for (flag, value) in [("--host", &opts.bind), ("--advertise", &opts.advertise)] {
-            if let Some(v) = value {
-                args.extend([flag.to_owned(), v.clone()]);
-            }
-        }
-        // Local servers come as copies forked from one process: one exec and one pipe, not
-        // one per server (see `sdm_deploy::fork_copies`; `sdm server` and every server
-        // built on `sdm_server::Server::main` make them).
-        let copies = opts.launcher == LauncherKind::Local && servers_n > 1;
-        let mut server_env = env.clone();
-        if copies {
-            server_env.push((sdm_deploy::COPIES_ENV.to_owned(), servers_n.to_string()));
-        }
-        let spec = LaunchSpec {
-            n: if copies { 1 } else { servers_n },
-            program: opts
-                .remote_program
-                .clone()
-                .unwrap_or_else(|| program.clone()),
-            args,
-            env: server_env,
-        };
+        let (mut listener, fe_host) = listen(opts, &*launcher, &cfg).await?;
+        let spec = server_spec(opts, servers_n, &program, fe_host, &env);
         let mut servers = launcher.launch(&spec).map_err(|e| {
             Error::launch(
                 format!("{servers_n} servers of {}", spec.program.display()),
@@ -402,102 +327,8 @@ impl Session {
             )
         })?;
         progress(&Progress::Launched);
-
-        // Collect addresses until all reported or the deadline (a third of start-up).
-        let listen_deadline = tokio::time::Instant::now() + opts.startup_timeout / 3;
-        let mut table: Vec<Option<String>> = vec![None; servers_n as usize];
-        let mut count = 0u32;
-        let mut session_procs = Vec::new();
-        // Servers that could not start, by server id (their ranks are reported).
-        let mut launch_errors: Vec<(IdSet, String)> = Vec::new();
-        while count < servers_n {
-            let line = match tokio::time::timeout_at(listen_deadline, servers.next_line()).await {
-                Ok(Some(l)) => l,
-                Ok(None) | Err(_) => break,
-            };
-            // A launcher's report that a server cannot start on its host (ssh).
-            if let Some(why) = line.strip_prefix("SDM-ERROR ") {
-                let (id, what) = why.split_once(' ').unwrap_or((why, ""));
-                match id.parse::<u32>() {
-                    Ok(id) if id < servers_n => {
-                        launch_errors.push((IdSet::single(id), what.to_owned()))
-                    }
-                    _ => tracing::warn!("launcher: {why}"),
-                }
-                continue;
-            }
-            let mut parts = line.split_whitespace();
-            if parts.next() != Some("SDM-LISTEN") {
-                tracing::debug!("server output: {line}");
-                continue;
-            }
-            let (Some(id), Some(addr), host, pid) = (
-                parts.next().and_then(|s| s.parse::<u32>().ok()),
-                parts.next(),
-                parts.next().unwrap_or("?").to_owned(),
-                parts
-                    .next()
-                    .and_then(|s| s.parse::<u32>().ok())
-                    .unwrap_or(0),
-            ) else {
-                tracing::warn!("malformed start-up line {line:?}");
-                continue;
-            };
-            // Checked here, once: the nodes parse only the addresses they connect to.
-            if let Err(e) = addr.parse::<Address>()
-                && id < servers_n
-            {
-                launch_errors.push((
-                    IdSet::single(id),
-                    format!("server {id} reported an address that does not parse ({addr}): {e}"),
-                ));
-                continue;
-            }
-            match table.get_mut(id as usize) {
-                Some(slot @ None) => {
-                    *slot = Some(addr.to_owned());
-                    count += 1;
-                    progress(&Progress::Listening {
-                        id,
-                        host: host.clone(),
-                        pid,
-                        count,
-                    });
-                    session_procs.push((id, host, pid));
-                }
-                Some(Some(_)) => tracing::warn!("server {id} reported twice; keeping the first"),
-                None => tracing::warn!("server id {id} is outside 0..{servers_n}"),
-            }
-        }
-
-        // The master runs here, next to the front-end.
-        let mut master_args = vec!["master".into(), "--frontend".into(), fe_addr.to_string()];
-        if let Some(r) = opts.port_range {
-            master_args.extend(["--port-range".into(), r.to_string()]);
-        }
-        let master_spec = LaunchSpec {
-            n: 1,
-            program,
-            args: master_args,
-            env,
-        };
-        let master = sdm_deploy::Local.launch_one(&master_spec).map_err(|e| {
-            Error::launch(format!("the master {}", master_spec.program.display()), e)
-        })?;
-        let policy = ConnectPolicy::new(key.clone());
-        let fe =
-            tokio::time::timeout_at(deadline, Frontend::accept_master(&mut *listener, &policy))
-                .await
-                .map_err(|_| {
-                    Error::timeout(
-                        format!(
-                            "the master (pid {}) did not connect to {fe_addr}",
-                            master.pids().first().copied().unwrap_or(0)
-                        ),
-                        opts.startup_timeout,
-                    )
-                })?
-                .map_err(|e| Error::io(format!("accepting the master on {fe_addr}"), e.into()))?;
+        let listening = collect_listening(&mut servers, opts, servers_n, &mut progress).await;
+        let (master, fe) = start_master(opts, program, env, &mut *listener, &key, deadline).await?;
         progress(&Progress::MasterConnected);
         let mut session = Session {
             link: Handle::spawn(fe.into_link(), Arc::new(registry)),
@@ -511,15 +342,14 @@ impl Session {
                 ready: IdSet::new(),
                 failed: Vec::new(),
                 seconds: 0.0,
-                processes: session_procs,
+                processes: listening.processes,
             },
         };
-
         let init = InitSpec {
             servers: servers_n,
             topology: opts.topology.to_string(),
             // Addresses are single words (split from their start-up lines).
-            table: Table::new(table).map_err(|e| Error::invalid(e.to_string()))?,
+            table: Table::new(listening.table).map_err(|e| Error::invalid(e.to_string()))?,
             attempts: opts.connect_attempts,
             delay_ms: opts.connect_delay.as_millis() as u64,
             probe_span: 1,
@@ -530,9 +360,23 @@ impl Session {
             master: None,
             placement: layout.placement.clone(),
         };
+        session.init(&init, deadline, &mut progress).await?;
+        session.note_launch_errors(listening.errors, &layout.placement);
+        session.report.seconds = started.elapsed().as_secs_f64();
+        Ok(session)
+    }
+
+    /// Sends the init command down the tree and notes which ranks acknowledged it, and
+    /// why the others did not, in the report.
+    async fn init(
+        &mut self,
+        init: &InitSpec,
+        deadline: tokio::time::Instant,
+        progress: &mut impl FnMut(&Progress),
+    ) -> Result<()> {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let all = IdSet::all(opts.n);
-        let op = session
+        let all = IdSet::all(self.n);
+        let op = self
             .link
             .send_command(
                 Message::command(
@@ -545,44 +389,46 @@ impl Session {
             )
             .await?;
         progress(&Progress::InitSent);
-        let groups = session.link.collect(op, &all).await?;
+        let groups = self.link.collect(op, &all).await?;
         for g in groups {
             match g.status {
                 Status::Replied if &g.payload[..] == b"ready" => {
-                    session.report.ready.union_with(&g.sources)
+                    self.report.ready.union_with(&g.sources)
                 }
-                Status::Replied => session
+                Status::Replied => self
                     .report
                     .failed
                     .push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
-                Status::Lost | Status::Error => session
+                Status::Lost | Status::Error => self
                     .report
                     .failed
                     .push((g.sources, String::from_utf8_lossy(&g.payload).into_owned())),
-                Status::TimedOut => session.report.failed.push((
+                Status::TimedOut => self.report.failed.push((
                     g.sources,
                     "did not acknowledge the init command in time".into(),
                 )),
             }
         }
-        // Servers the launcher could not start on their host say why themselves (for
-        // their ranks).
+        Ok(())
+    }
+
+    /// Servers the launcher could not start on their host say why themselves (for their
+    /// ranks), in place of what the tree reported for those ranks.
+    fn note_launch_errors(&mut self, launch_errors: Vec<(IdSet, String)>, placement: &Placement) {
         for (servers, why) in launch_errors {
             let mut ids = IdSet::new();
             for s in servers.iter() {
-                ids.union_with(&layout.placement.ranks_of(s));
+                ids.union_with(&placement.ranks_of(s));
             }
-            for (f, _) in &mut session.report.failed {
+            for (f, _) in &mut self.report.failed {
                 *f = &*f - &ids;
             }
-            session.report.failed.retain(|(f, _)| !f.is_empty());
-            match session.report.failed.iter_mut().find(|(_, w)| *w == why) {
+            self.report.failed.retain(|(f, _)| !f.is_empty());
+            match self.report.failed.iter_mut().find(|(_, w)| *w == why) {
                 Some((f, _)) => f.union_with(&ids),
-                None => session.report.failed.push((ids, why)),
+                None => self.report.failed.push((ids, why)),
             }
         }
-        session.report.seconds = started.elapsed().as_secs_f64();
-        Ok(session)
     }
 
     /// Attaches to a master that connected to the front-end (`fe`, from

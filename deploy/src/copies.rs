@@ -1,14 +1,11 @@
 //! Local servers forked from one process: the receiving side of [`COPIES_ENV`].
 //!
-//! Started one by one, a thousand `sdm server` processes on one machine each pay for an
-//! `exec`: mapping a 9 MB binary, the dynamic loader's relocations and symbol lookups, the
-//! page faults of first touching all that, and the front-end's own `fork`, pipe and reader
-//! per process. That was most of the start-up of a large local tree. Instead the front-end
-//! starts one server process with `SDM_COPIES=N`; before it starts a thread it forks N
-//! copies of itself, each a server with its own id, and stays as their supervisor. The
-//! copies share the one stdout pipe to the front-end (their `SDM-LISTEN` lines name their
-//! ids, as with `srun` or `mpirun`), and each dies with the supervisor, as a server the
-//! front-end started itself dies with the front-end.
+//! A thousand `sdm server` processes started one by one on one machine each pay for an
+//! `exec` (mapping the binary, relocations, first-touch page faults) and a pipe of the
+//! front-end's. Instead the front-end starts one server process with `SDM_COPIES=N`; it
+//! forks N copies of itself, each a server with its own id, and stays as their
+//! supervisor. The copies share the one stdout pipe (their `SDM-LISTEN` lines name their
+//! ids, as with `srun` or `mpirun`) and each dies with the supervisor.
 
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
@@ -41,42 +38,25 @@ pub enum Copies {
 /// uses for a server that cannot start; the others still run. Without the variable,
 /// returns [`Copies::Serve`] at once.
 ///
-/// Before forking two or more, the process moves its code onto transparent huge pages,
-/// which the copies then share (`SDM_HUGE_TEXT=0` keeps the file's pages).
-///
 /// Call it before the process starts a thread (a runtime, a logging worker): a forked copy
-/// has only the thread that forked.
+/// has only the thread that forked, and the environment is changed. With another thread
+/// running it forks nothing and returns an error.
 pub fn fork_copies() -> Result<Copies, LaunchError> {
     let Ok(v) = std::env::var(COPIES_ENV) else {
         return Ok(Copies::Serve);
     };
+    alone()?;
     let n: u32 = v.trim().parse().map_err(|_| LaunchError::Invalid {
         launcher: "local",
         what: format!("{COPIES_ENV}={v:?} is not a number of servers"),
     })?;
-    // SAFETY: the process has one thread (this function's precondition), so nothing reads
-    // the environment while it changes.
+    // SAFETY: the process has one thread (checked by `alone` above; only this thread could
+    // start another), so nothing reads the environment while it changes.
     unsafe { std::env::remove_var(COPIES_ENV) };
-    // Two or more copies share the code on huge pages.
-    if n >= 2 {
-        // SAFETY: one thread (this function's precondition), and nothing writes the code.
-        match unsafe { crate::hugetext::text_on_huge_pages() } {
-            crate::hugetext::HugeText::Moved { bytes, error: None } => {
-                tracing::debug!(bytes, "the copies' code is on huge pages")
-            }
-            crate::hugetext::HugeText::Moved {
-                bytes,
-                error: Some(e),
-            } => tracing::info!(bytes, "part of the copies' code stays on 4 KiB pages: {e}"),
-            crate::hugetext::HugeText::Off(why) => {
-                tracing::debug!("the copies' code stays on 4 KiB pages: {why}")
-            }
-        }
-    }
     let supervisor = getpid();
     let mut started = 0u32;
     for id in 0..n {
-        // SAFETY: one thread (the precondition), so the child is a whole copy of the
+        // SAFETY: one thread (checked above), so the child is a whole copy of the
         // process; it sets its environment and returns to run as a server.
         match unsafe { fork() } {
             Ok(ForkResult::Child) => {
@@ -116,4 +96,39 @@ pub fn fork_copies() -> Result<Copies, LaunchError> {
         }
     }
     Ok(Copies::Done { copies: n, failed })
+}
+
+/// Ok if this process runs one thread (the entries of `/proc/self/task`); forking or
+/// changing the environment with others running is unsound.
+fn alone() -> Result<(), LaunchError> {
+    let invalid = |what: String| LaunchError::Invalid {
+        launcher: "local",
+        what,
+    };
+    let threads = std::fs::read_dir("/proc/self/task")
+        .map_err(|e| invalid(format!("cannot count this process's threads: {e}")))?
+        .count();
+    if threads != 1 {
+        return Err(invalid(format!(
+            "cannot fork local servers from a process running {threads} threads: \
+             {COPIES_ENV} is read before any thread starts"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test harness runs this test on a thread of its own, so the process has two
+    /// at least: forking copies is refused, by name.
+    #[test]
+    fn copies_are_not_forked_beside_other_threads() {
+        let e = alone().unwrap_err();
+        assert!(
+            matches!(&e, LaunchError::Invalid { launcher: "local", what } if what.contains("threads")),
+            "{e}"
+        );
+    }
 }

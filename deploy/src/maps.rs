@@ -1,7 +1,6 @@
-//! What a process has mapped where: the lines of `/proc/PID/maps`, and the fields of one
-//! mapping's entry in `/proc/PID/smaps`. One reader for the unwinder (which images a
-//! process has mapped), the MPIR attach (where an executable is loaded), moving code onto
-//! huge pages, and the tests that check it.
+//! What a process has mapped where: the lines of `/proc/PID/maps`. One reader for the
+//! unwinder (which images a process has mapped) and the MPIR attach (where an executable
+//! is loaded).
 
 use std::path::PathBuf;
 
@@ -60,21 +59,6 @@ pub fn read(pid: impl std::fmt::Display) -> std::io::Result<Vec<Mapping>> {
     ))?))
 }
 
-/// The fields (`AnonHugePages`, `VmFlags`...) of the entry of `/proc/PID/smaps` `text`
-/// for the mapping that starts at `start`, as (name, value) pairs; none if no mapping
-/// starts there.
-pub fn smaps_fields(text: &str, start: u64) -> impl Iterator<Item = (&str, &str)> {
-    let head = format!("{start:x}-");
-    text.lines()
-        .skip_while(move |l| !l.starts_with(&head))
-        .skip(1)
-        // The mapping's fields, up to the next mapping's first line.
-        .map_while(|l| {
-            let (name, value) = l.split_once(':')?;
-            (!name.contains(' ')).then(|| (name, value.trim()))
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,28 +84,5 @@ mod tests {
         assert!(maps[2].writable && !maps[2].executable);
         assert_eq!(maps[2].path, PathBuf::new());
         assert_eq!(maps[3].path, PathBuf::from("[vdso]"));
-    }
-
-    #[test]
-    fn smaps_fields_are_those_of_the_mapping_asked_for() {
-        let text = "7f0000000000-7f0000200000 r-xp 00000000 00:00 0
-Size:               2048 kB
-AnonHugePages:      2048 kB
-VmFlags: rd ex mr mw me hg
-ff0000200000-ff0000400000 r-xp 00000000 00:00 0
-AnonHugePages:         0 kB
-";
-        let f: Vec<_> = smaps_fields(text, 0x7f0000000000).collect();
-        assert_eq!(
-            f,
-            [
-                ("Size", "2048 kB"),
-                ("AnonHugePages", "2048 kB"),
-                ("VmFlags", "rd ex mr mw me hg")
-            ]
-        );
-        // Not the line that only ends with it, nor a start that is a suffix of another.
-        assert_eq!(smaps_fields(text, 0x200000).count(), 0);
-        assert_eq!(smaps_fields(text, 0xff0000200000).count(), 1);
     }
 }

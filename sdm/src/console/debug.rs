@@ -374,31 +374,7 @@ impl Console {
                 )
                 .await?
             }
-            "frame" | "f" => {
-                let (n, ids) = match rest.split_once(char::is_whitespace) {
-                    Some((n, ids)) => (n, ids),
-                    None if rest.chars().all(|c| c.is_ascii_digit()) => (rest, ""),
-                    None => ("", rest),
-                };
-                let dest = self.ranks(ids)?;
-                let arg = if n.is_empty() {
-                    anyhow::bail!(
-                        "frame: give a frame number, e.g. `frame 1` (`up`, `down` move by one)"
-                    );
-                } else {
-                    n.parse::<u32>()
-                        .map_err(|_| anyhow!("frame: {n:?} is not a frame number"))?
-                        .to_string()
-                };
-                self.symbolic(
-                    "frame",
-                    &dest,
-                    format!("sdm_frame({arg})"),
-                    out,
-                    str::to_owned,
-                )
-                .await?
-            }
+            "frame" | "f" => self.frame(rest, out).await?,
             "up" | "down" => {
                 let dest = self.ranks(rest)?;
                 let call = format!("sdm_frame({})", q(verb));
@@ -419,21 +395,7 @@ impl Console {
                 let call = format!("sdm_step({})", q(how));
                 self.symbolic(how, &dest, call, out, str::to_owned).await?
             }
-            "until" | "u" => {
-                let (loc, ids) = match rest.split_once(char::is_whitespace) {
-                    Some((l, ids)) => (l, ids),
-                    None if self.groups.is_ids(&all, rest) => ("", rest),
-                    None => (rest, ""),
-                };
-                let dest = self.ranks(ids)?;
-                let call = if loc.is_empty() {
-                    format!("sdm_step({})", q("until"))
-                } else {
-                    format!("sdm_step({},{})", q("until"), q(loc))
-                };
-                self.symbolic("until", &dest, call, out, str::to_owned)
-                    .await?
-            }
+            "until" | "u" => self.until(rest, out).await?,
             "watch" => {
                 let (expr, ids) = split_ids(&self.groups, &all, rest);
                 if expr.is_empty() {
@@ -456,6 +418,51 @@ impl Console {
             _ => return Ok(None),
         };
         Ok(Some(failed))
+    }
+
+    /// `frame N [IDS]`: selects frame N of the ranks' stacks; returns whether one failed.
+    async fn frame(&mut self, rest: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
+        let (n, ids) = match rest.split_once(char::is_whitespace) {
+            Some((n, ids)) => (n, ids),
+            None if rest.chars().all(|c| c.is_ascii_digit()) => (rest, ""),
+            None => ("", rest),
+        };
+        let dest = self.ranks(ids)?;
+        let arg = if n.is_empty() {
+            anyhow::bail!("frame: give a frame number, e.g. `frame 1` (`up`, `down` move by one)");
+        } else {
+            n.parse::<u32>()
+                .map_err(|_| anyhow!("frame: {n:?} is not a frame number"))?
+                .to_string()
+        };
+        self.symbolic(
+            "frame",
+            &dest,
+            format!("sdm_frame({arg})"),
+            out,
+            str::to_owned,
+        )
+        .await
+    }
+
+    /// `until [LOCATION] [IDS]`: runs the ranks to the next line or to LOCATION; returns
+    /// whether one failed.
+    async fn until(&mut self, rest: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
+        let all = self.session.all();
+        let q = |s: &str| Value::Str(s.to_owned()).to_string();
+        let (loc, ids) = match rest.split_once(char::is_whitespace) {
+            Some((l, ids)) => (l, ids),
+            None if self.groups.is_ids(&all, rest) => ("", rest),
+            None => (rest, ""),
+        };
+        let dest = self.ranks(ids)?;
+        let call = if loc.is_empty() {
+            format!("sdm_step({})", q("until"))
+        } else {
+            format!("sdm_step({},{})", q("until"), q(loc))
+        };
+        self.symbolic("until", &dest, call, out, str::to_owned)
+            .await
     }
 
     /// `HEAD ARGS [IDS]` run by the ranks' gdbs (`ptype x`, `x/4x &a`, `set var x = 1`;

@@ -1,0 +1,216 @@
+//! The console's printing: the programs' output and events as they arrive (aligned across
+//! ranks, merged, or one line per rank with `--label`), and merged result lines of a
+//! command, as text or JSON lines.
+
+use std::io::Write;
+use std::time::Duration;
+
+use sdm_omis::BasicReply;
+use sdm_overlay::coalesce::{STDERR, STDOUT, StdioLine};
+use sdm_proto::{IdSet, Message, Status};
+
+use super::{Console, Line, line_failed, next_query};
+
+impl Console {
+    /// Handles one message that is not a reply: output is aligned across ranks and events
+    /// merged (an event never passes its sources' output), then printed; a program's end
+    /// is noted as it arrives.
+    pub(super) fn incoming(&mut self, m: Message, out: &mut dyn Write) -> anyhow::Result<()> {
+        let line = StdioLine {
+            kind: m.kind,
+            sources: m.source,
+            index: m.op,
+            payload: m.payload,
+        };
+        let now = std::time::Instant::now();
+        let due = match sdm_client::iof::exit_status(&line) {
+            Some(status) => {
+                if !line.sources.is_subset(&self.killed) {
+                    self.exit_status = self.exit_status.max(status);
+                }
+                self.terminated.union_with(&line.sources);
+                self.stdio.push_end(now, line)
+            }
+            None => self.stdio.push(now, line),
+        };
+        for l in due {
+            self.print_line(&l, out)?;
+        }
+        Ok(())
+    }
+
+    /// `ranks` will print nothing more (their program never started, their server was
+    /// lost): output stops waiting for them.
+    pub(super) fn ended_silently(
+        &mut self,
+        ranks: &IdSet,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<()> {
+        self.terminated.union_with(ranks);
+        for l in self.stdio.end(std::time::Instant::now(), ranks) {
+            self.print_line(&l, out)?;
+        }
+        Ok(())
+    }
+
+    /// Prints stdio lines whose coalescing window has passed (`all`: everything).
+    pub(super) fn flush_stdio(&mut self, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+        let lines = if all {
+            self.stdio.drain()
+        } else {
+            self.stdio.expire(std::time::Instant::now())
+        };
+        for l in lines {
+            self.print_line(&l, out)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn print_line(&mut self, l: &StdioLine, out: &mut dyn Write) -> anyhow::Result<()> {
+        if l.kind != sdm_proto::Kind::Stdio {
+            self.note_hit(&l.sources, &l.payload);
+            return self.print_event(&l.sources, &l.payload, out);
+        }
+        let (stream, text) = match l.payload.split_first() {
+            Some((s, t)) => (*s, String::from_utf8_lossy(t)),
+            None => (STDOUT, "".into()),
+        };
+        let mut err = std::io::stderr();
+        let w: &mut dyn Write = match (stream == STDERR, self.stderr.as_mut()) {
+            (true, Some(e)) => e,
+            (true, None) => &mut err,
+            (false, _) => out,
+        };
+        if self.json {
+            let name = if stream == STDERR { "stderr" } else { "stdout" };
+            writeln!(
+                w,
+                "{}",
+                serde_json::json!({"ids": l.sources.to_string(), "stream": name, "line": text})
+            )?;
+        } else if self.label {
+            for id in l.sources.iter() {
+                writeln!(w, "[{id}] {text}")?;
+            }
+        } else {
+            writeln!(w, "{} {text}", l.sources)?;
+        }
+        Ok(())
+    }
+
+    /// Prints the output and events already received (without waiting), then the merged
+    /// lines that are due (`all`: every one held).
+    pub(super) fn print_received(&mut self, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+        while let Some(m) = self.session.queued_event() {
+            self.incoming(m, out)?;
+        }
+        self.flush_stdio(all, out)
+    }
+
+    /// Prints output and events as they come, for at most 20 ms or until `until` (taking
+    /// none while the terminal's [`crate::screen::Room`] is full).
+    pub async fn pump(
+        &mut self,
+        until: tokio::time::Instant,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<()> {
+        let tick = tokio::time::Instant::now() + Duration::from_millis(20);
+        if let Some(room) = &self.room
+            && tokio::time::timeout_at(until.min(tick), room.wait())
+                .await
+                .is_err()
+        {
+            // The terminal is behind: the output waits in the tree (its programs in write).
+            return Ok(());
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(until.min(tick)) => {}
+            ev = self.session.next_event() => match ev {
+                Some(m) => self.incoming(m, out)?,
+                None => anyhow::bail!("the tree went away: {}", self.session.closed_reason()),
+            },
+            Some(q) = next_query(&mut self.queries) => self.answer(q).await,
+        }
+        self.flush_stdio(false, out)
+    }
+
+    /// Prints merged result lines (`show` puts a reply in words); returns whether one of
+    /// them is a failure: an error reply, a lost or timed-out server.
+    pub(super) fn print_lines(
+        &self,
+        cmd: &str,
+        lines: &[Line],
+        out: &mut dyn Write,
+        show: impl Fn(&BasicReply) -> String,
+    ) -> anyhow::Result<bool> {
+        let mut failed = false;
+        // Replies that differ (each rank's pid, say) but read the same merge into one line.
+        let mut shown: Vec<(Status, String, IdSet)> = Vec::new();
+        for l in lines {
+            failed |= line_failed(l);
+            let text = l.shown(&show);
+            match shown
+                .iter_mut()
+                .find(|(s, t, _)| *s == l.status && *t == text)
+            {
+                Some((_, _, ids)) => ids.union_with(&l.ids),
+                None => shown.push((l.status, text, l.ids.clone())),
+            }
+        }
+        shown.sort_by_key(|(_, _, ids)| ids.first());
+        for (status, text, ids) in shown {
+            if self.json {
+                let status = status_name(status);
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({"command": cmd, "ids": ids.to_string(), "status": status, "result": text})
+                )?;
+            } else if text.contains('\n') {
+                // Source lines, locals: one per line under the ranks they hold for.
+                writeln!(out, "{ids}")?;
+                for l in text.lines() {
+                    writeln!(out, "    {l}")?;
+                }
+            } else {
+                writeln!(out, "{ids} {text}")?;
+            }
+        }
+        Ok(failed)
+    }
+
+    pub(super) fn print_event(
+        &self,
+        sources: &IdSet,
+        payload: &[u8],
+        out: &mut dyn Write,
+    ) -> anyhow::Result<()> {
+        let text = String::from_utf8_lossy(payload);
+        if self.json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"event": text, "ids": sources.to_string()})
+            )?;
+        } else {
+            let text = crate::words::event(&text, |at| self.state.breakpoint_number(at));
+            if self.label {
+                for id in sources.iter() {
+                    writeln!(out, "[{id}] {text}")?;
+                }
+            } else {
+                writeln!(out, "{sources} {text}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Replied => "replied",
+        Status::Lost => "lost",
+        Status::TimedOut => "timed_out",
+        Status::Error => "error",
+    }
+}
