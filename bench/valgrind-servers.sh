@@ -6,9 +6,6 @@
 # Usage: . bench/valgrind-servers.sh NAME VALGRIND-ARGS...   (NAME: the script, for errors)
 command -v valgrind >/dev/null || { echo "$1: needs valgrind" >&2; exit 1; }
 shift
-# Under valgrind the code stays on the file's pages: callgrind names functions by the file
-# mapping, which moving the code onto huge pages replaces (deploy/src/hugetext.rs).
-export SDM_HUGE_TEXT=0
 cargo build --release -p sdm -p sdm-bench
 B=$(realpath "${CARGO_TARGET_DIR:-target}/release")
 D=$(mktemp -d)
