@@ -479,8 +479,7 @@ impl IdSet {
     }
 
     /// [`IdSet::write_form`] of a set held as a bitmap: out of line, so a range's few
-    /// instructions are not spread among a bitmap's many where the form is written
-    /// (BENCHMARKS.md, "Per-hop cost, fifteenth pass").
+    /// instructions are not spread among a bitmap's many where the form is written.
     #[inline(never)]
     fn write_bitmap_form(&self, form: Form, out: &mut impl BufMut) {
         if form.runs {
