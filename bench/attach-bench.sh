@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Attach and `bt` at scale against gdb (issue 14, item 5): for each size N a job of N tasks
+# Attach and `bt` at scale against gdb: for each size N a job of N tasks
 # waiting in nanosleep is started by Slurm (`srun --overcommit -n N sleep`; LAUNCHER=mpirun:
 # Open MPI's `mpirun -n N sleep`, whose table sdm reads from its process tree), then
 #   attach : `sdm attach SRUN_PID -c detach`            (table via MPIR, N servers, attach, detach)
@@ -13,7 +13,7 @@
 #
 # Usage: bench/attach-bench.sh [--old-bin PATH]
 #   --old-bin PATH  the older build's `sdm` (or the directory holding it), e.g.
-#                   /work/old-bin/sdm, the one-server-per-rank build before issue 37
+#                   /work/old-bin/sdm, a build with one server per rank
 # Environment: SIZES ("64 256 1024"), REPS (3), GDB_MAX (256), LAUNCHER (srun; Slurm's
 # default MaxTasksPerNode, 512, caps srun on one node: use mpirun for 1024), OLD_BIN (as
 # --old-bin), SDM_ARGS (extra `sdm attach` options of the new build, e.g.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # User and system CPU time per daemon per wave of `sdm-bench throughput`, from `perf stat`
 # over all its processes: the difference of a 1000-wave and a 5000-wave run, divided by
-# 4000 waves and N + 1 daemons, so start-up and shut-down cancel out (BENCHMARKS.md,
-# "Per-hop cost", tenth and eleventh passes). Builds run interleaved, REPS times each, so
-# drift on the machine hits all alike; compare within one invocation.
+# 4000 waves and N + 1 daemons, so start-up and shut-down cancel out. Builds run
+# interleaved, REPS times each, so drift on the machine hits all alike; compare within one
+# invocation.
 #
 # Usage: bench/cpu-per-wave.sh [-n N] [-r REPS] [NAME=DIR[:ARGS]...]
 #   -n N      servers (256)          -r REPS   rounds (3)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# `print x` and `next` at scale against gdb (issue 16, item 6). For each size N,
+# `print x` and `next` at scale against gdb. For each size N,
 # tests/programs/ranks.c (-O0 -g) runs as N ranks started stopped at `main`, and
 # sdm-debug-bench times, to the merged reply of all N ranks:
-#   handover+print : the first `print rank` (a gdb started and attached on every rank)
+#   handover+print : the first `print rank` (what the first symbolic command costs)
 #   print          : each further `print rank` (median of K)
 #   next           : each `next` on every rank (median of K)
 # against gdb run on each process in turn (on GDB_MAX processes at most; beyond, scaled to N):

@@ -3,7 +3,7 @@
 # the distinct 64-byte cache lines and 4 KiB pages of data and of code, per wake-up, at
 # a leaf (and at sdm's one interior server). With a thousand daemons on two cores every
 # wake-up finds its process's lines evicted, so lines touched per wake-up cost time even
-# where instructions do not (BENCHMARKS.md, "Per-hop cost, sixth pass").
+# where instructions do not.
 #
 # Usage: bench/footprint.sh [ITERS]   (needs valgrind and python3; about a minute)
 # Runs `sdm-bench rtt -n 4 --iters ITERS` (300) twice, with every server (and then every

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Round trip and throughput by layout (issue 37, item 7): N ranks (SIZES) served by 1, 4
+# Round trip and throughput by layout: N ranks (SIZES) served by 1, 4
 # and 16 servers on this host (`--ranks-per-server N/S`), and by one server on each of four
 # network-namespace hosts with their own sshd (`--launcher ssh`, tests/src/bin/sdm-hosts.rs),
 # against the minimal relay with the same number of processes (S relays plus the root, as
 # sdm's S servers plus the master). `sdm-bench rtt` (a `ping` to every rank, ITERS times
 # after 20 warm-up) and `throughput` (waves of `value` summed in the tree, WINDOW in flight).
 # The layouts alternate within each rep, so drift on the machine hits all alike. Prints a
-# Markdown table of medians (JSON lines in OUT).
+# Markdown table of medians (JSON lines in OUT; `bench/plot.sh OUT` draws them).
 #
 # CPU per wave is not given: over ssh the servers are not this process's descendants.
 # Usage: bench/hosts-bench.sh [OUT.jsonl]   (root: the namespace hosts need it)

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Instructions each daemon runs per wave of `sdm-bench throughput -n 4`, under callgrind:
 # the difference of a SHORT-wave and a LONG-wave run, divided by LONG - SHORT, so start-up
-# and shut-down cancel out (BENCHMARKS.md, "Per-hop cost, eleventh pass"). Deterministic to
-# about 1% (how many waves one wake-up takes varies), which a timed benchmark on this
-# machine is not: the figure to compare a change against.
+# and shut-down cancel out. Nearly deterministic (how many waves one wake-up takes varies a
+# little), which a timed benchmark is not: the figure to compare a change against.
 #
 # Usage: bench/instructions-per-wave.sh [DIR [SHORT LONG]]
 #   DIR    a directory holding a release `sdm` whose daemons to measure (default: this

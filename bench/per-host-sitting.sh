@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Every figure of BENCHMARKS.md's "One server per host" section in one sitting (issue 37,
-# item 7), this build against the build before the issue (one server per rank), one script
-# after the other, each script's table and log in OUTDIR:
+# Every figure of BENCHMARKS.md's "One server per host" section in one sitting, this build
+# against an older one (e.g. one server per rank), one script after the other, each script's
+# table and log in OUTDIR:
 #   attach-512.md   attach + merged bt + detach, 512-rank srun job   (attach-bench.sh)
 #   attach-1024.md  the same, 1024-rank mpirun job                   (attach-bench.sh)
 #   print-256.md    first print (and print, next) over 256 ranks    (debugger-bench.sh)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory of the tool on a host (issue 37, item 7): the proportional set size (PSS, from
+# Memory of the tool on a host: the proportional set size (PSS, from
 # /proc/PID/smaps_rollup) summed over every process of the `sdm` binary under test (front-end,
 # master, servers), for N ranks on this one host, in two states:
 #   idle : `sdm launch -n N --hold`, once every server reported ready

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Reproduces the macro benchmark tables of BENCHMARKS.md: sdm against the minimal-relay
-# baseline, start-up / rtt / throughput / CPU per daemon per wave, for each size, REPS
-# times, the systems interleaved so drift on the machine hits all alike. Prints the table
-# (medians, min-max in brackets).
+# The macro benchmarks of BENCHMARKS.md: sdm against the minimal-relay baseline, start-up /
+# rtt / throughput / CPU per daemon per wave, for each size, REPS times, the systems
+# interleaved so drift on the machine hits all alike. Prints the table (medians, min-max in
+# brackets); `bench/plot.sh OUT.jsonl` draws it.
 #
 # Usage: bench/run-macro.sh [--old-bin DIR] [OUT.jsonl]
 #   --old-bin DIR  also runs an older build (DIR holds its release `sdm`, `sdm-bench` and
@@ -11,10 +11,9 @@
 #                  after in one sitting.
 # Environment: SIZES ("64 256 1024"), REPS (3), BENCHES ("startup rtt throughput": which to
 # run), SDM_ARGS (extra sdm-bench options for this build's sdm runs, e.g.
-# `--ranks-per-server 16`), ITERS (200), WINDOW (16), WAVES (by size:
-# 2048000 / n, at least 2000, so each throughput run lasts seconds, not a tenth of one: at
-# 64 servers a run of 2000 waves takes the relay 0.15 s, and its CPU per wave then spreads
-# by 30% from run to run, against 10% over 32000 waves; a number fixes it for every size).
+# `--ranks-per-server 16`), ITERS (200), WINDOW (16), WAVES (by size: 2048000 / n, at least
+# 2000, so that each throughput run lasts seconds and its CPU per wave is steady; a number
+# fixes it for every size).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -4,6 +4,7 @@
 //! Results go to BENCHMARKS.md with the command, the machine and the date.
 
 pub mod baseline;
+pub mod results;
 pub mod stats;
 pub mod wire;
 

@@ -81,7 +81,7 @@ struct Common {
     /// --ranks-per-server splits them; the baseline runs n relays (plus position 0).
     #[arg(short, long)]
     n: u32,
-    /// Ranks per sdm server, in blocks (1: one server per rank, the layout before issue 37).
+    /// Ranks per sdm server, in blocks (1: one server per rank).
     #[arg(long)]
     ranks_per_server: Option<u32>,
     /// sdm transport: tcp or quic (the baseline is always tcp).

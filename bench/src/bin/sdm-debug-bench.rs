@@ -1,7 +1,7 @@
-//! sdm-debug-bench: the symbolic debugger's latency on a real local tree (issue 16): N
-//! ranks of a program started stopped at `main`, then the time to the merged reply of the
-//! first `print` on every rank (gdb started and attached on each: the handover), of each
-//! further `print EXPR`, and of each `next`. Prints one JSON line (milliseconds).
+//! sdm-debug-bench: the symbolic debugger's latency on a real local tree: N ranks of a
+//! program started stopped at `main`, then the time to the merged reply of the first `print`
+//! on every rank (what a tool's first symbolic command costs), of each further `print EXPR`,
+//! and of each `next`. Prints one JSON line (milliseconds).
 
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ struct Cli {
     /// splits them.
     #[arg(short, long, default_value_t = 64)]
     n: u32,
-    /// Ranks per server, in blocks (1: one server per rank, the layout before issue 37).
+    /// Ranks per server, in blocks (1: one server per rank).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     ranks_per_server: Option<u32>,
     /// The program (built with -g; it is started stopped at `main`).

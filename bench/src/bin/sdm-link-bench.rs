@@ -1,5 +1,5 @@
 //! sdm-link-bench: what one sdm link costs against plain TCP, and how round trips grow with
-//! tree depth under the transport's delay layer (issue 7).
+//! tree depth under the transport's delay layer.
 //!
 //! One invocation runs three sections, each printing JSON lines (one per measurement, with
 //! the load average read before and after it):

@@ -11,12 +11,11 @@
 //!
 //! An experiment, off unless asked for: `SDM_RELAY_TOUCH_KIB=K` makes the relay write one
 //! byte in each 64-byte line of a private K KiB buffer (per thread) for every frame it
-//! reads, to measure what the cache lines a wake-up touches cost (BENCHMARKS.md, "Per-hop
-//! cost, sixth pass").
+//! reads, to measure what the cache lines a wake-up touches cost a daemon.
 //!
 //! Another: `SDM_RELAY_EPOLL=1` relays on one thread waiting on `epoll` with non-blocking
 //! sockets, the shape of a daemon that multiplexes its links without a runtime, instead of
-//! blocking reads on a thread per direction (BENCHMARKS.md, "Per-hop cost, seventh pass").
+//! blocking reads on a thread per direction.
 
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};

@@ -17,7 +17,7 @@ use sdm_overlay::sim::SimNet;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Placement, Shape, Tree};
 
-/// Millions of small objects made and freed in waves: glibc's allocator spends a third of
+/// Millions of small objects made and freed in waves: glibc's allocator spends much of
 /// the run consolidating its free lists, mimalloc's size classes do not.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -27,15 +27,8 @@ fn program() -> std::path::PathBuf {
 }
 
 #[test]
+#[cfg_attr(not(sdm_have_gdb), ignore = "needs gdb")]
 fn a_process_stopped_at_main_is_handed_to_gdb_and_stepped() {
-    if std::process::Command::new("gdb")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("no gdb: skipped");
-        return;
-    }
     let exe = program();
     let (tx, _rx) = tokio::sync::mpsc::channel(64);
     let (m, mut events) = MonitorHandle::new(0, 1, tx);
