@@ -10,10 +10,10 @@
 #                  --release -p sdm -p sdm-bench` there), as system `sdm-old`: before and
 #                  after in one sitting.
 # Environment: SIZES ("64 256 1024"), REPS (3), BENCHES ("startup rtt throughput": which to
-# run), SDM_ARGS (extra sdm-bench options for this build's sdm runs, e.g.
-# `--ranks-per-server 16`), ITERS (200), WINDOW (16), WAVES (by size: 2048000 / n, at least
-# 2000, so that each throughput run lasts seconds and its CPU per wave is steady; a number
-# fixes it for every size).
+# run), SDM_ARGS (extra sdm-bench options for the sdm runs, e.g. `--ranks-per-server 1`),
+# OLD_ARGS (the same for the old build; SDM_ARGS unless set), ITERS (200), WINDOW (16),
+# WAVES (by size: 2048000 / n, at least 2000, so that each throughput run lasts seconds and
+# its CPU per wave is steady; a number fixes it for every size).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +29,7 @@ SIZES=${SIZES:-"64 256 1024"}
 REPS=${REPS:-3}
 BENCHES=${BENCHES:-"startup rtt throughput"}
 SDM_ARGS=${SDM_ARGS:-}
+OLD_ARGS=${OLD_ARGS-$SDM_ARGS}
 ITERS=${ITERS:-200}
 WAVES=${WAVES:-}
 WINDOW=${WINDOW:-16}
@@ -66,7 +67,7 @@ run() {
 
 for n in $SIZES; do
   for rep in $(seq "$REPS"); do
-    [ -n "$OLD" ] && run "$n" "$OLD/sdm-bench" "" sdm-old
+    [ -n "$OLD" ] && run "$n" "$OLD/sdm-bench" "$OLD_ARGS" sdm-old
     run "$n" "$B" "$SDM_ARGS" sdm
     run "$n" "$B" --baseline baseline
   done
