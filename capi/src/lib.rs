@@ -70,10 +70,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
+use sdm_client::ReplyGroup;
 use sdm_client::iof::Iof;
 use sdm_client::{Session, SessionOptions};
-use sdm_overlay::coalesce::IDLE;
-use sdm_overlay::frontend::ReplyGroup;
+use sdm_overlay::stdio::IDLE;
 use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
 
 /// Success.
@@ -209,7 +209,7 @@ fn guard(f: impl FnOnce() -> Result<(), Failure>) -> c_int {
             code
         }
         Err(p) => {
-            let what = sdm_overlay::logging::panic_text(&*p);
+            let what = sdm_overlay::panic_text(&*p);
             set_last_error(&format!("internal error in libsdm: {what}"));
             SDM_ERR_PANIC
         }

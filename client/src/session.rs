@@ -12,19 +12,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sdm_deploy::{LaunchSpec, Launched, LauncherKind};
-use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::filters::Registry;
-use sdm_overlay::frontend::Frontend;
-use sdm_overlay::setup::ConnectPolicy;
+use sdm_overlay::setup::{ConnectPolicy, SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::transport::{Address, PortRange, TransportConfig, bind_in_range, transport_for};
 #[cfg(feature = "quic")]
 use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::{Placement, Shape, Tree};
 
-use sdm_overlay::init::{INIT_SERVICE, InitSpec, Table};
+use sdm_overlay::setup::{INIT_SERVICE, InitSpec, Table};
 
 use crate::error::{Error, Result};
+use crate::frontend::Frontend;
 use crate::link::Handle;
 
 /// How to launch a tree.

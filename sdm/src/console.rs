@@ -10,16 +10,16 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use nix::sys::signal::Signal;
-use sdm_overlay::frontend::ReplyGroup;
+use sdm_client::ReplyGroup;
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 
-use sdm_overlay::align::Aligner;
-use sdm_overlay::coalesce::StdioLine;
+use sdm_client::align::Aligner;
+use sdm_overlay::stdio::StdioLine;
 
 use sdm_client::service;
 use sdm_client::session::Session;
 use sdm_omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request};
-use sdm_overlay::coalesce::{STDERR, STDOUT};
+use sdm_overlay::stdio::{STDERR, STDOUT};
 
 mod debug;
 mod threads;

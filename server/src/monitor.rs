@@ -111,7 +111,7 @@ impl std::str::FromStr for IoMode {
 }
 
 /// Stream tags of a stdio payload (its first byte), defined with the coalescer that reads them.
-pub use sdm_overlay::coalesce::{STDERR, STDOUT};
+pub use sdm_overlay::stdio::{STDERR, STDOUT};
 
 /// Where a monitor's output lines and end-of-process events go to the node: each as
 /// `(kind, rank, payload)`, naming the local rank they come from.
@@ -1157,7 +1157,7 @@ impl Monitor {
         };
         let (tx, rank) = (&self.stdio, self.rank);
         w.check(std::time::Instant::now(), || {
-            let marker = Bytes::from_static(&[sdm_overlay::coalesce::IDLE]);
+            let marker = Bytes::from_static(&[sdm_overlay::stdio::IDLE]);
             tx.try_send((Kind::Stdio, rank, marker)).is_ok()
         });
     }

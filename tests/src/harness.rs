@@ -9,12 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use sdm_client::{Frontend, ReplyGroup};
 use sdm_filters::{Group, Registry};
 use sdm_overlay::Node;
-use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::driver::{self, Delivery};
-use sdm_overlay::frontend::{Frontend, ReplyGroup};
 use sdm_overlay::setup::{self, ConnectPolicy};
+use sdm_overlay::setup::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::transport::{
     Address, Listener, SessionTls, Transport, TransportConfig, transport_for,
 };

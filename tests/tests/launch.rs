@@ -119,7 +119,7 @@ fn huge_flags(pid: u32, start: u64) -> (bool, bool) {
 /// pages the supervisor says why, and nothing moves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_run_their_code_from_memory_moved_to_huge_pages() {
-    let key = sdm_overlay::auth::SessionKey::generate().to_hex();
+    let key = sdm_overlay::setup::SessionKey::generate().to_hex();
     for huge_text in [None, Some("0")] {
         let mut cmd = Command::new(sdm_e2e::sdm());
         cmd.args(["server", "--port", "0", "--parent-timeout", "600"])
@@ -189,7 +189,7 @@ async fn copies_run_their_code_from_memory_moved_to_huge_pages() {
 /// process reports how many failed; a bad count is refused by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_server_process_forks_its_copies_and_they_die_with_it() {
-    let key = sdm_overlay::auth::SessionKey::generate().to_hex();
+    let key = sdm_overlay::setup::SessionKey::generate().to_hex();
     let start = |parent_timeout: &str, copies: &str| {
         Command::new(sdm_e2e::sdm())
             .args(["server", "--port", "0", "--parent-timeout", parent_timeout])

@@ -19,10 +19,10 @@ use sdm_e2e as support;
 use std::process::Command;
 use std::time::Duration;
 
-use sdm_overlay::auth::SessionKey;
 use sdm_overlay::driver::KEEPALIVE_ENV;
-use sdm_overlay::recover::PATIENCE_ENV;
 use sdm_overlay::setup::ConnectPolicy;
+use sdm_overlay::setup::PATIENCE_ENV;
+use sdm_overlay::setup::SessionKey;
 use sdm_overlay::transport::Address;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Shape};

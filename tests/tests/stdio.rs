@@ -611,13 +611,13 @@ async fn unread_output() {
     use std::time::Duration;
 
     use sdm_client::iof::Iof;
-    use sdm_overlay::flow;
+    use sdm_overlay::stdio;
     use sdm_proto::{Status, SyncMode};
 
     let s = session(8).await;
     let all = s.all();
     let flood = r#"0 [] sdm_start("/bin/sh", ["-c", "i=0; while :; do i=$((i+1)); echo $i; done"], "pipes")"#;
-    let replied = |groups: &[sdm_overlay::frontend::ReplyGroup]| {
+    let replied = |groups: &[sdm_client::ReplyGroup]| {
         groups
             .iter()
             .filter(|g| g.status == Status::Replied)
@@ -648,14 +648,14 @@ async fn unread_output() {
     while let Some(m) = s.queued_event() {
         held.push(m);
     }
-    let bytes: i64 = held.iter().map(flow::cost).sum();
-    let largest = held.iter().map(flow::cost).max().unwrap_or(0);
+    let bytes: i64 = held.iter().map(stdio::cost).sum();
+    let largest = held.iter().map(stdio::cost).max().unwrap_or(0);
     assert!(!held.is_empty(), "some output reached the front-end");
     assert!(
-        bytes < flow::WINDOW + largest,
+        bytes < stdio::WINDOW + largest,
         "the front-end holds {bytes} bytes of unread output in {} frames, beyond the window {}",
         held.len(),
-        flow::WINDOW
+        stdio::WINDOW
     );
     // Read again, end the programs, and check that no line was lost on the way.
     let numbers: Arc<Mutex<BTreeMap<u32, Vec<u64>>>> = Arc::default();
