@@ -5,10 +5,11 @@
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use sdm_client::session::Session;
 use sdm_client::{Frontend, ReplyGroup};
 use sdm_filters::{Group, Registry};
 use sdm_overlay::Node;
@@ -18,7 +19,7 @@ use sdm_overlay::setup::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::transport::{
     Address, Listener, SessionTls, Transport, TransportConfig, transport_for,
 };
-use sdm_proto::{IdSet, Status};
+use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Shape, Topology};
 use tokio::task::JoinHandle;
 
@@ -516,13 +517,7 @@ pub fn server_of_rank(root: u32, id: u32) -> Option<u32> {
         if comm == "sdm" || !env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
             return None;
         }
-        // The fourth field of stat, after the command's closing parenthesis: the parent.
-        stat.rsplit_once(") ")?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
+        crate::procs::parent_of(pid)
     })
 }
 
@@ -581,6 +576,12 @@ pub fn c_program(name: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
+/// tests/programs/spinner.c with frame pointers and debug info: ranks that spin, or stop
+/// at functions chosen by rank (the console and error tests' program).
+pub fn spinner() -> PathBuf {
+    c_program("spinner", &["-O0", "-g", "-fno-omit-frame-pointer"])
+}
+
 /// tests/programs/NAME.c.
 pub fn program_source(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -596,6 +597,70 @@ pub fn source_line(name: &str, marker: &str) -> u32 {
         .position(|l| l.contains(marker))
         .map(|i| i as u32 + 1)
         .unwrap_or_else(|| panic!("no {marker} in {}", src.display()))
+}
+
+/// Runs `sdm run ARGS` with `input` on its standard input; it must succeed.
+pub fn sdm_run(args: &[&str], input: &[u8]) -> Output {
+    let out = sdm_run_status(args, input);
+    assert!(
+        out.status.success(),
+        "sdm run {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `sdm run ARGS` with `input` on its standard input, whatever its exit status.
+pub fn sdm_run_status(args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(sdm())
+        .arg("run")
+        // Output lines wait for the same line of every rank as long as it takes on a
+        // loaded machine (the merge is exact up to this lag, 5 s by default); interior
+        // nodes hold lines a little longer than by default, so fewer partial groups
+        // reach the console.
+        .args(["--coalesce-ms", "100", "--merge-lag", "120000"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting sdm run");
+    let mut stdin = child.stdin.take().expect("piped");
+    stdin.write_all(input).expect("writing sdm's stdin");
+    drop(stdin);
+    child.wait_with_output().expect("waiting for sdm run")
+}
+
+/// The `info` line of every rank: one group each (each names its rank), all from the
+/// same server process. Returns that process's pid.
+pub async fn one_server(s: &Session, n: u32) -> u32 {
+    let groups = s
+        .request(&IdSet::all(n), SyncMode::WaitAll, "info")
+        .await
+        .unwrap();
+    let mut pids = Vec::new();
+    let mut seen = IdSet::new();
+    for g in &groups {
+        assert_eq!(g.status, Status::Replied, "{g:?}");
+        let text = String::from_utf8_lossy(&g.payload).into_owned();
+        assert!(text.starts_with("host="), "{text}");
+        let field = |name: &str| -> String {
+            text.split(' ')
+                .find_map(|f| f.strip_prefix(name))
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+                .to_owned()
+        };
+        let rank: u32 = field("rank=").parse().unwrap();
+        assert_eq!(g.sources, IdSet::single(rank), "{text}");
+        seen.insert(rank);
+        pids.push(field("pid=").parse::<u32>().unwrap());
+    }
+    assert_eq!(seen, IdSet::all(n));
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(pids.len(), 1, "one server for the {n} ranks: {pids:?}");
+    pids[0]
 }
 
 /// Runs the console command `cmd` (asserting the console goes on) and returns what it printed.

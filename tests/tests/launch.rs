@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use sdm_client::session::{Progress, Session, SessionOptions};
 use sdm_deploy::LauncherKind;
+use sdm_e2e::procs::{alive, parent_of};
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Shape};
 
@@ -20,24 +21,14 @@ fn opts(n: u32, launcher: LauncherKind) -> SessionOptions {
     }
 }
 
-/// True if process `pid` is gone (or a zombie nobody reaped yet).
-fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(s) => s
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z')),
-    }
-}
-
 async fn wait_gone(pids: &[u32]) {
     for _ in 0..300 {
-        if pids.iter().all(|&p| gone(p)) {
+        if pids.iter().all(|&p| !alive(p)) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let left: Vec<_> = pids.iter().filter(|&&p| !gone(p)).collect();
+    let left: Vec<_> = pids.iter().filter(|&&p| alive(p)).collect();
     panic!("daemons still running: {left:?}");
 }
 
@@ -68,17 +59,6 @@ async fn full_cycle(o: SessionOptions) {
     let pids: Vec<u32> = r.processes.iter().map(|p| p.2).collect();
     s.shutdown(Duration::from_secs(20)).await;
     wait_gone(&pids).await;
-}
-
-/// The parent of process `pid`.
-fn parent_of(pid: u32) -> Option<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s.rsplit_once(") ")?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 /// The anonymous executable mappings of `pid` (no file, not the vDSO): where

@@ -6,46 +6,13 @@
 //! The tests run one at a time (each starts up to 16 servers and a flood of output).
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
+use sdm_e2e::{sdm_run, sdm_run_status};
 use sdm_proto::IdSet;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// Runs `sdm run ARGS` with `input` on its standard input; it must succeed.
-fn sdm_run(args: &[&str], input: &[u8]) -> Output {
-    let out = sdm_run_status(args, input);
-    assert!(
-        out.status.success(),
-        "sdm run {args:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Runs `sdm run ARGS` with `input` on its standard input, whatever its exit status.
-fn sdm_run_status(args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(sdm_e2e::sdm())
-        .arg("run")
-        // Output lines wait for the same line of every rank as long as it takes on a
-        // loaded machine (the merge is exact up to this lag, 5 s by default); interior
-        // nodes hold lines a little longer than by default, so fewer partial groups
-        // reach the console.
-        .args(["--coalesce-ms", "100", "--merge-lag", "120000"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting sdm run");
-    let mut stdin = child.stdin.take().expect("piped");
-    stdin.write_all(input).expect("writing sdm's stdin");
-    drop(stdin);
-    child.wait_with_output().expect("waiting for sdm run")
-}
 
 /// Splits `[ids] text` lines.
 fn parse(text: &str) -> Vec<(IdSet, String)> {
