@@ -632,6 +632,17 @@ pub fn sdm_run_status(args: &[&str], input: &[u8]) -> Output {
     child.wait_with_output().expect("waiting for sdm run")
 }
 
+/// Splits `[ids] text` lines, as `sdm run` prints its ranks' merged output.
+pub fn labelled_lines(text: &str) -> Vec<(IdSet, String)> {
+    text.lines()
+        .map(|l| {
+            let (ids, rest) = l.split_once(' ').unwrap_or((l, ""));
+            let ids: IdSet = ids.parse().unwrap_or_else(|e| panic!("{l:?}: {e}"));
+            (ids, rest.to_owned())
+        })
+        .collect()
+}
+
 /// The `info` line of every rank: one group each (each names its rank), all from the
 /// same server process. Returns that process's pid.
 pub async fn one_server(s: &Session, n: u32) -> u32 {

@@ -13,7 +13,7 @@ use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
 use sdm_e2e::one_server;
 use sdm_e2e::procs::{Sleeps, alive, state, tracer};
-use sdm_e2e::sdm_run;
+use sdm_e2e::{labelled_lines, sdm_run};
 use sdm_proto::IdSet;
 
 /// Ranks in every test, all on one server.
@@ -21,17 +21,6 @@ const N: u32 = 8;
 
 /// `sdm run` flags of every test: the `N` ranks, all on one server.
 const ONE_SERVER: [&str; 4] = ["-n", "8", "--ranks-per-server", "8"];
-
-/// Splits `[ids] text` lines.
-fn parse(text: &str) -> Vec<(IdSet, String)> {
-    text.lines()
-        .map(|l| {
-            let (ids, rest) = l.split_once(' ').unwrap_or((l, ""));
-            let ids: IdSet = ids.parse().unwrap_or_else(|e| panic!("{l:?}: {e}"));
-            (ids, rest.to_owned())
-        })
-        .collect()
-}
 
 /// Per rank, the texts of the lines it printed, in order.
 fn per_rank(lines: &[(IdSet, String)]) -> BTreeMap<u32, Vec<String>> {
@@ -55,7 +44,7 @@ fn eight_local_ranks_print_exactly_their_own_lines() {
         b"",
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines = parse(&text);
+    let lines = labelled_lines(&text);
     let per = per_rank(&lines);
     assert_eq!(
         per.keys().copied().collect::<Vec<_>>(),
@@ -91,7 +80,7 @@ fn stdin_reaches_exactly_the_chosen_local_ranks() {
     ]
     .concat();
     let out = sdm_run(&args, b"a\nb\n");
-    let lines = parse(&String::from_utf8(out.stdout).unwrap());
+    let lines = labelled_lines(&String::from_utf8(out.stdout).unwrap());
     let who = |t: &str| -> IdSet {
         lines
             .iter()

@@ -9,21 +9,10 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use sdm_e2e::{sdm_run, sdm_run_status};
+use sdm_e2e::{labelled_lines, sdm_run, sdm_run_status};
 use sdm_proto::IdSet;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// Splits `[ids] text` lines.
-fn parse(text: &str) -> Vec<(IdSet, String)> {
-    text.lines()
-        .map(|l| {
-            let (ids, rest) = l.split_once(' ').unwrap_or((l, ""));
-            let ids: IdSet = ids.parse().unwrap_or_else(|e| panic!("{l:?}: {e}"));
-            (ids, rest.to_owned())
-        })
-        .collect()
-}
 
 /// Checks `--label` output of programs printing `RANK N` lines (N = 1, 2, … on each rank):
 /// every such line comes from its own rank, none lost or out of order. Returns the last N
@@ -70,7 +59,7 @@ fn label_prints_every_line_of_every_rank_in_order() {
         b"",
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines = parse(&text);
+    let lines = labelled_lines(&text);
     for (ids, _) in &lines {
         assert_eq!(ids.len(), 1, "--label prints one rank per line");
     }
@@ -102,7 +91,7 @@ fn identical_lines_of_all_ranks_coalesce() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = sdm_run(&["-n", "16", "--", "sh", "-c", "seq 1 3000"], b"");
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines = parse(&text);
+    let lines = labelled_lines(&text);
     // Nothing lost, nothing doubled, each rank in order...
     let per = numbers_per_rank(&lines);
     let want: Vec<u64> = (1..=3000).collect();
@@ -141,7 +130,7 @@ fn every_line_of_sixteen_ranks_merges_exactly() {
     // line for their sixteen exits.
     let out = sdm_run(&["-n", "16", "--", "sh", "-c", "seq 1 10000"], b"");
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines = parse(&text);
+    let lines = labelled_lines(&text);
     let all = IdSet::all(16);
     assert_eq!(lines.len(), 10_001, "10000 numbers and one exit line");
     for (k, (ids, t)) in lines[..10_000].iter().enumerate() {
@@ -165,7 +154,7 @@ fn a_rank_that_pauses_is_not_awaited_and_loses_nothing() {
     let script = "seq 1 5000; [ \"$SDM_RANK\" = 5 ] && sleep 2; seq 5001 10000";
     let out = sdm_run(&["-n", "16", "--", "sh", "-c", script], b"");
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines = parse(&text);
+    let lines = labelled_lines(&text);
     let all = IdSet::all(16);
     for (k, (ids, t)) in lines[..5_000].iter().enumerate() {
         assert_eq!(
@@ -343,7 +332,7 @@ fn nothing_is_lost_when_a_script_ends_with_kill() {
 fn no_coalesce_prints_each_rank_apart() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = sdm_run(&["-n", "4", "--no-coalesce", "--", "echo", "same"], b"");
-    let lines = parse(&String::from_utf8(out.stdout).unwrap());
+    let lines = labelled_lines(&String::from_utf8(out.stdout).unwrap());
     let same: Vec<&IdSet> = lines
         .iter()
         .filter(|(_, t)| t == "same")
@@ -374,7 +363,7 @@ fn stdin_goes_only_to_the_chosen_ranks() {
         &["-n", "4", "--stdin", "1-2", "--", "sh", "-c", script],
         b"a\nb\n",
     );
-    let lines = parse(&String::from_utf8(out.stdout).unwrap());
+    let lines = labelled_lines(&String::from_utf8(out.stdout).unwrap());
     let who = |t: &str| -> IdSet {
         lines
             .iter()
