@@ -40,7 +40,9 @@ mod harness;
 pub mod hungjob;
 pub mod netns;
 pub mod procs;
+mod runs;
 pub mod slurmhosts;
 pub mod sshhosts;
 
 pub use harness::*;
+pub use runs::*;
