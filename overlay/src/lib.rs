@@ -69,7 +69,7 @@ pub mod transport;
 
 pub use error::{LinkError, LinkErrorKind};
 pub use init::InitError;
-pub use liveness::Peer;
+pub use liveness::{LivenessError, Peer};
 pub use logging::panic_text;
 pub use node::{Node, NodeStats, Output};
 /// The filters crate, whose [`Registry`](sdm_filters::Registry) a [`Node`] makes its ops'
