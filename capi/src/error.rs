@@ -55,7 +55,7 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<(), Failure>) -> c_int {
             code
         }
         Err(p) => {
-            let what = sdm_overlay::logging::panic_text(&*p);
+            let what = sdm_overlay::panic_text(&*p);
             set_last_error(&format!("internal error in libsdm: {what}"));
             SDM_ERR_PANIC
         }

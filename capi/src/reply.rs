@@ -3,7 +3,7 @@
 
 use std::ffi::c_int;
 
-use sdm_overlay::frontend::ReplyGroup;
+use sdm_client::ReplyGroup;
 use sdm_proto::Status;
 
 use crate::args::{boxed, free};

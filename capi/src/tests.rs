@@ -3,7 +3,7 @@
 
 use std::ffi::{CStr, c_char};
 
-use sdm_overlay::frontend::ReplyGroup;
+use sdm_client::ReplyGroup;
 use sdm_proto::Status;
 
 use super::*;

@@ -1,8 +1,8 @@
 //! Where the front-end listens: an address the hosts of the tree reach, by default this
-//! host's address on the route to the first remote host (see [`sdm_overlay::route`]).
+//! host's address on the route to the first remote host (see [`sdm_overlay::setup::source_for`]).
 
 use sdm_deploy::{Launcher, LauncherKind};
-use sdm_overlay::route;
+use sdm_overlay::setup;
 
 use crate::Error;
 
@@ -34,8 +34,8 @@ pub fn default_listen(
         ))
     };
     let name = launcher.network_name(first).map_err(|e| why(&e))?;
-    let ip = route::source_for(&name).map_err(|e| why(&e))?;
-    Ok(route::host_text(ip))
+    let ip = setup::source_for(&name).map_err(|e| why(&e))?;
+    Ok(setup::host_text(ip))
 }
 
 /// Where the front-end listens (`listen`, `--listen`, or [`default_listen`]) and the host
@@ -52,8 +52,8 @@ pub fn frontend_addresses(
         let here = default_listen(kind, launcher, hosts)?;
         return Ok((here.clone(), here));
     };
-    let listen = route::bracketed(listen);
-    if route::resolve(&listen).is_ok_and(|ip| ip.is_unspecified()) {
+    let listen = setup::bracketed(listen);
+    if setup::resolve(&listen).is_ok_and(|ip| ip.is_unspecified()) {
         let here = default_listen(kind, launcher, hosts)?;
         return Ok((listen, here));
     }

@@ -24,10 +24,10 @@
 
 use std::time::{Duration, Instant};
 
-use sdm_overlay::align::Aligner;
-use sdm_overlay::coalesce::{STDERR, STDOUT, StdioLine};
+use sdm_overlay::stdio::{STDERR, STDOUT, StdioLine};
 use sdm_proto::{IdSet, Kind, Message};
 
+use crate::align::Aligner;
 use crate::error::{Error, Result};
 use crate::link::Handle;
 

@@ -5,10 +5,13 @@
 //!
 //! - [`session`]: [`Session`] and [`SessionOptions`]: launch/attach, send, collect,
 //!   requests, events, stdin, shutdown.
+//! - [`frontend`]: [`Frontend`], the minimal end of the master link (send, collect merged
+//!   [`ReplyGroup`]s); [`finish`](frontend::finish) of a filter at the front-end.
 //! - [`link`]: [`Handle`], the master link shared by concurrent senders (a table of
 //!   pending operations filled by one reader task).
 //! - [`service`]: commands tagged with their service (the stock services' names, helpers).
-//! - [`iof`]: stdio handlers (the programs' output and events, merged line by line).
+//! - [`iof`]: stdio handlers (the programs' output and events, merged line by line by
+//!   [`align`]).
 //! - [`health`]: the tree's health per subtree (full, degraded, partial, lost).
 //! - [`top`]: job-wide process metrics, merged by the `stats` filter.
 //! - [`counters`]: the Rust client a program uses to feed its own counters to its server.
@@ -54,8 +57,10 @@
 //!   rustls and rcgen are not compiled.
 
 pub mod address;
+pub mod align;
 pub mod counters;
 mod error;
+pub mod frontend;
 pub mod health;
 pub mod iof;
 pub mod layout;
@@ -65,6 +70,7 @@ pub mod session;
 pub mod top;
 
 pub use error::{Error, Result};
+pub use frontend::{Frontend, ReplyGroup};
 pub use link::{Handle, ProgramStart};
 pub use sdm_omis as omis;
 pub use session::{LaunchReport, Progress, Session, SessionOptions};

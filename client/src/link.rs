@@ -36,14 +36,14 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use futures::{SinkExt, StreamExt};
 use sdm_overlay::filters::Registry;
-use sdm_overlay::flow;
-use sdm_overlay::frontend::{ReplyGroup, finish};
+use sdm_overlay::stdio as flow;
 use sdm_overlay::transport::Link;
 use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
 use tokio::sync::{Mutex, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
+use crate::frontend::{ReplyGroup, finish};
 
 /// Why a link closed when the reader did not say (its task was stopped).
 const SHUT_DOWN: &str = "the session was shut down";

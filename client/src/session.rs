@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sdm_deploy::{Launched, LauncherKind};
-use sdm_overlay::auth::SessionKey;
+use sdm_overlay::setup::SessionKey;
 use sdm_overlay::filters::Registry;
-use sdm_overlay::frontend::Frontend;
+use crate::frontend::Frontend;
 use sdm_overlay::transport::PortRange;
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::{Placement, Shape, Tree};
 
-use sdm_overlay::init::{INIT_SERVICE, InitSpec, Table};
+use sdm_overlay::setup::{INIT_SERVICE, InitSpec, Table};
 
 use crate::error::{Error, Result};
 use crate::link::Handle;

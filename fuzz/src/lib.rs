@@ -26,7 +26,7 @@ use std::str::FromStr;
 
 use bytes::{Bytes, BytesMut};
 use sdm_omis::{parse_reply, parse_request};
-use sdm_overlay::init::{InitSpec, Table};
+use sdm_overlay::setup::{InitSpec, Table};
 use sdm_proto::{FrameCodec, IdSet, Kind, Message, Status, SyncMode};
 use tokio_util::codec::{Decoder, Encoder};
 

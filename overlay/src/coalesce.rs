@@ -20,7 +20,7 @@ pub const STDERR: u8 = 2;
 /// Tag of an *idle marker*, not a line: the server saw its program go idle (nothing
 /// runnable, or computing without printing) with every line it printed sent. Its payload is
 /// `[IDLE, stream]` and its index the number of lines the rank printed on that stream, so
-/// the front-end stops waiting for that rank's later lines there (see [`crate::align`]).
+/// the front-end stops waiting for that rank's later lines there (see `sdm_client::align`).
 /// A server sends one as `[IDLE]` alone; its node adds the stream and the counts.
 pub const IDLE: u8 = 0;
 
@@ -42,7 +42,7 @@ pub struct StdioLine {
     /// For output, the line's index in its ranks' stream (the k-th line each of them
     /// printed on that stream, counted by their servers from 0): lines merge only with
     /// lines of the same index, so the front-end can align ranks line by line (see
-    /// [`crate::align`]). Zero for events.
+    /// `sdm_client::align`). Zero for events.
     pub index: u64,
     /// The payload (stream tag and text, or the event text).
     pub payload: Bytes,
@@ -78,7 +78,7 @@ struct Group {
 /// than `max_groups` groups are buffered. Lookups are indexed (by payload, and by rank
 /// for the last group holding it), so a push costs O(sources), not O(buffer).
 #[derive(Debug)]
-pub struct Coalescer {
+pub(crate) struct Coalescer {
     window: Duration,
     max_hold: Duration,
     max_groups: usize,
@@ -101,13 +101,13 @@ pub struct Coalescer {
 impl Coalescer {
     /// A buffer holding lines for `window` (more while other ranks are still printing,
     /// up to 25 windows).
-    pub fn new(window: Duration) -> Self {
+    pub(crate) fn new(window: Duration) -> Self {
         Self::with_limits(window, window * 25, 1 << 16)
     }
 
     /// A buffer with explicit limits: `max_hold` bounds how long any line waits and
     /// `max_groups` how many groups are held.
-    pub fn with_limits(window: Duration, max_hold: Duration, max_groups: usize) -> Self {
+    pub(crate) fn with_limits(window: Duration, max_hold: Duration, max_groups: usize) -> Self {
         Self {
             window,
             max_hold: max_hold.max(window),
@@ -122,18 +122,15 @@ impl Coalescer {
         }
     }
 
-    /// The window.
-    pub fn window(&self) -> Duration {
-        self.window
-    }
-
     /// How many groups are buffered.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.groups.len()
     }
 
     /// Whether nothing is buffered.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.groups.is_empty()
     }
 
@@ -156,7 +153,7 @@ impl Coalescer {
     /// of line: a node's driver reads its children's replies and their output in one loop,
     /// and this, inlined there, would lie among the replies' instructions.)
     #[inline(never)]
-    pub fn push(&mut self, now: Instant, line: StdioLine) -> Vec<StdioLine> {
+    pub(crate) fn push(&mut self, now: Instant, line: StdioLine) -> Vec<StdioLine> {
         if self.window.is_zero() {
             return vec![line];
         }
@@ -260,7 +257,7 @@ impl Coalescer {
     }
 
     /// Lines that may leave at `now`, in order.
-    pub fn expire(&mut self, now: Instant) -> Vec<StdioLine> {
+    pub(crate) fn expire(&mut self, now: Instant) -> Vec<StdioLine> {
         self.rotate(now);
         let mut out = Vec::new();
         while self.groups.front().is_some_and(|g| self.ripe(g, now)) {
@@ -270,7 +267,7 @@ impl Coalescer {
     }
 
     /// Everything buffered, in order.
-    pub fn drain(&mut self) -> Vec<StdioLine> {
+    pub(crate) fn drain(&mut self) -> Vec<StdioLine> {
         let mut out = Vec::with_capacity(self.groups.len());
         while !self.groups.is_empty() {
             out.push(self.pop());
@@ -279,7 +276,7 @@ impl Coalescer {
     }
 
     /// When [`Coalescer::expire`] should next be called.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         let g = self.groups.front()?;
         let window_end = g.born + self.window;
         let hold_end = g.born + self.max_hold;

@@ -1,7 +1,7 @@
 //! The tokio driver of a [`Node`]: one task per node reading and writing all its links
 //! itself, a timer, and local delivery to a handler. Links come from [`crate::setup`].
 //! A daemon runs the same task on a loop of its own when its links are plain tcp
-//! ([`run_node_spawned`], [`crate::poller`]): the links are then read and written there, and
+//! ([`run_node_spawned`], `crate::poller`): the links are then read and written there, and
 //! the timer is the loop's deadline.
 //!
 //! The driver owns no routing logic: it only turns `poll_output` into socket writes and
@@ -1164,7 +1164,7 @@ pub async fn run_node_full(
 pub const NODE_LOOP_ENV: &str = "SDM_NODE_LOOP";
 
 /// Environment variable: `0` makes a node on its own loop hear every child at all times
-/// instead of muting those it is not waiting on last ([`crate::poller`]), to compare the
+/// instead of muting those it is not waiting on last (`crate::poller`), to compare the
 /// two.
 pub const MUTE_ENV: &str = "SDM_MUTE";
 
@@ -1174,7 +1174,7 @@ fn muting_wanted() -> bool {
 }
 
 /// [`run_node_full`] where it costs least. When every link is a plain tcp stream, on a
-/// thread of its own that waits on epoll for them ([`poller`]): an event reaches the node
+/// thread of its own that waits on epoll for them (`poller`): an event reaches the node
 /// without the runtime's driver, scheduler and task harness in between. The calling
 /// runtime keeps everything else (the handler's spawned work, the local program's output,
 /// re-attaching), entered by that thread. Otherwise, or with [`NODE_LOOP_ENV`] set to

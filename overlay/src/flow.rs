@@ -43,7 +43,7 @@ pub const GRANT_STEP: i64 = WINDOW / 4;
 
 /// Bytes of bulk waiting for the parent's credit from which a node pauses its local
 /// producer (its program's output).
-pub const QUEUE_LIMIT: i64 = WINDOW;
+pub(crate) const QUEUE_LIMIT: i64 = WINDOW;
 
 /// Whether `kind` is bulk (stdio or events): held by the window when sent up.
 pub fn is_bulk(kind: Kind) -> bool {
@@ -75,14 +75,15 @@ pub fn parse_credit(m: &Message) -> Option<i64> {
     "sent output beyond its flow-control window ({unacknowledged} bytes unacknowledged, \
      window {window})"
 )]
-pub struct WindowExceeded {
+pub(crate) struct WindowExceeded {
     unacknowledged: i64,
     window: i64,
 }
 
 impl WindowExceeded {
     /// Bytes the sender had unacknowledged when it sent the offending frame.
-    pub fn unacknowledged(&self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn unacknowledged(&self) -> i64 {
         self.unacknowledged
     }
 }
@@ -90,7 +91,7 @@ impl WindowExceeded {
 /// Whose output a frame going up is: this server's own program's, or the subtree's behind
 /// one child link. Each has its queue and its share of the parent's credit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// This server's program (its stdio and events).
     Local,
     /// What came over the link from this child (or adopted descendant).
@@ -132,7 +133,7 @@ struct SharedFrame {
 /// The sender's side of one link: credit left, and the bulk waiting for more of it,
 /// queued by [`Origin`] and let go in weighted fair order (each origin's frames in order).
 #[derive(Debug)]
-pub struct SendWindow {
+pub(crate) struct SendWindow {
     credit: i64,
     lanes: Vec<Lane>,
     by_origin: HashMap<Origin, usize, FxBuildHasher>,
@@ -166,7 +167,7 @@ impl SendWindow {
     /// Queues a bulk frame from `origins` (each with its weight, which counts the first
     /// time the origin is seen; one origin for most frames, several for a line merged from
     /// several, none meaning this server's own) behind what each of them queued before.
-    pub fn push(&mut self, origins: &[(Origin, u64)], m: Message) {
+    pub(crate) fn push(&mut self, origins: &[(Origin, u64)], m: Message) {
         let c = cost(&m);
         self.queued += c;
         self.frames += 1;
@@ -259,7 +260,7 @@ impl SendWindow {
     /// may overdraw the credit, so a frame larger than the window still goes (alone).
     /// Once nothing waits, the origins and their history are forgotten (the window is then
     /// as new, but for its credit).
-    pub fn pop(&mut self) -> Option<(Message, Origin)> {
+    pub(crate) fn pop(&mut self) -> Option<(Message, Origin)> {
         if self.credit <= 0 {
             return None;
         }
@@ -304,46 +305,48 @@ impl SendWindow {
     }
 
     /// Adds credit handed back by the receiver.
-    pub fn add_credit(&mut self, n: i64) {
+    pub(crate) fn add_credit(&mut self, n: i64) {
         self.credit = self.credit.saturating_add(n);
     }
 
     /// A fresh link (a new receiver): the whole window again; what waits stays queued.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.credit = WINDOW;
     }
 
     /// Bytes of bulk waiting for credit.
-    pub fn queued(&self) -> i64 {
+    pub(crate) fn queued(&self) -> i64 {
         self.queued
     }
 
     /// Bytes of bulk from `origin` waiting for credit (a line merged from several origins
     /// counts for the first of them).
-    pub fn queued_from(&self, origin: Origin) -> i64 {
+    pub(crate) fn queued_from(&self, origin: Origin) -> i64 {
         self.by_origin
             .get(&origin)
             .map_or(0, |&k| self.lanes[k].bytes)
     }
 
     /// Whether the window is as new: nothing queued and the whole window of credit.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.frames == 0 && self.credit == WINDOW
     }
 
     /// Frames waiting for credit.
-    pub fn queued_frames(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn queued_frames(&self) -> usize {
         self.frames
     }
 
     /// Credit left (negative after an overdraw).
-    pub fn credit(&self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn credit(&self) -> i64 {
         self.credit
     }
 }
 
 /// Credit for bulk taken in but not handed back yet (the front-end's side of the master
-/// link, and part of [`RecvWindow`]).
+/// link, and part of `RecvWindow`).
 #[derive(Debug, Default)]
 pub struct Grant {
     pending: i64,
@@ -375,18 +378,18 @@ impl Grant {
 
 /// The largest weight of a child's window ([`RecvWindow::weighted`]): a node holds at most
 /// this many windows of one child's output.
-pub const MAX_WEIGHT: u64 = 16;
+pub(crate) const MAX_WEIGHT: u64 = 16;
 
 /// The weight of a child whose subtree holds `servers` servers: one per server, from 1 to
 /// [`MAX_WEIGHT`]. Its window holds that many [`WINDOW`]s, and its parent's driver reads
 /// that many turns' worth of its frames at a time.
-pub fn weight(servers: u64) -> u64 {
+pub(crate) fn weight(servers: u64) -> u64 {
     servers.clamp(1, MAX_WEIGHT)
 }
 
 /// The receiver's side of one link: bulk received and not handed back as credit yet.
 #[derive(Debug)]
-pub struct RecvWindow {
+pub(crate) struct RecvWindow {
     outstanding: i64,
     /// The sender's window on this link: [`WINDOW`] times its weight.
     window: i64,
@@ -410,7 +413,7 @@ impl RecvWindow {
     /// between its children by how many ranks print below each (with equal windows a leaf
     /// child got as much through as a child carrying half the tree). Every sender starts
     /// with one window; the credit frame returned gives it the rest.
-    pub fn weighted(servers: u64) -> (Self, Option<Message>) {
+    pub(crate) fn weighted(servers: u64) -> (Self, Option<Message>) {
         let weight = weight(servers) as i64;
         let extra = (weight - 1) * WINDOW;
         let w = Self {
@@ -422,23 +425,24 @@ impl RecvWindow {
     }
 
     /// The sender's window on this link.
-    pub fn window(&self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn window(&self) -> i64 {
         self.window
     }
 
     /// The weight the window was made with ([`RecvWindow::weighted`]).
-    pub fn weight(&self) -> u64 {
+    pub(crate) fn weight(&self) -> u64 {
         (self.window / WINDOW) as u64
     }
 
     /// The servers behind the link ([`RecvWindow::weighted`]; 1 for a default window).
-    pub fn servers(&self) -> u64 {
+    pub(crate) fn servers(&self) -> u64 {
         self.servers
     }
 
     /// Counts a bulk frame as it arrives and takes it in. An error if the sender had no
     /// credit left when it sent it (it ignored the window).
-    pub fn receive(&mut self, m: &Message) -> Result<(), WindowExceeded> {
+    pub(crate) fn receive(&mut self, m: &Message) -> Result<(), WindowExceeded> {
         let before = self.outstanding;
         if before >= self.window {
             return Err(WindowExceeded {
@@ -453,7 +457,7 @@ impl RecvWindow {
     /// The credit frame for what was taken in and no longer waits here (`waiting`: what
     /// of the sender's still does), once that is at least [`GRANT_STEP`]: the sender never
     /// has more than its window queued at this node.
-    pub fn grant(&mut self, waiting: i64) -> Option<Message> {
+    pub(crate) fn grant(&mut self, waiting: i64) -> Option<Message> {
         let owed = self.outstanding - waiting.max(0);
         if owed < GRANT_STEP {
             return None;
@@ -463,7 +467,8 @@ impl RecvWindow {
     }
 
     /// Bulk received and not handed back yet.
-    pub fn outstanding(&self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn outstanding(&self) -> i64 {
         self.outstanding
     }
 }

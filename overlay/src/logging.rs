@@ -1,39 +1,18 @@
-//! Logging shared by the sdm binaries and listeners: the one tracing set-up every binary
-//! installs (`init`, with the `log-init` feature: colour only when standard error is a
-//! terminal), and [`Refusals`], which keeps connections a stranger can open at will from
-//! flooding the log: the first refusal is a warning as always, the ones after it within
-//! an interval are counted (and logged at debug level) and reported in one summary line
-//! per interval; and [`panic_text`], what a caught panic said.
+//! Logging of the nodes' listeners: [`Refusals`], which keeps connections a stranger can
+//! open at will from flooding the log: the first refusal is a warning as always, the ones
+//! after it within an interval are counted (and logged at debug level) and reported in one
+//! summary line per interval; and [`panic_text`], what a caught panic said.
 
 use std::fmt::Display;
-#[cfg(feature = "log-init")]
-use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-#[cfg(feature = "log-init")]
-use tracing_subscriber::EnvFilter;
-
-#[cfg(feature = "log-init")]
-/// Installs the process's tracing subscriber: to standard error, filtered by `RUST_LOG`,
-/// else by `default_filter` (e.g. `"warn"`), with ANSI colours only when standard error is
-/// a terminal (never in pipes and files).
-pub fn init(default_filter: &str) {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-}
-
 /// How often a listener reports the refusals it did not log one by one.
-pub const REFUSAL_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const REFUSAL_INTERVAL: Duration = Duration::from_secs(10);
 
 /// What to do with one occurrence of a repeated event: see [`RateLimit::hit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Log it in full: the first one in a while.
     Log,
     /// Count it, do not log it.
@@ -51,7 +30,7 @@ pub enum Verdict {
 /// the following interval are counted, and the count is reported at most once per
 /// interval. The clock is the caller's (`Instant`s passed in), so it is deterministic.
 #[derive(Debug, Clone)]
-pub struct RateLimit {
+pub(crate) struct RateLimit {
     interval: Duration,
     /// When the current interval began (`None`: nothing yet).
     since: Option<Instant>,
@@ -61,7 +40,7 @@ pub struct RateLimit {
 
 impl RateLimit {
     /// A limiter that reports at most once per `interval`.
-    pub fn new(interval: Duration) -> Self {
+    pub(crate) fn new(interval: Duration) -> Self {
         Self {
             interval,
             since: None,
@@ -73,7 +52,7 @@ impl RateLimit {
     /// [`Verdict::Log`]; later ones within the interval are [`Verdict::Suppressed`]; the
     /// first one after the interval, if some were suppressed, is a [`Verdict::Summary`] of
     /// them and itself, and starts the next interval.
-    pub fn hit(&mut self, now: Instant) -> Verdict {
+    pub(crate) fn hit(&mut self, now: Instant) -> Verdict {
         match self.since {
             Some(since) if now.saturating_duration_since(since) < self.interval => {
                 self.suppressed += 1;
@@ -98,7 +77,7 @@ impl RateLimit {
     /// The summary due at `now` without a new occurrence: the suppressed ones once their
     /// interval is over (then a new interval starts, so a flood that goes on is still
     /// reported once per interval).
-    pub fn flush(&mut self, now: Instant) -> Option<Verdict> {
+    pub(crate) fn flush(&mut self, now: Instant) -> Option<Verdict> {
         let since = self.since?;
         if now.saturating_duration_since(since) < self.interval {
             return None;
@@ -107,7 +86,7 @@ impl RateLimit {
     }
 
     /// The summary of the suppressed ones at `now`, interval over or not (at the end).
-    pub fn take(&mut self, now: Instant) -> Option<Verdict> {
+    pub(crate) fn take(&mut self, now: Instant) -> Option<Verdict> {
         let since = self.since?;
         if self.suppressed == 0 {
             return None;
@@ -125,14 +104,14 @@ impl RateLimit {
 /// warning with the peer and the reason) the first time in [`REFUSAL_INTERVAL`], then as
 /// one summary warning per interval; each refusal is still logged at debug level.
 #[derive(Debug)]
-pub struct Refusals {
+pub(crate) struct Refusals {
     node: String,
     limit: Mutex<RateLimit>,
 }
 
 impl Refusals {
     /// The refusals of node `node`'s listener.
-    pub fn new(node: impl Into<String>) -> Self {
+    pub(crate) fn new(node: impl Into<String>) -> Self {
         Self {
             node: node.into(),
             limit: Mutex::new(RateLimit::new(REFUSAL_INTERVAL)),
@@ -140,7 +119,7 @@ impl Refusals {
     }
 
     /// Logs that the connection from `peer` was refused because of `why`.
-    pub fn refused(&self, peer: &dyn Display, why: &dyn Display) {
+    pub(crate) fn refused(&self, peer: &dyn Display, why: &dyn Display) {
         let verdict = self.lock().hit(Instant::now());
         if verdict == Verdict::Log {
             tracing::warn!(node = %self.node, peer = %peer, "refused connection: {why}");
@@ -152,7 +131,7 @@ impl Refusals {
 
     /// Logs the summary that is due once per [`REFUSAL_INTERVAL`], for ever: run it beside
     /// the accept loop (pinned outside it), so a flood that stops is still reported.
-    pub async fn keep_reporting(&self) {
+    pub(crate) async fn keep_reporting(&self) {
         loop {
             tokio::time::sleep(REFUSAL_INTERVAL).await;
             let due = self.lock().flush(Instant::now());

@@ -15,13 +15,13 @@
 //! leaves this node exactly once: replied, lost (its link died), timed out, or error (the
 //! filter could not fold its reply: the payload names the filter error).
 //!
-//! Links: the node keeps the liveness clocks of its links ([`crate::liveness`]): with
+//! Links: the node keeps the liveness clocks of its links (`crate::liveness`): with
 //! [`Node::set_liveness`] it sends keepalives and declares a silent link dead
 //! ([`Output::LinkDead`]) from [`Node::handle_timeout`], like any other deadline. It also
-//! keeps the flow-control windows of output going up ([`crate::flow`]): stdio and events
+//! keeps the flow-control windows of output going up (`crate::flow`): stdio and events
 //! leave as [`Output::ToParent`] only as the parent's credit allows (replies never wait),
 //! shared between this server's program and each child's subtree by the servers behind
-//! each ([`flow::SendWindow`]); a child gets credit back for what of its output no longer
+//! each (`flow::SendWindow`); a child gets credit back for what of its output no longer
 //! waits here, and [`Output::PauseLocal`] / [`Output::ResumeLocal`] tell the driver when
 //! to stop and restart reading this server's own output.
 
@@ -69,7 +69,7 @@ pub enum Output {
     /// to replace (or end the node).
     LinkDead(Peer, String),
     /// Stop taking this server's own output ([`Node::handle_local_event`]): what waits for
-    /// the parent's credit reached [`flow::QUEUE_LIMIT`]. The producer (the program's
+    /// the parent's credit reached `flow::QUEUE_LIMIT`. The producer (the program's
     /// output reader) should wait, so the program blocks in `write`.
     PauseLocal,
     /// Take this server's own output again (after [`Output::PauseLocal`]).
@@ -644,7 +644,7 @@ impl Node {
         }
     }
 
-    /// The weight of child `c`'s link ([`flow::weight`] of the servers below it) once the
+    /// The weight of child `c`'s link (`flow::weight` of the servers below it) once the
     /// link is open; 1 otherwise.
     pub fn child_weight(&self, c: NodeId) -> u64 {
         self.down.get(&c).map_or(1, RecvWindow::weight)
@@ -1261,7 +1261,7 @@ impl Node {
         }
     }
 
-    /// What a node's own loop may mute while replies are due ([`crate::poller`]): the
+    /// What a node's own loop may mute while replies are due (`crate::poller`): the
     /// children the ops in flight still wait for go into `waits` (sorted), and the one of
     /// them expected last (the most servers below it) is returned, the anchor; `heard`
     /// gets those that an op not sent to the anchor at all waits for (sorted): their

@@ -33,12 +33,12 @@ pub const PATIENCE_ENV: &str = "SDM_REATTACH_PATIENCE_MS";
 pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(20);
 
 /// Whether orphans re-attach to a live ancestor (`SDM_REATTACH=0` turns it off).
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     std::env::var(REATTACH_ENV).map_or(true, |v| v != "0")
 }
 
 /// [`PATIENCE_ENV`], else [`DEFAULT_PATIENCE`] (a malformed value is reported).
-pub fn patience() -> Duration {
+pub(crate) fn patience() -> Duration {
     match std::env::var(PATIENCE_ENV) {
         Ok(v) => match v.trim().parse::<u64>() {
             Ok(ms) => Duration::from_millis(ms),
@@ -53,7 +53,7 @@ pub fn patience() -> Duration {
 
 /// Accepts orphaned descendants on `listener` for as long as the node runs, one handshake
 /// task per connection (several orphans arrive at once when a node dies).
-pub fn adoptions(
+pub(crate) fn adoptions(
     me: NodeId,
     mut listener: Box<dyn Listener>,
     policy: ConnectPolicy,
@@ -95,7 +95,7 @@ pub fn adoptions(
 
 /// The ancestors an orphan tries, nearest first (its parent too: a cut link may heal),
 /// with where each listens; the master only if its address is known.
-pub fn ancestors(
+pub(crate) fn ancestors(
     topo: &dyn Topology,
     me: NodeId,
     table: &[Option<Address>],
@@ -118,7 +118,7 @@ pub fn ancestors(
 
 /// Re-attaches `me` to the first of `targets` that answers, in rounds, for up to
 /// `patience`.
-pub fn reattach(
+pub(crate) fn reattach(
     me: NodeId,
     transport: Arc<dyn Transport>,
     targets: Vec<(NodeId, Address)>,
@@ -158,9 +158,9 @@ pub fn reattach(
     })
 }
 
-/// The [`driver::Recovery`] of node `me` (nothing if [`enabled`] is false): adoptions on
-/// `listener` (if given) and, below the master, re-attachment to [`ancestors`] with
-/// [`patience`].
+/// The [`driver::Recovery`] of node `me` (nothing if `enabled` is false): adoptions on
+/// `listener` (if given) and, below the master, re-attachment to `ancestors` with
+/// `patience`.
 pub fn recovery(
     me: NodeId,
     topo: &dyn Topology,

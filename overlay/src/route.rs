@@ -7,16 +7,16 @@
 //!
 //! ```
 //! use std::net::IpAddr;
-//! use sdm_overlay::route;
+//! use sdm_overlay::setup;
 //!
 //! // The route to this host's loopback leaves from loopback.
-//! let src = route::source_for("127.0.0.1").unwrap();
+//! let src = setup::source_for("127.0.0.1").unwrap();
 //! assert!(src.is_loopback());
 //! // IPv6 hosts go into addresses in brackets.
 //! let v6: IpAddr = "::1".parse().unwrap();
-//! assert_eq!(route::host_text(v6), "[::1]");
-//! assert_eq!(route::bracketed("fe80::1"), "[fe80::1]");
-//! assert_eq!(route::bracketed("node07"), "node07");
+//! assert_eq!(setup::host_text(v6), "[::1]");
+//! assert_eq!(setup::bracketed("fe80::1"), "[fe80::1]");
+//! assert_eq!(setup::bracketed("node07"), "node07");
 //! ```
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs, UdpSocket};
@@ -85,7 +85,7 @@ pub fn source_for(host: &str) -> Result<IpAddr, RouteError> {
 
 /// Whether `ip` belongs to this host (this network namespace): loopback, unspecified, or an
 /// address a socket can bind.
-pub fn is_local(ip: IpAddr) -> bool {
+pub(crate) fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || ip.is_unspecified() || UdpSocket::bind((ip, 0)).is_ok()
 }
 

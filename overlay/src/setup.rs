@@ -1,6 +1,10 @@
 //! Link set-up: parents connect to children (probing successive ports), the master connects
-//! to the front-end, and every link runs the session-key challenge-response of
-//! [`crate::auth`] and checks the peer's id before it carries a frame.
+//! to the front-end, and every link runs the challenge-response of the [`SessionKey`] and
+//! checks the peer's id before it carries a frame.
+//!
+//! Also what setting up a tree needs besides links: the [`InitSpec`] the front-end sends
+//! first (routing table, shape, policy), the address a host is reached at ([`source_for`],
+//! [`check_advertised`]), and a node's [`recovery`] from lost links.
 
 use std::io;
 use std::time::Duration;
@@ -10,10 +14,17 @@ use futures::{SinkExt, StreamExt};
 use sdm_proto::{Control, Kind};
 use sdm_topology::{NodeId, Topology};
 
-use crate::auth::{SessionKey, nonce};
+use crate::auth::nonce;
 use crate::error::{LinkError, LinkErrorKind};
 use crate::logging::Refusals;
 use crate::transport::{Address, Link, Listener, Transport};
+
+pub use crate::auth::{KeyError, SESSION_KEY_ENV, SessionKey, hex_decode, hex_encode};
+pub use crate::init::{INIT_SERVICE, InitError, InitSpec, Table};
+pub use crate::recover::{DEFAULT_PATIENCE, PATIENCE_ENV, REATTACH_ENV, recovery};
+pub use crate::route::{
+    RouteError, bracketed, check_advertised, host_text, resolve, source_for, unbracketed,
+};
 
 /// The name the front-end answers to in the handshake.
 pub const FRONTEND: &str = "frontend";
@@ -291,7 +302,7 @@ pub const HANDSHAKE_MAX_FRAME: usize = 4096;
 ///
 /// Handshakes run concurrently, each under its own `policy.handshake_timeout`: a silent,
 /// slow or hostile connection costs only itself and never delays a legitimate peer. Every
-/// refused connection is logged with its peer and reason (through [`Refusals`], so a
+/// refused connection is logged with its peer and reason (through `Refusals`, so a
 /// flood of them is summarized). The returned link has the session's frame limit back; the
 /// other pending handshakes are dropped (their connections close).
 pub async fn accept_named(

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sdm_filters::Registry;
-use sdm_proto::{IdSet, Kind, Message, SyncMode};
+use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Topology, Tree};
 
 use crate::flow::{self, Grant};
@@ -67,7 +67,26 @@ impl Event {
     }
 }
 
-pub use crate::frontend::ReplyGroup as Group;
+/// One reply group as the simulated front-end received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// What happened to the ids.
+    pub status: Status,
+    /// Who.
+    pub sources: IdSet,
+    /// Reply bytes (for lost groups: the reason; for error groups: the filter's error).
+    pub payload: Bytes,
+}
+
+impl Group {
+    fn from_message(m: &Message) -> Self {
+        Self {
+            status: m.aggregate.status.unwrap_or(Status::Replied),
+            sources: m.source.clone(),
+            payload: m.payload.clone(),
+        }
+    }
+}
 
 /// A simulated tree: the front-end, the master and `N` servers.
 pub struct SimNet {

@@ -10,10 +10,10 @@ use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::SigHandler;
+use sdm_client::ReplyGroup;
 use sdm_client::session::{Progress, Session, SessionOptions};
 use sdm_deploy::LauncherKind;
-use sdm_overlay::auth::SessionKey;
-use sdm_overlay::frontend::ReplyGroup;
+use sdm_overlay::setup::SessionKey;
 use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{Shape, Topology};
@@ -504,7 +504,7 @@ fn server_command() -> clap::Command {
 }
 
 fn real_main() -> anyhow::Result<()> {
-    sdm_overlay::logging::init("warn");
+    sdm_server::logging::init("warn");
     // Help, the version, completions, man pages and tree shapes only print: a reader that
     // goes (`| head`) ends them by SIGPIPE, quietly, as any printing tool. Every other
     // command has sockets and children, where a closed peer is an error (EPIPE) to handle,

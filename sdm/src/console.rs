@@ -13,10 +13,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use sdm_overlay::frontend::ReplyGroup;
+use sdm_client::ReplyGroup;
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 
-use sdm_overlay::align::Aligner;
+use sdm_client::align::Aligner;
 
 use sdm_client::service;
 use sdm_client::session::Session;

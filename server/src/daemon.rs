@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use sdm_overlay::Node;
-use sdm_overlay::auth::SessionKey;
 use sdm_overlay::driver::{self, Delivery, LocalHandler};
-use sdm_overlay::recover;
-use sdm_overlay::route;
+use sdm_overlay::setup::SessionKey;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{
     Address, Link, Listener, PortRange, Transport, TransportConfig, bind_in_range, transport_for,
@@ -21,7 +19,7 @@ use sdm_topology::{NodeId, Topology, Tree};
 use crate::error::{Error, ErrorKind, startup};
 use crate::ranks::Ranks;
 use crate::service::Services;
-use sdm_overlay::init::InitSpec;
+use sdm_overlay::setup::InitSpec;
 
 /// Reads the init command from a fresh parent link, connects to our children, and runs the
 /// node until the parent goes away (re-attaching to a live ancestor if it dies).
@@ -98,7 +96,7 @@ async fn serve(
         };
         spec.for_child(&*topo, me, &servers).to_payload()
     });
-    let recovery = recover::recovery(
+    let recovery = setup::recovery(
         me,
         &*topo,
         &table,
@@ -217,12 +215,12 @@ pub(crate) async fn run_server_with(
     let cfg = TransportConfig::from_env().map_err(|e| startup(&at, e))?;
     // The address on the route to the front-end: other hosts of the tree reach it.
     let route = match &opt.frontend_host {
-        Some(h) => Some(route::source_for(h).map_err(|e| startup(&at, e))?),
+        Some(h) => Some(setup::source_for(h).map_err(|e| startup(&at, e))?),
         None => None,
     };
     let bind_host = match (&opt.bind_host, route) {
-        (Some(h), _) => route::bracketed(h),
-        (None, Some(ip)) => route::host_text(ip),
+        (Some(h), _) => setup::bracketed(h),
+        (None, Some(ip)) => setup::host_text(ip),
         (None, None) => "127.0.0.1".to_owned(),
     };
     let probe: Address = format!("{}://{bind_host}:0", opt.scheme)
@@ -244,14 +242,14 @@ pub(crate) async fn run_server_with(
     .map_err(|e| startup(format_args!("{at}: binding {bind_host}"), e))?;
     let local = listener.local_addr();
     let (bound_host, port) = local.target().rsplit_once(':').unwrap_or(("", "0"));
-    let unspecified = route::resolve(bound_host).is_ok_and(|ip| ip.is_unspecified());
+    let unspecified = setup::resolve(bound_host).is_ok_and(|ip| ip.is_unspecified());
     let advertised = match (&opt.advertise, route) {
-        (Some(h), _) => route::bracketed(h),
-        (None, Some(ip)) if unspecified => route::host_text(ip),
+        (Some(h), _) => setup::bracketed(h),
+        (None, Some(ip)) if unspecified => setup::host_text(ip),
         (None, _) => bound_host.to_owned(),
     };
     if let Some(fe) = &opt.frontend_host {
-        route::check_advertised(&advertised, fe).map_err(|e| startup(&at, e))?;
+        setup::check_advertised(&advertised, fe).map_err(|e| startup(&at, e))?;
     }
     let shown = format!("{}://{advertised}:{port}", opt.scheme);
     // One write, so launchers that merge the copies' stdout keep the line whole.

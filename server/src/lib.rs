@@ -4,6 +4,7 @@
 //!
 //! Modules, each importing only those above it in this list:
 //! - [`error`]: [`Error`], with [`Error::kind`] naming what kind of failure it is.
+//! - [`logging`]: the tracing subscriber every sdm binary installs.
 //! - [`counters`]: the socket where a monitored program feeds its own counters.
 //! - `unwind` (private): stack walks of a stopped process from DWARF call-frame
 //!   information (framehop), frames named with addr2line, inline frames included.
@@ -66,6 +67,7 @@ pub mod error;
 mod gate;
 pub mod gdbmi;
 pub mod hold;
+pub mod logging;
 pub mod monitor;
 pub mod mpir;
 mod natprint;

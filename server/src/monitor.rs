@@ -95,7 +95,7 @@ struct Proc {
 }
 
 /// Stream tags of a stdio payload (its first byte), defined with the coalescer that reads them.
-pub use sdm_overlay::coalesce::{STDERR, STDOUT};
+pub use sdm_overlay::stdio::{STDERR, STDOUT};
 
 /// Where a monitor's output lines and end-of-process events go to the node: each as
 /// `(kind, rank, payload)`, naming the local rank they come from.

@@ -17,7 +17,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use sdm_overlay::auth::SessionKey;
+use sdm_overlay::setup::SessionKey;
 use sdm_overlay::transport::{Address, PortRange};
 
 use crate::daemon::ServerOptions;
@@ -71,7 +71,7 @@ impl Server {
     /// (the `sdm master` and `sdm server` options; the id and the session key come from
     /// the environment). Errors are printed; the exit code says whether it failed.
     pub fn main(self) -> ExitCode {
-        sdm_overlay::logging::init("warn");
+        crate::logging::init("warn");
         let args: Vec<String> = std::env::args().skip(1).collect();
         let parsed = DaemonArgs::parse(&args);
         // Local servers asked for as copies of this process are forked here, before any

@@ -26,7 +26,7 @@ pub use crate::ranks::{Ranks, ServerContext};
 pub use sdm_proto::service::{COUNTERS, EVALUATE, OMIS, PROCSTAT, SDM};
 
 /// The init command (the tag the front-end gives it).
-pub const INIT: &str = sdm_overlay::init::INIT_SERVICE;
+pub const INIT: &str = sdm_overlay::setup::INIT_SERVICE;
 
 /// One line describing rank `rank` of this server: host, the server's pid, the rank, the
 /// server's resident memory and the load average (`host=` first: scripts look for it).
@@ -340,7 +340,7 @@ impl Services {
                 ctx,
             };
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| handler.call(req, reply))) {
-                let what = sdm_overlay::logging::panic_text(&*panic);
+                let what = sdm_overlay::panic_text(&*panic);
                 tracing::error!("rank {rank}: service {name:?} panicked: {what}");
             }
         }
@@ -362,7 +362,7 @@ impl Services {
 
 /// [`INIT`]: takes the tree's size, loads the service plugins, answers `ready`.
 fn init(plugins: &Mutex<Plugins>, req: Request, reply: Reply) {
-    match sdm_overlay::init::InitSpec::from_payload(&req.payload) {
+    match sdm_overlay::setup::InitSpec::from_payload(&req.payload) {
         Ok(spec) => {
             let ctx = req.context();
             let own = spec.placement.ranks_of(ctx.job.server());

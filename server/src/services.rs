@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use sdm_overlay::auth::{hex_decode, hex_encode};
+use sdm_overlay::setup::{hex_decode, hex_encode};
 
 use crate::monitor::{AsyncRequest, FrameMove, Leave, Monitor, ProcState, Step};
 use sdm_proto::IdSet;

@@ -9,12 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use sdm_client::{Frontend, ReplyGroup};
 use sdm_filters::{Group, Registry};
 use sdm_overlay::Node;
-use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::driver::{self, Delivery};
-use sdm_overlay::frontend::{Frontend, ReplyGroup};
 use sdm_overlay::setup::{self, ConnectPolicy};
+use sdm_overlay::setup::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::transport::{
     Address, Listener, SessionTls, Transport, TransportConfig, transport_for,
 };
@@ -516,13 +516,7 @@ pub fn server_of_rank(root: u32, id: u32) -> Option<u32> {
         if comm == "sdm" || !env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
             return None;
         }
-        // The fourth field of stat, after the command's closing parenthesis: the parent.
-        stat.rsplit_once(") ")?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
+        crate::procs::parent_of(pid)
     })
 }
 
@@ -579,6 +573,12 @@ pub fn c_program(name: &str, flags: &[&str]) -> PathBuf {
         );
     }
     out
+}
+
+/// tests/programs/spinner.c with frame pointers and debug info: ranks that spin, or stop
+/// at functions chosen by rank (the console and error tests' program).
+pub fn spinner() -> PathBuf {
+    c_program("spinner", &["-O0", "-g", "-fno-omit-frame-pointer"])
 }
 
 /// tests/programs/NAME.c.

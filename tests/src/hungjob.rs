@@ -1,13 +1,102 @@
-//! A hung MPI job across [`SshHosts`], started by `mpirun` outside sdm (the job `sdm
-//! attach` is for): tests/programs/mpi_hang.c, every rank but the last waiting in a
-//! barrier, the last computing.
+//! Hung MPI jobs, started outside sdm (the jobs `sdm attach` is for): tests/programs/
+//! mpi_hang.c, every rank but the last waiting in a barrier, the last computing. [`HungJob`]
+//! runs on this host under `mpirun` or `srun`, [`HungJobAcross`] across [`SshHosts`].
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 use crate::daemons::terminate;
 use crate::sshhosts::SshHosts;
+
+/// A hung job on this host; its launcher killed when dropped, whatever happens (which
+/// ends its ranks: tests running at once share the program, so not by its path).
+pub struct HungJob {
+    /// The job's launcher, whose MPIR table `sdm attach` reads.
+    pub launcher: Child,
+}
+
+impl HungJob {
+    /// `mpirun -n N mpi_hang` or `srun -n N mpi_hang`, once every rank printed `ready`.
+    pub fn start(launcher: &str, n: u32) -> Self {
+        Self::start_program(launcher, n, "mpi_hang")
+    }
+
+    /// [`HungJob::start`] with tests/programs/NAME.c.
+    pub fn start_program(launcher: &str, n: u32, name: &str) -> Self {
+        let prog = crate::mpi_program(name);
+        let mut cmd = Command::new(launcher);
+        if launcher == "mpirun" {
+            cmd.args(["--allow-run-as-root", "--oversubscribe"])
+                .env_remove("SLURM_JOB_ID")
+                .env_remove("SLURM_JOBID");
+        }
+        let mut child = cmd
+            .args(["-n", &n.to_string()])
+            .arg(&prog)
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {launcher}: {e}"));
+        let out = child.stdout.take().unwrap();
+        let job = HungJob { launcher: child };
+        await_ready(out, n);
+        job
+    }
+
+    /// The launcher's pid.
+    pub fn pid(&self) -> u32 {
+        self.launcher.id()
+    }
+
+    /// The ranks' pids, from the launcher's table.
+    pub fn ranks(&self) -> Vec<u32> {
+        let out = crate::sdm_ok(["attach", &self.pid().to_string(), "--table", "--json"]);
+        out.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["pid"].as_u64().unwrap() as u32
+            })
+            .collect()
+    }
+}
+
+impl Drop for HungJob {
+    fn drop(&mut self) {
+        let _ = self.launcher.kill();
+        let _ = self.launcher.wait();
+    }
+}
+
+/// Reads the job's standard output until each of its `n` ranks has printed `ready` (MPI is
+/// up), then drains it on a thread, so a rank writing later never blocks on a full pipe.
+fn await_ready(out: ChildStdout, n: u32) {
+    let mut lines = BufReader::new(out).lines();
+    for _ in 0..n {
+        let l = lines.next().expect("a rank's ready line").unwrap();
+        assert_eq!(l, "ready");
+    }
+    std::thread::spawn(move || for _ in lines {});
+}
+
+/// SIGKILL to every process running `prog`, a program of this test process (of the one
+/// multi-host test running): never leave a spinning rank behind for the tests that follow.
+fn kill_running(prog: &Path) {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let pids = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == prog));
+    for pid in pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
 
 /// The running job; terminated (and its ranks with it) when dropped, whatever happens.
 pub struct HungJobAcross {
@@ -45,26 +134,8 @@ impl HungJobAcross {
             .expect("starting mpirun");
         let out = mpirun.stdout.take().unwrap();
         let job = HungJobAcross { mpirun, prog };
-        let mut lines = BufReader::new(out).lines();
-        for _ in 0..n {
-            let l = lines.next().expect("a rank's ready line").unwrap();
-            assert_eq!(l, "ready");
-        }
-        std::thread::spawn(move || for _ in lines {});
+        await_ready(out, n);
         job
-    }
-
-    /// The pids of this job's ranks (on any host): the processes running its program, a
-    /// file of this test process.
-    fn ranks(&self) -> Vec<i32> {
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| {
-                std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == self.prog)
-            })
-            .collect()
     }
 }
 
@@ -72,12 +143,6 @@ impl Drop for HungJobAcross {
     fn drop(&mut self) {
         // SIGTERM first: mpirun then ends the ranks on every host through its daemons.
         terminate(&mut self.mpirun);
-        // Never leave a spinning rank behind for the tests that follow.
-        for pid in self.ranks() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        kill_running(&self.prog);
     }
 }

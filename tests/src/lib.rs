@@ -15,8 +15,12 @@
 //! # Trees
 //!
 //! - The `sdm` command and its daemons: [`sdm()`] for `sdm_client::SessionOptions::program`,
-//!   [`sdm_ok`] to run a command and take its output, [`console_command`] to run a console
-//!   command and take what it printed.
+//!   [`sdm_ok`] to run a command and take its output, [`sdm_run`] for `sdm run` with input
+//!   and exact merging, [`console_command`] to run a console command and take what it
+//!   printed, [`one_server`] for the one server process serving every rank.
+//! - Programs under test: [`c_program`] and [`mpi_program`] build tests/programs/NAME.c,
+//!   [`spinner`] the console tests' program; [`source_line`] finds a line in one;
+//!   [`procs`] reads a process's state, parent and tracer, and starts `sleep`s to attach to.
 //! - Overlay nodes: [`transport`] makes a transport and the address to bind it on,
 //!   [`bind_servers`] binds every server's listener, [`Net::spawn_server`] runs a server,
 //!   [`Net::start_master`] runs the master and accepts it at a front-end; [`tree_over`] is all
@@ -25,16 +29,20 @@
 //! - Filters without a network: [`through_tree`] folds leaf payloads through a tree shape.
 //! - Checks: [`ids_with`], [`assert_partition`].
 //! - Hosts on one machine: [`netns::Hosts`] makes network namespaces joined by a bridge;
+//!   [`netns::one_at_a_time`] runs the multi-host tests of a test binary one by one;
 //!   [`sshhosts::SshHosts`] gives each an sshd, [`slurmhosts::SlurmHosts`] a Slurm node;
 //!   [`daemons`] sees the `sdm` daemons inside each host and drives a held `sdm launch`;
-//!   [`hungjob::HungJobAcross`] is a hung MPI job across them for `sdm attach`.
+//!   [`hungjob::HungJobAcross`] is a hung MPI job across them for `sdm attach`
+//!   ([`hungjob::HungJob`] one on this host).
 
 pub mod daemons;
 mod harness;
 pub mod hungjob;
 pub mod netns;
 pub mod procs;
+mod runs;
 pub mod slurmhosts;
 pub mod sshhosts;
 
 pub use harness::*;
+pub use runs::*;

@@ -3,6 +3,14 @@
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// Keeps the other multi-host tests of this test process waiting while it lives: each makes
+/// several hosts and starts many daemons in them, too much at once for a loaded machine.
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Runs `ip ARGS`; the error is the command and what it printed.
 pub fn ip(args: &[&str]) -> Result<(), String> {
@@ -116,6 +124,12 @@ impl Hosts {
     /// How many hosts there are.
     pub fn count(&self) -> u32 {
         self.namespaces.len() as u32
+    }
+
+    /// The host (from 1) of server `id` when servers go round robin over the hosts, as the
+    /// ssh launcher places them (subtrees then span hosts).
+    pub fn host_of(&self, id: u32) -> u32 {
+        id % self.count() + 1
     }
 
     /// Every host in Slurm's hostlist form, `<tag>h[1-N]`.

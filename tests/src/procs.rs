@@ -1,5 +1,5 @@
 //! What the tests read of the processes they start or attach to: `sleep`s killed when
-//! dropped, and fields of `/proc/PID/status` (state letter, tracer).
+//! dropped, a process's state letter (`/proc/PID/stat`) and tracer (`/proc/PID/status`).
 
 use std::process::{Child, Command, Stdio};
 
@@ -35,6 +35,29 @@ impl Drop for Sleeps {
             let _ = c.wait();
         }
     }
+}
+
+/// The state letter of `pid` (`R`, `S`, `T`, `t`, `Z`…), `None` once it is reaped.
+pub fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// Whether `pid` still lives: neither reaped nor a zombie.
+pub fn alive(pid: u32) -> bool {
+    !matches!(state(pid), None | Some('Z' | 'X'))
+}
+
+/// The parent of `pid` (the field after the state in `/proc/PID/stat`), `None` once it is
+/// reaped.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// The state letter of `pid` and its tracer (0: none), from one read of its status.

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use sdm_overlay::liveness::KEEPALIVE_ENV;
-use sdm_overlay::recover::PATIENCE_ENV;
+use sdm_overlay::driver::KEEPALIVE_ENV;
+use sdm_overlay::setup::PATIENCE_ENV;
 
 use crate::daemons::{output_ok, wait_for};
 use crate::netns::Hosts;

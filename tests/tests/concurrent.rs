@@ -6,8 +6,8 @@
 use std::process::Command;
 use std::time::Duration;
 
+use sdm_client::ReplyGroup;
 use sdm_client::session::{Session, SessionOptions};
-use sdm_overlay::frontend::ReplyGroup;
 use sdm_proto::{IdSet, Status, SyncMode};
 
 const N: u32 = 8;

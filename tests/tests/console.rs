@@ -8,7 +8,6 @@
 
 use sdm_e2e as support;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -17,29 +16,8 @@ use sdm_client::session::{Session, SessionOptions};
 use sdm_omis::Value;
 use sdm_proto::{IdSet, Status, SyncMode};
 use support::console_command as run;
-use support::sdm_ok;
-
-/// Builds the C test program (frame pointers, debug info) once per test binary.
-fn spinner() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_spinner).clone()
-}
-
-fn build_spinner() -> PathBuf {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("sdm-spinner-{}", std::process::id()));
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/spinner.c");
-    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-    let ok = Command::new("gcc")
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
-        .arg(&tmp)
-        .arg(src)
-        .status()
-        .expect("gcc (deploy/ci-setup.sh installs it)");
-    assert!(ok.success());
-    std::fs::rename(&tmp, &out).unwrap();
-    out
-}
+use support::procs::{alive, state};
+use support::{sdm_ok, spinner};
 
 async fn console(n: u32, mode: &str) -> (Console, Vec<u32>) {
     let prog = spinner();
@@ -70,11 +48,6 @@ async fn started(n: u32, program: &str, args: &[&str]) -> (Console, Vec<u32>) {
     (c, pids)
 }
 
-fn state(pid: u32) -> char {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    s.rsplit_once(") ").unwrap().1.chars().next().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_stop_and_continue() {
     let (mut c, pids) = console(8, "spin").await;
@@ -95,8 +68,8 @@ async fn global_stop_and_continue() {
     // traced the process.
     for &p in &pids {
         assert!(
-            matches!(state(p), 'T' | 't'),
-            "pid {p} after stop: {}",
+            matches!(state(p), Some('T' | 't')),
+            "pid {p} after stop: {:?}",
             state(p)
         );
     }
@@ -108,7 +81,7 @@ async fn global_stop_and_continue() {
     );
     assert_eq!(run(&mut c, "cont").await.trim(), "[0-7] running");
     for &p in &pids {
-        assert!(!matches!(state(p), 'T' | 't'), "pid {p} after cont");
+        assert!(!matches!(state(p), Some('T' | 't')), "pid {p} after cont");
     }
     // Part of the job only.
     assert_eq!(run(&mut c, "stop 2-3").await.trim(), "[2-3] stopped");
@@ -120,10 +93,7 @@ async fn global_stop_and_continue() {
     run(&mut c, "kill").await;
     c.shutdown().await;
     for &p in &pids {
-        assert!(
-            std::fs::metadata(format!("/proc/{p}")).is_err() || state(p) == 'Z',
-            "pid {p} survived"
-        );
+        assert!(!alive(p), "pid {p} survived");
     }
 }
 
@@ -151,9 +121,9 @@ async fn stop_and_cont_back_to_back_never_mix() {
             .unwrap();
         s.collect(a, &all).await.unwrap();
         s.collect(b, &all).await.unwrap();
-        let states: Vec<char> = pids.iter().map(|&p| state(p)).collect();
+        let states: Vec<_> = pids.iter().map(|&p| state(p)).collect();
         assert!(
-            states.iter().all(|&s| s != 'T' && s != 't'),
+            states.iter().all(|s| !matches!(s, Some('T' | 't'))),
             "round {round}: after stop;cont {states:?}"
         );
         let a = s
@@ -174,9 +144,9 @@ async fn stop_and_cont_back_to_back_never_mix() {
             .unwrap();
         s.collect(a, &all).await.unwrap();
         s.collect(b, &all).await.unwrap();
-        let states: Vec<char> = pids.iter().map(|&p| state(p)).collect();
+        let states: Vec<_> = pids.iter().map(|&p| state(p)).collect();
         assert!(
-            states.iter().all(|&s| s == 'T' || s == 't'),
+            states.iter().all(|s| matches!(s, Some('T' | 't'))),
             "round {round}: after cont;stop {states:?}"
         );
         s.send_command(sdm_client::service::omis(
@@ -275,14 +245,7 @@ async fn breakpoint_hits_of_many_ranks_merge_into_one_line() {
         out.starts_with("[0-7] breakpoint 1 at reached_by_odd\n"),
         "{out}"
     );
-    let source =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/programs/spinner.c"))
-            .unwrap();
-    let line = source
-        .lines()
-        .position(|l| l.contains("void reached_by_odd(void)"))
-        .unwrap()
-        + 1;
+    let line = support::source_line("spinner", "void reached_by_odd(void)");
     let want = format!("[1,3,5,7] breakpoint 1 hit in reached_by_odd() at spinner.c:{line}");
     // Every odd rank stops at the hit: the output holds all four, however they merged.
     let hit = |out: &str| -> IdSet {
@@ -505,7 +468,10 @@ async fn attach_to_running_processes_and_leave_them_running() {
     for (p, pid) in procs.iter_mut().zip(&pids) {
         assert!(p.try_wait().unwrap().is_none(), "process {pid} was killed");
         let st = state(*pid);
-        assert!(st == 'R' || st == 'S', "process {pid} in state {st}");
+        assert!(
+            matches!(st, Some('R' | 'S')),
+            "process {pid} in state {st:?}"
+        );
     }
     for mut p in procs {
         let _ = p.kill();
@@ -594,12 +560,12 @@ async fn continue_is_accepted_by_the_console_and_in_omis() {
     assert_eq!(run(&mut c, "stop").await.trim(), "[0-3] stopped");
     assert_eq!(run(&mut c, "continue").await.trim(), "[0-3] running");
     for &p in &pids {
-        assert_ne!(state(p), 'T', "pid {p} after continue");
+        assert_ne!(state(p), Some('T'), "pid {p} after continue");
     }
     let out = run(&mut c, "omis 1 [] stop(); 2 [] continue()").await;
     assert!(out.contains("2 [0-3] continue(0)"), "{out}");
     for &p in &pids {
-        assert_ne!(state(p), 'T', "pid {p} after omis continue");
+        assert_ne!(state(p), Some('T'), "pid {p} after omis continue");
     }
     c.shutdown().await;
 }
@@ -639,7 +605,7 @@ async fn breakpoints_numbered_listed_deleted_and_set_while_stopped() {
     assert_eq!(run(&mut c, "status").await.trim(), "[0-3] running");
     for &p in &pids {
         let st = state(p);
-        assert!(st != 'T' && st != 't', "pid {p} in state {st}");
+        assert!(!matches!(st, Some('T' | 't')), "pid {p} in state {st:?}");
     }
     let mut out = Vec::new();
     let e = c.command("delete 9", &mut out).await.unwrap_err();
@@ -677,9 +643,9 @@ async fn bt_samples_running_programs_and_continues_only_those() {
     for (rank, &p) in pids.iter().enumerate() {
         let st = state(p);
         assert_eq!(
-            st == 'T' || st == 't',
+            matches!(st, Some('T' | 't')),
             rank == 1,
-            "rank {rank} in state {st}"
+            "rank {rank} in state {st:?}"
         );
     }
     c.shutdown().await;

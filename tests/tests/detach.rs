@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
+use sdm_e2e::procs::alive;
 use sdm_proto::IdSet;
 
 /// How many processes each test attaches to.
@@ -276,12 +277,4 @@ fn a_killed_front_end_lets_every_process_go() {
         vec![Some(0); N],
         "the programs' ends: {seen:?}"
     );
-}
-
-/// Whether process `pid` exists and is not a zombie.
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| Some(s.rsplit_once(") ")?.1.starts_with('Z')))
-        .is_some_and(|zombie| !zombie)
 }

@@ -4,34 +4,12 @@
 //! the breakpoint and lets them run on (as `bt` does), and the breakpoint is hit; an error
 //! under `print -stats` is an error, not a lost rank.
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
+use sdm_e2e::spinner;
 use sdm_omis::Value;
 use sdm_proto::{IdSet, Status};
-
-/// Builds tests/programs/spinner.c (debug info) once per test binary.
-fn spinner() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("sdm-errors-spinner-{}", std::process::id()));
-            let src = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/spinner.c");
-            let ok = Command::new("gcc")
-                .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
-                .arg(&out)
-                .arg(src)
-                .status()
-                .expect("gcc (deploy/ci-setup.sh installs it)");
-            assert!(ok.success());
-            out
-        })
-        .clone()
-}
 
 /// A console over `n` servers, each running `program` with `args` (on pipes).
 async fn started(n: u32, program: &str, args: &[&str]) -> Console {

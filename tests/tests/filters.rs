@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sdm_client::ReplyGroup;
 use sdm_client::session::{Session, SessionOptions};
-use sdm_overlay::frontend::ReplyGroup;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::Shape;
 

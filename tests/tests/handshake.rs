@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::SinkExt;
 use sdm_overlay::LinkErrorKind;
-use sdm_overlay::auth::SessionKey;
+use sdm_overlay::setup::SessionKey;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, TransportConfig, transport_for};
 use sdm_proto::{IdSet, Message, SyncMode};

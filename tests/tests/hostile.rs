@@ -12,10 +12,10 @@ use std::time::Duration;
 use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use ring::hmac;
-use sdm_overlay::auth::{SessionKey, hex_decode, hex_encode};
-use sdm_overlay::flow;
-use sdm_overlay::frontend::Frontend;
+use sdm_client::Frontend;
 use sdm_overlay::setup::{self, ConnectPolicy};
+use sdm_overlay::setup::{SessionKey, hex_decode, hex_encode};
+use sdm_overlay::stdio;
 use sdm_overlay::transport::{Address, Link, Listener, Transport, TransportConfig};
 use sdm_proto::{Control, FrameCodec, IdSet, Kind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Shape, Topology};
@@ -55,7 +55,7 @@ fn capture_logs() {
     static INIT: OnceLock<()> = OnceLock::new();
     INIT.get_or_init(|| {
         // Debug for the overlay: a listener logs the first refusal in a while as a warning
-        // and the ones after it at debug level (sdm_overlay::logging::Refusals).
+        // and the ones after it at debug level (the listener rate-limits its refusal warnings).
         tracing_subscriber::fmt()
             .with_writer(|| Capture)
             .with_ansi(false)
@@ -127,7 +127,7 @@ async fn read_control(s: &mut TcpStream) -> Option<Control> {
     Control::from_message(&m).ok()
 }
 
-/// The connector's proof as the protocol of `sdm_overlay::auth` defines it, under any key:
+/// The connector's proof as the session key's challenge-response defines it, under any key:
 /// HMAC-SHA256 over `connector, TO, FROM, NONCE_S, NONCE_C`, each followed by a NUL.
 fn proof(key_hex: &str, to: &str, from: &str, nc: &str, ns: &str) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, &hex_decode(key_hex).unwrap());
@@ -433,7 +433,7 @@ async fn fake_leaf(
         Misbehaviour::IgnoresWindow => {
             let mut line = Message::reply(0, IdSet::single(id), Status::Replied, "y\n".into());
             line.kind = Kind::Stdio;
-            let frames = 8 * flow::WINDOW / flow::cost(&line);
+            let frames = 8 * stdio::WINDOW / stdio::cost(&line);
             for _ in 0..frames {
                 if link.writer.feed(&line).await.is_err() {
                     break;

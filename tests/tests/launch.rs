@@ -87,7 +87,7 @@ fn parent_of(pid: u32) -> Option<u32> {
 /// process reports how many failed; a bad count is refused by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_server_process_forks_its_copies_and_they_die_with_it() {
-    let key = sdm_overlay::auth::SessionKey::generate().to_hex();
+    let key = sdm_overlay::setup::SessionKey::generate().to_hex();
     let start = |parent_timeout: &str, copies: &str| {
         Command::new(sdm_e2e::sdm())
             .args(["server", "--port", "0", "--parent-timeout", parent_timeout])

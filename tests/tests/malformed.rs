@@ -5,10 +5,10 @@
 //! completions zsh | head`, `sdm run ... | head`) ends sdm quietly, as `head` expects.
 
 use sdm_e2e as support;
+use support::spinner;
 
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use sdm::console::{Console, Flow};
@@ -29,26 +29,6 @@ const VALID: [(&str, &str); 5] = [
     ("whatis", "-1"),
     ("display", "-1"),
 ];
-
-/// Builds the C test program (frame pointers, debug info) once per test binary.
-fn spinner() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("sdm-malformed-spinner-{}", std::process::id()));
-            let src = concat!(env!("CARGO_MANIFEST_DIR"), "/programs/spinner.c");
-            let ok = Command::new("gcc")
-                .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
-                .arg(&out)
-                .arg(src)
-                .status()
-                .expect("gcc (deploy/ci-setup.sh installs it)");
-            assert!(ok.success());
-            out
-        })
-        .clone()
-}
 
 /// Runs `line`; `Some(true)` when the console answered with an error (an `Err`, or a
 /// failed reply), `Some(false)` for a plain answer, `None` for `quit`. What it printed

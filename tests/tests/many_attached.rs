@@ -13,36 +13,12 @@ use sdm::console::Console;
 use sdm::words::is_error;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
+use sdm_e2e::one_server;
 use sdm_e2e::procs::{Sleeps, state_and_tracer};
-use sdm_proto::{IdSet, Status, SyncMode};
+use sdm_proto::{IdSet, Status};
 
 /// Processes attached to, all by one server.
 const N: u32 = 256;
-
-/// The server process of every rank, which must be one: its pid.
-async fn one_server(s: &Session) -> u32 {
-    let groups = s
-        .request(&IdSet::all(N), SyncMode::WaitAll, "info")
-        .await
-        .unwrap();
-    let mut pids = Vec::new();
-    let mut seen = IdSet::new();
-    for g in &groups {
-        assert_eq!(g.status, Status::Replied, "{g:?}");
-        let text = String::from_utf8_lossy(&g.payload).into_owned();
-        let pid = text
-            .split(' ')
-            .find_map(|f| f.strip_prefix("pid="))
-            .unwrap_or_else(|| panic!("no pid= in {text}"));
-        pids.push(pid.parse::<u32>().unwrap());
-        seen.union_with(&g.sources);
-    }
-    assert_eq!(seen, IdSet::all(N));
-    pids.sort_unstable();
-    pids.dedup();
-    assert_eq!(pids.len(), 1, "one server for the {N} ranks: {pids:?}");
-    pids[0]
-}
 
 /// How often each rank monitor thread of process `pid` was switched out so far, by
 /// thread id: a thread blocked in a wait has a count that does not move.
@@ -99,7 +75,7 @@ async fn one_server_attached_to_256_processes_accounts_every_rank_and_idles() {
     };
     let s = Session::launch(&opts, |_| {}).await.unwrap();
     assert_eq!(s.report().ready, IdSet::all(N));
-    let server = one_server(&s).await;
+    let server = one_server(&s, N).await;
     let mut c = Console::new(s, false);
     for l in c.attach(&pids).await.unwrap() {
         assert!(l.started(), "{l:?}");

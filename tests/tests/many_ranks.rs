@@ -6,57 +6,21 @@
 //! act on every local rank.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
-use sdm_e2e::procs::{Sleeps, tracer};
-use sdm_proto::{IdSet, Status, SyncMode};
+use sdm_e2e::one_server;
+use sdm_e2e::procs::{Sleeps, alive, state, tracer};
+use sdm_e2e::{labelled_lines, sdm_run};
+use sdm_proto::IdSet;
 
 /// Ranks in every test, all on one server.
 const N: u32 = 8;
 
-/// Runs `sdm run -n 8 --ranks-per-server 8 ARGS` with `input` on its standard input; it
-/// must succeed.
-fn sdm_run(args: &[&str], input: &[u8]) -> Output {
-    let n = N.to_string();
-    let mut child = Command::new(sdm_e2e::sdm())
-        .args(["run", "-n", &n, "--ranks-per-server", &n])
-        // Lines wait for the same line of every rank as long as it takes on a loaded
-        // machine: the merge is exact.
-        .args(["--coalesce-ms", "100", "--merge-lag", "120000"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting sdm run");
-    let mut stdin = child.stdin.take().expect("piped");
-    stdin.write_all(input).expect("writing sdm's stdin");
-    drop(stdin);
-    let out = child.wait_with_output().expect("waiting for sdm run");
-    assert!(
-        out.status.success(),
-        "sdm run {args:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Splits `[ids] text` lines.
-fn parse(text: &str) -> Vec<(IdSet, String)> {
-    text.lines()
-        .map(|l| {
-            let (ids, rest) = l.split_once(' ').unwrap_or((l, ""));
-            let ids: IdSet = ids.parse().unwrap_or_else(|e| panic!("{l:?}: {e}"));
-            (ids, rest.to_owned())
-        })
-        .collect()
-}
+/// `sdm run` flags of every test: the `N` ranks, all on one server.
+const ONE_SERVER: [&str; 4] = ["-n", "8", "--ranks-per-server", "8"];
 
 /// Per rank, the texts of the lines it printed, in order.
 fn per_rank(lines: &[(IdSet, String)]) -> BTreeMap<u32, Vec<String>> {
@@ -75,9 +39,12 @@ fn per_rank(lines: &[(IdSet, String)]) -> BTreeMap<u32, Vec<String>> {
 #[test]
 fn eight_local_ranks_print_exactly_their_own_lines() {
     let script = "echo \"rank $SDM_RANK local $SDM_LOCAL_RANK of $SDM_SIZE\"; seq 1 3000";
-    let out = sdm_run(&["--", "sh", "-c", script], b"");
+    let out = sdm_run(
+        &[&ONE_SERVER[..], &["--", "sh", "-c", script]].concat(),
+        b"",
+    );
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines = parse(&text);
+    let lines = labelled_lines(&text);
     let per = per_rank(&lines);
     assert_eq!(
         per.keys().copied().collect::<Vec<_>>(),
@@ -107,8 +74,13 @@ fn eight_local_ranks_print_exactly_their_own_lines() {
 #[test]
 fn stdin_reaches_exactly_the_chosen_local_ranks() {
     let script = "while read x; do echo \"got $x\"; done; echo done";
-    let out = sdm_run(&["--stdin", "2,5", "--", "sh", "-c", script], b"a\nb\n");
-    let lines = parse(&String::from_utf8(out.stdout).unwrap());
+    let args = [
+        &ONE_SERVER[..],
+        &["--stdin", "2,5", "--", "sh", "-c", script],
+    ]
+    .concat();
+    let out = sdm_run(&args, b"a\nb\n");
+    let lines = labelled_lines(&String::from_utf8(out.stdout).unwrap());
     let who = |t: &str| -> IdSet {
         lines
             .iter()
@@ -134,36 +106,6 @@ async fn session() -> Session {
     s
 }
 
-/// The `info` line of every rank: one group each (each names its rank), all from the
-/// same server process. Returns that process's pid.
-async fn one_server(s: &Session) -> u32 {
-    let groups = s
-        .request(&IdSet::all(N), SyncMode::WaitAll, "info")
-        .await
-        .unwrap();
-    let mut pids = Vec::new();
-    let mut seen = IdSet::new();
-    for g in &groups {
-        assert_eq!(g.status, Status::Replied, "{g:?}");
-        let text = String::from_utf8_lossy(&g.payload).into_owned();
-        assert!(text.starts_with("host="), "{text}");
-        let field = |name: &str| -> String {
-            text.split(' ')
-                .find_map(|f| f.strip_prefix(name))
-                .unwrap_or_else(|| panic!("no {name} in {text}"))
-                .to_owned()
-        };
-        let rank: u32 = field("rank=").parse().unwrap();
-        assert_eq!(g.sources, IdSet::single(rank), "{text}");
-        seen.insert(rank);
-        pids.push(field("pid=").parse::<u32>().unwrap());
-    }
-    assert_eq!(seen, IdSet::all(N));
-    pids.dedup();
-    assert_eq!(pids.len(), 1, "one server for the 8 ranks: {pids:?}");
-    pids[0]
-}
-
 /// The names of the threads of process `pid`.
 fn thread_names(pid: u32) -> Vec<String> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -173,18 +115,11 @@ fn thread_names(pid: u32) -> Vec<String> {
         .collect()
 }
 
-/// The state letter of `pid` in /proc, `None` once it is gone (or a zombie).
-fn state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let c = stat.rsplit_once(") ")?.1.chars().next()?;
-    (c != 'Z' && c != 'X').then_some(c)
-}
-
 /// Waits (a hang guard of two minutes) until none of `pids` lives.
 fn all_gone(pids: &[u32]) -> bool {
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
-        if pids.iter().all(|&p| state(p).is_none()) {
+        if pids.iter().all(|&p| !alive(p)) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -235,7 +170,7 @@ async fn start_sleeps(c: &mut Console) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_bt_cont_of_eight_local_ranks() {
     let s = session().await;
-    let server = one_server(&s).await;
+    let server = one_server(&s, N).await;
     let mut c = Console::new(s, false);
     let pids = start_sleeps(&mut c).await;
     let distinct: std::collections::BTreeSet<u32> = pids.iter().copied().collect();
@@ -343,7 +278,7 @@ async fn detach_and_the_end_let_every_local_rank_go() {
     for &p in &pids {
         assert_eq!(tracer(p), 0, "pid {p} let go at the end");
         assert_ne!(state(p), Some('T'), "pid {p} left running");
-        assert!(state(p).is_some(), "pid {p} not killed");
+        assert!(alive(p), "pid {p} not killed");
     }
     drop(sleeps);
 }

@@ -4,6 +4,8 @@
 
 use std::process::Command;
 
+use sdm_e2e::hungjob::HungJob;
+use sdm_e2e::procs::{state_and_tracer, tracer};
 use sdm_e2e::{mpi_program, sdm};
 
 /// `sdm run --launcher L -n 4 -- mpi_allreduce`: one merged line of results, one merged
@@ -48,86 +50,6 @@ fn an_mpi_job_runs_under_sdm_with_srun() {
     allreduce_under("srun");
 }
 
-/// A hung MPI job started outside sdm: its launcher and every rank's pid.
-struct HungJob {
-    launcher: std::process::Child,
-}
-
-impl HungJob {
-    /// `mpirun -n N mpi_hang` or `srun -n N mpi_hang`, once every rank printed `ready`.
-    fn start(launcher: &str, n: u32) -> Self {
-        Self::start_program(launcher, n, "mpi_hang")
-    }
-
-    /// [`HungJob::start`] with tests/programs/NAME.c.
-    fn start_program(launcher: &str, n: u32, name: &str) -> Self {
-        let prog = mpi_program(name);
-        let mut cmd = Command::new(launcher);
-        if launcher == "mpirun" {
-            cmd.args(["--allow-run-as-root", "--oversubscribe"])
-                .env_remove("SLURM_JOB_ID")
-                .env_remove("SLURM_JOBID");
-        }
-        let mut child = cmd
-            .args(["-n", &n.to_string()])
-            .arg(&prog)
-            .current_dir(std::env::temp_dir())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {launcher}: {e}"));
-        let out = child.stdout.take().unwrap();
-        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out));
-        for _ in 0..n {
-            let l = lines.next().expect("a rank's ready line").unwrap();
-            assert_eq!(l, "ready");
-        }
-        // Keep draining, so a rank writing later never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Self { launcher: child }
-    }
-
-    fn pid(&self) -> u32 {
-        self.launcher.id()
-    }
-
-    /// The ranks' pids, from the launcher's table.
-    fn ranks(&self) -> Vec<u32> {
-        let out = sdm_e2e::sdm_ok(["attach", &self.pid().to_string(), "--table", "--json"]);
-        out.lines()
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                v["pid"].as_u64().unwrap() as u32
-            })
-            .collect()
-    }
-}
-
-impl Drop for HungJob {
-    fn drop(&mut self) {
-        let _ = self.launcher.kill();
-        let _ = self.launcher.wait();
-    }
-}
-
-/// `TracerPid` and state letter of `pid`.
-fn tracer_and_state(pid: u32) -> (u32, String) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .unwrap()
-            .trim()
-            .to_owned()
-    };
-    (
-        field("TracerPid:").parse().unwrap(),
-        field("State:").chars().next().unwrap().to_string(),
-    )
-}
-
 /// `sdm attach LAUNCHER -c stop -c status -c 'bt --classes' -c detach` on a hung job of `n`
 /// ranks: every rank attached and stopped, the last one in `compute`, two stack classes,
 /// all let go running and untraced, the job still alive afterwards.
@@ -168,15 +90,15 @@ fn attach_stop_detach(launcher: &str, n: u32) {
     );
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     for pid in ranks {
-        let (tracer, state) = tracer_and_state(pid);
+        let (state, tracer) = state_and_tracer(pid);
         assert_eq!(tracer, 0, "rank pid {pid} still traced");
         assert!(
-            state == "R" || state == "S",
+            state == 'R' || state == 'S',
             "rank pid {pid} left in state {state}"
         );
     }
-    let (_, launcher_state) = tracer_and_state(job.pid());
-    assert_ne!(launcher_state, "Z", "the launcher ended");
+    let (launcher_state, _) = state_and_tracer(job.pid());
+    assert_ne!(launcher_state, 'Z', "the launcher ended");
 }
 
 #[test]
@@ -246,10 +168,10 @@ fn a_job_released_through_gdb_completes_after_detach() {
         let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
             continue;
         };
-        let (tracer, state) = tracer_and_state(pid);
+        let (state, tracer) = state_and_tracer(pid);
         assert_eq!(tracer, 0, "rank pid {pid} still traced: {status}");
         assert!(
-            matches!(state.as_str(), "R" | "S" | "Z"),
+            matches!(state, 'R' | 'S' | 'Z'),
             "rank pid {pid} left in state {state}"
         );
     }
@@ -299,7 +221,7 @@ fn attach_by_pids_reports_a_vanished_pid_for_its_rank() {
     );
     assert!(!out.status.success());
     for p in &procs[..2] {
-        assert_eq!(tracer_and_state(p.id()).0, 0);
+        assert_eq!(tracer(p.id()), 0);
     }
     for p in &mut procs {
         let _ = p.kill();

@@ -27,7 +27,6 @@
 use sdm_e2e as support;
 
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use sdm_client::session::{Session, SessionOptions};
@@ -39,7 +38,7 @@ use support::daemons::{
     wait_for,
 };
 use support::hungjob::HungJobAcross;
-use support::netns::Hosts;
+use support::netns::{Hosts, one_at_a_time};
 use support::slurmhosts::SlurmHosts;
 use support::sshhosts::SshHosts;
 use support::{assert_partition, ids_with};
@@ -51,9 +50,6 @@ const PER_HOST: u32 = 4;
 /// The seed's layout, one server per rank, which these tests count servers of (tests/
 /// per_host.rs has one server per host).
 const SEED_LAYOUT: [&str; 2] = ["--ranks-per-server", "1"];
-
-/// One test at a time: each makes four hosts with an sshd and 16 daemons.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Each host's `PER_HOST` servers listen on that host's address, none on loopback.
 fn assert_servers_on_their_hosts(hosts: &Hosts, transport: &str) {
@@ -95,7 +91,7 @@ fn assert_all_ready_and_pong(lines: &[String]) {
 /// pong, every host's servers on that host's address (none on loopback), and after ^C no
 /// daemon left on any host.
 fn launch_through_ssh(transport: &str) {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     let n = HOSTS * PER_HOST;
     let (running, lines) = launch_held(|c| {
@@ -128,18 +124,13 @@ fn ssh_launch_across_four_hosts_over_quic() {
     launch_through_ssh("quic");
 }
 
-/// The host (from 1) of server `id`: the ssh launcher goes round robin over the hosts.
-fn host_of(id: u32) -> u32 {
-    id % HOSTS + 1
-}
-
 #[test]
 #[cfg_attr(
     not(all(sdm_have_netns, sdm_have_ssh)),
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
 )]
 fn a_host_cut_off_mid_command_is_lost_and_comes_back() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -174,11 +165,11 @@ async fn cut_and_restore(h: &SshHosts) {
     let cut = (1..=HOSTS)
         .find(|&k| {
             (0..n)
-                .filter(|&id| host_of(id) == k)
+                .filter(|&id| h.hosts.host_of(id) == k)
                 .all(|id| matches!(topo.parent(NodeId::Server(id)), Some(NodeId::Server(_))))
         })
         .expect("a host whose servers all have server parents");
-    let on_cut: IdSet = (0..n).filter(|&id| host_of(id) == cut).collect();
+    let on_cut: IdSet = (0..n).filter(|&id| h.hosts.host_of(id) == cut).collect();
     let mut below = IdSet::new();
     for id in on_cut.iter() {
         below.union_with(&topo.subtree(NodeId::Server(id)));
@@ -239,7 +230,7 @@ async fn cut_and_restore(h: &SshHosts) {
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
 )]
 fn advertising_loopback_to_another_host_is_an_error_naming_it() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     let out = Command::new(support::sdm())
         .args([
@@ -345,7 +336,7 @@ fn sdm_run_across(h: &SshHosts, console: &[&str], program: &str) -> std::process
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI (deploy/ci-setup.sh)"
 )]
 fn an_mpi_job_across_four_hosts_under_mpirun() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     let out = sdm_run_across(&h, &[], "mpi_allreduce");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -381,7 +372,7 @@ fn daemon_peers(h: &SshHosts, k: u32) -> Vec<String> {
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
 )]
 fn a_topology_file_places_interior_nodes_on_chosen_hosts() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     let [h1, h2, h3, h4] = [1, 2, 3, 4].map(|k| h.name(k));
     let file = h.dir.join("tree.top");
@@ -434,7 +425,7 @@ fn a_topology_file_places_interior_nodes_on_chosen_hosts() {
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI (deploy/ci-setup.sh)"
 )]
 fn attach_to_a_hung_mpi_job_across_four_hosts() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     let n = 8u32;
     let job = HungJobAcross::start(&h, n);
@@ -512,7 +503,7 @@ fn attach_to_a_hung_mpi_job_across_four_hosts() {
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, Slurm and munge (deploy/ci-setup.sh)"
 )]
 fn srun_launch_across_four_slurm_nodes() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SlurmHosts::create(HOSTS, PER_HOST);
     let n = (HOSTS * PER_HOST).to_string();
     let nodes = format!("-N {HOSTS}");
@@ -595,7 +586,7 @@ fn srun_across(h: &SlurmHosts, args: &[&str]) {
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI (deploy/ci-setup.sh)"
 )]
 fn stop_bt_cont_on_an_mpi_job_across_four_hosts_under_sdm_run() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     let out = sdm_run_across(
         &h,

@@ -13,6 +13,7 @@ use sdm::console::Console;
 use sdm::words::is_error;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
+use sdm_e2e::procs::parent_of;
 use sdm_omis::Value;
 use sdm_proto::{IdSet, Status};
 
@@ -83,19 +84,10 @@ const SUPPORTED: &[&str] = &[
 /// running at once each count their own.
 fn gdbs_of(program: &Path) -> Vec<u32> {
     let below = sdm_e2e::descendants_of(std::process::id());
-    let parent = |pid: &u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat.rsplit_once(") ")?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
     let servers: BTreeSet<u32> = below
         .iter()
         .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == program))
-        .filter_map(parent)
+        .filter_map(|&pid| parent_of(pid))
         .collect();
     servers
         .iter()

@@ -19,10 +19,10 @@ use sdm_e2e as support;
 use std::process::Command;
 use std::time::Duration;
 
-use sdm_overlay::auth::SessionKey;
 use sdm_overlay::driver::KEEPALIVE_ENV;
-use sdm_overlay::recover::PATIENCE_ENV;
 use sdm_overlay::setup::ConnectPolicy;
+use sdm_overlay::setup::PATIENCE_ENV;
+use sdm_overlay::setup::SessionKey;
 use sdm_overlay::transport::Address;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Shape};
@@ -32,11 +32,6 @@ use support::{Procs, assert_partition, ids_with, master_for_processes_on};
 /// Hosts (namespaces) and servers per host.
 const HOSTS: u32 = 3;
 const PER_HOST: u32 = 4;
-
-/// The host (from 1) of server `id`: round robin, so subtrees span hosts.
-fn host_of(id: u32) -> u32 {
-    id % HOSTS + 1
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
@@ -56,18 +51,18 @@ async fn a_host_cut_off_mid_command_is_lost_and_the_others_answer() {
     let env = [(KEEPALIVE_ENV, "100,3000"), (PATIENCE_ENV, "60000")];
     let (mut procs, table) = Procs::spawn_each(n, &policy, &env, |id| {
         let mut c = Command::new("ip");
-        let listen = format!("tcp://{}:0", hosts.addr(host_of(id)));
+        let listen = format!("tcp://{}:0", hosts.addr(hosts.host_of(id)));
         c.args([
             "netns",
             "exec",
-            &hosts.namespace(host_of(id)),
+            &hosts.namespace(hosts.host_of(id)),
             support::testnode(),
         ])
         .args(["--listen", &listen, "--recover"]);
         c
     });
     for (id, a) in (0..n).zip(&table) {
-        let ip = hosts.addr(host_of(id));
+        let ip = hosts.addr(hosts.host_of(id));
         assert!(
             a.to_string().contains(&format!("//{ip}:")),
             "server {id}: {a}"
@@ -88,7 +83,7 @@ async fn a_host_cut_off_mid_command_is_lost_and_the_others_answer() {
     // cut off with it. Every server of host 3 has a testnode for parent, so the cut is seen
     // by the testnodes' keepalives.
     let cut = 3;
-    let on_cut: Vec<u32> = (0..n).filter(|&id| host_of(id) == cut).collect();
+    let on_cut: Vec<u32> = (0..n).filter(|&id| hosts.host_of(id) == cut).collect();
     let mut lost = IdSet::new();
     for &id in &on_cut {
         lost.union_with(&topo.subtree(NodeId::Server(id)));

@@ -29,8 +29,8 @@ use sdm_e2e as support;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sdm_client::session::{Session, SessionOptions};
@@ -41,7 +41,7 @@ use support::daemons::{
     PATIENCE, assert_daemons_gone, daemon_sockets, interrupt, launch_held, server_pids,
 };
 use support::hungjob::HungJobAcross;
-use support::netns::Hosts;
+use support::netns::{Hosts, one_at_a_time};
 use support::slurmhosts::SlurmHosts;
 use support::sshhosts::SshHosts;
 use support::{assert_partition, ids_with};
@@ -54,9 +54,6 @@ const N: u32 = HOSTS * RANKS_PER_HOST;
 
 /// The layout flags under test: none, one server per host by default.
 const LAYOUT: [&str; 0] = [];
-
-/// One test at a time: each makes four hosts and 64 ranks.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Every rank, `[0-63]`.
 fn all() -> IdSet {
@@ -329,7 +326,7 @@ fn classes(lines: &[String]) -> Vec<(IdSet, String)> {
 /// one server per host; `bt --classes` accounts for every rank once, each in its own
 /// rank's function; `cont` and `kill` answer for all 64.
 fn console_script(hosts: &Hosts, launcher: impl Fn(&mut Command)) {
-    let spinner = support::c_program("spinner", &["-O0", "-g", "-fno-omit-frame-pointer"]);
+    let spinner = support::spinner();
     let mut cmd = Command::new(support::sdm());
     cmd.arg("run");
     launcher(&mut cmd);
@@ -390,7 +387,7 @@ fn sixty_four_ranks(hosts: &Hosts, merged: bool, launcher: impl Fn(&mut Command)
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
 )]
 fn ssh_starts_one_server_per_host_for_sixteen_ranks_each() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     let list = h.hosts.hostlist();
     sixty_four_ranks(&h.hosts, true, |c| {
@@ -404,7 +401,7 @@ fn ssh_starts_one_server_per_host_for_sixteen_ranks_each() {
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI (deploy/ci-setup.sh)"
 )]
 fn mpirun_starts_one_server_per_host_for_sixteen_ranks_each() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     let list = h.hosts.hostlist();
     let launcher = |c: &mut Command| {
@@ -425,7 +422,7 @@ fn mpirun_starts_one_server_per_host_for_sixteen_ranks_each() {
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, Slurm and munge (deploy/ci-setup.sh)"
 )]
 fn srun_starts_one_server_per_host_for_sixteen_ranks_each() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     // A CPU for each rank: srun starts the job's 16 tasks on each node itself.
     let h = SlurmHosts::create(HOSTS, RANKS_PER_HOST);
     let list = h.hosts.hostlist();
@@ -561,7 +558,7 @@ fn held_job(hosts: &Hosts, launcher: impl Fn(&mut Command), program: &Path) {
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI (deploy/ci-setup.sh)"
 )]
 fn attach_to_a_hung_job_starts_one_server_per_host() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     let job = HungJobAcross::start(&h, N);
     let mpirun = job.mpirun.id().to_string();
@@ -599,7 +596,7 @@ fn attach_to_a_hung_job_starts_one_server_per_host() {
     ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
 )]
 fn a_host_whose_server_is_killed_loses_exactly_its_ranks() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let h = SshHosts::create(HOSTS);
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -7,8 +7,8 @@ use sdm_e2e as support;
 
 use std::time::Duration;
 
-use sdm_overlay::auth::SessionKey;
 use sdm_overlay::setup::ConnectPolicy;
+use sdm_overlay::setup::SessionKey;
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{NodeId, Shape};
 use support::{Procs, assert_partition, ids_with, master_for_processes};

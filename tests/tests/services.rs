@@ -10,9 +10,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sdm_client::ReplyGroup;
 use sdm_client::service::{self, OMIS, SDM};
 use sdm_client::session::{Session, SessionOptions};
-use sdm_overlay::frontend::ReplyGroup;
 use sdm_proto::{IdSet, Status, SyncMode};
 
 const N: u32 = 8;

@@ -19,6 +19,7 @@ use std::time::Duration;
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
+use sdm_e2e::procs::state;
 use sdm_omis::Value;
 use sdm_proto::{IdSet, Status};
 use sdm_server::monitor::{MonitorHandle, SIGNAL_FRAME};
@@ -407,11 +408,6 @@ fn children_running(parent: u32, exe: &std::path::Path) -> Vec<u32> {
                 == Some(exe)
         })
         .collect()
-}
-
-fn state(pid: u32) -> Option<char> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s.rsplit_once(") ")?.1.chars().next()
 }
 
 #[tokio::test]

@@ -6,57 +6,13 @@
 //! The tests run one at a time (each starts up to 16 servers and a flood of output).
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
+use sdm_e2e::{labelled_lines, sdm_run, sdm_run_status};
 use sdm_proto::IdSet;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// Runs `sdm run ARGS` with `input` on its standard input; it must succeed.
-fn sdm_run(args: &[&str], input: &[u8]) -> Output {
-    let out = sdm_run_status(args, input);
-    assert!(
-        out.status.success(),
-        "sdm run {args:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Runs `sdm run ARGS` with `input` on its standard input, whatever its exit status.
-fn sdm_run_status(args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(sdm_e2e::sdm())
-        .arg("run")
-        // Output lines wait for the same line of every rank as long as it takes on a
-        // loaded machine (the merge is exact up to this lag, 5 s by default); interior
-        // nodes hold lines a little longer than by default, so fewer partial groups
-        // reach the console.
-        .args(["--coalesce-ms", "100", "--merge-lag", "120000"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting sdm run");
-    let mut stdin = child.stdin.take().expect("piped");
-    stdin.write_all(input).expect("writing sdm's stdin");
-    drop(stdin);
-    child.wait_with_output().expect("waiting for sdm run")
-}
-
-/// Splits `[ids] text` lines.
-fn parse(text: &str) -> Vec<(IdSet, String)> {
-    text.lines()
-        .map(|l| {
-            let (ids, rest) = l.split_once(' ').unwrap_or((l, ""));
-            let ids: IdSet = ids.parse().unwrap_or_else(|e| panic!("{l:?}: {e}"));
-            (ids, rest.to_owned())
-        })
-        .collect()
-}
 
 /// Checks `--label` output of programs printing `RANK N` lines (N = 1, 2, … on each rank):
 /// every such line comes from its own rank, none lost or out of order. Returns the last N
@@ -103,7 +59,7 @@ fn label_prints_every_line_of_every_rank_in_order() {
         b"",
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines = parse(&text);
+    let lines = labelled_lines(&text);
     for (ids, _) in &lines {
         assert_eq!(ids.len(), 1, "--label prints one rank per line");
     }
@@ -135,7 +91,7 @@ fn identical_lines_of_all_ranks_coalesce() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = sdm_run(&["-n", "16", "--", "sh", "-c", "seq 1 3000"], b"");
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines = parse(&text);
+    let lines = labelled_lines(&text);
     // Nothing lost, nothing doubled, each rank in order...
     let per = numbers_per_rank(&lines);
     let want: Vec<u64> = (1..=3000).collect();
@@ -174,7 +130,7 @@ fn every_line_of_sixteen_ranks_merges_exactly() {
     // line for their sixteen exits.
     let out = sdm_run(&["-n", "16", "--", "sh", "-c", "seq 1 10000"], b"");
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines = parse(&text);
+    let lines = labelled_lines(&text);
     let all = IdSet::all(16);
     assert_eq!(lines.len(), 10_001, "10000 numbers and one exit line");
     for (k, (ids, t)) in lines[..10_000].iter().enumerate() {
@@ -198,7 +154,7 @@ fn a_rank_that_pauses_is_not_awaited_and_loses_nothing() {
     let script = "seq 1 5000; [ \"$SDM_RANK\" = 5 ] && sleep 2; seq 5001 10000";
     let out = sdm_run(&["-n", "16", "--", "sh", "-c", script], b"");
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines = parse(&text);
+    let lines = labelled_lines(&text);
     let all = IdSet::all(16);
     for (k, (ids, t)) in lines[..5_000].iter().enumerate() {
         assert_eq!(
@@ -376,7 +332,7 @@ fn nothing_is_lost_when_a_script_ends_with_kill() {
 fn no_coalesce_prints_each_rank_apart() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = sdm_run(&["-n", "4", "--no-coalesce", "--", "echo", "same"], b"");
-    let lines = parse(&String::from_utf8(out.stdout).unwrap());
+    let lines = labelled_lines(&String::from_utf8(out.stdout).unwrap());
     let same: Vec<&IdSet> = lines
         .iter()
         .filter(|(_, t)| t == "same")
@@ -407,7 +363,7 @@ fn stdin_goes_only_to_the_chosen_ranks() {
         &["-n", "4", "--stdin", "1-2", "--", "sh", "-c", script],
         b"a\nb\n",
     );
-    let lines = parse(&String::from_utf8(out.stdout).unwrap());
+    let lines = labelled_lines(&String::from_utf8(out.stdout).unwrap());
     let who = |t: &str| -> IdSet {
         lines
             .iter()
@@ -611,13 +567,13 @@ async fn unread_output() {
     use std::time::Duration;
 
     use sdm_client::iof::Iof;
-    use sdm_overlay::flow;
+    use sdm_overlay::stdio;
     use sdm_proto::{Status, SyncMode};
 
     let s = session(8).await;
     let all = s.all();
     let flood = r#"0 [] sdm_start("/bin/sh", ["-c", "i=0; while :; do i=$((i+1)); echo $i; done"], "pipes")"#;
-    let replied = |groups: &[sdm_overlay::frontend::ReplyGroup]| {
+    let replied = |groups: &[sdm_client::ReplyGroup]| {
         groups
             .iter()
             .filter(|g| g.status == Status::Replied)
@@ -648,14 +604,14 @@ async fn unread_output() {
     while let Some(m) = s.queued_event() {
         held.push(m);
     }
-    let bytes: i64 = held.iter().map(flow::cost).sum();
-    let largest = held.iter().map(flow::cost).max().unwrap_or(0);
+    let bytes: i64 = held.iter().map(stdio::cost).sum();
+    let largest = held.iter().map(stdio::cost).max().unwrap_or(0);
     assert!(!held.is_empty(), "some output reached the front-end");
     assert!(
-        bytes < flow::WINDOW + largest,
+        bytes < stdio::WINDOW + largest,
         "the front-end holds {bytes} bytes of unread output in {} frames, beyond the window {}",
         held.len(),
-        flow::WINDOW
+        stdio::WINDOW
     );
     // Read again, end the programs, and check that no line was lost on the way.
     let numbers: Arc<Mutex<BTreeMap<u32, Vec<u64>>>> = Arc::default();

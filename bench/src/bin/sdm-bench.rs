@@ -103,7 +103,7 @@ struct Common {
 }
 
 fn main() -> anyhow::Result<()> {
-    sdm_overlay::logging::init("warn");
+    sdm_server::logging::init("warn");
     let cli = Cli::parse();
     let bench = match &cli.cmd {
         Cmd::Bench(b) => b,
@@ -221,11 +221,7 @@ async fn launch_all_ready(c: &Common) -> anyhow::Result<(Session, f64)> {
     Ok((s, wall))
 }
 
-fn check_single(
-    groups: &[sdm_overlay::frontend::ReplyGroup],
-    all: &IdSet,
-    want: &[u8],
-) -> anyhow::Result<()> {
+fn check_single(groups: &[sdm_client::ReplyGroup], all: &IdSet, want: &[u8]) -> anyhow::Result<()> {
     match groups {
         [g] if g.status == Status::Replied && &g.sources == all && &g.payload[..] == want => Ok(()),
         _ => Err(anyhow!(

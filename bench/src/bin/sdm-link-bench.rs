@@ -41,10 +41,10 @@ use anyhow::{Context, bail, ensure};
 use clap::Parser;
 use futures::{SinkExt, StreamExt};
 use sdm_bench::stats::{Summary, summarize};
+use sdm_client::Frontend;
 use sdm_overlay::Node;
-use sdm_overlay::auth::SessionKey;
 use sdm_overlay::driver::{self, Delivery};
-use sdm_overlay::frontend::Frontend;
+use sdm_overlay::setup::SessionKey;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{
     Address, Link, Listener, SessionTls, Transport, TransportConfig, transport_for,

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use sdm_deploy::{LaunchSpec, Launched, LauncherKind};
-use sdm_overlay::auth::{SESSION_KEY_ENV, SessionKey};
-use sdm_overlay::frontend::Frontend;
+use sdm_overlay::setup::{SESSION_KEY_ENV, SessionKey};
+use crate::frontend::Frontend;
 use sdm_overlay::setup::ConnectPolicy;
 use sdm_overlay::transport::{Address, Listener, TransportConfig, bind_in_range, transport_for};
 #[cfg(feature = "quic")]

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use sdm_omis::BasicReply;
-use sdm_overlay::coalesce::{STDERR, STDOUT, StdioLine};
+use sdm_overlay::stdio::{STDERR, STDOUT, StdioLine};
 use sdm_proto::{IdSet, Message, Status};
 
 use super::{Console, Line, line_failed, next_query};

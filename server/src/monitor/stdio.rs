@@ -205,7 +205,7 @@ impl Monitor {
         };
         let (tx, rank) = (&self.stdio, self.rank);
         w.check(std::time::Instant::now(), || {
-            let marker = Bytes::from_static(&[sdm_overlay::coalesce::IDLE]);
+            let marker = Bytes::from_static(&[sdm_overlay::stdio::IDLE]);
             tx.try_send((Kind::Stdio, rank, marker)).is_ok()
         });
     }

@@ -5,7 +5,7 @@
 //! stdout, then reads one line from stdin holding every server's address separated by
 //! spaces (server 0 first). It connects to its children, accepts its parent, and runs until
 //! the parent link ends (with `--recover`, re-attaching to a live ancestor if the parent dies, and adopting
-//! orphans below it, see `sdm_overlay::recover`; not to the master, whose address it
+//! orphans below it, see `sdm_overlay::setup::recovery`; not to the master, whose address it
 //! does not know). Commands: `sleep MS` answers `ok` after MS ms, `id` answers the
 //! server's id, anything else answers `ok`.
 
@@ -15,9 +15,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use sdm_overlay::Node;
-use sdm_overlay::auth::SessionKey;
 use sdm_overlay::driver;
-use sdm_overlay::recover;
+use sdm_overlay::setup::SessionKey;
 use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{Address, SessionTls, TransportConfig, transport_for};
 use sdm_topology::{NodeId, Shape, Topology};
@@ -45,7 +44,7 @@ struct Args {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    sdm_overlay::logging::init("error");
+    sdm_server::logging::init("error");
     let args = Args::parse();
     anyhow::ensure!(
         args.id < args.servers,
@@ -89,7 +88,7 @@ async fn main() -> anyhow::Result<()> {
     // With --recover, like the sdm daemons: the listener takes orphans re-attaching, and
     // a dead parent is replaced by the nearest live ancestor.
     let recovery = if args.recover {
-        recover::recovery(
+        setup::recovery(
             me,
             &*topo,
             &table,

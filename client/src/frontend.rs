@@ -3,10 +3,11 @@
 //!
 //! An op sent with a filter ([`Frontend::send_filtered`]) is finished here: [`Frontend::collect`]
 //! folds the replied groups that reach the front-end into a fresh filter and returns its
-//! [`finish`](sdm_filters::Filter::finish) (`mean`: the mean, not a sum and a count;
+//! [`finish`](sdm_overlay::filters::Filter::finish) (`mean`: the mean, not a sum and a count;
 //! `stacktrace`: the printed tree). [`Frontend::next_group`] streams the groups unfinished.
 //!
-//! The richer tool-builder library (launching, events, stdio) builds on this in `sdm`.
+//! The richer tool-builder library (launching, events, stdio), [`crate::Session`], builds
+//! on this.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -14,12 +15,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use sdm_filters::{FilterError, Registry};
+use sdm_overlay::filters::{FilterError, Registry};
+use sdm_overlay::setup::{ConnectPolicy, FRONTEND, accept_named};
+use sdm_overlay::stdio as flow;
+use sdm_overlay::transport::{Link, Listener};
 use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
-
-use crate::flow;
-use crate::setup::{ConnectPolicy, FRONTEND, accept_named};
-use crate::transport::{Link, Listener};
 
 /// One reply group as the front-end sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +58,7 @@ fn own_if_small(payload: Bytes) -> Bytes {
 
 /// Runs the front-end end of filter `filter` over the final groups of one op: the replied
 /// groups are folded into a fresh filter from `registry` and replaced by its
-/// [`finish`](sdm_filters::Filter::finish); lost, timed-out and error groups follow.
+/// [`finish`](sdm_overlay::filters::Filter::finish); lost, timed-out and error groups follow.
 ///
 /// Every id stays accounted: if the filter cannot be made, refuses a group, or fails to
 /// finish, the ids concerned come back as an error group ([`Status::Error`], not lost:
@@ -122,7 +122,7 @@ pub struct Frontend {
     /// Where those filters come from, for their finish.
     registry: Arc<Registry>,
     /// Credit owed to the master for the stdio and events the tool has taken
-    /// ([`crate::flow`]): output flows only as fast as the tool takes it.
+    /// ([`sdm_overlay::stdio`]): output flows only as fast as the tool takes it.
     grant: flow::Grant,
 }
 
@@ -136,7 +136,7 @@ impl Frontend {
             events: VecDeque::new(),
             closed: None,
             filters: HashMap::new(),
-            registry: crate::node::builtin_registry(),
+            registry: Arc::new(Registry::new()),
             grant: flow::Grant::default(),
         }
     }
@@ -157,7 +157,7 @@ impl Frontend {
     pub async fn accept_master(
         listener: &mut dyn Listener,
         policy: &ConnectPolicy,
-    ) -> Result<Self, crate::LinkError> {
+    ) -> Result<Self, sdm_overlay::LinkError> {
         Ok(Self::new(accept_named(listener, FRONTEND, policy).await?))
     }
 

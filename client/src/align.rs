@@ -1,15 +1,15 @@
 //! [`Aligner`]: the front-end's merge of output lines across ranks, line by line.
 //!
 //! Every server numbers the lines its program writes on each stream (0, 1, 2, …; see
-//! [`crate::Node::handle_local_event`]) and interior nodes merge only lines of equal index
-//! and text ([`crate::coalesce`]). The front-end knows which ranks are still running, so it
+//! `sdm_overlay::Node::handle_local_event`) and interior nodes merge only lines of equal
+//! index and text. The front-end knows which ranks are still running, so it
 //! can wait for the k-th line of every one of them before printing the k-th lines: identical
 //! k-th lines of all ranks print once (`[0-15] 42`), however late one rank is, and the same
 //! output gives the same groups on an idle and on a loaded machine.
 //!
 //! A rank is awaited only while it is producing output: its server sends an *idle marker*
-//! ([`crate::coalesce::IDLE`]) when its program goes idle with every line sent (nothing
-//! runnable, or computing without printing), saying how many lines it printed on each
+//! ([`IDLE`](sdm_overlay::stdio::IDLE)) when its program goes idle with every line sent
+//! (nothing runnable, or computing without printing), saying how many lines it printed on each
 //! stream; a group of k-th lines waits for a rank idle after n ≤ k lines only a moment
 //! ([`IDLE_GRACE`], for a rank that wakes with the others, as in a collective), not the lag.
 //! A rank that prints again is awaited again from its next line. Only the server can tell a silent
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sdm_proto::{IdSet, Kind};
 
-use crate::coalesce::{StdioLine, idle_stream};
+use sdm_overlay::stdio::{StdioLine, idle_stream};
 
 /// How long identical events (other than ends) of different ranks wait for each other, by
 /// default.
@@ -587,7 +587,7 @@ mod tests {
             kind: Kind::Stdio,
             sources: ids.parse().unwrap(),
             index: lines,
-            payload: Bytes::from_static(&[crate::coalesce::IDLE, 1]),
+            payload: Bytes::from_static(&[sdm_overlay::stdio::IDLE, 1]),
         }
     }
 
@@ -652,7 +652,7 @@ mod tests {
         let mut a = aligner(3);
         // A marker on stderr says nothing of stdout.
         let mut err = idle("[1-2]", 0);
-        err.payload = Bytes::from_static(&[crate::coalesce::IDLE, 2]);
+        err.payload = Bytes::from_static(&[sdm_overlay::stdio::IDLE, 2]);
         assert!(a.push(t, err).is_empty());
         assert!(a.push(t, line("[0]", 0, "a")).is_empty());
         assert!(a.push(t + ms(3000), line("[1]", 0, "a")).is_empty());
@@ -671,7 +671,7 @@ mod tests {
         let mut out = a.push(t, idle("[1-2]", 0));
         out.extend(a.push(t, {
             let mut e = idle("[1-2]", 0);
-            e.payload = Bytes::from_static(&[crate::coalesce::IDLE, 2]);
+            e.payload = Bytes::from_static(&[sdm_overlay::stdio::IDLE, 2]);
             e
         }));
         assert!(out.is_empty());
