@@ -1213,12 +1213,12 @@ fn location(target: &str) -> String {
     }
 }
 
-/// Whether a result line is a failure: an error reply or a filter's error, a lost or
-/// timed-out server.
+/// Whether a result line is a failure: a reply carrying a failure kind, a reply that is no
+/// OMIS reply (the service could not answer), a filter's error, a lost or timed-out server.
 fn line_failed(l: &Line) -> bool {
     match (&l.status, &l.reply) {
         (Status::Replied, Some(r)) => crate::words::is_error(r),
-        (Status::Replied, None) => l.text.contains("error"),
+        (Status::Replied, None) => true,
         (Status::Lost | Status::TimedOut | Status::Error, _) => true,
     }
 }

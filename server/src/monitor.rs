@@ -29,7 +29,6 @@ use tokio::sync::{mpsc, oneshot};
 use sdm_omis::{ActionList, BasicReply, BasicRequest, Registry, Value};
 
 use crate::error::{Error, ErrorKind};
-use sdm_proto::IdSet;
 
 pub use crate::unwind::{Frame, SIGNAL_FRAME, UNKNOWN_FRAME};
 use crate::unwind::{Stacks, read_maps};
@@ -1365,15 +1364,8 @@ pub fn run_event_actions(
                 .iter()
                 .map(|v| substitute(v, m.rank, params))
                 .collect();
-            let results = registry
-                .call(m, &a)
-                .unwrap_or_else(|e| vec![Value::Str(format!("error: {e}"))]);
-            replies.push(BasicReply {
-                id: a.id,
-                senders: IdSet::new(),
-                service: a.service.clone(),
-                results,
-            });
+            let outcome = registry.call(m, &a);
+            replies.push(BasicReply::answer(a.id, &a.service, outcome));
         }
         out.push(sdm_omis::Reply(replies).to_string());
     }
