@@ -162,7 +162,9 @@ fn open(path: &Path) -> Result<Opened, Error> {
         )
     };
     let lib = VersionedLibrary::open(path, "service", ENTRY_SYMBOL, ABI_VERSION, "sdm_service.h")
-        .map_err(|e| Error::new(ErrorKind::PluginLoad, e.to_string()))?;
+        .map_err(|e| {
+        Error::with_source(ErrorKind::PluginLoad, "cannot open the service plugin", e)
+    })?;
     // SAFETY: the version matches, so the table's layout is `VTable`.
     let v = unsafe { &*lib.table().cast::<VTable>() };
     if v.name.is_null() {

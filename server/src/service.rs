@@ -198,7 +198,7 @@ impl Plugins {
                     self.loaded.insert(p.name().to_owned(), Arc::new(p));
                 }
                 Err(e) => {
-                    tracing::warn!("server {server}: {e}");
+                    tracing::warn!("server {server}: {}", e.chain());
                     self.failed.push((path.clone(), e));
                 }
             }
@@ -354,7 +354,10 @@ impl Services {
             self.names().join(", ")
         );
         for (path, e) in &self.plugins.lock().expect("not poisoned").failed {
-            text.push_str(&format!("; service plugin {path} did not load: {e}"));
+            text.push_str(&format!(
+                "; service plugin {path} did not load: {}",
+                e.chain()
+            ));
         }
         text
     }
