@@ -184,9 +184,8 @@ impl Console {
             "health" => self
                 .health(q.json, &mut out)
                 .await
-                .map(|healthy| (healthy, String::from_utf8_lossy(&out).into_owned()))
-                .map_err(|e| format!("{e:#}")),
-            other => Err(format!("unknown request {other:?}")),
+                .map(|healthy| (healthy, String::from_utf8_lossy(&out).into_owned())),
+            other => Err(anyhow!("unknown request {other:?}")),
         };
         let _ = q.reply.send(res);
     }
@@ -641,11 +640,7 @@ impl Console {
         }
         match verb {
             "quit" | "exit" => return Ok(Flow::Quit),
-            "help" => write!(
-                out,
-                "{}",
-                crate::commands::help(rest).map_err(|e| anyhow!(e))?
-            )?,
+            "help" => write!(out, "{}", crate::commands::help(rest)?)?,
             "history" => {
                 for (i, h) in self.history.iter().enumerate() {
                     writeln!(out, "{:>4}  {h}", i + 1)?;
@@ -930,10 +925,10 @@ impl Console {
     ) -> anyhow::Result<()> {
         let tree = &stacks.tree;
         if let Some(path) = &a.dot {
-            crate::stacks::write_dot(tree, path).map_err(|e| anyhow!(e))?;
+            crate::stacks::write_dot(tree, path)?;
         }
         if let Some(path) = &a.svg {
-            crate::stacks::write_svg(tree, path).map_err(|e| anyhow!(e))?;
+            crate::stacks::write_svg(tree, path)?;
         }
         match (a.classes, self.json || a.json) {
             (true, true) => writeln!(
@@ -1140,7 +1135,7 @@ impl Console {
     /// stopped), `--samples K` times `--interval MS` apart, every sample counted in the
     /// tree (STAT's 3D view); `--classes`, `--dot`, `--svg` and `--json` choose the view.
     async fn sampled_backtrace(&mut self, rest: &str, out: &mut dyn Write) -> anyhow::Result<bool> {
-        let mut a = crate::stacks::BtArgs::parse(rest).map_err(|e| anyhow!(e))?;
+        let mut a = crate::stacks::BtArgs::parse(rest)?;
         a.thread = a.thread.or(self.thread);
         let dest = self.ranks(&a.ids)?;
         let mut stacks = crate::stacks::Stacks::default();

@@ -24,6 +24,8 @@ pub enum ErrorKind {
     /// A service plugin could not be loaded (missing file, missing symbol, wrong ABI
     /// version, init failed).
     PluginLoad,
+    /// A service plugin's handler failed, or did not reply exactly once.
+    PluginCall,
     /// No service has the name a command was tagged with.
     UnknownService,
     /// Daemon start-up failed: binding, reaching the parent or the front-end, the init
