@@ -5,6 +5,9 @@
 //! Requests arrive as OMIS text; replies leave as OMIS text with empty sender nodes, so
 //! identical results from many servers are byte-identical and merge in the tree; the
 //! front-end fills in the senders from the merged group.
+//!
+//! One file per service family: `node` (who and where), `process` (stop, memory, stack),
+//! `events` (asynchronous requests, user events), `sdm` and `symbolic` (the extension).
 
 use std::sync::Arc;
 
@@ -102,8 +105,9 @@ pub const SPEC_SPELLINGS: [(&str, &str); 2] = [
 ];
 
 /// Runs one OMIS request text on this server's monitor; returns the reply text (sender
-/// nodes left empty for the front-end to fill in). Bad requests get an error reply naming
-/// the position and the problem.
+/// nodes left empty for the front-end to fill in). A service that fails answers with its
+/// failure's kind (`stop!no_process(…)`); a request that does not parse gets
+/// `0 [] error!bad_request(…)` naming the position and the problem.
 pub fn execute(registry: &Registry<Monitor>, m: &mut Monitor, text: &str) -> String {
     let req = match parse_request(text) {
         Ok(r) => r,

@@ -8,7 +8,6 @@ use super::{bad, failed, int_param};
 
 /// Registers the request and user event services on `r`.
 pub(super) fn register(r: &mut Registry<Monitor>) {
-    // Asynchronous service requests (OMIS 8.2.1) and user defined events (8.2.2).
     for (name, on) in [
         ("enable", Some(true)),
         ("disable", Some(false)),
