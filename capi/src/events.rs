@@ -4,8 +4,8 @@
 use std::ffi::c_int;
 use std::time::Duration;
 
-use sdm_overlay::stdio::IDLE;
 use sdm_client::ReplyGroup;
+use sdm_overlay::stdio::IDLE;
 use sdm_proto::{Kind, Status};
 
 use crate::args::{arg, arg_mut};

@@ -37,6 +37,13 @@ enum ErrorKind {
     /// The master link is closed (lost, or the session was shut down).
     #[error("master link closed: {reason}")]
     Closed { reason: String },
+    /// Writing an op to the master failed; the link is closed.
+    #[error("master link closed: sending op {op}: {source}")]
+    Write {
+        op: u64,
+        #[source]
+        source: WriteFailure,
+    },
     /// An I/O failure on a socket or file, with what was being done.
     #[error("{context}: {source}")]
     Io {
@@ -89,6 +96,10 @@ impl Error {
         })
     }
 
+    pub(crate) fn write(op: u64, source: WriteFailure) -> Self {
+        Self::new(ErrorKind::Write { op, source })
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Self::new(ErrorKind::Io {
             context: context.into(),
@@ -103,7 +114,10 @@ impl Error {
 
     /// Whether the master link is closed: lost, or the session was shut down.
     pub fn is_closed(&self) -> bool {
-        matches!(*self.inner, ErrorKind::Closed { .. })
+        matches!(
+            *self.inner,
+            ErrorKind::Closed { .. } | ErrorKind::Write { .. }
+        )
     }
 
     /// Whether processes could not be started (a launcher failed, no `sdm` binary).
@@ -124,6 +138,9 @@ impl Error {
         matches!(*self.inner, ErrorKind::Io { .. })
     }
 }
+
+/// Why the master link's writer failed, shared by every op that waited on it.
+pub(crate) type WriteFailure = std::sync::Arc<dyn std::error::Error + Send + Sync>;
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

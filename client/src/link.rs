@@ -42,7 +42,7 @@ use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
 use tokio::sync::{Mutex, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, WriteFailure};
 use crate::frontend::{ReplyGroup, finish};
 
 /// Why a link closed when the reader did not say (its task was stopped).
@@ -70,7 +70,7 @@ struct PendingOp {
 /// A frame for the writer task, and where to say whether it was written.
 struct Outgoing {
     frame: Message,
-    done: Option<oneshot::Sender<std::result::Result<(), String>>>,
+    done: Option<oneshot::Sender<std::result::Result<(), WriteFailure>>>,
 }
 
 /// What every clone of a [`Handle`] shares.
@@ -187,7 +187,7 @@ impl Handle {
             .is_ok();
         let res = match (sent, written.await) {
             (true, Ok(Ok(()))) => Ok(op),
-            (true, Ok(Err(e))) => Err(Error::closed(format!("sending op {op}: {e}"))),
+            (true, Ok(Err(e))) => Err(Error::write(op, e)),
             _ => Err(Error::closed(format!("sending op {op}: {}", self.reason()))),
         };
         if res.is_err() {
@@ -470,13 +470,16 @@ async fn read_loop<R, E>(
 async fn write_loop<W, E>(mut writer: W, mut queue: mpsc::UnboundedReceiver<Outgoing>)
 where
     W: for<'a> futures::Sink<&'a Message, Error = E> + Unpin,
-    E: std::fmt::Display,
+    E: std::error::Error + Send + Sync + 'static,
 {
-    let mut failed: Option<String> = None;
+    let mut failed: Option<WriteFailure> = None;
     while let Some(Outgoing { frame, done }) = queue.recv().await {
         let res = match &failed {
             Some(e) => Err(e.clone()),
-            None => writer.send(&frame).await.map_err(|e| e.to_string()),
+            None => writer
+                .send(&frame)
+                .await
+                .map_err(|e| -> WriteFailure { std::sync::Arc::new(e) }),
         };
         if let Err(e) = &res {
             failed.get_or_insert_with(|| e.clone());

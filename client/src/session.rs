@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sdm_deploy::{Launched, LauncherKind};
-use sdm_overlay::setup::SessionKey;
-use sdm_overlay::filters::Registry;
 use crate::frontend::Frontend;
+use sdm_deploy::{Launched, LauncherKind};
+use sdm_overlay::filters::Registry;
+use sdm_overlay::setup::SessionKey;
 use sdm_overlay::transport::PortRange;
 use sdm_proto::{IdSet, Message, Status, SyncMode};
 use sdm_topology::{Placement, Shape, Tree};

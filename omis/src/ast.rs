@@ -1,6 +1,7 @@
 //! The OMIS request and reply trees (OMIS 1.0, sections 5.2 and 7): values, node lists, basic
 //! requests, composite requests (event + action list) and replies.
 
+use crate::status::{ErrorKind, ServiceError};
 use sdm_proto::IdSet;
 
 /// One parameter or result value (OMIS 1.0 section 7: `parameter`).
@@ -164,8 +165,34 @@ pub struct BasicReply {
     pub senders: IdSet,
     /// The service that was requested.
     pub service: String,
-    /// The result parameters.
+    /// The result parameters (for a failure, the message saying why).
     pub results: Vec<Value>,
+    /// `Some` when the service failed: what kind of failure, printed after the service
+    /// name (`stop!no_process("…")`).
+    pub failure: Option<ErrorKind>,
+}
+
+impl BasicReply {
+    /// The reply to request `id` for `service` (no senders: the tool fills them in): its
+    /// results, or the failure's kind and its message with the errors underneath.
+    pub fn answer(id: i64, service: &str, outcome: Result<Vec<Value>, ServiceError>) -> Self {
+        let (results, failure) = match outcome {
+            Ok(v) => (v, None),
+            Err(e) => (vec![Value::Str(e.full_message())], Some(e.kind())),
+        };
+        Self {
+            id,
+            senders: IdSet::new(),
+            service: service.to_owned(),
+            results,
+            failure,
+        }
+    }
+
+    /// Whether the service failed (the reply carries an [`ErrorKind`]).
+    pub fn is_failure(&self) -> bool {
+        self.failure.is_some()
+    }
 }
 
 /// A reply: one or more basic replies separated by `;`.

@@ -37,6 +37,7 @@ mod ast;
 mod parse;
 mod print;
 mod registry;
+mod status;
 #[cfg(test)]
 mod tests;
 
@@ -45,7 +46,8 @@ use std::fmt::Write;
 
 pub use ast::{ActionList, BasicReply, BasicRequest, Node, Nodes, Reply, Request, Value};
 pub use parse::{ParseError, parse_reply, parse_request};
-pub use registry::{ExtensionRegistrar, Handler, Registry, ServiceError, handler};
+pub use registry::{ExtensionRegistrar, Handler, Registry, handler};
+pub use status::{ErrorKind, ServiceError, UnknownKind};
 
 /// Merges basic replies that answer the same request with the same results (OMIS 1.0
 /// section 5.2.2: "identical results on different nodes may be unified; sender_nodes
@@ -62,7 +64,11 @@ pub fn unify(replies: Vec<BasicReply>) -> Vec<BasicReply> {
     for r in replies {
         key.clear();
         // Writing to a String cannot fail.
-        let _ = write!(key, "{} {}(", r.id, r.service);
+        let _ = write!(key, "{} {}", r.id, r.service);
+        if let Some(kind) = r.failure {
+            let _ = write!(key, "!{kind}");
+        }
+        key.push('(');
         for (i, v) in r.results.iter().enumerate() {
             let _ = write!(key, "{}{v}", if i > 0 { ", " } else { "" });
         }

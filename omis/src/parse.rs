@@ -4,13 +4,20 @@
 //! Accepted beyond the grammar's letter: the fields of a basic request or reply may be
 //! separated by commas (the grammar: `1, [], stop([])`) or by whitespace only (every example
 //! in the spec: `1 [] stop([])`); node lists take ranges (`[0-1023]`, `[0-3,7,$0]`); numbers
-//! take C forms (`0x1F`, `-2e3`, `.5`, `1.`, `inf`, `nan`); strings take C escapes.
+//! take C forms (`0x1F`, `-2e3`, `.5`, `1.`, `inf`, `nan`); strings take C escapes. A
+//! failed reply names its failure's kind after the service: `3 [0-3] stop!no_process("…")`.
 
 use std::str::FromStr;
 
 use sdm_proto::IdSet;
 
 use super::ast::{ActionList, BasicReply, BasicRequest, Nodes, Reply, Request, Value};
+use super::status::{ErrorKind, UnknownKind};
+
+mod scalar;
+
+/// The fields of a basic request or reply: id, nodes, service, failure (replies), values.
+type Basic = (i64, Nodes, String, Option<ErrorKind>, Vec<Value>);
 
 /// Lists nested deeper than this are refused (keeps the recursion off the stack's edge).
 const MAX_DEPTH: usize = 64;
@@ -308,7 +315,7 @@ impl<'a> Parser<'a> {
 
     /// `request_id [','] nodes [','] service '(' params ')'`.
     fn basic_request(&mut self, what: &str) -> Result<BasicRequest> {
-        let (id, nodes, service, params) = self.basic(what, true)?;
+        let (id, nodes, service, _, params) = self.basic(what, true)?;
         Ok(BasicRequest {
             id,
             nodes,
@@ -319,17 +326,19 @@ impl<'a> Parser<'a> {
 
     /// `request_id [','] sender_nodes [','] service '(' results ')'`.
     fn basic_reply(&mut self, what: &str) -> Result<BasicReply> {
-        let (id, nodes, service, results) = self.basic(what, false)?;
+        let (id, nodes, service, failure, results) = self.basic(what, false)?;
         Ok(BasicReply {
             id,
             senders: nodes.ids,
             service,
             results,
+            failure,
         })
     }
 
-    /// The shared shape of basic requests and replies.
-    fn basic(&mut self, what: &str, refs: bool) -> Result<(i64, Nodes, String, Vec<Value>)> {
+    /// The shared shape of basic requests and replies (a reply's service name may be
+    /// followed by `!kind`, its failure).
+    fn basic(&mut self, what: &str, refs: bool) -> Result<Basic> {
         self.ws();
         let at = self.pos;
         if !self
@@ -381,6 +390,11 @@ impl<'a> Parser<'a> {
                 ),
             ));
         };
+        let failure = if !refs && self.peek() == Some(b'!') {
+            Some(self.failure_kind(&service)?)
+        } else {
+            None
+        };
         self.ws();
         if !self.eat(b'(') {
             return Err(self.err(
@@ -392,7 +406,24 @@ impl<'a> Parser<'a> {
             ));
         }
         let params = self.params(&service)?;
-        Ok((id, nodes, service, params))
+        Ok((id, nodes, service, failure, params))
+    }
+
+    /// The `!kind` after a failed reply's service name.
+    fn failure_kind(&mut self, service: &str) -> Result<ErrorKind> {
+        self.pos += 1;
+        let at = self.pos;
+        let Some(name) = self.ident() else {
+            return Err(self.err(
+                at,
+                format!(
+                    "expected a failure kind after '{service}!', found {}",
+                    self.found(at)
+                ),
+            ));
+        };
+        name.parse()
+            .map_err(|e: UnknownKind| self.err(at, e.to_string()))
     }
 
     /// A C identifier, if one starts here.
@@ -528,224 +559,6 @@ impl<'a> Parser<'a> {
                 ),
             )
         })
-    }
-
-    /// `inf`, `infinity` or `nan` (any case) under the cursor: its length.
-    fn special_float(&self) -> Option<usize> {
-        let end = self.b[self.pos..]
-            .iter()
-            .position(|&c| !is_ident(c))
-            .map_or(self.b.len(), |n| self.pos + n);
-        let word = &self.src[self.pos..end];
-        ["inf", "infinity", "nan"]
-            .iter()
-            .any(|w| word.eq_ignore_ascii_case(w))
-            .then_some(word.len())
-    }
-
-    /// Refuses a number that runs into letters, digits of the wrong base or a stray `.`.
-    fn check_number_end(&self, start: usize) -> Result<()> {
-        match self.peek() {
-            Some(c) if is_ident(c) || c == b'.' => Err(self.err(
-                self.pos,
-                format!("unexpected '{}' in number {}", c as char, self.found(start)),
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// A signed integer (decimal or `0x` hex) or float.
-    fn number(&mut self) -> Result<Value> {
-        let start = self.pos;
-        let neg = self.peek() == Some(b'-');
-        if matches!(self.peek(), Some(b'-' | b'+')) {
-            self.pos += 1;
-        }
-        if let Some(len) = self.special_float() {
-            let word = &self.src[self.pos..self.pos + len];
-            self.pos += len;
-            let x = if word.eq_ignore_ascii_case("nan") {
-                f64::NAN
-            } else if neg {
-                f64::NEG_INFINITY
-            } else {
-                f64::INFINITY
-            };
-            return Ok(Value::Float(x));
-        }
-        if self.peek() == Some(b'0') && matches!(self.peek_at(1), Some(b'x' | b'X')) {
-            self.pos += 2;
-            let digits = self.pos;
-            while self.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
-                self.pos += 1;
-            }
-            if digits == self.pos {
-                return Err(self.err(
-                    start,
-                    format!(
-                        "expected hex digits after '0x', found {}",
-                        self.found(digits)
-                    ),
-                ));
-            }
-            self.check_number_end(start)?;
-            let magnitude = u128::from_str_radix(&self.src[digits..self.pos], 16).ok();
-            let value = magnitude
-                .and_then(|m| i128::try_from(m).ok())
-                .map(|m| if neg { -m } else { m })
-                .and_then(|v| i64::try_from(v).ok());
-            return value.map(Value::Int).ok_or_else(|| {
-                self.err(
-                    start,
-                    format!(
-                        "integer {} does not fit in 64 bits",
-                        &self.src[start..self.pos]
-                    ),
-                )
-            });
-        }
-        let mut digits = 0;
-        let mut float = false;
-        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-            self.pos += 1;
-            digits += 1;
-        }
-        if self.peek() == Some(b'.') {
-            float = true;
-            self.pos += 1;
-            while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-                self.pos += 1;
-                digits += 1;
-            }
-        }
-        if digits == 0 {
-            return Err(self.err(
-                start,
-                format!(
-                    "expected a value (integer, float, string, list or $n), found {}",
-                    self.found(start)
-                ),
-            ));
-        }
-        if matches!(self.peek(), Some(b'e' | b'E')) {
-            let e = self.pos;
-            self.pos += 1;
-            if matches!(self.peek(), Some(b'-' | b'+')) {
-                self.pos += 1;
-            }
-            let exp_digits = self.pos;
-            while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-                self.pos += 1;
-            }
-            if exp_digits == self.pos {
-                return Err(self.err(
-                    e,
-                    format!("exponent of number {} has no digits", self.found(start)),
-                ));
-            }
-            float = true;
-        }
-        self.check_number_end(start)?;
-        let text = &self.src[start..self.pos];
-        let text = text.strip_prefix('+').unwrap_or(text);
-        if float {
-            match text.parse::<f64>() {
-                Ok(x) if x.is_finite() => Ok(Value::Float(x)),
-                _ => Err(self.err(start, format!("float {text} is out of range for a double"))),
-            }
-        } else {
-            text.parse::<i64>()
-                .map(Value::Int)
-                .map_err(|_| self.err(start, format!("integer {text} does not fit in 64 bits")))
-        }
-    }
-
-    /// A quoted string with C escapes, the `"` under the cursor.
-    fn string(&mut self) -> Result<String> {
-        let open = self.pos;
-        self.pos += 1;
-        let mut buf = Vec::new();
-        loop {
-            let Some(c) = self.peek() else {
-                return Err(self.err(
-                    open,
-                    "unterminated string: no closing '\"' before the end of input",
-                ));
-            };
-            match c {
-                b'"' => {
-                    self.pos += 1;
-                    break;
-                }
-                b'\n' => {
-                    return Err(self.err(
-                        open,
-                        "unterminated string: no closing '\"' before the end of the line \
-                         (write \\n for a line break)",
-                    ));
-                }
-                b'\\' => {
-                    let esc = self.pos;
-                    self.pos += 1;
-                    buf.push(self.escape(open, esc)?);
-                }
-                _ => {
-                    buf.push(c);
-                    self.pos += 1;
-                }
-            }
-        }
-        String::from_utf8(buf).map_err(|_| {
-            self.err(
-                open,
-                "string is not valid UTF-8 once its \\x and octal escapes are applied",
-            )
-        })
-    }
-
-    /// The escape after the `\` at `esc` (cursor just past it): the byte it stands for.
-    fn escape(&mut self, open: usize, esc: usize) -> Result<u8> {
-        let Some(c) = self.peek() else {
-            return Err(self.err(
-                open,
-                "unterminated string: no closing '\"' before the end of input",
-            ));
-        };
-        self.pos += 1;
-        let byte = match c {
-            b'n' => b'\n',
-            b't' => b'\t',
-            b'r' => b'\r',
-            b'a' => 0x07,
-            b'b' => 0x08,
-            b'f' => 0x0c,
-            b'v' => 0x0b,
-            b'\\' | b'"' | b'\'' | b'?' => c,
-            b'x' => {
-                let start = self.pos;
-                while self.pos < start + 2 && self.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
-                    self.pos += 1;
-                }
-                if start == self.pos {
-                    return Err(self.err(esc, "escape '\\x' needs one or two hex digits"));
-                }
-                u8::from_str_radix(&self.src[start..self.pos], 16).unwrap_or(0)
-            }
-            b'0'..=b'7' => {
-                let start = self.pos - 1;
-                while self.pos < start + 3 && matches!(self.peek(), Some(b'0'..=b'7')) {
-                    self.pos += 1;
-                }
-                let text = &self.src[start..self.pos];
-                u8::from_str_radix(text, 8)
-                    .map_err(|_| self.err(esc, format!("octal escape '\\{text}' is above \\377")))?
-            }
-            _ => {
-                let shown = self.src[self.pos - 1..].chars().next().unwrap_or('?');
-                return Err(self.err(esc, format!("unknown escape '\\{shown}' in string")));
-            }
-        };
-        Ok(byte)
     }
 
     /// A node number: unsigned, decimal or `0x` hex, at most 32 bits.

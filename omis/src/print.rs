@@ -146,11 +146,16 @@ impl Display for Request {
 }
 
 impl Display for BasicReply {
-    /// `id senders service(r1, r2)`, e.g. `1 [0-1023] stop(0)`.
+    /// `id senders service(r1, r2)`, e.g. `1 [0-1023] stop(0)`; a failure names its kind
+    /// after the service: `1 [0-3] stop!no_process("…")`.
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         write!(f, "{} [", self.id)?;
         write_runs(f, &self.senders)?;
-        write!(f, "] {}(", self.service)?;
+        write!(f, "] {}", self.service)?;
+        if let Some(kind) = self.failure {
+            write!(f, "!{kind}")?;
+        }
+        f.write_char('(')?;
         join(f, &self.results, ", ")?;
         f.write_char(')')
     }

@@ -14,11 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use super::ast::{BasicRequest, Value};
-
-/// A service failed, or could not be found or registered; the message says why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ServiceError(pub String);
+use super::status::{ErrorKind, ServiceError};
 
 /// The function behind a service: gets the context `C` (the node's monitor state) and the
 /// basic request, returns the result parameters.
@@ -103,8 +99,9 @@ impl<C> Registry<C> {
         register: impl FnOnce(&mut ExtensionRegistrar<'_, C>),
     ) -> Result<(), ServiceError> {
         if prefix.is_empty() {
-            return Err(ServiceError(
-                "the empty prefix belongs to the base services (use register_base)".into(),
+            return Err(ServiceError::new(
+                ErrorKind::Registration,
+                "the empty prefix belongs to the base services (use register_base)",
             ));
         }
         let mut bytes = prefix.bytes();
@@ -113,14 +110,16 @@ impl<C> Registry<C> {
             .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
             && bytes.all(|c| c.is_ascii_alphanumeric() || c == b'_');
         if !ident {
-            return Err(ServiceError(format!(
-                "extension prefix '{prefix}' is not a C identifier"
-            )));
+            return Err(ServiceError::new(
+                ErrorKind::Registration,
+                format!("extension prefix '{prefix}' is not a C identifier"),
+            ));
         }
         if self.prefixes.contains(prefix) {
-            return Err(ServiceError(format!(
-                "extension prefix '{prefix}' is already taken (one prefix per extension)"
-            )));
+            return Err(ServiceError::new(
+                ErrorKind::Registration,
+                format!("extension prefix '{prefix}' is already taken (one prefix per extension)"),
+            ));
         }
         let nested = |outer: &str, inner: &str| {
             inner.len() > outer.len()
@@ -132,10 +131,13 @@ impl<C> Registry<C> {
             .iter()
             .find(|q| nested(q, prefix) || nested(prefix, q))
         {
-            return Err(ServiceError(format!(
-                "extension prefix '{prefix}' overlaps extension prefix '{other}' \
+            return Err(ServiceError::new(
+                ErrorKind::Registration,
+                format!(
+                    "extension prefix '{prefix}' overlaps extension prefix '{other}' \
                  (their service names could clash)"
-            )));
+                ),
+            ));
         }
         let mut reg = ExtensionRegistrar {
             prefix,
@@ -159,10 +161,10 @@ impl<C> Registry<C> {
             }
         }
         if !problems.is_empty() {
-            return Err(ServiceError(format!(
-                "extension '{prefix}' not added: {}",
-                problems.join("; ")
-            )));
+            return Err(ServiceError::new(
+                ErrorKind::Registration,
+                format!("extension '{prefix}' not added: {}", problems.join("; ")),
+            ));
         }
         for (name, handler) in reg.pending {
             let prefix = prefix.to_owned();
@@ -191,14 +193,16 @@ impl<C> Registry<C> {
     /// (aliases of aliases included) or `alias` is already a service or an alias.
     pub fn register_alias(&mut self, alias: &str, name: &str) -> Result<(), ServiceError> {
         if !self.services.contains_key(name) {
-            return Err(ServiceError(format!(
-                "alias '{alias}': no service '{name}' to name"
-            )));
+            return Err(ServiceError::new(
+                ErrorKind::Registration,
+                format!("alias '{alias}': no service '{name}' to name"),
+            ));
         }
         if self.services.contains_key(alias) || self.aliases.contains_key(alias) {
-            return Err(ServiceError(format!(
-                "alias '{alias}': the name is already taken"
-            )));
+            return Err(ServiceError::new(
+                ErrorKind::Registration,
+                format!("alias '{alias}': the name is already taken"),
+            ));
         }
         self.aliases.insert(alias.to_owned(), name.to_owned());
         Ok(())
@@ -238,10 +242,10 @@ impl<C> Registry<C> {
                 } else {
                     self.names().join(", ")
                 };
-                Err(ServiceError(format!(
-                    "unknown service '{}' (known: {known})",
-                    req.service
-                )))
+                Err(ServiceError::new(
+                    ErrorKind::UnknownService,
+                    format!("unknown service '{}' (known: {known})", req.service),
+                ))
             }
         }
     }

@@ -670,6 +670,7 @@ fn basic_reply(id: i64, senders: IdSet, results: Vec<Value>) -> BasicReply {
         senders,
         service: "stop".into(),
         results,
+        failure: None,
     }
 }
 
@@ -735,7 +736,7 @@ fn registry_prefix_rules() {
                     m.counter += n;
                     Ok(vec![Value::Int(0)])
                 }
-                _ => Err(ServiceError("pe_add_to_counter(integer n)".into())),
+                _ => Err(ServiceError::bad_argument("pe_add_to_counter(integer n)")),
             }),
         );
         x.register("start_integrator", handler(|_, _| Ok(vec![])));
@@ -769,17 +770,17 @@ fn registry_prefix_rules() {
     let unknown: BasicRequest = "5 [] foo()".parse().unwrap();
     assert_eq!(
         reg.call(&mut m, &unknown).unwrap_err(),
-        ServiceError(
+        ServiceError::new(
+            ErrorKind::UnknownService,
             "unknown service 'foo' (known: pe_add_to_counter, pe_start_integrator, \
              process_info, stop)"
-                .into()
         )
     );
 
     // One prefix per extension.
     let e = reg.add_extension("pe", |x| x.register("other", handler(|_, _| Ok(vec![]))));
     assert_eq!(
-        e.unwrap_err().0,
+        e.unwrap_err().to_string(),
         "extension prefix 'pe' is already taken (one prefix per extension)"
     );
     // Nested prefixes could produce the same name from two extensions.
@@ -787,7 +788,7 @@ fn registry_prefix_rules() {
         let e = reg.add_extension(nested, |_| {});
         if nested == "pe_x" {
             assert_eq!(
-                e.unwrap_err().0,
+                e.unwrap_err().to_string(),
                 "extension prefix 'pe_x' overlaps extension prefix 'pe' \
                  (their service names could clash)"
             );
@@ -799,13 +800,13 @@ fn registry_prefix_rules() {
     assert!(
         reg.add_extension("", |_| {})
             .unwrap_err()
-            .0
+            .to_string()
             .contains("base services")
     );
     assert!(
         reg.add_extension("1x", |_| {})
             .unwrap_err()
-            .0
+            .to_string()
             .contains("not a C identifier")
     );
     // A clash with a base service refuses the whole extension, prefix included.
@@ -816,7 +817,7 @@ fn registry_prefix_rules() {
         x.register("bad name", handler(|_, _| Ok(vec![])));
     });
     assert_eq!(
-        e.unwrap_err().0,
+        e.unwrap_err().to_string(),
         "extension 'process' not added: extension 'process' registers 'process_list' twice; \
          service name 'bad name' of extension 'process' is not made of letters, digits and '_'; \
          service 'process_info' already exists (a base service)"
@@ -832,7 +833,7 @@ fn registry_prefix_rules() {
     // An empty registry names no known services.
     let empty: Registry<()> = Registry::default();
     assert_eq!(
-        empty.call(&mut (), &unknown).unwrap_err().0,
+        empty.call(&mut (), &unknown).unwrap_err().to_string(),
         "unknown service 'foo' (known: none)"
     );
 }
@@ -868,7 +869,8 @@ fn registry_aliases_name_the_same_service() {
         .add_extension("pe", |x| x.register("run", handler(|_, _| Ok(vec![]))))
         .unwrap_err();
     assert!(
-        e.0.contains("'pe_run' already exists (a name for 'x')"),
+        e.message()
+            .contains("'pe_run' already exists (a name for 'x')"),
         "{e}"
     );
     // A base service registered under an alias's name replaces the alias.
@@ -969,12 +971,14 @@ fn reply_strategy() -> impl Strategy<Value = Reply> {
             idset_strategy(0),
             "[a-zA-Z_][a-zA-Z0-9_]{0,12}",
             prop::collection::vec(value_strategy(), 0..4),
+            prop::option::of(prop::sample::select(ErrorKind::ALL.to_vec())),
         )
-            .prop_map(|(id, senders, service, results)| BasicReply {
+            .prop_map(|(id, senders, service, results, failure)| BasicReply {
                 id,
                 senders,
                 service,
                 results,
+                failure,
             }),
         1..4,
     )
@@ -1008,4 +1012,39 @@ proptest! {
             prop_assert!(text.is_char_boundary(e.offset));
         }
     }
+}
+
+/// A failed reply carries its kind after the service name; the kind, not the text, makes
+/// it a failure: a result saying "error" is a result, a failure need not say "error".
+#[test]
+fn a_failure_is_a_kind_not_a_text() {
+    let failed: BasicReply = "3 [0-3] stop!no_process(\"nothing to stop\")"
+        .parse()
+        .unwrap();
+    assert_eq!(failed.failure, Some(ErrorKind::NoProcess));
+    assert!(failed.is_failure());
+    assert_eq!(
+        failed.to_string(),
+        "3 [0-3] stop!no_process(\"nothing to stop\")"
+    );
+    let said: BasicReply = "4 [0] print(\"error: not really\")".parse().unwrap();
+    assert!(!said.is_failure());
+    // Built from a service's outcome, with the errors underneath in the message.
+    let io = std::io::Error::other("ptrace refused");
+    let e = ServiceError::with_source(ErrorKind::Failed, "stop", io);
+    assert!(std::error::Error::source(&e).is_some());
+    let r = BasicReply::answer(5, "stop", Err(e));
+    assert_eq!(r.to_string(), "5 [] stop!failed(\"stop: ptrace refused\")");
+    // Kinds round-trip by name; an unknown one is refused where it stands.
+    for k in ErrorKind::ALL {
+        assert_eq!(k.name().parse::<ErrorKind>(), Ok(k));
+    }
+    let e = "1 [] stop!wobbly(0)".parse::<BasicReply>().unwrap_err();
+    assert_eq!(e.to_string(), "column 11: unknown failure kind 'wobbly'");
+    // Requests have no failure.
+    assert!("1 [] stop!failed(0)".parse::<BasicRequest>().is_err());
+    // Equal failures unify; a failure never merges with a result of the same text.
+    let ok = BasicReply::answer(6, "print", Ok(vec![Value::Str("x".into())]));
+    let bad = BasicReply::answer(6, "print", Err(ServiceError::bad_argument("x")));
+    assert_eq!(unify(vec![ok.clone(), bad.clone(), bad]).len(), 2);
 }

@@ -57,7 +57,7 @@ pub enum ControlError {
     NotControl(Kind),
     /// The payload is not a `Control` protobuf.
     #[error("bad control message: {0}")]
-    Decode(String),
+    Decode(#[source] prost::DecodeError),
     /// The `Control` protobuf holds no message.
     #[error("empty control message")]
     Empty,
@@ -130,8 +130,7 @@ impl Control {
         if m.kind != Kind::Control {
             return Err(ControlError::NotControl(m.kind));
         }
-        let c =
-            pb::Control::decode(&m.payload[..]).map_err(|e| ControlError::Decode(e.to_string()))?;
+        let c = pb::Control::decode(&m.payload[..]).map_err(ControlError::Decode)?;
         Self::from_pb(c)
     }
 }

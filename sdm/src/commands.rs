@@ -220,7 +220,7 @@ pub const COMMANDS: &[Command] = &[
 ];
 
 /// `help` (every command with what it does) or `help COMMAND` (its usage too).
-pub fn help(topic: &str) -> Result<String, String> {
+pub fn help(topic: &str) -> anyhow::Result<String> {
     let topic = topic.trim();
     if topic.is_empty() {
         let width = COMMANDS.iter().map(|c| c.name.len()).max().unwrap_or(0);
@@ -238,7 +238,7 @@ pub fn help(topic: &str) -> Result<String, String> {
         .iter()
         .find(|c| c.name == name)
         .map(|c| format!("usage: {}\n{}\n", c.usage, c.about))
-        .ok_or_else(|| format!("help: no command {topic:?} (`help` lists them)"))
+        .ok_or_else(|| anyhow::anyhow!("help: no command {topic:?} (`help` lists them)"))
 }
 
 /// One breakpoint set by the console.
@@ -411,6 +411,7 @@ mod tests {
         assert!(
             help("nosuch")
                 .unwrap_err()
+                .to_string()
                 .contains("no command \"nosuch\"")
         );
     }

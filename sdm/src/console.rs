@@ -189,9 +189,8 @@ impl Console {
             "health" => self
                 .health(q.json, &mut out)
                 .await
-                .map(|healthy| (healthy, String::from_utf8_lossy(&out).into_owned()))
-                .map_err(|e| format!("{e:#}")),
-            other => Err(format!("unknown request {other:?}")),
+                .map(|healthy| (healthy, String::from_utf8_lossy(&out).into_owned())),
+            other => Err(anyhow!("unknown request {other:?}")),
         };
         let _ = q.reply.send(res);
     }
@@ -284,11 +283,7 @@ impl Console {
         }
         match verb {
             "quit" | "exit" => return Ok(Flow::Quit),
-            "help" => write!(
-                out,
-                "{}",
-                crate::commands::help(rest).map_err(|e| anyhow!(e))?
-            )?,
+            "help" => write!(out, "{}", crate::commands::help(rest)?)?,
             "history" => {
                 for (i, h) in self.history.iter().enumerate() {
                     writeln!(out, "{:>4}  {h}", i + 1)?;
@@ -616,7 +611,7 @@ impl Console {
 fn line_failed(l: &Line) -> bool {
     match (&l.status, &l.reply) {
         (Status::Replied, Some(r)) => crate::words::is_error(r),
-        (Status::Replied, None) => l.text.contains("error"),
+        (Status::Replied, None) => true,
         (Status::Lost | Status::TimedOut | Status::Error, _) => true,
     }
 }

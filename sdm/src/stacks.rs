@@ -14,6 +14,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use anyhow::{Context, anyhow, bail};
+
 use sdm_omis::Value;
 use sdm_overlay::filters::builtin::{StackNode, StackTree};
 use sdm_proto::IdSet;
@@ -51,7 +53,7 @@ pub const BT_USAGE: &str = "bt [--samples K] [--interval MS] [--classes] [--func
 
 impl BtArgs {
     /// Parses the words after `bt`; the error names the option that was wrong.
-    pub fn parse(rest: &str) -> Result<Self, String> {
+    pub fn parse(rest: &str) -> anyhow::Result<Self> {
         let mut a = BtArgs {
             samples: 1,
             interval: Duration::from_millis(100),
@@ -70,7 +72,7 @@ impl BtArgs {
             let mut value = |name: &str| {
                 words
                     .next()
-                    .ok_or_else(|| format!("bt: {name} needs a value ({BT_USAGE})"))
+                    .ok_or_else(|| anyhow!("bt: {name} needs a value ({BT_USAGE})"))
             };
             match w {
                 "--samples" => {
@@ -80,13 +82,13 @@ impl BtArgs {
                         .ok()
                         .filter(|&k| (1..=10_000).contains(&k))
                         .ok_or_else(|| {
-                            format!("bt: --samples {v:?}: give a count from 1 to 10000")
+                            anyhow!("bt: --samples {v:?}: give a count from 1 to 10000")
                         })?;
                 }
                 "--interval" => {
                     let v = value(w)?;
                     let ms: u64 = v.parse().map_err(|_| {
-                        format!("bt: --interval {v:?}: give milliseconds, e.g. --interval 100")
+                        anyhow!("bt: --interval {v:?}: give milliseconds, e.g. --interval 100")
                     })?;
                     a.interval = Duration::from_millis(ms);
                 }
@@ -94,7 +96,7 @@ impl BtArgs {
                 "--functions" => a.functions = true,
                 "--thread" => {
                     let v = value(w)?;
-                    a.thread = Some(parse_thread(v).map_err(|e| format!("bt: --thread {e}"))?);
+                    a.thread = Some(parse_thread(v).map_err(|e| anyhow!("bt: --thread {e}"))?);
                 }
                 "--json" => a.json = true,
                 "--collapse" => a.collapse = Some(true),
@@ -102,7 +104,7 @@ impl BtArgs {
                 "--dot" => a.dot = Some(PathBuf::from(value(w)?)),
                 "--svg" => a.svg = Some(PathBuf::from(value(w)?)),
                 w if w.starts_with("--") => {
-                    return Err(format!("bt: unknown option {w} ({BT_USAGE})"));
+                    bail!("bt: unknown option {w} ({BT_USAGE})");
                 }
                 w => ids.push(w),
             }
@@ -120,11 +122,11 @@ impl BtArgs {
 }
 
 /// A thread number as `bt --thread` and `thread` take it: 1 or more.
-pub fn parse_thread(v: &str) -> Result<u32, String> {
+pub fn parse_thread(v: &str) -> anyhow::Result<u32> {
     v.parse()
         .ok()
         .filter(|&n| n >= 1)
-        .ok_or_else(|| format!("{v:?}: give a thread number from 1 (`info threads` lists them)"))
+        .ok_or_else(|| anyhow!("{v:?}: give a thread number from 1 (`info threads` lists them)"))
 }
 
 /// How many frames of a stack (outermost first, each with whether it has a source
@@ -405,13 +407,13 @@ pub fn print_classes(tree: &StackTree, out: &mut dyn Write) -> std::io::Result<(
 }
 
 /// Writes the tree as DOT to `path`.
-pub fn write_dot(tree: &StackTree, path: &Path) -> Result<(), String> {
+pub fn write_dot(tree: &StackTree, path: &Path) -> anyhow::Result<()> {
     std::fs::write(path, tree.to_dot())
-        .map_err(|e| format!("bt --dot: cannot write {}: {e}", path.display()))
+        .with_context(|| format!("bt --dot: cannot write {}", path.display()))
 }
 
 /// Renders the tree as SVG into `path` with graphviz's `dot`.
-pub fn write_svg(tree: &StackTree, path: &Path) -> Result<(), String> {
+pub fn write_svg(tree: &StackTree, path: &Path) -> anyhow::Result<()> {
     use std::process::{Command, Stdio};
     let mut child = Command::new("dot")
         .arg("-Tsvg")
@@ -421,26 +423,25 @@ pub fn write_svg(tree: &StackTree, path: &Path) -> Result<(), String> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => "bt --svg: graphviz's `dot` is not installed \
+            std::io::ErrorKind::NotFound => anyhow!(
+                "bt --svg: graphviz's `dot` is not installed \
                  (Debian: apt-get install graphviz); --dot FILE writes the DOT text instead"
-                .to_owned(),
-            _ => format!("bt --svg: cannot run dot: {e}"),
+            ),
+            _ => anyhow::Error::new(e).context("bt --svg: cannot run dot"),
         })?;
     let dot = tree.to_dot();
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(dot.as_bytes())
-            .map_err(|e| format!("bt --svg: writing to dot: {e}"))?;
+            .context("bt --svg: writing to dot")?;
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("bt --svg: dot: {e}"))?;
+    let out = child.wait_with_output().context("bt --svg: dot")?;
     if !out.status.success() {
-        return Err(format!(
+        bail!(
             "bt --svg: dot failed for {}: {}",
             path.display(),
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        );
     }
     Ok(())
 }
@@ -466,6 +467,7 @@ mod tests {
         assert!(
             BtArgs::parse("--thread 0")
                 .unwrap_err()
+                .to_string()
                 .contains("--thread \"0\"")
         );
         let a = BtArgs::parse("--samples 5 --interval 20 --classes 0-3").unwrap();
@@ -480,16 +482,19 @@ mod tests {
         assert!(
             BtArgs::parse("--samples")
                 .unwrap_err()
+                .to_string()
                 .contains("--samples needs a value")
         );
         assert!(
             BtArgs::parse("--samples 0")
                 .unwrap_err()
+                .to_string()
                 .contains("--samples \"0\"")
         );
         assert!(
             BtArgs::parse("--frob")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown option --frob")
         );
     }
@@ -659,11 +664,11 @@ mod tests {
             }
             Err(e) => {
                 assert!(!have_dot, "dot is installed, yet: {e}");
-                assert!(e.contains("not installed"), "{e}");
+                assert!(e.to_string().contains("not installed"), "{e:#}");
             }
         }
         let bad = write_dot(&tree(), &dir.join("no/such/dir/t.dot")).unwrap_err();
-        assert!(bad.contains("cannot write"), "{bad}");
+        assert!(format!("{bad:#}").contains("cannot write"), "{bad:#}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

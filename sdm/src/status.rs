@@ -29,7 +29,7 @@ pub struct Query {
     /// JSON lines instead of text.
     pub json: bool,
     /// The answer: whether the tree is fully healthy, and the report (or an error).
-    pub reply: oneshot::Sender<Result<(bool, String), String>>,
+    pub reply: oneshot::Sender<anyhow::Result<(bool, String)>>,
 }
 
 /// Where this user's front-ends listen.
@@ -126,33 +126,33 @@ async fn answer_one(conn: UnixStream, tx: mpsc::Sender<Query>) -> io::Result<()>
     let mut rd = BufReader::new(rd.take(MAX_REQUEST));
     let read = rd.read_line(&mut line);
     let answer = match tokio::time::timeout(Duration::from_secs(5), read).await {
-        Err(_) => Err("no request within 5 s".to_owned()),
-        Ok(Err(e)) => Err(format!("reading the request: {e}")),
-        Ok(Ok(_)) if !line.ends_with('\n') => Err(format!(
+        Err(_) => Err(anyhow::anyhow!("no request within 5 s")),
+        Ok(Err(e)) => Err(anyhow::Error::new(e).context("reading the request")),
+        Ok(Ok(_)) if !line.ends_with('\n') => Err(anyhow::anyhow!(
             "the request must be one line of at most {MAX_REQUEST} bytes"
         )),
         Ok(Ok(_)) => ask_console(line.trim(), &tx).await,
     };
     let body = match answer {
         Ok((healthy, text)) => serde_json::json!({"healthy": healthy, "text": text}),
-        Err(e) => serde_json::json!({"error": e}),
+        Err(e) => serde_json::json!({"error": format!("{e:#}")}),
     };
     wr.write_all(format!("{body}\n").as_bytes()).await?;
     wr.shutdown().await
 }
 
-async fn ask_console(request: &str, tx: &mpsc::Sender<Query>) -> Result<(bool, String), String> {
+async fn ask_console(request: &str, tx: &mpsc::Sender<Query>) -> anyhow::Result<(bool, String)> {
     let mut words = request.split_whitespace();
     let command = words.next().unwrap_or_default().to_owned();
     let mut json = false;
     for w in words {
         match w {
             "--json" => json = true,
-            _ => return Err(format!("unknown option {w:?} in request {request:?}")),
+            _ => anyhow::bail!("unknown option {w:?} in request {request:?}"),
         }
     }
     if command != "health" {
-        return Err(format!("unknown request {command:?} (known: health)"));
+        anyhow::bail!("unknown request {command:?} (known: health)");
     }
     let (reply, answer) = oneshot::channel();
     tx.try_send(Query {
@@ -161,12 +161,14 @@ async fn ask_console(request: &str, tx: &mpsc::Sender<Query>) -> Result<(bool, S
         reply,
     })
     .map_err(|e| match e {
-        mpsc::error::TrySendError::Full(_) => "the console is busy with 16 questions".to_owned(),
-        mpsc::error::TrySendError::Closed(_) => "the console has ended".to_owned(),
+        mpsc::error::TrySendError::Full(_) => {
+            anyhow::anyhow!("the console is busy with 16 questions")
+        }
+        mpsc::error::TrySendError::Closed(_) => anyhow::anyhow!("the console has ended"),
     })?;
     answer
         .await
-        .map_err(|_| "the console ended before answering".to_owned())?
+        .map_err(|_| anyhow::anyhow!("the console ended before answering"))?
 }
 
 /// The front-ends of this user with a socket, by pid.

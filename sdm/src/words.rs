@@ -1,6 +1,6 @@
 //! The console's plain words for what servers send in OMIS: events (`process_terminated(
-//! "exited",0)` is `exited with status 0`) and replies (`stack_backtrace("error: …")` is
-//! `error: …`). Raw OMIS stays for the `omis` command and `--json`.
+//! "exited",0)` is `exited with status 0`) and replies (`stack_backtrace!wrong_state("…")`
+//! is `error: …`). Raw OMIS stays for the `omis` command and `--json`.
 
 use sdm_client::iof::ProgramEnd;
 use sdm_omis::{BasicReply, Value, parse_reply};
@@ -63,13 +63,10 @@ pub fn event(text: &str, breakpoint_number: impl Fn(&str) -> Option<u32>) -> Str
     }
 }
 
-/// Whether a reply reports a failure: an `error(…)` reply (a request the server could not
-/// read), a service whose result is an error text, or a request about a process that has
-/// ended.
+/// Whether a reply reports a failure (it carries a failure kind: a request the server
+/// could not read, a service that failed, a process that has ended), whatever its text.
 pub fn is_error(r: &BasicReply) -> bool {
-    r.service == "error"
-        || ended(r).is_some()
-        || matches!(r.results.first(), Some(Value::Str(s)) if s.starts_with("error"))
+    r.is_failure()
 }
 
 /// How the process ended, in words, if `r` is the answer of a server whose process has
@@ -96,7 +93,7 @@ pub fn reply(r: &BasicReply) -> String {
         return end;
     }
     match r.results.as_slice() {
-        [Value::Str(s)] if r.service == "error" && !s.starts_with("error") => format!("error: {s}"),
+        [Value::Str(s)] if r.is_failure() => format!("error: {s}"),
         [Value::Str(s), ..] => s.clone(),
         [Value::Int(0)] => "ok".into(),
         results => results
@@ -168,21 +165,25 @@ mod tests {
     #[test]
     fn replies_in_plain_words() {
         let r = |t: &str| parse_reply(t).unwrap().0.remove(0);
-        let e = r("3 [0-3] stack_backtrace(\"error: the process must be stopped first\")");
+        let e = r("3 [0-3] stack_backtrace!wrong_state(\"the process must be stopped first\")");
         assert_eq!(reply(&e), "error: the process must be stopped first");
         assert!(is_error(&e));
-        let bad = r("0 [] error(\"bad request: column 3\")");
+        let bad = r("0 [] error!bad_request(\"bad request: column 3\")");
         assert!(is_error(&bad));
         assert_eq!(reply(&bad), "error: bad request: column 3");
         let ok = r("1 [] stop(0)");
         assert!(!is_error(&ok));
         assert_eq!(reply(&ok), "ok");
+        // The failure kind decides, not the words: a result saying "error" succeeded.
+        let said = r("2 [0] print(\"error: only words\")");
+        assert!(!is_error(&said));
+        assert_eq!(reply(&said), "error: only words");
         assert_eq!(reply(&r("1 [] number_of_nodes(4)")), "4");
         // About a process that has ended: how it ended, a failure of the request.
-        let ended = r("4 [0-3] process_terminated(\"exited\",3)");
+        let ended = r("4 [0-3] process_terminated!ended(\"exited\",3)");
         assert_eq!(reply(&ended), "exited with status 3");
         assert!(is_error(&ended));
-        let killed = r("4 [0-3] process_terminated(\"killed\",\"SIGTERM\")");
+        let killed = r("4 [0-3] process_terminated!ended(\"killed\",\"SIGTERM\")");
         assert_eq!(reply(&killed), "killed by signal SIGTERM");
     }
 }

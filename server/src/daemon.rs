@@ -37,14 +37,22 @@ async fn serve(
         .await
         .map_err(|_| fail("no init command from the parent within 120 s".into()))?
         .ok_or_else(|| fail("parent closed before sending the init command".into()))?
-        .map_err(|e| fail(format!("reading the init command: {e}")))?;
+        .map_err(|e| {
+            Error::with_source(
+                ErrorKind::Startup,
+                format!("{me}: reading the init command"),
+                e,
+            )
+        })?;
     if first.kind != Kind::Command {
         return Err(fail(format!(
             "expected the init command, got a {:?} frame",
             first.kind
         )));
     }
-    let mut spec = InitSpec::from_payload(&first.payload).map_err(|e| fail(e.to_string()))?;
+    let init_error =
+        |e| Error::with_source(ErrorKind::Startup, format!("{me}: the init command"), e);
+    let mut spec = InitSpec::from_payload(&first.payload).map_err(init_error)?;
     if me == NodeId::Master
         && let Some(l) = &listener
     {
@@ -52,7 +60,7 @@ async fn serve(
         spec.master = Some(l.local_addr().to_string());
         first.payload = spec.to_payload();
     }
-    let shape = spec.shape().map_err(|e| fail(e.to_string()))?;
+    let shape = spec.shape().map_err(init_error)?;
     let master_addr: Option<Address> = spec.master.as_deref().and_then(|a| a.parse().ok());
     if let NodeId::Server(s) = me
         && s >= spec.servers
@@ -74,7 +82,7 @@ async fn serve(
         needed.extend(a.server());
         up = topo.parent(a);
     }
-    let table = spec.addresses_of(needed).map_err(|e| fail(e.to_string()))?;
+    let table = spec.addresses_of(needed).map_err(init_error)?;
     let policy = spec.policy(key);
     let children = setup::connect_children(&*transport, &*topo, me, &table, &policy).await;
     for (c, r) in &children {
@@ -107,7 +115,7 @@ async fn serve(
     );
     driver::run_node_spawned(node, parent, children, handler, events, recovery)
         .await
-        .map_err(|e| Error::new(ErrorKind::Link, format!("{me}: {e}")))
+        .map_err(|e| Error::with_source(ErrorKind::Link, me.to_string(), e))
 }
 
 /// `sdm master --frontend ADDR`: connects to the front-end (a bounded number of tries),

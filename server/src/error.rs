@@ -1,6 +1,7 @@
 //! [`Error`]: what failed in a daemon, its monitor or a service, naming the server id, the
 //! pid, the address or the plugin involved; callers ask [`Error::kind`], not the text.
 
+use std::error::Error as StdError;
 use std::fmt;
 
 /// What kind of failure an [`Error`] is.
@@ -23,6 +24,8 @@ pub enum ErrorKind {
     /// A service plugin could not be loaded (missing file, missing symbol, wrong ABI
     /// version, init failed).
     PluginLoad,
+    /// A service plugin's handler failed, or did not reply exactly once.
+    PluginCall,
     /// No service has the name a command was tagged with.
     UnknownService,
     /// Daemon start-up failed: binding, reaching the parent or the front-end, the init
@@ -34,18 +37,43 @@ pub enum ErrorKind {
 
 /// A failure in sdm-server: the message names what failed and the server id, address or
 /// plugin involved; [`Error::kind`] says what kind of failure it is, [`Error::pid`] which
-/// process it is about.
-#[derive(Debug, thiserror::Error)]
-#[error("{}", inner.what)]
+/// process it is about, and [`std::error::Error::source`] the error underneath, if any
+/// (printed by [`Error::chain`]).
 pub struct Error {
     inner: Box<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     kind: ErrorKind,
     what: String,
     pid: Option<u32>,
+    source: Option<Box<dyn StdError + Send + Sync>>,
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("sdm_server::Error")
+            .field("kind", &self.inner.kind)
+            .field("what", &self.inner.what)
+            .field("pid", &self.inner.pid)
+            .field("source", &self.inner.source)
+            .finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.inner.what)
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.inner
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
 }
 
 impl Error {
@@ -56,8 +84,32 @@ impl Error {
                 kind,
                 what: what.into(),
                 pid: None,
+                source: None,
             }),
         }
+    }
+
+    /// A failure of `kind` caused by `source`; `what` says what was being done.
+    pub(crate) fn with_source(
+        kind: ErrorKind,
+        what: impl Into<String>,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> Self {
+        let mut e = Self::new(kind, what);
+        e.inner.source = Some(source.into());
+        e
+    }
+
+    /// The message followed by each error underneath: `what: why: why`.
+    pub fn chain(&self) -> String {
+        let mut text = self.inner.what.clone();
+        let mut next = self.source();
+        while let Some(e) = next {
+            text.push_str(": ");
+            text.push_str(&e.to_string());
+            next = e.source();
+        }
+        text
     }
 
     /// The same error, about process `pid`. The message need not repeat it: monitor errors
@@ -103,6 +155,30 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Start-up failures from lower layers, named with what was being done.
-pub(crate) fn startup(context: impl fmt::Display, e: impl fmt::Display) -> Error {
-    Error::new(ErrorKind::Startup, format!("{context}: {e}"))
+pub(crate) fn startup(
+    context: impl fmt::Display,
+    e: impl Into<Box<dyn StdError + Send + Sync>>,
+) -> Error {
+    Error::with_source(ErrorKind::Startup, context.to_string(), e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error underneath is kept as the source, not folded into the message; `chain`
+    /// prints the whole story.
+    #[test]
+    fn a_wrapped_error_is_the_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "port taken");
+        let e = startup("server 3: binding 0.0.0.0", io);
+        assert_eq!(e.kind(), ErrorKind::Startup);
+        assert_eq!(e.to_string(), "server 3: binding 0.0.0.0");
+        let source = e.source().expect("a source");
+        assert_eq!(
+            source.downcast_ref::<std::io::Error>().map(|e| e.kind()),
+            Some(std::io::ErrorKind::AddrInUse)
+        );
+        assert_eq!(e.chain(), "server 3: binding 0.0.0.0: port taken");
+    }
 }

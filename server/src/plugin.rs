@@ -162,7 +162,9 @@ fn open(path: &Path) -> Result<Opened, Error> {
         )
     };
     let lib = VersionedLibrary::open(path, "service", ENTRY_SYMBOL, ABI_VERSION, "sdm_service.h")
-        .map_err(|e| Error::new(ErrorKind::PluginLoad, e.to_string()))?;
+        .map_err(|e| {
+        Error::with_source(ErrorKind::PluginLoad, "cannot open the service plugin", e)
+    })?;
     // SAFETY: the version matches, so the table's layout is `VTable`.
     let v = unsafe { &*lib.table().cast::<VTable>() };
     if v.name.is_null() {
@@ -253,7 +255,7 @@ impl ServicePlugin {
 
     /// Runs `handle` on `request` (server `server`, program `pid`): the reply bytes, or
     /// why the call failed.
-    pub fn call(&self, server: u32, pid: u32, request: &[u8]) -> Result<Vec<u8>, String> {
+    pub fn call(&self, server: u32, pid: u32, request: &[u8]) -> Result<Vec<u8>, Error> {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut call = Call::default();
         let host = call.host(server, pid);
@@ -262,14 +264,17 @@ impl ServicePlugin {
         let rc = unsafe { (self.handle)(state.0, &host, request.as_ptr(), request.len()) };
         drop(state);
         let at = format!("plugin {}", self.path.display());
+        let failed = |what: String| Error::new(ErrorKind::PluginCall, format!("{at}: {what}"));
         if rc != 0 {
             let why = call.error.unwrap_or_else(|| "no message".into());
-            return Err(format!("{at}: handle failed (code {rc}): {why}"));
+            return Err(failed(format!("handle failed (code {rc}): {why}")));
         }
         match (call.replies, call.reply) {
             (1, Some(bytes)) => Ok(bytes),
-            (0, _) => Err(format!("{at}: handle returned without a reply")),
-            (n, _) => Err(format!("{at}: handle replied {n} times (once is the rule)")),
+            (0, _) => Err(failed("handle returned without a reply".into())),
+            (n, _) => Err(failed(format!(
+                "handle replied {n} times (once is the rule)"
+            ))),
         }
     }
 }

@@ -100,12 +100,12 @@ impl Server {
                     attempts,
                     ports,
                 } => {
-                    let key = SessionKey::from_env().map_err(|e| bad(e.to_string()))?;
+                    let key = SessionKey::from_env().map_err(|e| bad_env("the session key", e))?;
                     crate::daemon::run_master(frontend, key, attempts, ports).await
                 }
                 DaemonArgs::Server(opt) => {
-                    let id = sdm_deploy::rank_from_env().map_err(|e| bad(e.to_string()))?;
-                    let key = SessionKey::from_env().map_err(|e| bad(e.to_string()))?;
+                    let id = sdm_deploy::rank_from_env().map_err(|e| bad_env("the rank", e))?;
+                    let key = SessionKey::from_env().map_err(|e| bad_env("the session key", e))?;
                     self.run(id, sdm_deploy::local_rank_from_env(), key, opt)
                         .await
                 }
@@ -117,12 +117,16 @@ impl Server {
             .build();
         let result = match rt {
             Ok(rt) => rt.block_on(run),
-            Err(e) => Err(bad(format!("cannot start the runtime: {e}"))),
+            Err(e) => Err(Error::with_source(
+                ErrorKind::Startup,
+                "cannot start the runtime",
+                e,
+            )),
         };
         match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("{}: {e}", program_name());
+                eprintln!("{}: {}", program_name(), e.chain());
                 ExitCode::FAILURE
             }
         }
@@ -165,7 +169,7 @@ impl ServerBuilder {
         match self.build() {
             Ok(s) => s.main(),
             Err(e) => {
-                eprintln!("{}: {e}", program_name());
+                eprintln!("{}: {}", program_name(), e.chain());
                 ExitCode::FAILURE
             }
         }
@@ -179,8 +183,13 @@ fn program_name() -> String {
         .unwrap_or_else(|| "sdm-server".into())
 }
 
-fn bad(what: impl Into<String>) -> Error {
-    Error::new(ErrorKind::Startup, what)
+/// `what` could not be read from the environment, because of `e`.
+fn bad_env(what: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+    Error::with_source(
+        ErrorKind::Startup,
+        format!("{what} from the environment"),
+        e,
+    )
 }
 
 /// What the front-end asks a daemon binary to be.
@@ -236,12 +245,12 @@ impl DaemonArgs {
                 let frontend = take(&mut flags, "--frontend")
                     .ok_or_else(|| Error::new(ErrorKind::BadInput, "master needs --frontend ADDR"))?
                     .parse()
-                    .map_err(|e| Error::new(ErrorKind::BadInput, format!("--frontend: {e}")))?;
+                    .map_err(|e| Error::with_source(ErrorKind::BadInput, "--frontend", e))?;
                 let attempts = num("--attempts", take(&mut flags, "--attempts"), 50)?;
                 let ports = take(&mut flags, "--port-range")
                     .map(|r| r.parse::<PortRange>())
                     .transpose()
-                    .map_err(|e| Error::new(ErrorKind::BadInput, format!("--port-range: {e}")))?;
+                    .map_err(|e| Error::with_source(ErrorKind::BadInput, "--port-range", e))?;
                 Self::Master {
                     frontend,
                     attempts,

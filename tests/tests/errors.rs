@@ -2,9 +2,10 @@
 //! that have ended answers how they ended (`[0-3] exited with status 3`, merged, no pid),
 //! not a failure of its own; `break` at a source line on running ranks stops them, inserts
 //! the breakpoint and lets them run on (as `bt` does), and the breakpoint is hit; an error
-//! under `print -stats` is an error, not a lost rank.
+//! under `print -stats` is an error, not a lost rank; a failed reply is known by the kind
+//! it carries, not by the word "error" in its text.
 
-use sdm::console::Console;
+use sdm::console::{Console, Flow};
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
 use sdm_e2e::spinner;
@@ -100,5 +101,32 @@ async fn an_error_under_print_stats_is_an_error_not_a_lost_rank() {
         assert!(out.starts_with("[0-1] error: "), "{out}");
         assert_eq!(out.lines().count(), 1, "{out}");
     }
+    c.shutdown().await;
+}
+
+/// Whether a command failed comes from the failure kind its replies carry, never from their
+/// words: a `print` whose text says "error" succeeded; a refused parameter fails though its
+/// text says no "error" (raw, as the `omis` command prints it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_reply_is_known_by_its_kind_not_its_words() {
+    let prog = spinner();
+    let mut c = started(2, prog.to_str().unwrap(), &["spin"]).await;
+    let mut out = Vec::new();
+    let flow = c
+        .command("omis 1 [0-1] print(\"error: only words\")", &mut out)
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert_eq!(flow, Flow::Continue { failed: false }, "{text}");
+    assert_eq!(text, "[0-1] 1 [0-1] print(\"error: only words\")\n");
+    let mut out = Vec::new();
+    let flow = c.command("omis 2 [0-1] print(3)", &mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert_eq!(flow, Flow::Continue { failed: true }, "{text}");
+    assert!(
+        text.starts_with("[0-1] 2 [0-1] print!bad_argument("),
+        "{text}"
+    );
+    assert!(!text.to_lowercase().contains("error"), "{text}");
     c.shutdown().await;
 }

@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
-use sdm_deploy::{LaunchSpec, Launched, LauncherKind};
-use sdm_overlay::setup::{SESSION_KEY_ENV, SessionKey};
 use crate::frontend::Frontend;
+use sdm_deploy::{LaunchSpec, Launched, LauncherKind};
 use sdm_overlay::setup::ConnectPolicy;
+use sdm_overlay::setup::{SESSION_KEY_ENV, SessionKey};
 use sdm_overlay::transport::{Address, Listener, TransportConfig, bind_in_range, transport_for};
 #[cfg(feature = "quic")]
 use sdm_overlay::transport::{SESSION_TLS_ENV, SessionTls, tls_to_env};

@@ -606,16 +606,16 @@ impl Console {
     /// no longer lists them for it.
     pub(super) fn note_hit(&mut self, ranks: &IdSet, payload: &[u8]) {
         let text = String::from_utf8_lossy(payload);
-        if !text.starts_with("stopped_at(\"breakpoint\",") {
-            return;
-        }
         let Some(r) = sdm_omis::parse_reply(&format!("0 [] {text}"))
             .ok()
             .and_then(|r| r.0.into_iter().next())
         else {
             return;
         };
-        if let Some(Value::Str(location)) = r.results.get(1)
+        let at_breakpoint = r.results.first() == Some(&Value::Str("breakpoint".into()));
+        if r.service == "stopped_at"
+            && at_breakpoint
+            && let Some(Value::Str(location)) = r.results.get(1)
             && let Some(n) = self.state.breakpoint_number(location)
             && self.temporary.contains(&n)
         {

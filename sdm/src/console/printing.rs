@@ -145,26 +145,28 @@ impl Console {
     ) -> anyhow::Result<bool> {
         let mut failed = false;
         // Replies that differ (each rank's pid, say) but read the same merge into one line.
-        let mut shown: Vec<(Status, String, IdSet)> = Vec::new();
+        // A failure never merges with a success that reads the same.
+        let mut shown: Vec<(Status, bool, String, IdSet)> = Vec::new();
         for l in lines {
-            failed |= line_failed(l);
+            let bad = line_failed(l);
+            failed |= bad;
             let text = l.shown(&show);
             match shown
                 .iter_mut()
-                .find(|(s, t, _)| *s == l.status && *t == text)
+                .find(|(s, f, t, _)| *s == l.status && *f == bad && *t == text)
             {
-                Some((_, _, ids)) => ids.union_with(&l.ids),
-                None => shown.push((l.status, text, l.ids.clone())),
+                Some((_, _, _, ids)) => ids.union_with(&l.ids),
+                None => shown.push((l.status, bad, text, l.ids.clone())),
             }
         }
-        shown.sort_by_key(|(_, _, ids)| ids.first());
-        for (status, text, ids) in shown {
+        shown.sort_by_key(|(_, _, _, ids)| ids.first());
+        for (status, bad, text, ids) in shown {
             if self.json {
                 let status = status_name(status);
                 writeln!(
                     out,
                     "{}",
-                    serde_json::json!({"command": cmd, "ids": ids.to_string(), "status": status, "result": text})
+                    serde_json::json!({"command": cmd, "ids": ids.to_string(), "status": status, "failed": bad, "result": text})
                 )?;
             } else if text.contains('\n') {
                 // Source lines, locals: one per line under the ranks they hold for.

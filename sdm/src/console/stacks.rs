@@ -3,8 +3,6 @@
 
 use std::io::Write;
 
-use anyhow::anyhow;
-
 use super::{Console, Line};
 
 impl Console {
@@ -17,7 +15,7 @@ impl Console {
         rest: &str,
         out: &mut dyn Write,
     ) -> anyhow::Result<bool> {
-        let mut a = crate::stacks::BtArgs::parse(rest).map_err(|e| anyhow!(e))?;
+        let mut a = crate::stacks::BtArgs::parse(rest)?;
         a.thread = a.thread.or(self.thread);
         let dest = self.ranks(&a.ids)?;
         let mut stacks = crate::stacks::Stacks::default();
@@ -80,10 +78,10 @@ impl Console {
     ) -> anyhow::Result<()> {
         let tree = &stacks.tree;
         if let Some(path) = &a.dot {
-            crate::stacks::write_dot(tree, path).map_err(|e| anyhow!(e))?;
+            crate::stacks::write_dot(tree, path)?;
         }
         if let Some(path) = &a.svg {
-            crate::stacks::write_svg(tree, path).map_err(|e| anyhow!(e))?;
+            crate::stacks::write_svg(tree, path)?;
         }
         match (a.classes, self.json || a.json) {
             (true, true) => writeln!(

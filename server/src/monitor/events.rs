@@ -7,7 +7,7 @@ use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use sdm_omis::{ActionList, BasicReply, BasicRequest, Registry, Value};
-use sdm_proto::{IdSet, Kind};
+use sdm_proto::Kind;
 
 use super::{Monitor, ProcState, session};
 
@@ -193,15 +193,8 @@ pub fn run_event_actions(
                 .iter()
                 .map(|v| substitute(v, m.rank, params))
                 .collect();
-            let results = registry
-                .call(m, &a)
-                .unwrap_or_else(|e| vec![Value::Str(format!("error: {e}"))]);
-            replies.push(BasicReply {
-                id: a.id,
-                senders: IdSet::new(),
-                service: a.service.clone(),
-                results,
-            });
+            let outcome = registry.call(m, &a);
+            replies.push(BasicReply::answer(a.id, &a.service, outcome));
         }
         out.push(sdm_omis::Reply(replies).to_string());
     }
