@@ -80,7 +80,7 @@ pub fn finish(registry: &Registry, filter: &str, groups: Vec<ReplyGroup>) -> Vec
         Ok(mut f) => {
             let mut folded = IdSet::new();
             for g in replied {
-                match f.fold_bytes(g.payload, &g.sources) {
+                match f.fold(&g.payload, &g.sources) {
                     Ok(()) => folded.union_with(&g.sources),
                     Err(e) => failed.push(refused(&e, g.sources)),
                 }

@@ -30,8 +30,7 @@
 //!
 //! - [`node`]: the sans-IO state machine (routing down, merging up through the op's
 //!   [`filters`], timeouts, lost links).
-//! - [`driver`]: runs a [`node::Node`] over real links with tokio, or (a daemon whose links
-//!   are all tcp) on a thread of its own waiting on epoll, [`poller`].
+//! - [`driver`]: runs a [`node::Node`] over real links with tokio: one task, one timer.
 //! - [`setup`] and [`auth`]: connecting the tree; the session-key challenge-response;
 //!   [`LinkError`] says why a link could not be set up.
 //! - [`logging`]: the binaries' log set-up; refused connections logged without flooding.
@@ -59,15 +58,14 @@ pub mod align;
 pub mod auth;
 pub mod coalesce;
 pub mod driver;
-mod epoll;
 mod error;
 pub mod flow;
 pub mod frontend;
 pub mod init;
+mod link_end;
 pub mod liveness;
 pub mod logging;
 pub mod node;
-pub mod poller;
 pub mod recover;
 pub mod route;
 pub mod setup;
@@ -76,6 +74,7 @@ pub mod transport;
 
 pub use error::{LinkError, LinkErrorKind};
 pub use init::InitError;
+pub use link_end::LinkEnd;
 pub use node::{Node, NodeStats, Output};
 /// The filters crate, whose [`Registry`](sdm_filters::Registry) a [`Node`] makes its ops'
 /// filters from (re-exported so daemons and tools name one version of it).

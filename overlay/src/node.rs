@@ -25,7 +25,6 @@
 //! waits here, and [`Output::PauseLocal`] / [`Output::ResumeLocal`] tell the driver when
 //! to stop and restart reading this server's own output.
 
-use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -37,6 +36,7 @@ use sdm_proto::{Control, IdSet, Kind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Topology, Tree};
 
 use crate::flow::{self, Origin, RecvWindow, SendWindow};
+use crate::link_end::LinkEnd;
 use crate::liveness::{Clocks, Liveness, Peer};
 
 use crate::coalesce::{Coalescer, IDLE, STDERR, STDOUT, StdioLine};
@@ -67,7 +67,7 @@ pub enum Output {
     /// The link to this peer is dead (nothing heard for the liveness dead-after): close
     /// it. A dead child's ids are already reported lost; a dead parent is for the driver
     /// to replace (or end the node).
-    LinkDead(Peer, String),
+    LinkDead(Peer, LinkEnd),
     /// Stop taking this server's own output ([`Node::handle_local_event`]): what waits for
     /// the parent's credit reached [`flow::QUEUE_LIMIT`]. The producer (the program's
     /// output reader) should wait, so the program blocks in `write`.
@@ -114,13 +114,6 @@ pub(crate) fn builtin_registry() -> Arc<Registry> {
     Arc::clone(&BUILTIN)
 }
 
-/// The key of a filter made for `spec` by the registry of generation `generation`
-/// ([`Registry::generation`]): XXH3 of the spec, seeded with the generation. Never 0 in
-/// practice (0 stands for no filter).
-fn filter_key(generation: u64, spec: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(spec.as_bytes(), generation) | 1
-}
-
 /// An operation in flight at this node.
 #[derive(Debug)]
 struct PendingOp {
@@ -128,9 +121,6 @@ struct PendingOp {
     /// Folds the replied payloads (the command's filter); `Err` if the filter could not be
     /// made here: then every replied id goes up as an error with this payload.
     filter: Result<Box<dyn Filter>, Bytes>,
-    /// What made `filter`: [`filter_key`] of the registry's generation and the spec (0:
-    /// nothing). A spare op's filter is taken only by an op of the same key.
-    filter_key: u64,
     /// Every id this node answers for (`destination ∩ reach`), to account the ids of a
     /// failed flush.
     expected: IdSet,
@@ -154,113 +144,25 @@ struct PendingOp {
 /// and few enough that a search by halves would not be quicker.
 const SCANNED_SOURCES: usize = 24;
 
-thread_local! {
-    /// Boxes of retired ops kept for the next ops this thread takes in (each with its
-    /// `outstanding` vector's room), so that an op costs a node no allocation of its own: a
-    /// daemon's node runs on one thread, and the simulator's nodes share its pool.
-    #[allow(clippy::vec_box, reason = "the boxes are what is kept for reuse")]
-    pub(crate) static SPARE_OPS: RefCell<Vec<Box<PendingOp>>> = const { RefCell::new(Vec::new()) };
-
-    /// The vector a command's route is written into ([`Topology::route_into`]), empty,
-    /// kept for its room: one per thread (as the spare ops), not one per node, which the
-    /// simulator's million nodes would each hold.
-    pub(crate) static SPARE_SHARES: Cell<Vec<(NodeId, IdSet)>> = const { Cell::new(Vec::new()) };
-
-    /// The vector an op's filter is flushed into ([`Filter::flush_into`]), empty, kept for
-    /// its room as [`SPARE_SHARES`] is.
-    static SPARE_GROUPS: Cell<Vec<sdm_filters::Group>> = const { Cell::new(Vec::new()) };
-}
-
-/// At most this many spare op boxes per thread (a window of ops in flight).
-pub(crate) const SPARE_OPS_MAX: usize = 64;
-
-/// A spare op keeps room for at most this many sources (children and the server itself).
-const SPARE_SOURCES_MAX: usize = 64;
-
-/// The thread's flush vector ([`SPARE_GROUPS`]) is kept only while it has room for at most
-/// this many groups (a flush makes one group per distinct payload).
-const SPARE_GROUPS_MAX: usize = 64;
-
 impl PendingOp {
-    /// A new op expecting `expected`, with room for `sources` sources, folding with the
-    /// filter `spec` names, made by `make` from the registry of generation `made_by`: a
-    /// spare box if this thread has one, with the filter of the op it last held if that
-    /// was made for the same spec by the same registry ([`filter_key`]) and is
-    /// [`Filter::reusable`].
-    fn boxed(
+    /// A new op expecting `expected`, with room for `sources` sources, folding with
+    /// `filter` (or, if it could not be made, answering every replied id with this error).
+    fn new(
         sync: SyncMode,
-        spec: &str,
-        made_by: u64,
-        make: impl FnOnce(&str) -> Result<Box<dyn Filter>, Bytes>,
+        filter: Result<Box<dyn Filter>, Bytes>,
         expected: IdSet,
         sources: usize,
     ) -> Box<Self> {
-        let key = filter_key(made_by, spec);
-        match SPARE_OPS.with_borrow_mut(Vec::pop) {
-            // `retire` left it empty but for a reusable filter: only what this op brings
-            // is set.
-            Some(mut op) => {
-                // (A spare holds a filter exactly when its key is not 0: `retire`.)
-                if op.filter_key != key {
-                    op.filter = make(spec);
-                    op.filter_key = key;
-                }
-                op.sync = sync;
-                op.expected = expected;
-                op.outstanding.reserve(sources);
-                op
-            }
-            None => Box::new(PendingOp {
-                sync,
-                filter: make(spec),
-                filter_key: key,
-                expected,
-                outstanding: Vec::with_capacity(sources),
-                ..PendingOp::empty()
-            }),
-        }
-    }
-
-    fn empty() -> Self {
-        PendingOp {
-            sync: SyncMode::WaitAll,
-            filter: Err(Bytes::new()),
-            filter_key: 0,
-            expected: IdSet::new(),
+        Box::new(PendingOp {
+            sync,
+            filter,
+            expected,
             sent: None,
-            outstanding: Vec::new(),
+            outstanding: Vec::with_capacity(sources),
             left: 0,
             groups: Vec::new(),
             deadline: None,
-        }
-    }
-
-    /// Gives a retired op's box back to this thread's spares (its id-sets dropped now, its
-    /// vector's room kept, and its filter, with the key of what made it, if
-    /// [`Filter::reusable`]: an op retires right after its last flush, which emptied it).
-    fn retire(mut self: Box<Self>) {
-        let mut outstanding = std::mem::take(&mut self.outstanding);
-        outstanding.clear();
-        let (filter, filter_key) = match std::mem::replace(&mut self.filter, Err(Bytes::new())) {
-            Ok(f) if f.reusable() => (Ok(f), self.filter_key),
-            _ => (Err(Bytes::new()), 0),
-        };
-        *self = PendingOp {
-            outstanding,
-            filter,
-            filter_key,
-            ..PendingOp::empty()
-        };
-        // A box whose vector has room for a wide node's children (a flat master's million)
-        // is freed, not kept: the pool holds small ops only.
-        if self.outstanding.capacity() > SPARE_SOURCES_MAX {
-            return;
-        }
-        SPARE_OPS.with_borrow_mut(|spare| {
-            if spare.len() < SPARE_OPS_MAX {
-                spare.push(self);
-            }
-        });
+        })
     }
 
     fn done(&self) -> bool {
@@ -297,7 +199,7 @@ impl PendingOp {
     /// (and replies the filter refuses, as errors with the filter's error) merge by payload.
     fn add(&mut self, status: Status, payload: Bytes, ids: &IdSet) {
         let (status, payload) = match (status, &mut self.filter) {
-            (Status::Replied, Ok(f)) => match f.fold_bytes(payload, ids) {
+            (Status::Replied, Ok(f)) => match f.fold(&payload, ids) {
                 Ok(()) => return,
                 Err(e) => (Status::Error, filter_failure(&e)),
             },
@@ -338,32 +240,36 @@ impl PendingOp {
         }
     }
 
-    /// Takes everything ready to go up: the filter's flushed groups (replied, appended to
-    /// `replied`) and the lost, timed-out and error groups. A failed flush sends the ids it
-    /// held up as an error, and nothing of what it appended (a filter of a tool's own may append,
-    /// then fail).
-    fn take_groups(&mut self, replied: &mut Vec<sdm_filters::Group>) -> Vec<Group> {
-        let start = replied.len();
-        if let Ok(f) = &mut self.filter
-            && let Err(e) = f.flush_into(replied)
-        {
-            replied.truncate(start);
-            self.flush_failed(&e);
-        }
+    /// Takes everything ready to go up: the filter's flushed groups (replied) and the
+    /// lost, timed-out and error groups. A failed flush sends the ids the filter held up as
+    /// an error.
+    fn take_groups(&mut self) -> (Vec<sdm_filters::Group>, Vec<Group>) {
+        let replied = match &mut self.filter {
+            Ok(f) => f.flush().unwrap_or_else(|e| {
+                self.flush_failed(&e);
+                Vec::new()
+            }),
+            Err(_) => Vec::new(),
+        };
         let others = std::mem::take(&mut self.groups);
         // Only don't-wait ops flush more than once (others flush when done), so only they
         // need to remember what went up for the accounting of a later failed flush.
         if self.sync == SyncMode::DontWait {
             let sent = self.sent.get_or_insert_default();
-            for ids in replied[start..].iter().map(|g| &g.sources) {
+            for ids in replied.iter().map(|g| &g.sources) {
                 sent.union_with(ids);
             }
             for ids in others.iter().map(|g| &g.sources) {
                 sent.union_with(ids);
             }
         }
-        others
+        (replied, others)
     }
+}
+
+/// The payload of the ids lost with the link to `child`.
+fn lost_reason(child: NodeId, end: &LinkEnd) -> Bytes {
+    Bytes::from(format!("link to server {child} lost: {end}"))
 }
 
 /// The payload of an error group whose replies a filter could not fold: the filter's error,
@@ -376,8 +282,8 @@ fn filter_failure(e: &FilterError) -> Bytes {
 /// ([`Node`]'s `losses`).
 #[derive(Debug, Default)]
 struct Losses {
-    /// Children whose link died, with the reason.
-    dead: BTreeMap<NodeId, String>,
+    /// Children whose link died, and how.
+    dead: BTreeMap<NodeId, LinkEnd>,
     /// Descendants below a dead child that re-attached straight to this node (their
     /// subtrees are routed to them instead of being reported lost).
     adopted: BTreeSet<NodeId>,
@@ -855,8 +761,8 @@ impl Node {
         forward.retain(|(child, share)| match self.losses().dead.get(child) {
             _ if share.is_empty() => false,
             None => true,
-            Some(reason) => {
-                pending.add(Status::Lost, Bytes::from(reason.clone()), share);
+            Some(end) => {
+                pending.add(Status::Lost, lost_reason(*child, end), share);
                 false
             }
         });
@@ -870,7 +776,7 @@ impl Node {
             self.refuse_duplicate(op);
             return;
         }
-        let mut shares = SPARE_SHARES.take();
+        let mut shares = Vec::new();
         let local = self.topo.route_into(self.me, &msg.dest, &mut shares);
         // Ids the destination names that no node below here can reach. Below the master
         // the parent already narrowed the destination, so this is only ever non-empty at
@@ -893,11 +799,9 @@ impl Node {
                 filter_failure(&e)
             }),
         };
-        let mut pending = PendingOp::boxed(
+        let mut pending = PendingOp::new(
             msg.aggregate.sync,
-            &msg.aggregate.filter,
-            self.registry.generation(),
-            make,
+            make(&msg.aggregate.filter),
             reach,
             shares.len() + usize::from(!local.is_empty()),
         );
@@ -927,11 +831,6 @@ impl Node {
             pending.left += share.len();
             pending.outstanding.push((Source::Child(child), share));
             self.out.push_back(Output::ToChild(child, fwd));
-        }
-        // Its room is kept for the next command (not a wide node's: a flat master's
-        // million children).
-        if forward.capacity() <= SPARE_SOURCES_MAX {
-            SPARE_SHARES.set(forward);
         }
         if !local.is_empty() {
             pending.left += local.len();
@@ -999,8 +898,8 @@ impl Node {
                     return;
                 }
                 if let Err(e) = self.down.entry(child).or_default().receive(&msg) {
-                    let why = format!("server {child} {e}");
-                    self.handle_link_down(now, child, &why);
+                    let why = LinkEnd::Protocol(format!("server {child} {e}"));
+                    self.handle_link_down(now, child, why.clone());
                     self.out
                         .push_back(Output::LinkDead(Peer::Child(child), why));
                     return;
@@ -1129,27 +1028,24 @@ impl Node {
 
     /// The link to `child` died: everything outstanding behind it is lost, now and for
     /// later commands, until [`Node::handle_link_up`].
-    pub fn handle_link_down(&mut self, now: Instant, child: NodeId, reason: &str) {
+    pub fn handle_link_down(&mut self, now: Instant, child: NodeId, end: LinkEnd) {
         let _ = now;
         self.clocks.gone(Peer::Child(child));
         self.down.remove(&child);
-        let reason = format!("link to server {child} lost: {reason}");
-        tracing::info!(node = %self.me, "{reason}");
+        let reason = lost_reason(child, &end);
+        tracing::info!(node = %self.me, "link to server {child} lost: {end}");
         for op in self.ops.ids() {
             let p = self.ops.get_mut(op).expect("listed above");
             if let Some(ids) = p.outstanding_mut(Source::Child(child)) {
                 let lost = std::mem::take(ids);
                 p.left -= lost.len();
                 if !lost.is_empty() {
-                    p.add(Status::Lost, Bytes::from(reason.clone()), &lost);
+                    p.add(Status::Lost, reason.clone(), &lost);
                     self.progress(op);
                 }
             }
         }
-        self.losses
-            .get_or_insert_default()
-            .dead
-            .insert(child, reason);
+        self.losses.get_or_insert_default().dead.insert(child, end);
     }
 
     /// A link to `child` is (again) usable.
@@ -1185,8 +1081,8 @@ impl Node {
         true
     }
 
-    /// Children currently marked dead, with the reason.
-    pub fn dead_children(&self) -> impl Iterator<Item = (&NodeId, &String)> {
+    /// Children currently marked dead, and how their links ended.
+    pub fn dead_children(&self) -> impl Iterator<Item = (&NodeId, &LinkEnd)> {
         self.losses().dead.iter()
     }
 
@@ -1255,51 +1151,10 @@ impl Node {
         }
         for (peer, why) in due.dead {
             if let Peer::Child(c) = peer {
-                self.handle_link_down(now, c, &why);
+                self.handle_link_down(now, c, why.clone());
             }
             self.out.push_back(Output::LinkDead(peer, why));
         }
-    }
-
-    /// What a node's own loop may mute while replies are due ([`crate::poller`]): the
-    /// children the ops in flight still wait for go into `waits` (sorted), and the one of
-    /// them expected last (the most servers below it) is returned, the anchor; `heard`
-    /// gets those that an op not sent to the anchor at all waits for (sorted): their
-    /// replies may complete it while the anchor has nothing to say. Of an op the anchor
-    /// has already answered, the others wait to be read until the node wakes (the anchor
-    /// answering later ops, or the poll).
-    /// `None`, with both empty, unless every op waits for all its ids
-    /// ([`SyncMode::WaitAll`]): with a timeout a reply must be read by the deadline, and
-    /// without waiting each one goes up at once.
-    pub fn reply_waits(&self, waits: &mut Vec<NodeId>, heard: &mut Vec<NodeId>) -> Option<NodeId> {
-        fn children(p: &PendingOp) -> impl Iterator<Item = NodeId> + '_ {
-            p.outstanding.iter().filter_map(|(s, ids)| match *s {
-                Source::Child(c) if !ids.is_empty() => Some(c),
-                _ => None,
-            })
-        }
-        waits.clear();
-        heard.clear();
-        for p in self.ops.values() {
-            if p.sync != SyncMode::WaitAll {
-                waits.clear();
-                return None;
-            }
-            waits.extend(children(p));
-        }
-        waits.sort_unstable();
-        waits.dedup();
-        let servers = |c: &NodeId| self.down.get(c).map_or(1, RecvWindow::servers);
-        let anchor = waits.iter().copied().max_by_key(|c| (servers(c), *c))?;
-        let to_anchor = |p: &PendingOp| p.source_index(Source::Child(anchor)).is_some();
-        for p in self.ops.values() {
-            if !to_anchor(p) {
-                heard.extend(children(p));
-            }
-        }
-        heard.sort_unstable();
-        heard.dedup();
-        Some(anchor)
     }
 
     /// When [`Node::handle_timeout`] should next be called.
@@ -1332,10 +1187,9 @@ impl Node {
         };
         let done = p.done();
         if done || p.sync == SyncMode::DontWait {
-            let mut replied = SPARE_GROUPS.take();
-            let others = p.take_groups(&mut replied);
+            let (replied, others) = p.take_groups();
             let flushed = replied
-                .drain(..)
+                .into_iter()
                 .map(|g| Message::reply(op, g.sources, Status::Replied, g.payload));
             let others = others
                 .into_iter()
@@ -1344,17 +1198,12 @@ impl Node {
                 self.stats.replies_out += 1;
                 self.out.push_back(Output::ToParent(m));
             }
-            if replied.capacity() <= SPARE_GROUPS_MAX {
-                SPARE_GROUPS.set(replied);
-            }
         }
         if done {
             if let Some(d) = p.deadline {
                 self.timers.remove(&(d, op));
             }
-            if let Some(p) = self.ops.remove(op) {
-                p.retire();
-            }
+            self.ops.remove(op);
         }
     }
 }
