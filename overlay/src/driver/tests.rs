@@ -520,3 +520,41 @@ fn readiness_marks_the_sources_that_woke_the_task() {
         "woken again after the turn"
     );
 }
+
+/// A server whose parent link ends looks for a new parent unless the parent said goodbye:
+/// closed, its re-attach is called once (and gives up, so the node ends); after a goodbye
+/// the node ends without calling it.
+#[tokio::test]
+async fn only_a_parent_that_did_not_say_goodbye_is_replaced() {
+    for goodbye in [true, false] {
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(1));
+        let node = Node::new(NodeId::Server(0), topo);
+        let (here, mut there) = pair();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let reattach: super::Reattach = Box::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { None })
+        });
+        let options = Options {
+            recovery: super::Recovery {
+                reattach: Some(reattach),
+                ..Default::default()
+            },
+            ..quiet()
+        };
+        let task = tokio::spawn(run_node(node, here, Vec::new(), Box::new(|_| {}), options));
+        if goodbye {
+            let bye = sdm_proto::Control::Goodbye.to_message();
+            there.writer.send(&bye).await.unwrap();
+        }
+        drop(there);
+        // Generous: only a hang guard.
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("the node ended")
+            .unwrap();
+        let want = usize::from(!goodbye);
+        assert_eq!(calls.load(Ordering::SeqCst), want, "goodbye: {goodbye}");
+    }
+}
