@@ -191,8 +191,7 @@ impl fmt::Display for Decimal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.scale == 0 {
             // A plain integer with no width, precision or `+` asked for (every filter's
-            // output): its digits straight from a stack buffer, without the formatting
-            // machinery (a third of a leaf's `sum` flush).
+            // output): its digits straight from a stack buffer.
             if f.width().is_none()
                 && f.precision().is_none()
                 && !f.sign_plus()

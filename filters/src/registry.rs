@@ -129,8 +129,7 @@ impl Registry {
 
 /// `name:params` → (`name`, `params`); `""` → `identical`.
 fn split_spec(spec: &str) -> (&str, &str) {
-    // A byte scan: a spec is a few ASCII letters (a `char` searcher costs more here than
-    // the lookup it serves, at every op of every node).
+    // A byte scan: a spec is a few ASCII letters.
     match spec.bytes().position(|b| b == b':') {
         Some(i) => (&spec[..i], &spec[i + 1..]),
         None if spec.is_empty() => ("identical", ""),

@@ -312,10 +312,8 @@ impl Node {
         }
     }
 
-    /// A command whose op id is already in flight here is refused (cold, out of line, as
-    /// the other rare paths of [`Node::handle_command`] are: kept inline, their code would
-    /// lie among the route's few instructions, which then take twice the cache lines;
-    /// BENCHMARKS.md, "Per-hop cost, fifteenth pass").
+    /// A command whose op id is already in flight here is refused (out of line, as the
+    /// other rare paths of [`Node::handle_command`] are, so the common route stays short).
     #[cold]
     #[inline(never)]
     fn refuse_duplicate(&mut self, op: u64) {
