@@ -37,6 +37,19 @@ impl LinkEnd {
         !matches!(self, LinkEnd::Goodbye)
     }
 
+    /// This end as the wire carries it with the ids lost ([`sdm_proto::Aggregate::link_end`]).
+    pub fn kind(&self) -> sdm_proto::LinkEndKind {
+        use sdm_proto::LinkEndKind as K;
+        match self {
+            LinkEnd::Goodbye => K::Goodbye,
+            LinkEnd::Closed => K::Closed,
+            LinkEnd::Io(_) => K::Io,
+            LinkEnd::Protocol(_) => K::Protocol,
+            LinkEnd::Silent(_) => K::Silent,
+            LinkEnd::Unreachable { .. } => K::Unreachable,
+        }
+    }
+
     /// The end of a link that failed reading or writing frames.
     pub(crate) fn from_wire(e: &sdm_proto::WireError) -> Self {
         match e {

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sdm_filters::builtin::Identical;
 use sdm_filters::{Filter, Registry};
-use sdm_proto::{Control, IdSet, Kind, Message, Status, SyncMode};
+use sdm_proto::{Control, IdSet, Kind, LinkEndKind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Topology, Tree};
 
 use crate::flow::{Origin, RecvWindow, SendWindow};
@@ -483,13 +483,9 @@ impl Node {
             Kind::Reply => {
                 self.stats.replies_in += 1;
                 let status = msg.aggregate.status.unwrap_or(Status::Replied);
-                self.accept(
-                    msg.op,
-                    Source::Child(child),
-                    status,
-                    msg.payload,
-                    &msg.source,
-                );
+                let end = msg.aggregate.link_end;
+                let from = Source::Child(child);
+                self.accept(msg.op, from, (status, end), msg.payload, &msg.source);
             }
             Kind::Stdio | Kind::Event => {
                 if self.losses().dead.contains_key(&child) {
@@ -534,11 +530,19 @@ impl Node {
     /// the op's filter merges them as it merges children's).
     pub fn handle_local_reply(&mut self, now: Instant, op: u64, ranks: &IdSet, payload: Bytes) {
         let _ = now;
-        self.accept(op, Source::Local, Status::Replied, payload, ranks);
+        self.accept(op, Source::Local, (Status::Replied, None), payload, ranks);
     }
 
-    /// Accounts `ids` from `from`: only ids still outstanding from that source count.
-    fn accept(&mut self, op: u64, from: Source, status: Status, payload: Bytes, ids: &IdSet) {
+    /// Accounts `ids` from `from` with their status (and, lost, their link's end): only ids
+    /// still outstanding from that source count.
+    fn accept(
+        &mut self,
+        op: u64,
+        from: Source,
+        (status, end): (Status, Option<LinkEndKind>),
+        payload: Bytes,
+        ids: &IdSet,
+    ) {
         let Some(p) = self.ops.get_mut(op) else {
             self.stats.stray_ids += ids.len();
             tracing::debug!(node = %self.me, op, %ids, "reply for an op no longer in flight");
@@ -561,7 +565,7 @@ impl Node {
             return;
         }
         p.left -= got.len();
-        p.add(status, payload, &got);
+        p.add_ended(status, end, payload, &got);
         self.progress(op);
     }
 
@@ -655,9 +659,11 @@ impl Node {
             let flushed = replied
                 .into_iter()
                 .map(|g| Message::reply(op, g.sources, Status::Replied, g.payload));
-            let others = others
-                .into_iter()
-                .map(|g| Message::reply(op, g.sources, g.status, g.payload));
+            let others = others.into_iter().map(|g| {
+                let mut m = Message::reply(op, g.sources, g.status, g.payload);
+                m.aggregate.link_end = g.link_end;
+                m
+            });
             for m in flushed.chain(others) {
                 self.stats.replies_out += 1;
                 self.out.push_back(Output::ToParent(m));

@@ -52,6 +52,23 @@ pub enum Status {
     Error,
 }
 
+/// How the link that lost a group's ids ended ([`Aggregate::link_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinkEndKind {
+    /// The peer said goodbye: the session ended in order.
+    Goodbye,
+    /// The peer closed the connection.
+    Closed,
+    /// Reading or writing failed.
+    Io,
+    /// The peer sent what the node cannot take.
+    Protocol,
+    /// Nothing was heard from the peer for the keepalive dead-after.
+    Silent,
+    /// The link never came up.
+    Unreachable,
+}
+
 /// The aggregate element of a message (the seed's `sdm_aggregate`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Aggregate {
@@ -63,6 +80,9 @@ pub struct Aggregate {
     pub payload_hash: u64,
     /// Upstream: status of the group (replies only).
     pub status: Option<Status>,
+    /// Upstream, lost ids: how the link they were behind ended (`None` for other groups,
+    /// and for ids no node can reach).
+    pub link_end: Option<LinkEndKind>,
 }
 
 /// A name as an envelope carries it, a filter's or a service's: the empty name (the
@@ -319,6 +339,7 @@ impl<'a> Fields<'a> {
                                 a = rest;
                             }
                             5 => agg.status = varint(wt, &mut a)? as i32,
+                            6 => agg.link_end = varint(wt, &mut a)? as i32,
                             _ => skip(wt, tag, &mut a)?,
                         }
                     }
@@ -487,9 +508,23 @@ impl Message {
                 timeout_ms,
                 payload_hash: self.aggregate.payload_hash,
                 status: status as i32,
+                link_end: self.wire_link_end() as i32,
             }),
             payload: self.payload.clone(),
             service: self.service.to_string(),
+        }
+    }
+
+    /// [`Aggregate::link_end`] as the wire's enum.
+    fn wire_link_end(&self) -> pb::LinkEnd {
+        match self.aggregate.link_end {
+            None => pb::LinkEnd::Unspecified,
+            Some(LinkEndKind::Goodbye) => pb::LinkEnd::Goodbye,
+            Some(LinkEndKind::Closed) => pb::LinkEnd::Closed,
+            Some(LinkEndKind::Io) => pb::LinkEnd::Io,
+            Some(LinkEndKind::Protocol) => pb::LinkEnd::Protocol,
+            Some(LinkEndKind::Silent) => pb::LinkEnd::Silent,
+            Some(LinkEndKind::Unreachable) => pb::LinkEnd::Unreachable,
         }
     }
 
@@ -517,7 +552,10 @@ impl Message {
             0
         } else {
             int32::encoded_len(5, &(status as i32))
-        })
+        }) + match self.wire_link_end() as i32 {
+            0 => 0,
+            end => int32::encoded_len(6, &end),
+        }
     }
 
     /// Size of the encoded envelope (without the length prefix).
@@ -604,6 +642,11 @@ impl Message {
         if status as i32 != 0 {
             put_key(buf, 5, Varint);
             put_varint(buf, enum_value(status as i32));
+        }
+        let end = self.wire_link_end() as i32;
+        if end != 0 {
+            put_key(buf, 6, Varint);
+            put_varint(buf, enum_value(end));
         }
         if !self.payload.is_empty() {
             // prost's own `bytes::encode` puts a clone of the `Bytes`, which for a payload
@@ -695,6 +738,16 @@ impl Message {
                 pb::Status::TimedOut => Some(Status::TimedOut),
                 pb::Status::Error => Some(Status::Error),
             };
+        let end = agg.link_end;
+        let link_end = match pb::LinkEnd::try_from(end).map_err(|_| bad("link_end", end))? {
+            pb::LinkEnd::Unspecified => None,
+            pb::LinkEnd::Goodbye => Some(LinkEndKind::Goodbye),
+            pb::LinkEnd::Closed => Some(LinkEndKind::Closed),
+            pb::LinkEnd::Io => Some(LinkEndKind::Io),
+            pb::LinkEnd::Protocol => Some(LinkEndKind::Protocol),
+            pb::LinkEnd::Silent => Some(LinkEndKind::Silent),
+            pb::LinkEnd::Unreachable => Some(LinkEndKind::Unreachable),
+        };
         let set = |field, b: &[u8]| {
             if b.is_empty() {
                 Ok(IdSet::new())
@@ -712,6 +765,7 @@ impl Message {
                 sync,
                 payload_hash: agg.payload_hash,
                 status,
+                link_end,
             },
             payload,
             service,

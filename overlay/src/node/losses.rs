@@ -85,7 +85,8 @@ impl Node {
             _ if share.is_empty() => false,
             None => true,
             Some(end) => {
-                pending.add(Status::Lost, lost_reason(*child, end), share);
+                let reason = lost_reason(*child, end);
+                pending.add_ended(Status::Lost, Some(end.kind()), reason, share);
                 false
             }
         });
@@ -106,7 +107,7 @@ impl Node {
                 let lost = std::mem::take(ids);
                 p.left -= lost.len();
                 if !lost.is_empty() {
-                    p.add(Status::Lost, reason.clone(), &lost);
+                    p.add_ended(Status::Lost, Some(end.kind()), reason.clone(), &lost);
                     self.progress(op);
                 }
             }

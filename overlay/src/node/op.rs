@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use sdm_filters::{Filter, FilterError};
-use sdm_proto::{IdSet, Status, SyncMode};
+use sdm_proto::{IdSet, LinkEndKind, Status, SyncMode};
 use sdm_topology::NodeId;
 
 use crate::link_end::LinkEnd;
@@ -21,6 +21,8 @@ pub(super) enum Source {
 #[derive(Debug)]
 pub(super) struct Group {
     pub(super) status: Status,
+    /// Lost ids: how the link they were behind ended.
+    pub(super) link_end: Option<LinkEndKind>,
     pub(super) payload: Bytes,
     pub(super) sources: IdSet,
 }
@@ -109,6 +111,18 @@ impl PendingOp {
     /// Adds `ids` with `status`/`payload`: replies are folded into the filter; other groups
     /// (and replies the filter refuses, as errors with the filter's error) merge by payload.
     pub(super) fn add(&mut self, status: Status, payload: Bytes, ids: &IdSet) {
+        self.add_ended(status, None, payload, ids);
+    }
+
+    /// [`PendingOp::add`] for ids lost when a link ended `end` way: groups merge by status,
+    /// link end and payload.
+    pub(super) fn add_ended(
+        &mut self,
+        status: Status,
+        end: Option<LinkEndKind>,
+        payload: Bytes,
+        ids: &IdSet,
+    ) {
         let (status, payload) = match (status, &mut self.filter) {
             (Status::Replied, Ok(f)) => match f.fold(&payload, ids) {
                 Ok(()) => return,
@@ -120,11 +134,12 @@ impl PendingOp {
         match self
             .groups
             .iter_mut()
-            .find(|g| g.status == status && g.payload == payload)
+            .find(|g| g.status == status && g.link_end == end && g.payload == payload)
         {
             Some(g) => g.sources.union_with(ids),
             None => self.groups.push(Group {
                 status,
+                link_end: end,
                 payload,
                 sources: ids.clone(),
             }),

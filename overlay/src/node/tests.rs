@@ -991,3 +991,40 @@ fn a_node_is_small() {
     let size = std::mem::size_of::<Node>();
     assert!(size <= 256, "Node is {size} bytes");
 }
+
+/// Ids lost with a link go up with how the link ended, and a lost group relayed from a
+/// child keeps its end: a flat master whose child 1 falls silent while child 0 reports
+/// its own ids lost to a link that never came up sends both groups up, each with its end.
+#[test]
+fn lost_ids_go_up_with_how_their_link_ended() {
+    use sdm_proto::LinkEndKind;
+    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Flat.build(2));
+    let mut master = Node::new(NodeId::Master, topo);
+    let now = Instant::now();
+    master.handle_from_parent(
+        now,
+        Message::command(1, IdSet::all(2), SyncMode::WaitAll, "q"),
+    );
+    let silent = crate::LinkEnd::Silent(std::time::Duration::from_secs(10));
+    master.handle_link_down(now, NodeId::Server(1), silent);
+    let mut lost = Message::reply(1, IdSet::single(0), Status::Lost, "below 0".into());
+    lost.aggregate.link_end = Some(LinkEndKind::Unreachable);
+    master.handle_from_child(now, NodeId::Server(0), lost);
+    let mut ends = Vec::new();
+    while let Some(out) = master.poll_output() {
+        if let Output::ToParent(m) = out
+            && m.kind == Kind::Reply
+        {
+            assert_eq!(m.aggregate.status, Some(Status::Lost), "{m:?}");
+            ends.push((m.source.to_string(), m.aggregate.link_end));
+        }
+    }
+    ends.sort();
+    assert_eq!(
+        ends,
+        [
+            ("[0]".to_owned(), Some(LinkEndKind::Unreachable)),
+            ("[1]".to_owned(), Some(LinkEndKind::Silent)),
+        ]
+    );
+}

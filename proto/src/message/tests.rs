@@ -145,10 +145,18 @@ fn any_message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             0usize..5,
         ),
-        (prop::collection::vec(any::<u8>(), 0..64), "[a-z.]{0,8}"),
+        (
+            prop::collection::vec(any::<u8>(), 0..64),
+            "[a-z.]{0,8}",
+            prop::option::of(0usize..6),
+        ),
     )
         .prop_map(
-            |((kind, op, dest, source), (filter, sync, ms, hash, status), (payload, service))| {
+            |(
+                (kind, op, dest, source),
+                (filter, sync, ms, hash, status),
+                (payload, service, end),
+            )| {
                 Message {
                     kind: [
                         Kind::Command,
@@ -171,6 +179,16 @@ fn any_message() -> impl Strategy<Value = Message> {
                             Some(Status::TimedOut),
                             Some(Status::Error),
                         ][status],
+                        link_end: end.map(|e| {
+                            [
+                                LinkEndKind::Goodbye,
+                                LinkEndKind::Closed,
+                                LinkEndKind::Io,
+                                LinkEndKind::Protocol,
+                                LinkEndKind::Silent,
+                                LinkEndKind::Unreachable,
+                            ][e]
+                        }),
                     },
                     payload: Bytes::from(payload),
                     service: service.into(),
