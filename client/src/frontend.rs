@@ -44,8 +44,8 @@ impl ReplyGroup {
 }
 
 /// A result goes to the tool, which may keep it: a small payload is copied out of the
-/// buffer it shares (a block of small payloads, `Decimal::to_bytes`, or a received frame's
-/// read buffer), which it would otherwise keep alive; a large one is kept as it is.
+/// received frame's read buffer it shares, which it would otherwise keep alive; a large one
+/// is kept as it is.
 fn own_if_small(payload: Bytes) -> Bytes {
     /// At most this many bytes are copied.
     const SMALL: usize = 64;
@@ -80,7 +80,7 @@ pub fn finish(registry: &Registry, filter: &str, groups: Vec<ReplyGroup>) -> Vec
         Ok(mut f) => {
             let mut folded = IdSet::new();
             for g in replied {
-                match f.fold_bytes(g.payload, &g.sources) {
+                match f.fold(&g.payload, &g.sources) {
                     Ok(()) => folded.union_with(&g.sources),
                     Err(e) => failed.push(refused(&e, g.sources)),
                 }

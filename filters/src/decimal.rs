@@ -7,12 +7,11 @@
 //! when read. Output is canonical: no exponent, no trailing fraction zeros, no `-0` (`1500`,
 //! `0.25`).
 
-use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Most fraction digits a [`Decimal`] keeps.
@@ -192,8 +191,7 @@ impl fmt::Display for Decimal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.scale == 0 {
             // A plain integer with no width, precision or `+` asked for (every filter's
-            // output): its digits straight from a stack buffer, without the formatting
-            // machinery (a third of a leaf's `sum` flush).
+            // output): its digits straight from a stack buffer.
             if f.width().is_none()
                 && f.precision().is_none()
                 && !f.sign_plus()
@@ -230,8 +228,7 @@ impl FromStr for Decimal {
 }
 
 /// The value of `digits` if they are 1 to 18 ASCII digits (so it fits an `i64`): the plain
-/// integers [`Decimal::parse`] reads without its general path, and what
-/// [`Decimal::is_canonical_text`] accepts.
+/// integers [`Decimal::parse`] reads without its general path.
 #[inline]
 fn digits_value(digits: &[u8]) -> Option<i64> {
     if digits.is_empty() || digits.len() > 18 {
@@ -248,37 +245,11 @@ fn digits_value(digits: &[u8]) -> Option<i64> {
     Some(m)
 }
 
-/// The size of the block a thread cuts small payloads from ([`small_payload`]).
-const SMALL_BLOCK: usize = 4096;
-
-thread_local! {
-    /// The rest of this thread's current block of small payloads.
-    static SMALL: RefCell<BytesMut> = RefCell::new(BytesMut::new());
-}
-
-/// `text` (a few bytes) as [`Bytes`] cut from a block this thread shares among its small
-/// payloads: no allocation of its own, and its drop is a reference count's decrement, not
-/// a `free`. When a block's room runs out the next payload starts another, unless every
-/// payload cut from it was dropped (then it is reused in place); a block is freed with the
-/// last payload cut from it, so a payload kept long keeps its block's 4 KiB (the front-end
-/// copies the results it hands to a tool).
-fn small_payload(text: &[u8]) -> Bytes {
-    SMALL.with_borrow_mut(|block| {
-        if block.capacity() < text.len() {
-            block.reserve(SMALL_BLOCK.max(text.len()));
-        }
-        block.extend_from_slice(text);
-        block.split().freeze()
-    })
-}
-
 impl Decimal {
     /// The text form as bytes (what [`fmt::Display`] writes): a filter's flushed payload.
-    /// An integer of 64 bits is cut from its thread's block of small payloads (no
-    /// allocation per payload: a leaf makes two per op).
     pub fn to_bytes(&self) -> Bytes {
         match self.small_int_text(&mut [0; 20]) {
-            Some(text) => small_payload(text),
+            Some(text) => Bytes::copy_from_slice(text),
             None => Bytes::from(self.to_string()),
         }
     }
@@ -291,21 +262,6 @@ impl Decimal {
         match text {
             [b'-', digits @ ..] => digits_value(digits).map(|m| -m),
             _ => digits_value(text),
-        }
-    }
-
-    /// Whether `text` is exactly what [`to_bytes`](Decimal::to_bytes) writes for the value
-    /// [`parse`](Decimal::parse) reads from it: a plain integer of up to 18 digits, no sign
-    /// but a `-`, no leading zero, no space, not `-0`. A filter whose result is one of its
-    /// inputs (a sum of one value, a minimum) can then send that input as it is instead of
-    /// formatting the same bytes again. Other canonical forms (fractions, longer integers)
-    /// answer `false`, which only costs the formatting.
-    pub fn is_canonical_text(text: &[u8]) -> bool {
-        let digits = text.strip_prefix(b"-").unwrap_or(text);
-        match digits {
-            [b'0'] => digits.len() == text.len(),
-            [b'0', ..] => false,
-            _ => digits_value(digits).is_some(),
         }
     }
 
@@ -462,40 +418,6 @@ mod tests {
         s.parse().unwrap()
     }
 
-    /// Payloads cut from the thread's blocks keep their bytes across many blocks, whether
-    /// the earlier ones are still held or were dropped (and their block reused).
-    #[test]
-    fn small_payloads_keep_their_bytes_across_blocks() {
-        let values = (-3000i128..3000).map(|v| v * 1_000_003);
-        let kept: Vec<(i128, Bytes)> = values
-            .clone()
-            .map(|v| (v, Decimal::from_int(v).to_bytes()))
-            .collect();
-        for (v, b) in &kept {
-            assert_eq!(&b[..], v.to_string().as_bytes());
-        }
-        drop(kept);
-        for v in values {
-            let b = Decimal::from_int(v).to_bytes();
-            assert_eq!(&b[..], v.to_string().as_bytes());
-        }
-        // One payload after another from the same block: of ten, at most one starts a new
-        // block (each is a few bytes of 4 KiB), so at least eight follow the one before.
-        let ten: Vec<Bytes> = (1..=10)
-            .map(|v| Decimal::from_int(v * 11).to_bytes())
-            .collect();
-        let adjacent = ten
-            .windows(2)
-            .filter(|w| w[1].as_ptr() == w[0].as_ptr().wrapping_add(w[0].len()))
-            .count();
-        assert!(adjacent >= 8, "{adjacent} of 9 adjacent");
-        // Another thread cuts from a block of its own.
-        let other = std::thread::spawn(|| Decimal::from_int(-42).to_bytes())
-            .join()
-            .unwrap();
-        assert_eq!(&other[..], b"-42");
-    }
-
     #[test]
     fn text_form() {
         for (i, o) in [
@@ -572,23 +494,6 @@ mod tests {
             // Asked for a width or a sign, an integer gets them as an integer would.
             prop_assert_eq!(format!("{:>42}", Decimal::from_int(m)), format!("{m:>42}"));
             prop_assert_eq!(format!("{:+}", Decimal::from_int(m)), format!("{m:+}"));
-        }
-
-        /// Text called canonical is what the value it reads as prints as, byte for byte,
-        /// and every integer's own text is called canonical (up to 18 digits).
-        #[test]
-        fn canonical_text_is_what_to_bytes_writes(
-            m in any::<i64>(),
-            junk in proptest::collection::vec(
-                proptest::sample::select(b" +-0123456789.e".to_vec()), 0..8),
-        ) {
-            let own = m.to_string();
-            let digits = own.trim_start_matches('-').len();
-            prop_assert_eq!(Decimal::is_canonical_text(own.as_bytes()), digits <= 18);
-            if Decimal::is_canonical_text(&junk) {
-                let d = Decimal::parse(&junk).unwrap();
-                prop_assert_eq!(&d.to_bytes()[..], &junk[..]);
-            }
         }
 
         #[test]

@@ -130,39 +130,13 @@ pub trait Filter: Send {
     /// Folds one payload, replied by `sources`, into the state.
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError>;
 
-    /// [`fold`](Filter::fold) for a payload the caller already holds as [`Bytes`] (a
-    /// received frame): a filter that keeps payloads as they are (`identical`) keeps this one
-    /// without copying it. The default calls `fold`.
-    fn fold_bytes(&mut self, payload: Bytes, sources: &IdSet) -> Result<(), FilterError> {
-        self.fold(&payload, sources)
-    }
-
     /// Takes the groups to send upward, ordered canonically, and resets the state.
     fn flush(&mut self) -> Result<Vec<Group>, FilterError>;
-
-    /// [`flush`](Filter::flush), appending the groups to `out`: a caller keeps one vector
-    /// for all its flushes, and a filter that overrides this (the built-ins that are
-    /// [`reusable`](Filter::reusable)) allocates no vector per flush (only, if need be, its
-    /// payload). On an error `out` should be as it was; a node drops what was appended
-    /// anyway. The default appends what `flush` returns.
-    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
-        out.append(&mut self.flush()?);
-        Ok(())
-    }
 
     /// At the front-end, once: like [`flush`](Filter::flush), in final form (a mean instead
     /// of a sum and a count, a rendered tree). The default is `flush`.
     fn finish(&mut self) -> Result<Vec<Group>, FilterError> {
         self.flush()
-    }
-
-    /// Whether, once flushed (successfully or not), this filter is exactly as its factory
-    /// makes it, and small: a node keeps it for its next op of the same spec from the same
-    /// registry ([`Registry::generation`]) instead of making another (no allocation, no
-    /// registry lookup per op). The default is `false`: a filter from elsewhere is made
-    /// anew for every op.
-    fn reusable(&self) -> bool {
-        false
     }
 }
 
@@ -172,13 +146,6 @@ impl std::fmt::Debug for dyn Filter {
             .field("name", &self.name())
             .finish()
     }
-}
-
-/// [`Filter::flush`] of a filter that implements [`Filter::flush_into`]: into a new vector.
-pub(crate) fn flush_new(f: &mut dyn Filter) -> Result<Vec<Group>, FilterError> {
-    let mut out = Vec::new();
-    f.flush_into(&mut out)?;
-    Ok(out)
 }
 
 /// Orders groups canonically: by smallest id, then by payload.

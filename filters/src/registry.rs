@@ -13,18 +13,8 @@ pub type Factory = Arc<dyn Fn(&str) -> Result<Box<dyn Filter>, FilterError> + Se
 /// The filters a node knows, by name: the built-ins and any loaded plugins.
 #[derive(Clone)]
 pub struct Registry {
-    /// Hashed with Fx: a lookup per op at every node, by a short name (a tree of names
-    /// compared byte by byte cost more than the filter it made).
+    /// Looked up once per op at every node, by a short name.
     factories: std::collections::HashMap<String, Factory, rustc_hash::FxBuildHasher>,
-    /// See [`Registry::generation`].
-    generation: u64,
-}
-
-/// The last [`Registry::generation`] given out.
-static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn next_generation() -> u64 {
-    GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
 }
 
 impl std::fmt::Debug for Registry {
@@ -71,17 +61,7 @@ impl Registry {
     pub fn empty() -> Self {
         Self {
             factories: Default::default(),
-            generation: next_generation(),
         }
-    }
-
-    /// A number for what this registry makes, unique in the process: a registry gets a new
-    /// one when made and at every registration; a clone keeps it. Two registries with the
-    /// same generation make the same filter for every spec, so a filter one made may stand
-    /// for one the other would make (a node reusing a retired op's filter checks it).
-    /// Never 0.
-    pub fn generation(&self) -> u64 {
-        self.generation
     }
 
     /// Registers `factory` under `name` (no `:`); a name already taken is refused.
@@ -105,7 +85,6 @@ impl Registry {
             ));
         }
         self.factories.insert(name.to_owned(), Arc::new(factory));
-        self.generation = next_generation();
         Ok(())
     }
 
@@ -150,8 +129,7 @@ impl Registry {
 
 /// `name:params` → (`name`, `params`); `""` → `identical`.
 fn split_spec(spec: &str) -> (&str, &str) {
-    // A byte scan: a spec is a few ASCII letters (a `char` searcher costs more here than
-    // the lookup it serves, at every op of every node).
+    // A byte scan: a spec is a few ASCII letters.
     match spec.bytes().position(|b| b == b':') {
         Some(i) => (&spec[..i], &spec[i + 1..]),
         None if spec.is_empty() => ("identical", ""),
@@ -172,120 +150,52 @@ mod tests {
         send_sync::<FilterError>();
     }
 
-    /// A filter that says it is reusable is, once flushed, as a fresh one: folding other
-    /// replies into it gives what a fresh filter gives (and it stays reusable). Which
-    /// built-ins are reusable is pinned, so a new one is added here on purpose.
+    /// Every built-in that takes numbers is, once flushed, as a fresh one: folding other
+    /// replies into it gives what a fresh filter gives, and nothing is left after.
     #[test]
-    fn reusable_filters_after_a_flush_are_as_new() {
+    fn built_ins_after_a_flush_are_as_new() {
         let r = Registry::new();
         let first: [(&[u8], &str); 3] = [(b"7", "[0-3]"), (b"-2.5", "[4]"), (b"7", "[9]")];
         let second: [(&[u8], &str); 3] = [(b"1", "[5]"), (b"0.25", "[6-7]"), (b"1", "[8]")];
         let fold = |f: &mut Box<dyn Filter>, inputs: &[(&[u8], &str)]| {
             for (payload, ids) in inputs {
-                f.fold(payload, &ids.parse().unwrap()).unwrap();
+                f.fold(payload, &ids.parse().unwrap())?;
             }
-            f.flush().unwrap()
+            f.flush()
         };
-        let mut reusable = Vec::new();
+        let mut covered = Vec::new();
         for spec in Registry::BUILTIN_SPECS {
-            if !r.create(spec).unwrap().reusable() {
-                continue;
-            }
-            reusable.push(*spec);
             let mut kept = r.create(spec).unwrap();
-            let once = fold(&mut kept, &first);
+            // Filters of records or key/value lines refuse numbers.
+            let Ok(once) = fold(&mut kept, &first) else {
+                continue;
+            };
+            covered.push(*spec);
             assert!(!once.is_empty(), "{spec}");
-            assert!(kept.reusable(), "{spec}: not reusable once flushed");
-            let again = fold(&mut kept, &second);
-            assert_eq!(again, fold(&mut r.create(spec).unwrap(), &second), "{spec}");
+            let again = fold(&mut kept, &second).unwrap();
+            let fresh = fold(&mut r.create(spec).unwrap(), &second).unwrap();
+            assert_eq!(again, fresh, "{spec}");
             assert!(
                 kept.flush().unwrap().is_empty(),
                 "{spec}: state after a flush"
             );
         }
-        assert_eq!(
-            reusable,
-            ["identical", "sum", "min", "max", "count", "mean"]
-        );
-    }
-
-    /// `flush_into` gives every built-in's `flush`, appended after what the vector held,
-    /// twice in a row into the same vector (the reused filters' own room kept between), and
-    /// the second time as a fresh filter would.
-    #[test]
-    fn flush_into_appends_what_flush_gives() {
-        let r = Registry::new();
+        for spec in ["identical", "sum", "min", "max", "count", "mean"] {
+            assert!(covered.contains(&spec), "{spec} not covered: {covered:?}");
+        }
+        // What the scalar ones give (7 + 2 + 7 + 3 from 8 ids).
         let inputs: [(&[u8], &str); 4] = [
             (b"7", "[0-3]"),
             (b"2", "[4]"),
             (b"7", "[9]"),
             (b"3", "[6-7]"),
         ];
-        let fold = |f: &mut Box<dyn Filter>| {
-            inputs
-                .iter()
-                .try_for_each(|(payload, ids)| f.fold(payload, &ids.parse().unwrap()))
-        };
-        let marker = crate::Group::new("before", "[100]".parse().unwrap());
-        let mut covered = Vec::new();
-        for spec in Registry::BUILTIN_SPECS {
-            let mut fresh = r.create(spec).unwrap();
-            // Filters of records or key/value lines refuse numbers: their `flush_into` is
-            // the default, which appends what `flush` gives.
-            if fold(&mut fresh).is_err() {
-                continue;
-            }
-            covered.push(*spec);
-            let want = fresh.flush().unwrap();
-            let mut kept = r.create(spec).unwrap();
-            let mut out = vec![marker.clone()];
-            for round in 0..2 {
-                fold(&mut kept).unwrap();
-                out.truncate(1);
-                kept.flush_into(&mut out).unwrap();
-                assert_eq!(out[0], marker, "{spec}, round {round}");
-                assert_eq!(out[1..], want[..], "{spec}, round {round}");
-            }
-            let mut empty = vec![marker.clone()];
-            kept.flush_into(&mut empty).unwrap();
-            assert_eq!(empty.len(), 1, "{spec}: state after a flush");
-        }
-        for spec in ["identical", "sum", "min", "max", "count", "mean"] {
-            assert!(covered.contains(&spec), "{spec} not covered: {covered:?}");
-        }
-        // The built-ins' `flush` goes through their `flush_into`: pin what the scalar ones
-        // give (7 + 2 + 7 + 3 from 8 ids).
         for (spec, want) in [("sum", "19"), ("min", "2"), ("max", "7"), ("count", "8")] {
-            let mut f = r.create(spec).unwrap();
-            fold(&mut f).unwrap();
-            let mut out = Vec::new();
-            f.flush_into(&mut out).unwrap();
+            let out = fold(&mut r.create(spec).unwrap(), &inputs).unwrap();
             assert_eq!(out.len(), 1, "{spec}");
             assert_eq!(&out[0].payload[..], want.as_bytes(), "{spec}");
             assert_eq!(out[0].sources.to_string(), "[0-4,6-7,9]", "{spec}");
         }
-    }
-
-    /// A generation is never 0, differs between registries and after a registration, and
-    /// a clone keeps it.
-    #[test]
-    fn generations_name_what_a_registry_makes() {
-        let a = Registry::new();
-        let b = Registry::new();
-        assert_ne!(a.generation(), 0);
-        assert_ne!(a.generation(), b.generation());
-        let mut c = a.clone();
-        assert_eq!(c.generation(), a.generation());
-        c.register("more", |_| {
-            Ok(Box::new(builtin::Sum::new()) as Box<dyn Filter>)
-        })
-        .unwrap();
-        assert_ne!(c.generation(), a.generation());
-        assert_ne!(c.generation(), b.generation());
-        // A refused registration changes nothing.
-        let before = c.generation();
-        assert!(c.register("sum", |_| unreachable!()).is_err());
-        assert_eq!(c.generation(), before);
     }
 
     #[test]

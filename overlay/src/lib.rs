@@ -50,16 +50,13 @@
 mod auth;
 mod coalesce;
 pub mod driver;
-mod epoll;
 mod error;
 mod flow;
 mod init;
+mod link_end;
 mod liveness;
 mod logging;
 pub mod node;
-// Goes with the driver's rewrite; until then it is the driver's machinery, not public.
-#[allow(unreachable_pub, dead_code)]
-mod poller;
 mod recover;
 mod route;
 pub mod setup;
@@ -69,6 +66,7 @@ pub mod transport;
 
 pub use error::{LinkError, LinkErrorKind};
 pub use init::InitError;
+pub use link_end::LinkEnd;
 pub use liveness::{LivenessError, Peer};
 pub use logging::panic_text;
 pub use node::{Node, NodeStats, Output};

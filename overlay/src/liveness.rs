@@ -115,7 +115,7 @@ struct Clock {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Due {
     pub(crate) pings: Vec<Peer>,
-    pub(crate) dead: Vec<(Peer, String)>,
+    pub(crate) dead: Vec<(Peer, crate::LinkEnd)>,
 }
 
 /// The liveness clocks of a node's links (none while liveness is off). Boxed, and only
@@ -196,8 +196,8 @@ impl Clocks {
         };
         for (&peer, c) in &mut c.links {
             if c.watched && now >= c.heard + live.dead_after {
-                let why = format!("{peer} sent nothing for {:?} (keepalive)", live.dead_after);
-                due.dead.push((peer, why));
+                due.dead
+                    .push((peer, crate::LinkEnd::Silent(live.dead_after)));
             } else if now >= c.next_ping {
                 due.pings.push(peer);
                 c.next_ping = now + live.interval;
@@ -248,7 +248,11 @@ mod tests {
         assert!(c.due(t + ms(1899)).dead.is_empty());
         let due = c.due(t + ms(1900));
         assert_eq!(due.dead.len(), 1);
-        assert!(due.dead[0].1.contains("keepalive"), "{:?}", due.dead);
+        assert!(
+            matches!(due.dead[0].1, crate::LinkEnd::Silent(_)),
+            "{:?}",
+            due.dead
+        );
         // The unwatched parent link never dies; the dead child is forgotten.
         assert!(c.due(t + ms(60_000)).dead.is_empty());
         assert_eq!(c.0.as_ref().map(|c| c.links.len()), Some(1));

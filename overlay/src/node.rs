@@ -25,21 +25,23 @@
 //! waits here, and [`Output::PauseLocal`] / [`Output::ResumeLocal`] tell the driver when
 //! to stop and restart reading this server's own output.
 
-use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sdm_filters::builtin::Identical;
-use sdm_filters::{Filter, FilterError, Registry};
-use sdm_proto::{Control, IdSet, Kind, Message, Status, SyncMode};
+use sdm_filters::{Filter, Registry};
+use sdm_proto::{Control, IdSet, Kind, LinkEndKind, Message, Status, SyncMode};
 use sdm_topology::{NodeId, Topology, Tree};
 
-use crate::flow::{self, Origin, RecvWindow, SendWindow};
+use crate::flow::{Origin, RecvWindow, SendWindow};
+use crate::link_end::LinkEnd;
 use crate::liveness::{Clocks, Liveness, Peer};
 
-use crate::coalesce::{Coalescer, IDLE, STDERR, STDOUT, StdioLine};
+use crate::coalesce::{Coalescer, StdioLine};
+use losses::Losses;
+use op::{PendingOp, Source, filter_failure};
 use ops::OpTable;
 
 /// What a node asks its driver to do.
@@ -67,7 +69,7 @@ pub enum Output {
     /// The link to this peer is dead (nothing heard for the liveness dead-after): close
     /// it. A dead child's ids are already reported lost; a dead parent is for the driver
     /// to replace (or end the node).
-    LinkDead(Peer, String),
+    LinkDead(Peer, LinkEnd),
     /// Stop taking this server's own output ([`Node::handle_local_event`]): what waits for
     /// the parent's credit reached `flow::QUEUE_LIMIT`. The producer (the program's
     /// output reader) should wait, so the program blocks in `write`.
@@ -92,302 +94,12 @@ pub struct NodeStats {
     pub refused: u64,
 }
 
-/// Where an outstanding id will come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Source {
-    Local,
-    Child(NodeId),
-}
-
-/// One lost, timed-out or error group waiting to go up.
-#[derive(Debug)]
-struct Group {
-    status: Status,
-    payload: Bytes,
-    sources: IdSet,
-}
-
 /// The registry a [`Node`] uses unless given another: the built-in filters, made once per
 /// process and shared.
 pub(crate) fn builtin_registry() -> Arc<Registry> {
     static BUILTIN: LazyLock<Arc<Registry>> = LazyLock::new(|| Arc::new(Registry::new()));
     Arc::clone(&BUILTIN)
 }
-
-/// The key of a filter made for `spec` by the registry of generation `generation`
-/// ([`Registry::generation`]): XXH3 of the spec, seeded with the generation. Never 0 in
-/// practice (0 stands for no filter).
-fn filter_key(generation: u64, spec: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(spec.as_bytes(), generation) | 1
-}
-
-/// An operation in flight at this node.
-#[derive(Debug)]
-struct PendingOp {
-    sync: SyncMode,
-    /// Folds the replied payloads (the command's filter); `Err` if the filter could not be
-    /// made here: then every replied id goes up as an error with this payload.
-    filter: Result<Box<dyn Filter>, Bytes>,
-    /// What made `filter`: [`filter_key`] of the registry's generation and the spec (0:
-    /// nothing). A spare op's filter is taken only by an op of the same key.
-    filter_key: u64,
-    /// Every id this node answers for (`destination ∩ reach`), to account the ids of a
-    /// failed flush.
-    expected: IdSet,
-    /// Ids already sent up, by a don't-wait op (boxed: the other ops send once, when
-    /// done, and an op should be small, as a million are in flight in the simulator).
-    sent: Option<Box<IdSet>>,
-    /// Ids still expected, per source (a node has few sources but many nodes have an op
-    /// in flight at once: a vector is the smallest map). Sorted by source when it holds
-    /// more than [`SCANNED_SOURCES`], searched in order otherwise
-    /// ([`PendingOp::source_index`]).
-    outstanding: Vec<(Source, IdSet)>,
-    /// How many ids `outstanding` holds in all.
-    left: u64,
-    /// Lost, timed-out and error groups not yet sent up, merged by status and payload.
-    groups: Vec<Group>,
-    deadline: Option<Instant>,
-}
-
-/// Sources an op looks through in order ([`PendingOp::source_index`]): more than a
-/// binomial tree gives a server below a master of 10^6 servers (its children and itself),
-/// and few enough that a search by halves would not be quicker.
-const SCANNED_SOURCES: usize = 24;
-
-thread_local! {
-    /// Boxes of retired ops kept for the next ops this thread takes in (each with its
-    /// `outstanding` vector's room), so that an op costs a node no allocation of its own: a
-    /// daemon's node runs on one thread, and the simulator's nodes share its pool.
-    #[allow(clippy::vec_box, reason = "the boxes are what is kept for reuse")]
-    pub(crate) static SPARE_OPS: RefCell<Vec<Box<PendingOp>>> = const { RefCell::new(Vec::new()) };
-
-    /// The vector a command's route is written into ([`Topology::route_into`]), empty,
-    /// kept for its room: one per thread (as the spare ops), not one per node, which the
-    /// simulator's million nodes would each hold.
-    pub(crate) static SPARE_SHARES: Cell<Vec<(NodeId, IdSet)>> = const { Cell::new(Vec::new()) };
-
-    /// The vector an op's filter is flushed into ([`Filter::flush_into`]), empty, kept for
-    /// its room as [`SPARE_SHARES`] is.
-    static SPARE_GROUPS: Cell<Vec<sdm_filters::Group>> = const { Cell::new(Vec::new()) };
-}
-
-/// At most this many spare op boxes per thread (a window of ops in flight).
-pub(crate) const SPARE_OPS_MAX: usize = 64;
-
-/// A spare op keeps room for at most this many sources (children and the server itself).
-const SPARE_SOURCES_MAX: usize = 64;
-
-/// The thread's flush vector ([`SPARE_GROUPS`]) is kept only while it has room for at most
-/// this many groups (a flush makes one group per distinct payload).
-const SPARE_GROUPS_MAX: usize = 64;
-
-impl PendingOp {
-    /// A new op expecting `expected`, with room for `sources` sources, folding with the
-    /// filter `spec` names, made by `make` from the registry of generation `made_by`: a
-    /// spare box if this thread has one, with the filter of the op it last held if that
-    /// was made for the same spec by the same registry ([`filter_key`]) and is
-    /// [`Filter::reusable`].
-    fn boxed(
-        sync: SyncMode,
-        spec: &str,
-        made_by: u64,
-        make: impl FnOnce(&str) -> Result<Box<dyn Filter>, Bytes>,
-        expected: IdSet,
-        sources: usize,
-    ) -> Box<Self> {
-        let key = filter_key(made_by, spec);
-        match SPARE_OPS.with_borrow_mut(Vec::pop) {
-            // `retire` left it empty but for a reusable filter: only what this op brings
-            // is set.
-            Some(mut op) => {
-                // (A spare holds a filter exactly when its key is not 0: `retire`.)
-                if op.filter_key != key {
-                    op.filter = make(spec);
-                    op.filter_key = key;
-                }
-                op.sync = sync;
-                op.expected = expected;
-                op.outstanding.reserve(sources);
-                op
-            }
-            None => Box::new(PendingOp {
-                sync,
-                filter: make(spec),
-                filter_key: key,
-                expected,
-                outstanding: Vec::with_capacity(sources),
-                ..PendingOp::empty()
-            }),
-        }
-    }
-
-    fn empty() -> Self {
-        PendingOp {
-            sync: SyncMode::WaitAll,
-            filter: Err(Bytes::new()),
-            filter_key: 0,
-            expected: IdSet::new(),
-            sent: None,
-            outstanding: Vec::new(),
-            left: 0,
-            groups: Vec::new(),
-            deadline: None,
-        }
-    }
-
-    /// Gives a retired op's box back to this thread's spares (its id-sets dropped now, its
-    /// vector's room kept, and its filter, with the key of what made it, if
-    /// [`Filter::reusable`]: an op retires right after its last flush, which emptied it).
-    fn retire(mut self: Box<Self>) {
-        let mut outstanding = std::mem::take(&mut self.outstanding);
-        outstanding.clear();
-        let (filter, filter_key) = match std::mem::replace(&mut self.filter, Err(Bytes::new())) {
-            Ok(f) if f.reusable() => (Ok(f), self.filter_key),
-            _ => (Err(Bytes::new()), 0),
-        };
-        *self = PendingOp {
-            outstanding,
-            filter,
-            filter_key,
-            ..PendingOp::empty()
-        };
-        // A box whose vector has room for a wide node's children (a flat master's million)
-        // is freed, not kept: the pool holds small ops only.
-        if self.outstanding.capacity() > SPARE_SOURCES_MAX {
-            return;
-        }
-        SPARE_OPS.with_borrow_mut(|spare| {
-            if spare.len() < SPARE_OPS_MAX {
-                spare.push(self);
-            }
-        });
-    }
-
-    fn done(&self) -> bool {
-        self.left == 0
-    }
-
-    /// The ids still expected from `from`, if it is a source of this op.
-    fn outstanding_mut(&mut self, from: Source) -> Option<&mut IdSet> {
-        let i = self.source_index(from)?;
-        Some(&mut self.outstanding[i].1)
-    }
-
-    /// Where `from` is in `outstanding`: looked for in order among a few sources (a
-    /// server's children and itself), searched for by halves among more.
-    fn source_index(&self, from: Source) -> Option<usize> {
-        if self.outstanding.len() <= SCANNED_SOURCES {
-            self.outstanding.iter().position(|(s, _)| *s == from)
-        } else {
-            self.outstanding
-                .binary_search_by_key(&from, |(s, _)| *s)
-                .ok()
-        }
-    }
-
-    /// Makes `outstanding` searchable once all its sources are in: sorted if it holds more
-    /// than [`SCANNED_SOURCES`].
-    fn sources_complete(&mut self) {
-        if self.outstanding.len() > SCANNED_SOURCES {
-            self.outstanding.sort_unstable_by_key(|(s, _)| *s);
-        }
-    }
-
-    /// Adds `ids` with `status`/`payload`: replies are folded into the filter; other groups
-    /// (and replies the filter refuses, as errors with the filter's error) merge by payload.
-    fn add(&mut self, status: Status, payload: Bytes, ids: &IdSet) {
-        let (status, payload) = match (status, &mut self.filter) {
-            (Status::Replied, Ok(f)) => match f.fold_bytes(payload, ids) {
-                Ok(()) => return,
-                Err(e) => (Status::Error, filter_failure(&e)),
-            },
-            (Status::Replied, Err(why)) => (Status::Error, why.clone()),
-            (s, _) => (s, payload),
-        };
-        match self
-            .groups
-            .iter_mut()
-            .find(|g| g.status == status && g.payload == payload)
-        {
-            Some(g) => g.sources.union_with(ids),
-            None => self.groups.push(Group {
-                status,
-                payload,
-                sources: ids.clone(),
-            }),
-        }
-    }
-
-    /// After a failed flush: the ids the filter held (answered here, not yet sent, not in
-    /// a group) go up as an error group, with the filter's error. (Cold, out of line.)
-    #[cold]
-    #[inline(never)]
-    fn flush_failed(&mut self, e: &FilterError) {
-        let mut held = match &self.sent {
-            Some(sent) => &self.expected - sent,
-            None => self.expected.clone(),
-        };
-        for (_, ids) in &self.outstanding {
-            held.difference_with(ids);
-        }
-        for g in &self.groups {
-            held.difference_with(&g.sources);
-        }
-        if !held.is_empty() {
-            self.add(Status::Error, filter_failure(e), &held);
-        }
-    }
-
-    /// Takes everything ready to go up: the filter's flushed groups (replied, appended to
-    /// `replied`) and the lost, timed-out and error groups. A failed flush sends the ids it
-    /// held up as an error, and nothing of what it appended (a filter of a tool's own may append,
-    /// then fail).
-    fn take_groups(&mut self, replied: &mut Vec<sdm_filters::Group>) -> Vec<Group> {
-        let start = replied.len();
-        if let Ok(f) = &mut self.filter
-            && let Err(e) = f.flush_into(replied)
-        {
-            replied.truncate(start);
-            self.flush_failed(&e);
-        }
-        let others = std::mem::take(&mut self.groups);
-        // Only don't-wait ops flush more than once (others flush when done), so only they
-        // need to remember what went up for the accounting of a later failed flush.
-        if self.sync == SyncMode::DontWait {
-            let sent = self.sent.get_or_insert_default();
-            for ids in replied[start..].iter().map(|g| &g.sources) {
-                sent.union_with(ids);
-            }
-            for ids in others.iter().map(|g| &g.sources) {
-                sent.union_with(ids);
-            }
-        }
-        others
-    }
-}
-
-/// The payload of an error group whose replies a filter could not fold: the filter's error,
-/// e.g. `filter "sum": payload from [7] is not a decimal number: "x"`.
-fn filter_failure(e: &FilterError) -> Bytes {
-    Bytes::from(e.to_string())
-}
-
-/// What a node keeps of its lost children and of the descendants that re-attached to it
-/// ([`Node`]'s `losses`).
-#[derive(Debug, Default)]
-struct Losses {
-    /// Children whose link died, with the reason.
-    dead: BTreeMap<NodeId, String>,
-    /// Descendants below a dead child that re-attached straight to this node (their
-    /// subtrees are routed to them instead of being reported lost).
-    adopted: BTreeSet<NodeId>,
-}
-
-/// The losses of a node that has none.
-static NO_LOSSES: Losses = Losses {
-    dead: BTreeMap::new(),
-    adopted: BTreeSet::new(),
-};
 
 /// The routing and aggregation state machine of one node.
 #[derive(Debug)]
@@ -476,149 +188,6 @@ impl Node {
             self.push_stdio(l, None);
         }
         self.stdio = (!window.is_zero()).then(|| Box::new(Coalescer::new(window)));
-    }
-
-    /// Queues a line for the parent: `via`, the link it came in on if it did not go
-    /// through the coalescing buffer (which merges lines of several links), says whose it
-    /// is; otherwise its sources do.
-    fn push_stdio(&mut self, l: StdioLine, via: Option<Origin>) {
-        let mut m = Message::reply(l.index, l.sources, Status::Replied, l.payload);
-        m.kind = l.kind;
-        m.aggregate.status = None;
-        self.send_bulk(m, via);
-    }
-
-    /// Queues output for the parent, behind what came before from the same origins (`via`,
-    /// or those of its sources), and sends what its credit allows.
-    fn send_bulk(&mut self, m: Message, via: Option<Origin>) {
-        // One origin (most lines): without a list or a copy of the id-set.
-        let one = via.or_else(|| match m.source.first() {
-            Some(id) if m.source.len() == 1 => Some(self.origin_of(id)),
-            _ => None,
-        });
-        match one {
-            Some(o) => {
-                let servers = self.servers_behind(o);
-                self.up_mut().push(&[(o, servers)], m);
-            }
-            None => {
-                let origins = self.origins(&m.source);
-                self.up_mut().push(&origins, m);
-            }
-        }
-        self.release_output();
-    }
-
-    /// The servers `o` stands for: its share of this node's credit.
-    fn servers_behind(&self, o: Origin) -> u64 {
-        match o {
-            Origin::Child(c) => self.down.get(&c).map_or(1, RecvWindow::servers),
-            Origin::Local => 1,
-        }
-    }
-
-    /// Whose output a line from `sources` is, with each origin's weight (the servers it
-    /// stands for): this server's own, and the links its other sources came through (one
-    /// for most lines; several for a line merged from ranks behind several links).
-    fn origins(&self, sources: &IdSet) -> Vec<(Origin, u64)> {
-        let mut out = Vec::with_capacity(1);
-        let mut left = sources.clone();
-        while let Some(id) = left.first() {
-            let o = self.origin_of(id);
-            out.push((o, self.servers_behind(o)));
-            // The rest of that child's subtree comes the same way, unless part of it was
-            // adopted here (then each id is looked up).
-            match o {
-                Origin::Child(c) if left.len() > 1 && self.losses().adopted.is_empty() => {
-                    left.difference_with(&self.topo.subtree(c))
-                }
-                _ => {}
-            }
-            left.remove(id);
-        }
-        out
-    }
-
-    /// Whose server `id`'s output is here: this server's own, or that of the link it comes
-    /// up through (the child, or adopted descendant, nearest it on its way here).
-    fn origin_of(&self, id: u32) -> Origin {
-        if self.topo.serves(self.me, id) {
-            return Origin::Local;
-        }
-        let Some(server) = self.topo.server_of(id) else {
-            return Origin::Child(NodeId::Server(id));
-        };
-        let mut at = NodeId::Server(server);
-        loop {
-            // A live adopted descendant has a link of its own (a dead one's ranks come
-            // through whoever adopted them since).
-            let losses = self.losses();
-            if losses.adopted.contains(&at) && !losses.dead.contains_key(&at) {
-                return Origin::Child(at);
-            }
-            match self.topo.shape().parent(at) {
-                Some(p) if p == self.me => return Origin::Child(at),
-                Some(p) => at = p,
-                // Not below this node: a link of its own.
-                None => return Origin::Child(NodeId::Server(server)),
-            }
-        }
-    }
-
-    /// Sends the queued output the parent's credit allows; hands the children whose
-    /// output went their credit back; pauses or resumes local output as its queue is long
-    /// or short.
-    fn release_output(&mut self) {
-        let mut last = None;
-        while let Some((m, origin)) = self.up.as_mut().and_then(|u| u.pop()) {
-            self.out.push_back(Output::ToParent(m));
-            if last != Some(origin) {
-                if let Some(Origin::Child(c)) = last {
-                    self.grant(c);
-                }
-                last = Some(origin);
-            }
-        }
-        if let Some(Origin::Child(c)) = last {
-            self.grant(c);
-        }
-        let room = self.queued_from(Origin::Local) < flow::QUEUE_LIMIT;
-        if self.me.server().is_some() && self.local_paused == room {
-            self.local_paused = !room;
-            self.out.push_back(if room {
-                Output::ResumeLocal
-            } else {
-                Output::PauseLocal
-            });
-        }
-    }
-
-    /// Hands child `c` back the credit for what it sent that no longer waits here.
-    fn grant(&mut self, c: NodeId) {
-        let waiting = self.queued_from(Origin::Child(c));
-        if let Some(credit) = self.down.get_mut(&c).and_then(|w| w.grant(waiting)) {
-            self.out.push_back(Output::ToChild(c, credit));
-        }
-    }
-
-    /// Whether local output is paused ([`Output::PauseLocal`] was the last word on it).
-    pub fn local_output_paused(&self) -> bool {
-        self.local_paused
-    }
-
-    /// Bytes of output (stdio, events) waiting here for the parent's credit.
-    pub fn queued_output(&self) -> i64 {
-        self.up.as_ref().map_or(0, |u| u.queued())
-    }
-
-    /// The window of output going up, made if this is its first use.
-    fn up_mut(&mut self) -> &mut SendWindow {
-        self.up.get_or_insert_default()
-    }
-
-    /// What of the output from `origin` waits here for the parent's credit.
-    fn queued_from(&self, origin: Origin) -> i64 {
-        self.up.as_ref().map_or(0, |u| u.queued_from(origin))
     }
 
     /// Sends keepalives and watches links for silence as `live` says (`None`, the default:
@@ -743,46 +312,8 @@ impl Node {
         }
     }
 
-    /// Each child's share less the subtrees of its descendants adopted here (orphaned
-    /// while it was dead), which go to them, whether or not the child came back since: they
-    /// are no longer linked below it. The deepest first, so an adoptee inside another's
-    /// subtree keeps its share.
-    fn split_adoptees(&self, shares: Vec<(NodeId, IdSet)>) -> Vec<(NodeId, IdSet)> {
-        let mut forward = Vec::with_capacity(shares.len());
-        for (child, share) in shares {
-            let mut rest = share;
-            let servers_under = self.topo.shape().subtree(child);
-            let losses = self.losses();
-            let mut adoptees: Vec<(u64, NodeId, IdSet)> = losses
-                .adopted
-                .iter()
-                .filter(|a| {
-                    **a != child
-                        && a.server().is_some_and(|s| servers_under.contains(s))
-                        && !losses.dead.contains_key(a)
-                })
-                .map(|&a| {
-                    let sub = self.topo.subtree(a);
-                    (sub.len(), a, sub)
-                })
-                .collect();
-            adoptees.sort_by_key(|(len, a, _)| (*len, *a));
-            for (_, a, sub) in adoptees {
-                let part = &rest & &sub;
-                if !part.is_empty() {
-                    rest = &rest - &part;
-                    forward.push((a, part));
-                }
-            }
-            forward.push((child, rest));
-        }
-        forward
-    }
-
-    /// A command whose op id is already in flight here is refused (cold, out of line, as
-    /// the other rare paths of [`Node::handle_command`] are: kept inline, their code would
-    /// lie among the route's few instructions, which then take twice the cache lines;
-    /// BENCHMARKS.md, "Per-hop cost, fifteenth pass").
+    /// A command whose op id is already in flight here is refused (out of line, as the
+    /// other rare paths of [`Node::handle_command`] are, so the common route stays short).
     #[cold]
     #[inline(never)]
     fn refuse_duplicate(&mut self, op: u64) {
@@ -837,32 +368,6 @@ impl Node {
         }
     }
 
-    /// The children's `shares` at a node that lost a child or adopted a descendant: the
-    /// adoptees' subtrees go to them, and a dead child's share is accounted to `pending` as
-    /// lost, with the reason, instead of being sent. (Out of line, not cold: a node that
-    /// adopted a descendant comes here for every command from then on.)
-    #[inline(never)]
-    fn route_around_losses(
-        &self,
-        shares: Vec<(NodeId, IdSet)>,
-        pending: &mut PendingOp,
-    ) -> Vec<(NodeId, IdSet)> {
-        let mut forward = if self.losses().adopted.is_empty() {
-            shares
-        } else {
-            self.split_adoptees(shares)
-        };
-        forward.retain(|(child, share)| match self.losses().dead.get(child) {
-            _ if share.is_empty() => false,
-            None => true,
-            Some(reason) => {
-                pending.add(Status::Lost, Bytes::from(reason.clone()), share);
-                false
-            }
-        });
-        forward
-    }
-
     fn handle_command(&mut self, now: Instant, mut msg: Message) {
         self.stats.commands += 1;
         let op = msg.op;
@@ -870,7 +375,7 @@ impl Node {
             self.refuse_duplicate(op);
             return;
         }
-        let mut shares = SPARE_SHARES.take();
+        let mut shares = Vec::new();
         let local = self.topo.route_into(self.me, &msg.dest, &mut shares);
         // Ids the destination names that no node below here can reach. Below the master
         // the parent already narrowed the destination, so this is only ever non-empty at
@@ -893,11 +398,9 @@ impl Node {
                 filter_failure(&e)
             }),
         };
-        let mut pending = PendingOp::boxed(
+        let mut pending = PendingOp::new(
             msg.aggregate.sync,
-            &msg.aggregate.filter,
-            self.registry.generation(),
-            make,
+            make(&msg.aggregate.filter),
             reach,
             shares.len() + usize::from(!local.is_empty()),
         );
@@ -927,11 +430,6 @@ impl Node {
             pending.left += share.len();
             pending.outstanding.push((Source::Child(child), share));
             self.out.push_back(Output::ToChild(child, fwd));
-        }
-        // Its room is kept for the next command (not a wide node's: a flat master's
-        // million children).
-        if forward.capacity() <= SPARE_SOURCES_MAX {
-            SPARE_SHARES.set(forward);
         }
         if !local.is_empty() {
             pending.left += local.len();
@@ -985,13 +483,9 @@ impl Node {
             Kind::Reply => {
                 self.stats.replies_in += 1;
                 let status = msg.aggregate.status.unwrap_or(Status::Replied);
-                self.accept(
-                    msg.op,
-                    Source::Child(child),
-                    status,
-                    msg.payload,
-                    &msg.source,
-                );
+                let end = msg.aggregate.link_end;
+                let from = Source::Child(child);
+                self.accept(msg.op, from, (status, end), msg.payload, &msg.source);
             }
             Kind::Stdio | Kind::Event => {
                 if self.losses().dead.contains_key(&child) {
@@ -999,8 +493,8 @@ impl Node {
                     return;
                 }
                 if let Err(e) = self.down.entry(child).or_default().receive(&msg) {
-                    let why = format!("server {child} {e}");
-                    self.handle_link_down(now, child, &why);
+                    let why = LinkEnd::Protocol(format!("server {child} {e}"));
+                    self.handle_link_down(now, child, why.clone());
                     self.out
                         .push_back(Output::LinkDead(Peer::Child(child), why));
                     return;
@@ -1031,76 +525,24 @@ impl Node {
         }
     }
 
-    /// Something happened to local rank `rank` (a breakpoint, an exit, a line of output):
-    /// send it up as an event (or stdio) from that rank. A line of output carries its index
-    /// in its stream (the rank's k-th line there), so lines of many ranks can be aligned
-    /// line by line. A stdio payload of [`IDLE`] alone (the rank went idle) becomes one idle
-    /// marker per stream, carrying the number of lines it sent there. Output of a rank this
-    /// node does not serve is dropped (logged).
-    pub fn handle_local_event(&mut self, now: Instant, kind: Kind, rank: u32, payload: Bytes) {
-        if !self.topo.serves(self.me, rank) {
-            tracing::warn!(node = %self.me, rank, "output of a rank not served here dropped");
-            return;
-        }
-        // Lines of several local ranks merge here as children's do.
-        let merge = self.stdio.is_some() && self.topo.local_count(self.me) > 1;
-        let lines = self.lines_sent.get_or_insert_default();
-        let counts = lines.entry(rank).or_default();
-        if kind == Kind::Stdio && payload[..] == [IDLE] {
-            // The rank went idle: one marker per stream, after the lines sent there.
-            let marks: Vec<StdioLine> = [STDOUT, STDERR]
-                .into_iter()
-                .map(|stream| StdioLine {
-                    kind,
-                    sources: IdSet::single(rank),
-                    index: counts[usize::from(stream)],
-                    payload: Bytes::copy_from_slice(&[IDLE, stream]),
-                })
-                .collect();
-            for line in marks {
-                self.push_local_line(now, line, merge);
-            }
-            return;
-        }
-        let index = match (kind, payload.first()) {
-            (Kind::Stdio, Some(&stream)) => {
-                let n = &mut counts[usize::from(stream.min(3))];
-                *n += 1;
-                *n - 1
-            }
-            _ => 0,
-        };
-        let line = StdioLine {
-            kind,
-            sources: IdSet::single(rank),
-            index,
-            payload,
-        };
-        self.push_local_line(now, line, merge);
-    }
-
-    /// A local rank's line goes up, through the coalescing buffer when `merge`.
-    fn push_local_line(&mut self, now: Instant, line: StdioLine, merge: bool) {
-        match self.stdio.as_mut() {
-            Some(c) if merge => {
-                for l in c.push(now, line) {
-                    self.push_stdio(l, None);
-                }
-            }
-            _ => self.push_stdio(line, Some(Origin::Local)),
-        }
-    }
-
     /// The local command `op` produced `payload` for the local ranks `ranks` (all of the
     /// delivery's ranks, or some of them: the others answer in replies of their own, and
     /// the op's filter merges them as it merges children's).
     pub fn handle_local_reply(&mut self, now: Instant, op: u64, ranks: &IdSet, payload: Bytes) {
         let _ = now;
-        self.accept(op, Source::Local, Status::Replied, payload, ranks);
+        self.accept(op, Source::Local, (Status::Replied, None), payload, ranks);
     }
 
-    /// Accounts `ids` from `from`: only ids still outstanding from that source count.
-    fn accept(&mut self, op: u64, from: Source, status: Status, payload: Bytes, ids: &IdSet) {
+    /// Accounts `ids` from `from` with their status (and, lost, their link's end): only ids
+    /// still outstanding from that source count.
+    fn accept(
+        &mut self,
+        op: u64,
+        from: Source,
+        (status, end): (Status, Option<LinkEndKind>),
+        payload: Bytes,
+        ids: &IdSet,
+    ) {
         let Some(p) = self.ops.get_mut(op) else {
             self.stats.stray_ids += ids.len();
             tracing::debug!(node = %self.me, op, %ids, "reply for an op no longer in flight");
@@ -1123,86 +565,8 @@ impl Node {
             return;
         }
         p.left -= got.len();
-        p.add(status, payload, &got);
+        p.add_ended(status, end, payload, &got);
         self.progress(op);
-    }
-
-    /// The link to `child` died: everything outstanding behind it is lost, now and for
-    /// later commands, until [`Node::handle_link_up`].
-    pub fn handle_link_down(&mut self, now: Instant, child: NodeId, reason: &str) {
-        let _ = now;
-        self.clocks.gone(Peer::Child(child));
-        self.down.remove(&child);
-        let reason = format!("link to server {child} lost: {reason}");
-        tracing::info!(node = %self.me, "{reason}");
-        for op in self.ops.ids() {
-            let p = self.ops.get_mut(op).expect("listed above");
-            if let Some(ids) = p.outstanding_mut(Source::Child(child)) {
-                let lost = std::mem::take(ids);
-                p.left -= lost.len();
-                if !lost.is_empty() {
-                    p.add(Status::Lost, Bytes::from(reason.clone()), &lost);
-                    self.progress(op);
-                }
-            }
-        }
-        self.losses
-            .get_or_insert_default()
-            .dead
-            .insert(child, reason);
-    }
-
-    /// A link to `child` is (again) usable.
-    pub fn handle_link_up(&mut self, child: NodeId) {
-        self.forget_dead(child);
-        self.down.remove(&child);
-    }
-
-    /// `descendant`, orphaned by a dead node between us, re-attached to this node: later
-    /// commands reach its subtree through it. Refused (false) for a node outside our
-    /// subtree, ourselves, or a direct child that is alive.
-    pub fn handle_adopt(&mut self, descendant: NodeId) -> bool {
-        let Some(s) = descendant.server() else {
-            return false;
-        };
-        let direct = self.topo.shape().children(self.me).contains(&descendant);
-        if descendant == self.me
-            || !self.topo.shape().subtree(self.me).contains(s)
-            || (direct && !self.losses().dead.contains_key(&descendant))
-        {
-            return false;
-        }
-        // Adopted first: the box is then kept, not dropped and made again.
-        if !direct {
-            self.losses
-                .get_or_insert_default()
-                .adopted
-                .insert(descendant);
-        }
-        self.forget_dead(descendant);
-        self.down.remove(&descendant);
-        tracing::info!(node = %self.me, "adopted server {descendant}");
-        true
-    }
-
-    /// Children currently marked dead, with the reason.
-    pub fn dead_children(&self) -> impl Iterator<Item = (&NodeId, &String)> {
-        self.losses().dead.iter()
-    }
-
-    /// The node's dead children and adopted descendants (none, for most nodes).
-    fn losses(&self) -> &Losses {
-        self.losses.as_deref().unwrap_or(&NO_LOSSES)
-    }
-
-    /// `c` is no longer a dead child (its box dropped once it holds nothing).
-    fn forget_dead(&mut self, c: NodeId) {
-        if let Some(l) = &mut self.losses {
-            l.dead.remove(&c);
-            if l.dead.is_empty() && l.adopted.is_empty() {
-                self.losses = None;
-            }
-        }
     }
 
     /// The parent link died: nothing can be answered any more; all state is dropped but
@@ -1255,51 +619,10 @@ impl Node {
         }
         for (peer, why) in due.dead {
             if let Peer::Child(c) = peer {
-                self.handle_link_down(now, c, &why);
+                self.handle_link_down(now, c, why.clone());
             }
             self.out.push_back(Output::LinkDead(peer, why));
         }
-    }
-
-    /// What a node's own loop may mute while replies are due (`crate::poller`): the
-    /// children the ops in flight still wait for go into `waits` (sorted), and the one of
-    /// them expected last (the most servers below it) is returned, the anchor; `heard`
-    /// gets those that an op not sent to the anchor at all waits for (sorted): their
-    /// replies may complete it while the anchor has nothing to say. Of an op the anchor
-    /// has already answered, the others wait to be read until the node wakes (the anchor
-    /// answering later ops, or the poll).
-    /// `None`, with both empty, unless every op waits for all its ids
-    /// ([`SyncMode::WaitAll`]): with a timeout a reply must be read by the deadline, and
-    /// without waiting each one goes up at once.
-    pub fn reply_waits(&self, waits: &mut Vec<NodeId>, heard: &mut Vec<NodeId>) -> Option<NodeId> {
-        fn children(p: &PendingOp) -> impl Iterator<Item = NodeId> + '_ {
-            p.outstanding.iter().filter_map(|(s, ids)| match *s {
-                Source::Child(c) if !ids.is_empty() => Some(c),
-                _ => None,
-            })
-        }
-        waits.clear();
-        heard.clear();
-        for p in self.ops.values() {
-            if p.sync != SyncMode::WaitAll {
-                waits.clear();
-                return None;
-            }
-            waits.extend(children(p));
-        }
-        waits.sort_unstable();
-        waits.dedup();
-        let servers = |c: &NodeId| self.down.get(c).map_or(1, RecvWindow::servers);
-        let anchor = waits.iter().copied().max_by_key(|c| (servers(c), *c))?;
-        let to_anchor = |p: &PendingOp| p.source_index(Source::Child(anchor)).is_some();
-        for p in self.ops.values() {
-            if !to_anchor(p) {
-                heard.extend(children(p));
-            }
-        }
-        heard.sort_unstable();
-        heard.dedup();
-        Some(anchor)
     }
 
     /// When [`Node::handle_timeout`] should next be called.
@@ -1332,34 +655,33 @@ impl Node {
         };
         let done = p.done();
         if done || p.sync == SyncMode::DontWait {
-            let mut replied = SPARE_GROUPS.take();
-            let others = p.take_groups(&mut replied);
+            let (replied, others) = p.take_groups();
             let flushed = replied
-                .drain(..)
-                .map(|g| Message::reply(op, g.sources, Status::Replied, g.payload));
-            let others = others
                 .into_iter()
-                .map(|g| Message::reply(op, g.sources, g.status, g.payload));
+                .map(|g| Message::reply(op, g.sources, Status::Replied, g.payload));
+            let others = others.into_iter().map(|g| {
+                let mut m = Message::reply(op, g.sources, g.status, g.payload);
+                m.aggregate.link_end = g.link_end;
+                m
+            });
             for m in flushed.chain(others) {
                 self.stats.replies_out += 1;
                 self.out.push_back(Output::ToParent(m));
-            }
-            if replied.capacity() <= SPARE_GROUPS_MAX {
-                SPARE_GROUPS.set(replied);
             }
         }
         if done {
             if let Some(d) = p.deadline {
                 self.timers.remove(&(d, op));
             }
-            if let Some(p) = self.ops.remove(op) {
-                p.retire();
-            }
+            self.ops.remove(op);
         }
     }
 }
 
+mod losses;
+mod op;
 mod ops;
+mod output;
 #[cfg(test)]
 mod ranks_tests;
 #[cfg(test)]

@@ -442,7 +442,9 @@ impl SimNet {
                     Some(c) => node.handle_from_child(now, c, msg),
                 }
             }
-            Event::LinkDown { child, .. } => node.handle_link_down(now, child, "killed"),
+            Event::LinkDown { child, .. } => {
+                node.handle_link_down(now, child, crate::LinkEnd::Closed)
+            }
             Event::LocalReply {
                 op, ranks, payload, ..
             } => node.handle_local_reply(now, op, &ranks, payload),

@@ -40,6 +40,6 @@ pub use codec::{DEFAULT_MAX_FRAME, FrameCodec};
 pub use control::{Control, ControlError};
 pub use idset::{Id, IdSet, IdSetError, Runs};
 pub use message::{
-    Aggregate, FilterName, Kind, LastNames, Message, Name, ServiceName, Status, SyncMode,
-    WIRE_VERSION, WireError, payload_hash,
+    Aggregate, FilterName, Kind, LastNames, LinkEndKind, Message, Name, ServiceName, Status,
+    SyncMode, WIRE_VERSION, WireError, payload_hash,
 };

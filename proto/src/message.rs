@@ -52,6 +52,23 @@ pub enum Status {
     Error,
 }
 
+/// How the link that lost a group's ids ended ([`Aggregate::link_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinkEndKind {
+    /// The peer said goodbye: the session ended in order.
+    Goodbye,
+    /// The peer closed the connection.
+    Closed,
+    /// Reading or writing failed.
+    Io,
+    /// The peer sent what the node cannot take.
+    Protocol,
+    /// Nothing was heard from the peer for the keepalive dead-after.
+    Silent,
+    /// The link never came up.
+    Unreachable,
+}
+
 /// The aggregate element of a message (the seed's `sdm_aggregate`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Aggregate {
@@ -63,6 +80,9 @@ pub struct Aggregate {
     pub payload_hash: u64,
     /// Upstream: status of the group (replies only).
     pub status: Option<Status>,
+    /// Upstream, lost ids: how the link they were behind ended (`None` for other groups,
+    /// and for ids no node can reach).
+    pub link_end: Option<LinkEndKind>,
 }
 
 /// A name as an envelope carries it, a filter's or a service's: the empty name (the
@@ -274,77 +294,10 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
-    /// The fields of a frame laid out as an encoder writes one (this crate's
-    /// [`Message::encode_to`] or prost's): each field at most once, in field order, with
-    /// one-byte keys of the expected wire types, and no other field. `None` for anything
-    /// else, which [`Fields::any_order`] reads (it reads these too, to the same fields:
-    /// the tests `every_encoded_frame_takes_the_straight_path` and
-    /// `the_straight_path_reads_what_the_general_loop_reads`). Straight-line code, without
-    /// the general loop's dispatch on each key and its error at every step: the path of
-    /// every frame a link carries.
-    #[inline]
-    fn in_order(frame: &'a [u8]) -> Option<Self> {
-        let mut f = Fields::default();
-        let mut r = Reader { b: frame, at: 0 };
-        if r.tag(0x08) {
-            f.head.version = r.varint()? as u32;
-        }
-        if r.tag(0x10) {
-            f.head.kind = r.varint()? as i32;
-        }
-        if r.tag(0x18) {
-            f.head.op = r.varint()?;
-        }
-        if r.tag(0x22) {
-            f.head.dest = r.delimited()?;
-        }
-        if r.tag(0x2a) {
-            f.head.source = r.delimited()?;
-        }
-        if r.tag(0x32) {
-            let mut a = Reader {
-                b: r.delimited()?,
-                at: 0,
-            };
-            if a.tag(0x0a) {
-                f.filter = a.delimited()?;
-            }
-            if a.tag(0x10) {
-                f.head.agg.sync = a.varint()? as i32;
-            }
-            if a.tag(0x18) {
-                f.head.agg.timeout_ms = a.varint()? as u32;
-            }
-            if a.tag(0x21) {
-                let (hash, _) = a.b.get(a.at..)?.split_first_chunk::<8>()?;
-                f.head.agg.payload_hash = u64::from_le_bytes(*hash);
-                a.at += 8;
-            }
-            if a.tag(0x28) {
-                f.head.agg.status = a.varint()? as i32;
-            }
-            if a.at != a.b.len() {
-                return None;
-            }
-        }
-        if r.tag(0x3a) {
-            let p = r.delimited()?;
-            f.payload = r.at - p.len()..r.at;
-        }
-        if r.tag(0x42) {
-            f.service = r.delimited()?;
-        }
-        (r.at == frame.len()).then_some(f)
-    }
-
     /// The fields of any envelope protobuf allows (unknown fields skipped, a repeated
-    /// field's last value kept, repeated aggregates merged), or why it is not one. Cold
-    /// and out of line: an encoder's frames take the straight path, and this loop kept
-    /// inline would lie among its instructions.
-    #[cold]
-    #[inline(never)]
-    fn any_order(frame: &'a [u8]) -> Result<Self, WireError> {
-        use prost::encoding::{WireType, decode_key, decode_varint};
+    /// field's last value kept, repeated aggregates merged), or why it is not one.
+    fn read(frame: &'a [u8]) -> Result<Self, WireError> {
+        use prost::encoding::{WireType, decode_key};
         let mut buf: &[u8] = frame;
         let mut version = 0u32;
         let mut kind = 0i32;
@@ -386,6 +339,7 @@ impl<'a> Fields<'a> {
                                 a = rest;
                             }
                             5 => agg.status = varint(wt, &mut a)? as i32,
+                            6 => agg.link_end = varint(wt, &mut a)? as i32,
                             _ => skip(wt, tag, &mut a)?,
                         }
                     }
@@ -403,32 +357,6 @@ impl<'a> Fields<'a> {
                 _ => skip(wt, tag, &mut buf)?,
             }
         }
-        // Inlined: called for every field of every frame, and a call returning a
-        // `Result` this large costs more than the field.
-        #[inline(always)]
-        fn varint(wt: WireType, buf: &mut &[u8]) -> Result<u64, WireError> {
-            prost::encoding::check_wire_type(WireType::Varint, wt)?;
-            Ok(decode_varint(buf)?)
-        }
-        #[inline(always)]
-        fn delimited<'a>(
-            wt: WireType,
-            buf: &mut &'a [u8],
-            field: &'static str,
-        ) -> Result<&'a [u8], WireError> {
-            prost::encoding::check_wire_type(WireType::LengthDelimited, wt)?;
-            let len = decode_varint(buf)?;
-            if len > buf.len() as u64 {
-                return Err(WireError::Malformed(field, len, buf.len()));
-            }
-            let (v, rest) = buf.split_at(len as usize);
-            *buf = rest;
-            Ok(v)
-        }
-        fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), WireError> {
-            let ctx = prost::encoding::DecodeContext::default();
-            Ok(prost::encoding::skip_field(wt, tag, buf, ctx)?)
-        }
         Ok(Fields {
             head: Head {
                 version,
@@ -445,48 +373,34 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// A cursor over a frame for [`Fields::in_order`].
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
+/// A varint field's value (inlined: called for every field of every frame).
+#[inline(always)]
+fn varint(wt: prost::encoding::WireType, buf: &mut &[u8]) -> Result<u64, WireError> {
+    prost::encoding::check_wire_type(prost::encoding::WireType::Varint, wt)?;
+    Ok(prost::encoding::decode_varint(buf)?)
 }
 
-impl<'a> Reader<'a> {
-    /// Whether the next byte is `key` (then it is taken).
-    #[inline(always)]
-    fn tag(&mut self, key: u8) -> bool {
-        let hit = self.b.get(self.at) == Some(&key);
-        self.at += usize::from(hit);
-        hit
+/// A length-delimited field's bytes, or why `field` runs past the end of `buf`.
+#[inline(always)]
+fn delimited<'a>(
+    wt: prost::encoding::WireType,
+    buf: &mut &'a [u8],
+    field: &'static str,
+) -> Result<&'a [u8], WireError> {
+    prost::encoding::check_wire_type(prost::encoding::WireType::LengthDelimited, wt)?;
+    let len = prost::encoding::decode_varint(buf)?;
+    if len > buf.len() as u64 {
+        return Err(WireError::Malformed(field, len, buf.len()));
     }
+    let (v, rest) = buf.split_at(len as usize);
+    *buf = rest;
+    Ok(v)
+}
 
-    /// A varint, as prost reads one; `None` past the end, or where prost finds it invalid
-    /// (a tenth byte above 1).
-    #[inline(always)]
-    fn varint(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = *self.b.get(self.at)?;
-            if shift == 63 && b > 1 {
-                return None;
-            }
-            self.at += 1;
-            v |= u64::from(b & 0x7f) << shift;
-            if b < 0x80 {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    /// A length and that many bytes.
-    #[inline(always)]
-    fn delimited(&mut self) -> Option<&'a [u8]> {
-        let len = usize::try_from(self.varint()?).ok()?;
-        let v = self.b.get(self.at..self.at.checked_add(len)?)?;
-        self.at += len;
-        Some(v)
-    }
+/// Skips an unknown field.
+fn skip(wt: prost::encoding::WireType, tag: u32, buf: &mut &[u8]) -> Result<(), WireError> {
+    let ctx = prost::encoding::DecodeContext::default();
+    Ok(prost::encoding::skip_field(wt, tag, buf, ctx)?)
 }
 
 /// XXH3-64 of a payload: the merge hash carried upstream.
@@ -594,9 +508,23 @@ impl Message {
                 timeout_ms,
                 payload_hash: self.aggregate.payload_hash,
                 status: status as i32,
+                link_end: self.wire_link_end() as i32,
             }),
             payload: self.payload.clone(),
             service: self.service.to_string(),
+        }
+    }
+
+    /// [`Aggregate::link_end`] as the wire's enum.
+    fn wire_link_end(&self) -> pb::LinkEnd {
+        match self.aggregate.link_end {
+            None => pb::LinkEnd::Unspecified,
+            Some(LinkEndKind::Goodbye) => pb::LinkEnd::Goodbye,
+            Some(LinkEndKind::Closed) => pb::LinkEnd::Closed,
+            Some(LinkEndKind::Io) => pb::LinkEnd::Io,
+            Some(LinkEndKind::Protocol) => pb::LinkEnd::Protocol,
+            Some(LinkEndKind::Silent) => pb::LinkEnd::Silent,
+            Some(LinkEndKind::Unreachable) => pb::LinkEnd::Unreachable,
         }
     }
 
@@ -624,7 +552,10 @@ impl Message {
             0
         } else {
             int32::encoded_len(5, &(status as i32))
-        })
+        }) + match self.wire_link_end() as i32 {
+            0 => 0,
+            end => int32::encoded_len(6, &end),
+        }
     }
 
     /// Size of the encoded envelope (without the length prefix).
@@ -712,6 +643,11 @@ impl Message {
             put_key(buf, 5, Varint);
             put_varint(buf, enum_value(status as i32));
         }
+        let end = self.wire_link_end() as i32;
+        if end != 0 {
+            put_key(buf, 6, Varint);
+            put_varint(buf, enum_value(end));
+        }
         if !self.payload.is_empty() {
             // prost's own `bytes::encode` puts a clone of the `Bytes`, which for a payload
             // made from a vector allocates its shared header: the slice is copied instead.
@@ -735,14 +671,10 @@ impl Message {
 
     /// Decodes and validates one frame body: what [`Message::from_pb`] of prost's
     /// [`pb::Envelope`] gives, read straight from the frame (no envelope struct in between:
-    /// the id-sets are parsed where they lie, the payload is a slice of the frame). A frame
-    /// laid out as an encoder writes one is read in straight-line code
-    /// (`Fields::in_order`); any other by a general loop over prost's own key and varint
-    /// decoders (`Fields::any_order`). Unknown fields are skipped, a repeated field's last
-    /// value wins and repeated `aggregate`s merge, as protobuf says; the test
-    /// `the_direct_decoder_agrees_with_prost` holds it to that, and
-    /// `the_straight_path_reads_what_the_general_loop_reads` holds the two paths to each
-    /// other.
+    /// the id-sets are parsed where they lie, the payload is a slice of the frame) with
+    /// prost's own key and varint decoders. Unknown fields are skipped, a repeated field's
+    /// last value wins and repeated `aggregate`s merge, as protobuf says; the test
+    /// `the_direct_decoder_agrees_with_prost` holds it to that.
     pub fn decode(frame: Bytes) -> Result<Self, WireError> {
         Self::decode_sharing(frame, &mut LastNames::default())
     }
@@ -751,10 +683,7 @@ impl Message {
     /// the names the previous frame of the same link carried, when they are the same (then
     /// nothing is allocated or checked for it); `last` keeps this frame's names.
     pub fn decode_sharing(frame: Bytes, last: &mut LastNames) -> Result<Self, WireError> {
-        let f = match Fields::in_order(&frame) {
-            Some(f) => f,
-            None => Fields::any_order(&frame)?,
-        };
+        let f = Fields::read(&frame)?;
         let filter = Name::share(f.filter, &mut last.filter, "filter")?;
         let service = Name::share(f.service, &mut last.service, "service")?;
         Self::validate(f.head, filter, frame.slice(f.payload), service)
@@ -809,6 +738,16 @@ impl Message {
                 pb::Status::TimedOut => Some(Status::TimedOut),
                 pb::Status::Error => Some(Status::Error),
             };
+        let end = agg.link_end;
+        let link_end = match pb::LinkEnd::try_from(end).map_err(|_| bad("link_end", end))? {
+            pb::LinkEnd::Unspecified => None,
+            pb::LinkEnd::Goodbye => Some(LinkEndKind::Goodbye),
+            pb::LinkEnd::Closed => Some(LinkEndKind::Closed),
+            pb::LinkEnd::Io => Some(LinkEndKind::Io),
+            pb::LinkEnd::Protocol => Some(LinkEndKind::Protocol),
+            pb::LinkEnd::Silent => Some(LinkEndKind::Silent),
+            pb::LinkEnd::Unreachable => Some(LinkEndKind::Unreachable),
+        };
         let set = |field, b: &[u8]| {
             if b.is_empty() {
                 Ok(IdSet::new())
@@ -826,6 +765,7 @@ impl Message {
                 sync,
                 payload_hash: agg.payload_hash,
                 status,
+                link_end,
             },
             payload,
             service,
@@ -834,299 +774,4 @@ impl Message {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-    use prost::Message as _;
-
-    /// The empty filter name holds nothing, however it is made; named, it reads back and
-    /// compares by its text.
-    #[test]
-    fn a_filter_name_is_empty_or_shared_text() {
-        for empty in [
-            FilterName::default(),
-            FilterName::from(""),
-            FilterName::from(String::new()),
-            FilterName::shared(Arc::from("")),
-            Message::reply(1, IdSet::single(0), Status::Replied, Bytes::new())
-                .aggregate
-                .filter,
-        ] {
-            assert!(empty.0.is_none());
-            assert_eq!(&*empty, "");
-        }
-        let sum = FilterName::from("sum");
-        assert_eq!(sum, FilterName::from(String::from("sum")));
-        assert_eq!(
-            (&*sum, format!("{sum}"), format!("{sum:?}")),
-            ("sum", "sum".into(), "\"sum\"".into())
-        );
-        assert_ne!(sum, FilterName::from("max"));
-    }
-
-    #[test]
-    fn round_trip_and_version() {
-        let m = Message::command(7, IdSet::all(1000), SyncMode::Timeout(250), "1 [] stop([])");
-        assert_eq!(Message::decode(m.encode()).unwrap(), m);
-        let mut env = m.to_pb();
-        env.version = 9;
-        let e = Message::from_pb(env).unwrap_err();
-        assert!(matches!(e, WireError::Version { got: 9 }), "{e}");
-        let s = Message::command(
-            8,
-            IdSet::range(0..=7),
-            SyncMode::WaitAll,
-            &b"\0\xff\xfe raw"[..],
-        )
-        .for_service("checksum");
-        assert_eq!(Message::decode(s.encode()).unwrap(), s);
-        let r = Message::reply(7, IdSet::range(0..=999), Status::Lost, Bytes::from("gone"));
-        assert_eq!(Message::decode(r.encode()).unwrap(), r);
-    }
-
-    #[test]
-    fn unknown_kind_is_refused() {
-        let mut env = Message::command(1, IdSet::single(0), SyncMode::WaitAll, "x").to_pb();
-        env.kind = 42;
-        assert!(matches!(
-            Message::from_pb(env),
-            Err(WireError::UnknownEnum {
-                field: "kind",
-                value: 42
-            })
-        ));
-    }
-
-    /// A string field given twice, invalid UTF-8 first and valid after: refused, as prost
-    /// refuses it (each occurrence is checked, not only the last, which wins).
-    #[test]
-    fn every_occurrence_of_a_string_field_must_be_utf8() {
-        let m = Message::command(1, IdSet::single(0), SyncMode::WaitAll, "x").for_service("ok");
-        for (tag, nested) in [(0x42u8, false), (0x0a, true)] {
-            let mut b = m.encode().to_vec();
-            let bad = [tag, 2, 0xc3, 0x28];
-            let good = [tag, 2, b'o', b'k'];
-            if nested {
-                // Two `aggregate`s, each with a filter.
-                b.extend_from_slice(&[0x32, 4]);
-                b.extend_from_slice(&bad);
-                b.extend_from_slice(&[0x32, 4]);
-                b.extend_from_slice(&good);
-            } else {
-                b.extend_from_slice(&bad);
-                b.extend_from_slice(&good);
-            }
-            let prost = pb::Envelope::decode(&b[..]);
-            assert!(prost.is_err(), "prost refuses it");
-            let e = Message::decode(Bytes::from(b)).unwrap_err();
-            assert!(matches!(e, WireError::NotUtf8(_)), "{e}");
-        }
-    }
-
-    /// A filter or service name is checked as UTF-8 unless it is the previous frame's: one
-    /// that is not text is refused whatever the previous name was, and `last` keeps that
-    /// name; an equal name is shared, not made again (one allocation per link, not per
-    /// frame).
-    #[test]
-    fn names_that_are_not_text_are_refused_after_shared_ones() {
-        let mut m =
-            Message::command(1, IdSet::single(0), SyncMode::WaitAll, "x").for_service("omis");
-        m.aggregate.filter = "sum".into();
-        let mut last = LastNames::default();
-        let first = Message::decode_sharing(m.encode(), &mut last).unwrap();
-        assert_eq!(&*first.aggregate.filter, "sum");
-        assert_eq!(first.service, "omis");
-        let second = Message::decode_sharing(m.encode(), &mut last).unwrap();
-        let same = |a: &Name, b: &Name| Arc::ptr_eq(a.0.as_ref().unwrap(), b.0.as_ref().unwrap());
-        assert!(same(&first.aggregate.filter, &second.aggregate.filter));
-        assert!(same(&first.service, &second.service));
-        // The same frame with two bytes of a name replaced by two that are not UTF-8.
-        let good = m.encode().to_vec();
-        for (field, name) in [("filter", &b"sum"[..]), ("service", &b"omis"[..])] {
-            let at = good.windows(name.len()).position(|w| w == name).unwrap();
-            for bad in [[0xc3, 0x28], [0xff, b'm']] {
-                let mut b = good.clone();
-                b[at..at + 2].copy_from_slice(&bad);
-                let e = Message::decode_sharing(Bytes::from(b), &mut last).unwrap_err();
-                assert!(matches!(e, WireError::NotUtf8(f) if f == field), "{e}");
-                assert_eq!(last.filter.as_deref(), Some("sum"));
-                assert_eq!(last.service.as_deref(), Some("omis"));
-            }
-        }
-        let again = Message::decode_sharing(Bytes::from(good), &mut last).unwrap();
-        assert_eq!(again, first);
-    }
-
-    fn any_message() -> impl Strategy<Value = Message> {
-        let set = prop::collection::vec((0u32..5000, 0u32..300), 0..6).prop_map(|runs| {
-            let mut s = IdSet::new();
-            for (a, len) in runs {
-                s.insert_range(a..=a + len);
-            }
-            s
-        });
-        let sparse = prop::collection::vec(0u32..100_000, 0..300)
-            .prop_map(|ids| ids.into_iter().collect::<IdSet>());
-        (
-            (
-                0usize..5,
-                any::<u64>(),
-                prop_oneof![set.clone(), sparse],
-                set,
-            ),
-            (
-                "[a-z:]{0,8}",
-                0usize..3,
-                any::<u32>(),
-                any::<u64>(),
-                0usize..5,
-            ),
-            (prop::collection::vec(any::<u8>(), 0..64), "[a-z.]{0,8}"),
-        )
-            .prop_map(
-                |(
-                    (kind, op, dest, source),
-                    (filter, sync, ms, hash, status),
-                    (payload, service),
-                )| {
-                    Message {
-                        kind: [
-                            Kind::Command,
-                            Kind::Reply,
-                            Kind::Event,
-                            Kind::Stdio,
-                            Kind::Control,
-                        ][kind],
-                        op,
-                        dest,
-                        source,
-                        aggregate: Aggregate {
-                            filter: filter.into(),
-                            sync: [SyncMode::WaitAll, SyncMode::DontWait, SyncMode::Timeout(ms)]
-                                [sync],
-                            payload_hash: hash,
-                            status: [
-                                None,
-                                Some(Status::Replied),
-                                Some(Status::Lost),
-                                Some(Status::TimedOut),
-                                Some(Status::Error),
-                            ][status],
-                        },
-                        payload: Bytes::from(payload),
-                        service: service.into(),
-                    }
-                },
-            )
-    }
-
-    proptest! {
-        #[test]
-        fn the_direct_encoder_writes_what_prost_writes(m in any_message()) {
-            let direct = m.encode();
-            prop_assert_eq!(&direct[..], &m.to_pb().encode_to_vec()[..]);
-            prop_assert_eq!(direct.len(), m.encoded_len());
-            prop_assert_eq!(Message::decode(direct).unwrap(), m);
-        }
-
-        /// Whatever the straight path reads, from a valid frame with bytes inserted (a
-        /// continuation byte, a key, a key of the wrong wire type), changed or cut off, or
-        /// from bytes that look like keys, the general loop reads the same way.
-        #[test]
-        fn the_straight_path_reads_what_the_general_loop_reads(
-            m in any_message(),
-            at in any::<prop::sample::Index>(),
-            insert in prop::sample::select(vec![0x80u8, 0xff, 0x08, 0x0a, 0x18, 0x1a, 0x32, 0x00]),
-            byte in any::<u8>(),
-            keys in prop::collection::vec(
-                prop::sample::select(vec![0x08u8, 0x10, 0x18, 0x22, 0x2a, 0x32, 0x3a, 0x42, 0x21, 0x01, 0x02, 0x80, 0x7f]),
-                0..24),
-            how in 0usize..4,
-        ) {
-            let mut b = m.encode().to_vec();
-            let i = at.index(b.len() + 1);
-            match how {
-                0 => b.insert(i, insert),
-                1 if !b.is_empty() => {
-                    let last = b.len() - 1;
-                    b[i.min(last)] = byte;
-                }
-                2 => b.truncate(i),
-                _ => b = keys,
-            }
-            if let Some(straight) = Fields::in_order(&b) {
-                prop_assert_eq!(Some(straight), Fields::any_order(&b).ok());
-            }
-        }
-
-        /// Every frame an encoder writes, this crate's or prost's, is read by the straight
-        /// path, to the same fields as the general loop reads.
-        #[test]
-        fn every_encoded_frame_takes_the_straight_path(m in any_message()) {
-            for b in [m.encode().to_vec(), pb::Envelope::encode_to_vec(&m.to_pb())] {
-                let straight = Fields::in_order(&b);
-                prop_assert!(straight.is_some(), "{m:?}");
-                prop_assert_eq!(straight.unwrap(), Fields::any_order(&b).unwrap());
-            }
-        }
-
-        /// The direct decoder and prost's envelope (with [`Message::from_pb`]) accept the
-        /// same frames and read the same message from them: valid frames with unknown
-        /// fields, repeated fields and a second `aggregate` appended, then one byte
-        /// changed or the frame cut short.
-        #[test]
-        fn the_direct_decoder_agrees_with_prost(
-            m in any_message(),
-            extra in prop::collection::vec(any::<u8>(), 0..24),
-            again in any_message(),
-            idx in any::<prop::sample::Index>(),
-            byte in any::<u8>(),
-            how in 0usize..4,
-        ) {
-            let mut b = m.encode().to_vec();
-            match how {
-                // An unknown field of each wire type, then the raw bytes.
-                1 => {
-                    b.extend_from_slice(&[0x48, 0x05, 0x51, 1, 2, 3, 4, 5, 6, 7, 8, 0x5d, 1, 2, 3, 4]);
-                    b.extend_from_slice(&[0x62, extra.len() as u8]);
-                    b.extend_from_slice(&extra);
-                }
-                // Another message's fields after this one's: each field's last value wins,
-                // the two aggregates merge.
-                2 => b.extend_from_slice(&again.encode()),
-                3 => b.extend_from_slice(&extra),
-                _ => {}
-            }
-            let agree = |b: &[u8]| {
-                let direct = Message::decode(Bytes::copy_from_slice(b));
-                let prost = pb::Envelope::decode(b)
-                    .map_err(WireError::from)
-                    .and_then(Message::from_pb);
-                match (direct, prost) {
-                    (Ok(d), Ok(p)) => assert_eq!(d, p),
-                    (Err(_), Err(_)) => {}
-                    (d, p) => panic!("direct {d:?}, prost {p:?} for {b:02x?}"),
-                }
-            };
-            agree(&b);
-            let i = idx.index(b.len());
-            agree(&b[..i]);
-            b[i] = byte;
-            agree(&b);
-        }
-
-        #[test]
-        fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let _ = Message::decode(Bytes::from(b));
-        }
-
-        #[test]
-        fn mutated_frames_never_panic(idx in any::<prop::sample::Index>(), byte in any::<u8>()) {
-            let m = Message::reply(3, IdSet::range(5..=900), Status::Replied, Bytes::from("payload"));
-            let mut b = m.encode().to_vec();
-            let i = idx.index(b.len());
-            b[i] = byte;
-            let _ = Message::decode(Bytes::from(b));
-        }
-    }
-}
+mod tests;

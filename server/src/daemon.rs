@@ -113,9 +113,17 @@ async fn serve(
         &policy,
         listener,
     );
-    driver::run_node_spawned(node, parent, children, handler, events, recovery)
+    let options = driver::Options {
+        events: Some(events),
+        recovery,
+        liveness: None,
+    };
+    // A task of its own: a wake-up polls it from the runtime's loop, not through `serve`.
+    tokio::spawn(driver::run_node(node, parent, children, handler, options))
         .await
-        .map_err(|e| Error::with_source(ErrorKind::Link, me.to_string(), e))
+        .map_err(|e| {
+            Error::with_source(ErrorKind::Link, format!("{me}: the node's task failed"), e)
+        })
 }
 
 /// `sdm master --frontend ADDR`: connects to the front-end (a bounded number of tries),

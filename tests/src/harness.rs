@@ -123,9 +123,8 @@ impl Net {
             );
             let parent = parent.unwrap();
             let handler = Box::new(move |d| handler(id, d));
-            driver::run_node(Node::new(me, net.topo), parent, children, handler)
-                .await
-                .unwrap();
+            let options = driver::Options::default();
+            driver::run_node(Node::new(me, net.topo), parent, children, handler, options).await;
         })
     }
 
@@ -158,18 +157,15 @@ impl Net {
             // The master in this process hears its children's keepalives (whatever
             // interval they were given) and calls one dead only after a minute of silence:
             // a loaded test machine must not make it give up on a live child.
-            let (_events, rx) = tokio::sync::mpsc::channel(1);
-            let recovery = driver::Recovery {
+            let options = driver::Options {
                 liveness: Some(driver::Liveness {
                     interval: Duration::from_secs(1),
                     dead_after: Duration::from_secs(60),
                 }),
-                ..driver::Recovery::default()
+                ..driver::Options::default()
             };
             let node = Node::new(NodeId::Master, net.topo);
-            driver::run_node_full(node, up, children, handler, rx, recovery)
-                .await
-                .unwrap();
+            driver::run_node(node, up, children, handler, options).await;
         });
         let frontend = Frontend::accept_master(&mut *fe_listener, &self.policy)
             .await

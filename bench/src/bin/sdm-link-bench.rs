@@ -657,7 +657,8 @@ async fn build_tree(n: u32, shape: Shape, delay: Duration) -> anyhow::Result<Tre
             );
             let Ok(parent) = parent else { return };
             let handler = Box::new(move |d| pong(id, d));
-            let _ = driver::run_node(Node::new(me, topo), parent, children, handler).await;
+            let options = driver::Options::default();
+            driver::run_node(Node::new(me, topo), parent, children, handler, options).await;
         }));
     }
     let mut fe_listener = t.bind(&addr).await?;
@@ -671,7 +672,8 @@ async fn build_tree(n: u32, shape: Shape, delay: Duration) -> anyhow::Result<Tre
                 return;
             };
             let handler = Box::new(|_d: Delivery| {});
-            let _ = driver::run_node(Node::new(NodeId::Master, topo), up, children, handler).await;
+            let node = Node::new(NodeId::Master, topo);
+            driver::run_node(node, up, children, handler, driver::Options::default()).await;
         }));
     }
     let frontend = Frontend::accept_master(&mut *fe_listener, &policy).await?;

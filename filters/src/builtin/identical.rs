@@ -4,8 +4,7 @@
 //! This is the overlay's hot path. With few groups (the usual case: one) a payload is compared
 //! byte for byte with each group's; beyond [`SCAN_LIMIT`] groups they are found by their XXH3
 //! hash (the one carried upstream, [`sdm_proto::payload_hash`]) and confirmed byte for byte,
-//! so a hash collision never merges different payloads. [`Filter::fold_bytes`] keeps a
-//! received payload without copying it.
+//! so a hash collision never merges different payloads.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -13,7 +12,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use bytes::Bytes;
 use sdm_proto::{IdSet, payload_hash};
 
-use crate::{Filter, FilterError, Group, flush_new, sort_groups};
+use crate::{Filter, FilterError, Group, sort_groups};
 
 /// Up to this many groups a fold compares payloads one by one; beyond, it finds them by hash.
 const SCAN_LIMIT: usize = 8;
@@ -27,9 +26,6 @@ pub struct Identical {
     /// [`SCAN_LIMIT`] groups. Of payloads whose hashes collide, the index names the first.
     index: HashMap<u64, usize, BuildHasherDefault<HashIsKey>>,
 }
-
-/// The most groups an emptied filter's index may have room for and still be reused.
-const REUSE_INDEX_MAX: usize = 64;
 
 /// Hashes a key that already is a hash (XXH3-64) by taking it as it is.
 #[derive(Debug, Default)]
@@ -71,16 +67,16 @@ impl Identical {
         self.groups.iter().position(|g| g.payload[..] == *payload)
     }
 
-    /// Adds `sources` to the group of `payload`, keeping `owned(payload)` if it is new.
-    fn add<P: AsRef<[u8]>>(&mut self, payload: P, sources: &IdSet, owned: fn(P) -> Bytes) {
+    /// Adds `sources` to the group of `payload`, keeping a copy of it if it is new.
+    fn add(&mut self, payload: &[u8], sources: &IdSet) {
         let n = self.groups.len();
-        let h = (n >= SCAN_LIMIT).then(|| payload_hash(payload.as_ref()));
-        if let Some(i) = self.find(h, payload.as_ref()) {
+        let h = (n >= SCAN_LIMIT).then(|| payload_hash(payload));
+        if let Some(i) = self.find(h, payload) {
             self.groups[i].sources.union_with(sources);
             return;
         }
         self.groups.push(Group {
-            payload: owned(payload),
+            payload: Bytes::copy_from_slice(payload),
             sources: sources.clone(),
         });
         match h {
@@ -102,33 +98,16 @@ impl Filter for Identical {
         "identical"
     }
 
-    /// Its flush empties it and cannot fail; kept only while its index is small (a kept
-    /// filter keeps the index's room, and that of its vector of groups).
-    fn reusable(&self) -> bool {
-        self.index.capacity() <= REUSE_INDEX_MAX
-    }
-
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
-        self.add(payload, sources, Bytes::copy_from_slice);
-        Ok(())
-    }
-
-    fn fold_bytes(&mut self, payload: Bytes, sources: &IdSet) -> Result<(), FilterError> {
-        self.add(payload, sources, |b| b);
+        self.add(payload, sources);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
-        flush_new(self)
-    }
-
-    /// Moves the groups out and keeps the vector's room for the next op.
-    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
         self.index.clear();
-        let start = out.len();
-        out.append(&mut self.groups);
-        sort_groups(&mut out[start..]);
-        Ok(())
+        let mut out = std::mem::take(&mut self.groups);
+        sort_groups(&mut out);
+        Ok(out)
     }
 }
 
@@ -166,8 +145,7 @@ mod tests {
         f.groups
             .push(Group::new(Bytes::from_static(b"not a"), IdSet::single(9)));
         f.index.insert(payload_hash(b"a"), f.groups.len() - 1);
-        f.fold_bytes(Bytes::from_static(b"a"), &IdSet::single(1))
-            .unwrap();
+        f.fold(b"a", &IdSet::single(1)).unwrap();
         f.fold(b"a", &IdSet::single(2)).unwrap();
         let g = f.flush().unwrap();
         assert_eq!(g.len(), 22);

@@ -7,26 +7,19 @@
 //! and sends upward the record `{"sdm":1,"type":"mean","sum":"<decimal>","count":<n>}`;
 //! its `finish` gives `sum / count` as a scalar, rounded half-to-even to 18 fraction digits.
 
-use bytes::Bytes;
 use sdm_proto::IdSet;
 use serde::{Deserialize, Serialize};
 
 use super::FoldedIds;
 use crate::decimal::Decimal;
 use crate::record::{self, overflow};
-use crate::{Filter, FilterError, Group, flush_new};
+use crate::{Filter, FilterError, Group};
 
 /// Adds decimal numbers exactly.
 #[derive(Debug, Default)]
 pub struct Sum {
     total: Decimal,
     folded: FoldedIds,
-    /// Values folded since the last flush.
-    values: u32,
-    /// The first value's payload, if it is the text `total` would flush as
-    /// ([`Decimal::is_canonical_text`]): a sum of that one value (a leaf's, every op) sends
-    /// it on as it is.
-    first: Option<Bytes>,
 }
 
 impl Sum {
@@ -41,11 +34,6 @@ impl Filter for Sum {
         "sum"
     }
 
-    /// Its flush takes the whole state first and cannot fail.
-    fn reusable(&self) -> bool {
-        true
-    }
-
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
         let v = record::scalar("sum", payload, sources)?;
         self.total = self
@@ -53,29 +41,12 @@ impl Filter for Sum {
             .checked_add(v)
             .ok_or_else(|| overflow("sum", sources))?;
         self.folded.add(sources);
-        // Saturating: past 2^32 values it still says "more than one".
-        self.values = self.values.saturating_add(1);
-        Ok(())
-    }
-
-    fn fold_bytes(&mut self, payload: Bytes, sources: &IdSet) -> Result<(), FilterError> {
-        self.fold(&payload, sources)?;
-        if self.values == 1 && Decimal::is_canonical_text(&payload) {
-            self.first = Some(payload);
-        }
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
-        flush_new(self)
-    }
-
-    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
         let s = std::mem::take(self);
-        let (total, first) = (s.total, s.first.filter(|_| s.values == 1));
-        s.folded
-            .push_group(out, || first.unwrap_or_else(|| total.to_bytes()));
-        Ok(())
+        Ok(s.folded.into_groups(|| s.total.to_bytes()))
     }
 }
 
@@ -84,9 +55,6 @@ impl Filter for Sum {
 pub struct MinMax {
     max: bool,
     best: Option<Decimal>,
-    /// The best value's payload, if it is the text `best` would flush as
-    /// ([`Decimal::is_canonical_text`]): sent on as it is.
-    best_text: Option<Bytes>,
     sources: IdSet,
 }
 
@@ -96,7 +64,6 @@ impl MinMax {
         Self {
             max: false,
             best: None,
-            best_text: None,
             sources: IdSet::new(),
         }
     }
@@ -115,41 +82,7 @@ impl Filter for MinMax {
         if self.max { "max" } else { "min" }
     }
 
-    /// Its flush takes the whole state first and cannot fail.
-    fn reusable(&self) -> bool {
-        true
-    }
-
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
-        self.fold_value(payload, sources)?;
-        Ok(())
-    }
-
-    fn fold_bytes(&mut self, payload: Bytes, sources: &IdSet) -> Result<(), FilterError> {
-        if self.fold_value(&payload, sources)? && Decimal::is_canonical_text(&payload) {
-            self.best_text = Some(payload);
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
-        flush_new(self)
-    }
-
-    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
-        let sources = std::mem::take(&mut self.sources);
-        let text = self.best_text.take();
-        if let Some(b) = self.best.take() {
-            out.push(Group::new(text.unwrap_or_else(|| b.to_bytes()), sources));
-        }
-        Ok(())
-    }
-}
-
-impl MinMax {
-    /// Folds one value; whether it is the new best (then any payload kept as the best's
-    /// text is no longer its text, and is dropped).
-    fn fold_value(&mut self, payload: &[u8], sources: &IdSet) -> Result<bool, FilterError> {
         let v = record::scalar(self.name(), payload, sources)?;
         let better = match self.best {
             None => true,
@@ -158,10 +91,19 @@ impl MinMax {
         };
         if better {
             self.best = Some(v);
-            self.best_text = None;
         }
         self.sources.union_with(sources);
-        Ok(better)
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
+        let sources = std::mem::take(&mut self.sources);
+        Ok(self
+            .best
+            .take()
+            .map(|b| Group::new(b.to_bytes(), sources))
+            .into_iter()
+            .collect())
     }
 }
 
@@ -181,28 +123,17 @@ impl Filter for Count {
         "count"
     }
 
-    /// Its flush takes the whole state first and cannot fail.
-    fn reusable(&self) -> bool {
-        true
-    }
-
     fn fold(&mut self, _payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
         self.0.add(sources);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
-        flush_new(self)
-    }
-
-    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
-        if let Some(ids) = std::mem::take(&mut self.0).take() {
-            out.push(Group::new(
-                Decimal::from_int(i128::from(ids.len())).to_bytes(),
-                ids,
-            ));
-        }
-        Ok(())
+        let ids = std::mem::take(&mut self.0).take();
+        Ok(ids
+            .map(|ids| Group::new(Decimal::from_int(i128::from(ids.len())).to_bytes(), ids))
+            .into_iter()
+            .collect())
     }
 }
 
@@ -235,11 +166,6 @@ impl Filter for Mean {
         "mean"
     }
 
-    /// Its flush takes the whole state first and cannot fail.
-    fn reusable(&self) -> bool {
-        true
-    }
-
     fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
         let r = record::record_or_leaf("mean", payload, sources, || {
             let v = record::scalar("mean", payload, sources)?;
@@ -266,17 +192,12 @@ impl Filter for Mean {
     }
 
     fn flush(&mut self) -> Result<Vec<Group>, FilterError> {
-        flush_new(self)
-    }
-
-    fn flush_into(&mut self, out: &mut Vec<Group>) -> Result<(), FilterError> {
         let s = std::mem::take(self);
         let rec = MeanRecord {
             sum: s.sum,
             count: s.count,
         };
-        s.folded.push_group(out, || record::encode("mean", &rec));
-        Ok(())
+        Ok(s.folded.into_groups(|| record::encode("mean", &rec)))
     }
 
     fn finish(&mut self) -> Result<Vec<Group>, FilterError> {
@@ -296,63 +217,35 @@ mod tests {
         s.parse().unwrap()
     }
 
-    /// A sum of one value and a minimum or maximum send on the payload that holds their
-    /// result when it is already in canonical form (the same bytes, not formatted again);
-    /// any other input is formatted, and a payload kept is never sent for another value.
+    /// Results go up in canonical form, whatever form the inputs had.
     #[test]
-    fn a_result_already_in_canonical_form_is_sent_as_it_is() {
-        let same = |g: &[Group], p: &Bytes| g[0].payload.as_ptr() == p.as_ptr();
-        let p = |t: &'static str| Bytes::from_static(t.as_bytes());
+    fn results_are_sent_in_canonical_form() {
         let mut sum = Sum::new();
-        let one = p("-17");
-        sum.fold_bytes(one.clone(), &ids("[4]")).unwrap();
-        let g = sum.flush().unwrap();
-        assert!(same(&g, &one));
-        assert_eq!(
-            (&g[0].payload[..], &g[0].sources),
-            (&b"-17"[..], &ids("[4]"))
-        );
-        // Not canonical: formatted.
         for (text, want) in [
+            ("-17", "-17"),
             ("+5", "5"),
             ("05", "5"),
             (" 5\n", "5"),
             ("-0", "0"),
             ("2.50", "2.5"),
         ] {
-            sum.fold_bytes(p(text), &ids("[0]")).unwrap();
+            sum.fold(text.as_bytes(), &ids("[0]")).unwrap();
             assert_eq!(
                 &sum.flush().unwrap()[0].payload[..],
                 want.as_bytes(),
                 "{text:?}"
             );
         }
-        // Two values: their sum, whatever the first was.
-        sum.fold_bytes(p("40"), &ids("[0]")).unwrap();
-        sum.fold_bytes(p("2"), &ids("[1]")).unwrap();
-        assert_eq!(&sum.flush().unwrap()[0].payload[..], b"42");
-        // The first folded without its bytes: formatted.
-        sum.fold(b"7", &ids("[0]")).unwrap();
-        assert_eq!(&sum.flush().unwrap()[0].payload[..], b"7");
-
         let (mut min, mut max) = (MinMax::min(), MinMax::max());
-        let (low, high) = (p("3"), p("9"));
         for f in [&mut min, &mut max] {
-            f.fold_bytes(p("5"), &ids("[0]")).unwrap();
-            f.fold_bytes(low.clone(), &ids("[1]")).unwrap();
-            f.fold_bytes(high.clone(), &ids("[2]")).unwrap();
+            f.fold(b"5", &ids("[0]")).unwrap();
+            f.fold(b"+1", &ids("[1]")).unwrap();
+            f.fold(b"09", &ids("[2]")).unwrap();
         }
         let (gmin, gmax) = (min.flush().unwrap(), max.flush().unwrap());
-        assert!(same(&gmin, &low) && same(&gmax, &high));
+        assert_eq!(&gmin[0].payload[..], b"1");
+        assert_eq!(&gmax[0].payload[..], b"9");
         assert_eq!(gmin[0].sources, ids("[0-2]"));
-        // A better value in a form that is not canonical replaces the kept payload.
-        min.fold_bytes(p("3"), &ids("[0]")).unwrap();
-        min.fold_bytes(p("+1"), &ids("[1]")).unwrap();
-        min.fold(b"2", &ids("[2]")).unwrap();
-        assert_eq!(&min.flush().unwrap()[0].payload[..], b"1");
-        max.fold_bytes(p("3"), &ids("[0]")).unwrap();
-        max.fold(b"8", &ids("[1]")).unwrap();
-        assert_eq!(&max.flush().unwrap()[0].payload[..], b"8");
     }
 
     #[test]

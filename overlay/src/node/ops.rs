@@ -112,6 +112,7 @@ impl<V> OpTable<V> {
     }
 
     /// The ops in, in the order of [`OpTable::ids`].
+    #[cfg(test)]
     pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
         let (few, many) = match self {
             Self::Few(v) => (Some(v.iter().map(|(_, p)| p)), None),

@@ -441,7 +441,7 @@ fn sum_filter_adds_up_integer_replies_shape_independently() {
 }
 
 /// A registry with the built-ins and `flaky`, a sum whose flush fails at `[3]`'s parent
-/// (having appended its sum first: a node must not send it).
+/// (having flushed its sum first: a node must not send it).
 fn flaky_registry() -> Arc<Registry> {
     #[derive(Debug, Default)]
     struct Flaky {
@@ -457,12 +457,7 @@ fn flaky_registry() -> Arc<Registry> {
             self.inner.fold(payload, sources)
         }
         fn flush(&mut self) -> Result<Vec<sdm_filters::Group>, FilterError> {
-            let mut groups = Vec::new();
-            self.flush_into(&mut groups)?;
-            Ok(groups)
-        }
-        fn flush_into(&mut self, out: &mut Vec<sdm_filters::Group>) -> Result<(), FilterError> {
-            self.inner.flush_into(out)?;
+            let groups = self.inner.flush()?;
             if std::mem::take(&mut self.failing) {
                 return Err(FilterError::new(
                     "flaky",
@@ -470,7 +465,7 @@ fn flaky_registry() -> Arc<Registry> {
                     "flush failed on purpose",
                 ));
             }
-            Ok(())
+            Ok(groups)
         }
     }
     let mut r = Registry::new();
@@ -633,7 +628,7 @@ fn an_adopted_descendant_keeps_its_share_after_its_old_parent_returns() {
     let now = Instant::now();
     // 5's link is cut; its child 6 re-attaches here; then 5 itself comes back (a healed
     // cut), while 6 stays linked here, not under 5.
-    node.handle_link_down(now, NodeId::Server(5), "cut");
+    node.handle_link_down(now, NodeId::Server(5), crate::LinkEnd::Closed);
     assert!(node.handle_adopt(NodeId::Server(6)));
     assert!(!node.handle_adopt(NodeId::Server(4)), "4 is a live child");
     assert!(node.handle_adopt(NodeId::Server(5)));
@@ -671,14 +666,14 @@ fn losses_are_kept_only_while_there_are_some() {
     let now = Instant::now();
     let mut node = Node::new(NodeId::Server(3), Arc::clone(&topo));
     assert!(node.is_idle());
-    node.handle_link_down(now, NodeId::Server(5), "cut");
+    node.handle_link_down(now, NodeId::Server(5), crate::LinkEnd::Closed);
     assert!(!node.is_idle(), "a dead child is state");
     assert_eq!(node.dead_children().count(), 1);
     node.handle_link_up(NodeId::Server(5));
     assert!(node.is_idle(), "the child is back: nothing is kept");
     assert_eq!(node.dead_children().count(), 0);
 
-    node.handle_link_down(now, NodeId::Server(5), "cut");
+    node.handle_link_down(now, NodeId::Server(5), crate::LinkEnd::Closed);
     assert!(node.handle_adopt(NodeId::Server(5)));
     assert!(
         node.is_idle(),
@@ -914,7 +909,10 @@ fn a_child_that_ignores_its_window_loses_its_link_and_only_its_ids() {
     }
     let (peer, why) = dead.expect("the window is enforced");
     assert_eq!(peer, crate::liveness::Peer::Child(NodeId::Server(1)));
-    assert!(why.contains("flow-control window"), "{why}");
+    assert!(
+        matches!(&why, crate::LinkEnd::Protocol(d) if d.contains("flow-control window")),
+        "{why}"
+    );
     assert!(node.queued_output() <= crate::flow::WINDOW + crate::flow::cost(&line));
     // The op goes on for the others; the cut-off child's id is lost.
     for s in [0, 2] {
@@ -978,97 +976,6 @@ fn queued_copies_of_a_command_are_tailored_to_whom_they_go() {
     assert_eq!((children, local), (kids.len(), 1));
 }
 
-/// What a node's own loop may mute: with every op waiting for every server, the anchor is
-/// the child with the most servers below it and no child must be heard; an op that does
-/// not wait for the anchor makes its children heard (their replies complete it); an op
-/// that does not wait for all its ids mutes nothing.
-#[test]
-fn reply_waits_names_the_anchor_and_the_children_an_op_needs_without_it() {
-    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Binomial.build(7));
-    let mut master = Node::new(NodeId::Master, topo.clone());
-    let now = Instant::now();
-    let kids = topo.children(NodeId::Master);
-    for &c in &kids {
-        master.handle_link_open(now, crate::liveness::Peer::Child(c), true);
-    }
-    let biggest = *kids.iter().max_by_key(|&&c| topo.subtree(c).len()).unwrap();
-    assert!(topo.subtree(biggest).len() > 1, "{kids:?}");
-    let (mut waits, mut heard) = (Vec::new(), Vec::new());
-    assert_eq!(master.reply_waits(&mut waits, &mut heard), None);
-    master.handle_from_parent(
-        now,
-        Message::command(1, IdSet::all(7), SyncMode::WaitAll, "q"),
-    );
-    while master.poll_output().is_some() {}
-    assert_eq!(master.reply_waits(&mut waits, &mut heard), Some(biggest));
-    let mut sorted = kids.clone();
-    sorted.sort_unstable();
-    assert_eq!(waits, sorted);
-    assert!(heard.is_empty(), "{heard:?}");
-    // An op for one server outside the anchor's subtree: its child must be heard.
-    let other = *kids.iter().find(|&&c| c != biggest).unwrap();
-    let one = topo.subtree(other).first().unwrap();
-    master.handle_from_parent(
-        now,
-        Message::command(2, IdSet::single(one), SyncMode::WaitAll, "q"),
-    );
-    while master.poll_output().is_some() {}
-    assert_eq!(master.reply_waits(&mut waits, &mut heard), Some(biggest));
-    assert_eq!(heard, vec![other]);
-    // An op that does not wait for all: nothing is muted.
-    master.handle_from_parent(
-        now,
-        Message::command(3, IdSet::all(7), SyncMode::DontWait, "q"),
-    );
-    while master.poll_output().is_some() {}
-    assert_eq!(master.reply_waits(&mut waits, &mut heard), None);
-    assert!(waits.is_empty() && heard.is_empty());
-}
-
-/// A retired op's box is kept for the next op this thread takes in (at most
-/// `SPARE_OPS_MAX`), and an op made from a spare starts clean: after an op with a deadline
-/// and a broadcast with a dead subtree, a command to ten ids is answered by exactly those.
-#[test]
-fn ops_reuse_retired_boxes_and_start_clean() {
-    use crate::node::{SPARE_OPS, SPARE_OPS_MAX};
-    let spare = || SPARE_OPS.with_borrow(Vec::len);
-    assert_eq!(spare(), 0, "a test thread starts with no spares");
-    let mut net = net(&Shape::Binomial, 64, same_reply());
-    // The first wave makes every box; they all retire on this thread.
-    net.command(1, IdSet::all(64), SyncMode::Timeout(5_000), "a");
-    net.run();
-    assert_partition(&net.groups(1), &IdSet::all(64));
-    // As many boxes as ops were in flight at once (a leaf's op retires before the deepest
-    // nodes take theirs in).
-    let kept = spare();
-    assert!((1..=SPARE_OPS_MAX).contains(&kept), "{kept} spare boxes");
-    net.kill(31);
-    net.command(2, IdSet::all(64), SyncMode::WaitAll, "b");
-    net.run();
-    let g = net.groups(2);
-    assert_partition(&g, &IdSet::all(64));
-    assert_eq!(ids_with(&g, Status::Replied).len(), 32);
-    assert_eq!(spare(), kept, "no op needed a new box");
-    // Ops in flight take spares; retired, they come back.
-    net.command(3, "[0-9]".parse().unwrap(), SyncMode::WaitAll, "c");
-    net.run_until(net.elapsed() + MS);
-    assert!(spare() < kept, "ops in flight took spare boxes");
-    net.run();
-    let g = net.groups(3);
-    assert_eq!(g.len(), 1, "{g:?}");
-    assert_eq!(g[0].sources.to_string(), "[0-9]");
-    assert_eq!(spare(), kept);
-    // A flat master's op has room for 100 children: freed when it retires, not kept.
-    let mut flat = SimNet::new(Arc::from(Shape::Flat.build(100)), MS, same_reply());
-    flat.command(4, IdSet::all(100), SyncMode::WaitAll, "d");
-    flat.run();
-    assert_partition(&flat.groups(4), &IdSet::all(100));
-    assert!(
-        SPARE_OPS.with_borrow(|s| s.iter().all(|op| op.outstanding.capacity() <= 64)),
-        "a wide op's box was kept"
-    );
-}
-
 /// An op fits mimalloc's 160-byte class: every node of the simulator's million has one in
 /// flight at the peak of a broadcast (32 bytes more is 32 MB more).
 #[cfg(target_pointer_width = "64")]
@@ -1088,213 +995,39 @@ fn a_node_is_small() {
     assert!(size <= 256, "Node is {size} bytes");
 }
 
-/// A retired op keeps a reusable filter for the next op of the same spec, which then
-/// merges exactly as a fresh one: sums after sums, then a `max` and the identical merge in
-/// between (each made anew, as the kept filter is another), and a sum again.
+/// Ids lost with a link go up with how the link ended, and a lost group relayed from a
+/// child keeps its end: a flat master whose child 1 falls silent while child 0 reports
+/// its own ids lost to a link that never came up sends both groups up, each with its end.
 #[test]
-fn retired_ops_keep_reusable_filters_and_merge_as_fresh() {
-    use crate::node::SPARE_OPS;
-    let kept = |name: &str| {
-        SPARE_OPS.with_borrow(|s| {
-            s.iter()
-                .filter(|op| matches!(&op.filter, Ok(f) if f.name() == name))
-                .count()
-        })
-    };
-    let mut net = net(
-        &Shape::Binomial,
-        100,
-        Box::new(|id, payload: &Bytes| {
-            let id = u64::from(id.server().unwrap());
-            // Replies differ between waves, so a filter that kept state would show it.
-            let wave: u64 = std::str::from_utf8(payload).unwrap().parse().unwrap();
-            Some((MS, Bytes::from((id * wave).to_string())))
-        }),
+fn lost_ids_go_up_with_how_their_link_ended() {
+    use sdm_proto::LinkEndKind;
+    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Flat.build(2));
+    let mut master = Node::new(NodeId::Master, topo);
+    let now = Instant::now();
+    master.handle_from_parent(
+        now,
+        Message::command(1, IdSet::all(2), SyncMode::WaitAll, "q"),
     );
-    let run = |net: &mut SimNet, op: u64, filter: &str, wave: u64| {
-        let mut cmd = Message::command(op, IdSet::all(100), SyncMode::WaitAll, wave.to_string());
-        cmd.aggregate.filter = filter.into();
-        net.command_message(cmd);
-        net.run();
-        let g = net.groups(op);
-        assert_partition(&g, &IdSet::all(100));
-        g
-    };
-    let payload = |g: &[Group]| {
-        assert_eq!(g.len(), 1, "{g:?}");
-        String::from_utf8(g[0].payload.to_vec()).unwrap()
-    };
-    // `sum` from a registry that counts the sums it makes.
-    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let mut counted = Registry::empty();
-    counted
-        .register("sum", |_| {
-            MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Ok(Box::new(sdm_filters::builtin::Sum::new()) as Box<dyn Filter>)
-        })
-        .unwrap();
-    counted
-        .register("max", |_| {
-            Ok(Box::new(sdm_filters::builtin::MinMax::max()) as Box<dyn Filter>)
-        })
-        .unwrap();
-    net.set_registry(Arc::new(counted));
-    let mut made = Vec::new();
-    for wave in 1..=3 {
-        let before = MADE.load(std::sync::atomic::Ordering::Relaxed);
-        let g = run(&mut net, wave, "sum", wave);
-        assert_eq!(payload(&g), (4950 * wave).to_string(), "wave {wave}");
-        assert!(kept("sum") > 0, "no retired op kept its sum");
-        made.push(MADE.load(std::sync::atomic::Ordering::Relaxed) - before);
+    let silent = crate::LinkEnd::Silent(std::time::Duration::from_secs(10));
+    master.handle_link_down(now, NodeId::Server(1), silent);
+    let mut lost = Message::reply(1, IdSet::single(0), Status::Lost, "below 0".into());
+    lost.aggregate.link_end = Some(LinkEndKind::Unreachable);
+    master.handle_from_child(now, NodeId::Server(0), lost);
+    let mut ends = Vec::new();
+    while let Some(out) = master.poll_output() {
+        if let Output::ToParent(m) = out
+            && m.kind == Kind::Reply
+        {
+            assert_eq!(m.aggregate.status, Some(Status::Lost), "{m:?}");
+            ends.push((m.source.to_string(), m.aggregate.link_end));
+        }
     }
-    // The first wave makes a sum for each node (but those taking a box a leaf retired);
-    // later waves take theirs from retired ops.
-    assert!((1..=101).contains(&made[0]), "{made:?}");
-    assert!(made[1] < made[0] / 2 && made[2] < made[0] / 2, "{made:?}");
-    assert_eq!(payload(&run(&mut net, 4, "max", 5)), "495");
-    assert!(kept("max") > 0);
-    // The identical merge: one group per distinct reply (every id's own here).
-    let g = run(&mut net, 5, "", 1);
-    assert_eq!(g.len(), 100);
-    assert!(
-        g.iter()
-            .all(|x| x.sources.len() == 1 && x.status == Status::Replied)
+    ends.sort();
+    assert_eq!(
+        ends,
+        [
+            ("[0]".to_owned(), Some(LinkEndKind::Unreachable)),
+            ("[1]".to_owned(), Some(LinkEndKind::Silent)),
+        ]
     );
-    assert_eq!(payload(&run(&mut net, 6, "sum", 7)), (4950 * 7).to_string());
-}
-
-/// A thread keeps the vector its nodes route commands into, empty, for the next command; a
-/// wide node's (a flat master's hundred children) is freed.
-#[test]
-fn a_thread_keeps_its_route_vector_unless_wide() {
-    use crate::node::SPARE_SHARES;
-    let spare = || {
-        let v = SPARE_SHARES.take();
-        let room = (v.is_empty(), v.capacity());
-        SPARE_SHARES.set(v);
-        room
-    };
-    for (shape, kept) in [(Shape::Binomial, true), (Shape::Flat, false)] {
-        let mut node = Node::new(NodeId::Master, Arc::from(shape.build(100)));
-        for op in 1..=2 {
-            let cmd = Message::command(op, IdSet::all(100), SyncMode::WaitAll, "x");
-            node.handle_from_parent(Instant::now(), cmd);
-            let sent = std::iter::from_fn(|| node.poll_output())
-                .filter(|o| matches!(o, Output::ToChild(..)))
-                .count();
-            assert_eq!(
-                sent,
-                node.topo.shape().children(NodeId::Master).len(),
-                "{shape}"
-            );
-            let (empty, room) = spare();
-            assert!(empty);
-            assert_eq!(room > 0, kept, "{shape}: room for {room}");
-        }
-    }
-}
-
-/// Retired filters are taken only by ops of the spec and the registry that made them:
-/// nodes of a registry whose `sum` keeps the largest value (and says it is reusable) never
-/// take the built-in sums that other nodes on this thread retired, nor those nodes theirs;
-/// an op in flight across a change of registry, a filter registered under another name
-/// than its own, and `""` against an unknown `identical` do not mix either.
-#[test]
-fn spare_filters_are_not_taken_by_nodes_of_another_registry() {
-    #[derive(Debug)]
-    struct Largest(sdm_filters::builtin::MinMax);
-    impl Filter for Largest {
-        fn name(&self) -> &str {
-            "sum"
-        }
-        fn fold(&mut self, payload: &[u8], sources: &IdSet) -> Result<(), FilterError> {
-            self.0.fold(payload, sources)
-        }
-        fn flush(&mut self) -> Result<Vec<sdm_filters::Group>, FilterError> {
-            self.0.flush()
-        }
-        fn reusable(&self) -> bool {
-            true
-        }
-    }
-    let mut largest = Registry::empty();
-    largest
-        .register("sum", |_| {
-            Ok(Box::new(Largest(sdm_filters::builtin::MinMax::max())) as Box<dyn Filter>)
-        })
-        .unwrap();
-    let largest = Arc::new(largest);
-    let ids = |id: NodeId, _: &Bytes| Some((MS, Bytes::from(id.server().unwrap().to_string())));
-    let sum = |net: &mut SimNet, op| {
-        let mut cmd = Message::command(op, IdSet::all(100), SyncMode::WaitAll, "value");
-        cmd.aggregate.filter = "sum".into();
-        net.command_message(cmd);
-        net.run();
-        let g = net.groups(op);
-        assert_eq!(g.len(), 1, "{g:?}");
-        assert_eq!(g[0].sources, IdSet::all(100));
-        String::from_utf8(g[0].payload.to_vec()).unwrap()
-    };
-    // An op in flight when the registry changes keeps its filter, and that filter is not
-    // reused by the new registry's ops.
-    // (Servers answer late: every node has taken the op in when the registry changes.)
-    let slow =
-        |id: NodeId, _: &Bytes| Some((MS * 100, Bytes::from(id.server().unwrap().to_string())));
-    let mut switched = net(&Shape::Binomial, 100, Box::new(slow));
-    let mut cmd = Message::command(1, IdSet::all(100), SyncMode::WaitAll, "value");
-    cmd.aggregate.filter = "sum".into();
-    switched.command_message(cmd);
-    switched.run_until(switched.elapsed() + MS * 50);
-    switched.set_registry(Arc::clone(&largest));
-    // An op of the new registry starts while the old one's are in flight.
-    let mut cmd = Message::command(2, IdSet::all(100), SyncMode::WaitAll, "value");
-    cmd.aggregate.filter = "sum".into();
-    switched.command_message(cmd);
-    switched.run();
-    for (op, want) in [(1, &b"4950"[..]), (2, b"99")] {
-        let g = switched.groups(op);
-        assert_eq!(g.len(), 1, "{g:?}");
-        assert_eq!(&g[0].payload[..], want, "op {op}");
-    }
-    assert_eq!(sum(&mut switched, 3), "99");
-    assert_eq!(sum(&mut switched, 4), "99");
-    // A filter registered under another name is not taken for its own name's spec, though
-    // it calls itself `sum`; nor is the identical merge of `""` for an `identical` that
-    // the registry does not know.
-    let mut aliased = Registry::new();
-    aliased
-        .register("biggest", |_| {
-            Ok(Box::new(Largest(sdm_filters::builtin::MinMax::max())) as Box<dyn Filter>)
-        })
-        .unwrap();
-    let mut net2 = net(&Shape::Binomial, 100, Box::new(ids));
-    net2.set_registry(Arc::new(aliased));
-    let mut biggest = Message::command(1, IdSet::all(100), SyncMode::WaitAll, "value");
-    biggest.aggregate.filter = "biggest".into();
-    net2.command_message(biggest);
-    net2.run();
-    assert_eq!(&net2.groups(1)[0].payload[..], b"99");
-    assert_eq!(sum(&mut net2, 2), "4950");
-    let mut bare = net(&Shape::Binomial, 100, Box::new(ids));
-    bare.set_registry(Arc::clone(&largest));
-    for (op, filter) in [(1, ""), (2, "identical")] {
-        let mut cmd = Message::command(op, IdSet::all(100), SyncMode::WaitAll, "x");
-        cmd.aggregate.filter = filter.into();
-        bare.command_message(cmd);
-        bare.run();
-    }
-    let g = bare.groups(1);
-    assert!(g.iter().all(|x| x.status == Status::Replied), "{g:?}");
-    let g = bare.groups(2);
-    assert_partition(&g, &IdSet::all(100));
-    assert_eq!(ids_with(&g, Status::Error), IdSet::all(100), "{g:?}");
-    for round in 0..2 {
-        let mut builtin = net(&Shape::Binomial, 100, Box::new(ids));
-        assert_eq!(sum(&mut builtin, 1), "4950", "round {round}");
-        assert_eq!(sum(&mut builtin, 2), "4950", "round {round}");
-        let mut other = net(&Shape::Binomial, 100, Box::new(ids));
-        other.set_registry(Arc::clone(&largest));
-        assert_eq!(sum(&mut other, 1), "99", "round {round}");
-        assert_eq!(sum(&mut other, 2), "99", "round {round}");
-    }
 }

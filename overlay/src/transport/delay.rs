@@ -127,7 +127,6 @@ impl Link {
             reader: self.reader,
             writer: FramedWrite::new(writer, FrameCodec::new(max)),
             peer: self.peer,
-            tcp: None,
         }
     }
 }

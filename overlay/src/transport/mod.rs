@@ -192,19 +192,6 @@ pub struct Link {
     pub writer: FramedWrite<BoxWriter, FrameCodec>,
     /// The peer, human-readable (e.g. `tcp://10.0.0.7:40212`), for logs and errors.
     pub peer: String,
-    /// Set when the link is a plain tcp stream: what a node's own loop needs to take it
-    /// over ([`crate::poller::take_over`]). `None` for any other transport, or a wrapped one.
-    pub(crate) tcp: Option<TcpHandover>,
-}
-
-/// The socket under a plain tcp [`Link`]'s halves, and the switch that makes dropping its
-/// writer leave the stream open (normally that sends FIN) when the socket moves to a
-/// node's own loop.
-#[derive(Debug, Clone)]
-pub(crate) struct TcpHandover {
-    /// Open while the link's halves are.
-    pub(crate) fd: std::os::fd::RawFd,
-    pub(crate) keep_open: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Link {
@@ -219,7 +206,6 @@ impl Link {
             reader: FramedRead::new(reader, FrameCodec::new(max_frame)),
             writer: FramedWrite::new(writer, FrameCodec::new(max_frame)),
             peer: peer.into(),
-            tcp: None,
         }
     }
 }

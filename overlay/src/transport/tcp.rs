@@ -2,22 +2,16 @@
 //! and keepalive on every stream. Each link is one stream split into owned halves; dropping
 //! the writer sends FIN.
 
-use std::io::{self, IoSlice};
-use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
+use std::io;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use socket2::{SockRef, TcpKeepalive};
-use tokio::io::AsyncWrite;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::{
-    Address, Link, Listener, TCP_KEEPALIVE_RETRIES, TcpHandover, Transport, TransportConfig,
-    context, wrong_scheme,
+    Address, Link, Listener, TCP_KEEPALIVE_RETRIES, Transport, TransportConfig, context,
+    wrong_scheme,
 };
 
 /// Links over TCP. Stateless apart from the frame limit and socket options; cheap to create.
@@ -86,72 +80,8 @@ fn link(stream: TcpStream, peer: String, opts: &TcpOptions) -> io::Result<Link> 
             format!("setting socket options on the link to {peer}"),
         )
     })?;
-    let handover = TcpHandover {
-        fd: std::os::fd::AsRawFd::as_raw_fd(&stream),
-        keep_open: Arc::default(),
-    };
     let (r, w) = stream.into_split();
-    let w = TcpWriter {
-        half: Some(w),
-        keep_open: handover.keep_open.clone(),
-    };
-    Ok(Link {
-        tcp: Some(handover),
-        ..Link::new(Box::new(r), Box::new(w), peer, opts.max_frame)
-    })
-}
-
-/// A link's write half: dropping it sends FIN, unless the stream was handed over to a
-/// node's own loop, which goes on writing to it.
-pub(crate) struct TcpWriter {
-    half: Option<OwnedWriteHalf>,
-    keep_open: Arc<AtomicBool>,
-}
-
-impl TcpWriter {
-    fn half(self: Pin<&mut Self>) -> Pin<&mut OwnedWriteHalf> {
-        Pin::new(self.get_mut().half.as_mut().expect("present until dropped"))
-    }
-}
-
-impl Drop for TcpWriter {
-    fn drop(&mut self) {
-        if let Some(half) = self.half.take()
-            && self.keep_open.load(Ordering::SeqCst)
-        {
-            half.forget();
-        }
-    }
-}
-
-impl AsyncWrite for TcpWriter {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.half().poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.half().poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.half.as_ref().is_some_and(|h| h.is_write_vectored())
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.half().poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.half().poll_shutdown(cx)
-    }
+    Ok(Link::new(Box::new(r), Box::new(w), peer, opts.max_frame))
 }
 
 impl Transport for TcpTransport {

@@ -100,15 +100,17 @@ async fn main() -> anyhow::Result<()> {
     } else {
         driver::Recovery::default()
     };
-    let (_no_events, events) = tokio::sync::mpsc::channel(1);
-    driver::run_node_full(
+    let options = driver::Options {
+        recovery,
+        ..driver::Options::default()
+    };
+    driver::run_node(
         Node::new(me, topo),
         parent,
         children,
         Box::new(move |d| sdm_e2e::answer(id, d)),
-        events,
-        recovery,
+        options,
     )
-    .await?;
+    .await;
     Ok(())
 }
