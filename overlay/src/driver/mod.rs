@@ -2,10 +2,10 @@
 //! links itself, keeps one timer for the node's deadline, and hands commands for this
 //! server to a handler ([`run_node`]). Links come from [`crate::setup`].
 //!
-//! - [`turn`]: the node driver (a turn: read what woke the task, hand it to the node, write
+//! - `turn`: the node driver (a turn: read what woke the task, hand it to the node, write
 //!   what the node asked for);
-//! - [`link`]: a link's framed halves and its queues, control ahead of bulk;
-//! - [`wake`]: which sources woke the task, and the handlers' replies waiting for it.
+//! - `link`: a link's framed halves and its queues, control ahead of bulk;
+//! - `wake`: which sources woke the task, and the handlers' replies waiting for it.
 
 use std::sync::Arc;
 
