@@ -117,7 +117,7 @@ impl Plugin {
         let shown = path.display().to_string();
         let err = |what: String| FilterError::new(&shown, ErrorKind::PluginLoad, what);
         let lib = VersionedLibrary::open(path, "filter", ENTRY_SYMBOL, ABI_VERSION, "sdm_filter.h")
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(e.to_string()).caused_by(e))?;
         let vt = lib.table().cast::<VTable>();
         // SAFETY: the version matches, so the layout is `VTable`.
         let v = unsafe { &*vt };

@@ -67,7 +67,7 @@ pub fn decode<T: DeserializeOwned>(
     sources: &IdSet,
 ) -> Result<T, FilterError> {
     let head: Head = serde_json::from_slice(payload).map_err(|e| {
-        FilterError::bad_input(filter, sources, format_args!("is not a record ({e})"))
+        FilterError::bad_input(filter, sources, format_args!("is not a record ({e})")).caused_by(e)
     })?;
     if head.sdm != RECORD_VERSION {
         return Err(FilterError::new(
@@ -93,6 +93,7 @@ pub fn decode<T: DeserializeOwned>(
             sources,
             format_args!("is a bad {kind:?} record: {e}"),
         )
+        .caused_by(e)
     })?;
     Ok(v.body)
 }
@@ -116,6 +117,7 @@ pub(crate) fn record_or_leaf<T: DeserializeOwned>(
 pub fn scalar(filter: &str, payload: &[u8], sources: &IdSet) -> Result<Decimal, FilterError> {
     Decimal::parse(payload).map_err(|e| {
         FilterError::bad_input(filter, sources, format_args!("{e}: {}", excerpt(payload)))
+            .caused_by(e)
     })
 }
 
@@ -130,7 +132,7 @@ pub fn leaf_map(
     let mut out = BTreeMap::new();
     if payload.trim_ascii_start().starts_with(b"{") {
         let map: BTreeMap<String, serde_json::Value> = serde_json::from_slice(payload)
-            .map_err(|e| bad(format!("is not a JSON object of numbers ({e})")))?;
+            .map_err(|e| bad(format!("is not a JSON object of numbers ({e})")).caused_by(e))?;
         for (k, v) in map {
             let d = match &v {
                 serde_json::Value::Number(n) => n.to_string().parse(),
@@ -141,7 +143,7 @@ pub fn leaf_map(
                     )));
                 }
             }
-            .map_err(|e| bad(format!("has key {k:?} whose value {v} {e}")))?;
+            .map_err(|e| bad(format!("has key {k:?} whose value {v} {e}")).caused_by(e))?;
             out.insert(k, d);
         }
         return Ok(out);
@@ -159,7 +161,7 @@ pub fn leaf_map(
         let (k, v) = (k.trim(), v.trim());
         let d = v
             .parse()
-            .map_err(|e| bad(format!("has key {k:?} whose value {v:?} {e}")))?;
+            .map_err(|e| bad(format!("has key {k:?} whose value {v:?} {e}")).caused_by(e))?;
         if out.insert(k.to_owned(), d).is_some() {
             return Err(bad(format!("has key {k:?} twice")));
         }
