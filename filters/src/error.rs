@@ -162,6 +162,9 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::BadInput);
         assert!(e.source().is_some_and(|s| s.is::<DecimalError>()), "{e:?}");
         let e = crate::record::decode::<u32>("sum", "sum", b"{", &IdSet::single(3)).unwrap_err();
-        assert!(e.source().is_some_and(|s| s.is::<serde_json::Error>()), "{e:?}");
+        assert!(
+            e.source().is_some_and(|s| s.is::<serde_json::Error>()),
+            "{e:?}"
+        );
     }
 }

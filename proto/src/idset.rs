@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::ops::{BitAnd, BitOr, RangeInclusive, Sub};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
@@ -86,7 +87,7 @@ fn joinable(lo: Id, hi: Id, c: Id, d: Id) -> bool {
 }
 
 /// Why a serialized or textual id-set was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum IdSetError {
     /// The binary form was cut short.
     #[error("id-set bytes end early at byte {0}")]
@@ -100,9 +101,16 @@ pub enum IdSetError {
     /// Bytes are left after the set.
     #[error("id-set has {0} trailing bytes")]
     Trailing(usize),
-    /// Roaring's own decoder refused the bytes.
-    #[error("id-set roaring data is invalid: {0}")]
-    Roaring(String),
+    /// The roaring data is refused: its header by our checks, or the rest by roaring's own
+    /// decoder (then its error is the source).
+    #[error("id-set roaring data is invalid: {what}")]
+    Roaring {
+        /// What was wrong.
+        what: String,
+        /// Roaring's decoder error, when it refused the bytes.
+        #[source]
+        source: Option<Arc<std::io::Error>>,
+    },
     /// The text form could not be parsed.
     #[error("id-set text {text:?} is invalid at column {column}: {problem}")]
     Text {

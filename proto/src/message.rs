@@ -262,6 +262,7 @@ pub enum WireError {
         /// Field name.
         field: &'static str,
         /// Decoder error.
+        #[source]
         err: IdSetError,
     },
 }

@@ -157,7 +157,30 @@ fn hostile_roaring_header_is_refused() {
     let mut b = vec![TAG_ROARING];
     b.extend_from_slice(&12346u32.to_le_bytes());
     b.extend_from_slice(&u32::MAX.to_le_bytes());
-    assert!(matches!(IdSet::from_bytes(&b), Err(IdSetError::Roaring(_))));
+    assert!(matches!(
+        IdSet::from_bytes(&b),
+        Err(IdSetError::Roaring { .. })
+    ));
+}
+
+/// Roaring data its decoder refuses (a container promising more values than follow) keeps
+/// the decoder's error as the source.
+#[test]
+fn roaring_decoder_error_is_the_source() {
+    let mut b = vec![TAG_ROARING];
+    b.extend_from_slice(&12346u32.to_le_bytes()); // no-run cookie
+    b.extend_from_slice(&1u32.to_le_bytes()); // one container
+    b.extend_from_slice(&[0, 0, 9, 0]); // key 0, 10 values
+    b.extend_from_slice(&16u32.to_le_bytes()); // its offset
+    b.extend_from_slice(&[1, 0]); // one value of the ten
+    let e = IdSet::from_bytes(&b).unwrap_err();
+    assert!(matches!(e, IdSetError::Roaring { .. }), "{e:?}");
+    let io = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<Arc<std::io::Error>>());
+    assert_eq!(
+        io.map(|e| e.kind()),
+        Some(std::io::ErrorKind::UnexpectedEof),
+        "{e:?}"
+    );
 }
 
 proptest! {

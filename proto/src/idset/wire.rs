@@ -2,6 +2,7 @@
 //! portable format, whichever is shorter, behind a one-byte tag; and its checked reading.
 
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 use bytes::BufMut;
 use roaring::RoaringBitmap;
@@ -167,8 +168,12 @@ impl IdSet {
             TAG_ROARING => {
                 check_roaring_header(rest)?;
                 let mut cursor = std::io::Cursor::new(rest);
-                let b = RoaringBitmap::deserialize_from(&mut cursor)
-                    .map_err(|e| IdSetError::Roaring(e.to_string()))?;
+                let b = RoaringBitmap::deserialize_from(&mut cursor).map_err(|e| {
+                    IdSetError::Roaring {
+                        what: e.to_string(),
+                        source: Some(Arc::new(e)),
+                    }
+                })?;
                 let used = cursor.position() as usize;
                 if used != rest.len() {
                     return Err(IdSetError::Trailing(rest.len() - used));
@@ -221,14 +226,17 @@ fn check_roaring_header(b: &[u8]) -> Result<(), IdSetError> {
     } else if (word & 0xffff) as u16 == COOKIE {
         u64::from(word >> 16) + 1
     } else {
-        return Err(IdSetError::Roaring(format!("unknown cookie {word:#x}")));
+        return Err(IdSetError::Roaring {
+            what: format!("unknown cookie {word:#x}"),
+            source: None,
+        });
     };
     // Each container needs at least a 4-byte description and 2 bytes of data.
     if containers > 65536 || containers * 6 > b.len() as u64 {
-        return Err(IdSetError::Roaring(format!(
-            "{containers} containers do not fit in {} bytes",
-            b.len()
-        )));
+        return Err(IdSetError::Roaring {
+            what: format!("{containers} containers do not fit in {} bytes", b.len()),
+            source: None,
+        });
     }
     Ok(())
 }
