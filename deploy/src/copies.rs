@@ -46,9 +46,10 @@ pub fn fork_copies() -> Result<Copies, LaunchError> {
         return Ok(Copies::Serve);
     };
     alone()?;
-    let n: u32 = v.trim().parse().map_err(|_| LaunchError::Invalid {
+    let n: u32 = v.trim().parse().map_err(|e| LaunchError::Invalid {
         launcher: "local",
         what: format!("{COPIES_ENV}={v:?} is not a number of servers"),
+        source: Some(Box::new(e)),
     })?;
     // SAFETY: the process has one thread (checked by `alone` above; only this thread could
     // start another), so nothing reads the environment while it changes.
@@ -91,6 +92,7 @@ pub fn fork_copies() -> Result<Copies, LaunchError> {
                 return Err(LaunchError::Invalid {
                     launcher: "local",
                     what: format!("waiting for the local servers: {e}"),
+                    source: Some(Box::new(e)),
                 });
             }
         }
@@ -101,18 +103,22 @@ pub fn fork_copies() -> Result<Copies, LaunchError> {
 /// Ok if this process runs one thread (the entries of `/proc/self/task`); forking or
 /// changing the environment with others running is unsound.
 fn alone() -> Result<(), LaunchError> {
-    let invalid = |what: String| LaunchError::Invalid {
-        launcher: "local",
-        what,
-    };
     let threads = std::fs::read_dir("/proc/self/task")
-        .map_err(|e| invalid(format!("cannot count this process's threads: {e}")))?
+        .map_err(|e| LaunchError::Invalid {
+            launcher: "local",
+            what: format!("cannot count this process's threads: {e}"),
+            source: Some(Box::new(e)),
+        })?
         .count();
     if threads != 1 {
-        return Err(invalid(format!(
-            "cannot fork local servers from a process running {threads} threads: \
+        return Err(LaunchError::Invalid {
+            launcher: "local",
+            source: None,
+            what: format!(
+                "cannot fork local servers from a process running {threads} threads: \
              {COPIES_ENV} is read before any thread starts"
-        )));
+            ),
+        });
     }
     Ok(())
 }
@@ -127,7 +133,7 @@ mod tests {
     fn copies_are_not_forked_beside_other_threads() {
         let e = alone().unwrap_err();
         assert!(
-            matches!(&e, LaunchError::Invalid { launcher: "local", what } if what.contains("threads")),
+            matches!(&e, LaunchError::Invalid { launcher: "local", what, .. } if what.contains("threads")),
             "{e}"
         );
     }

@@ -89,6 +89,7 @@ pub fn job_command(
             return Err(LaunchError::Invalid {
                 launcher: "job",
                 what: format!("{kind} does not start parallel jobs: use srun or mpirun"),
+                source: None,
             });
         }
     };

@@ -100,13 +100,27 @@ pub enum LaunchError {
         launcher: &'static str,
         /// What was wrong.
         what: String,
+        /// The error underneath (a system call's, a parser's), when one caused it.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// A launcher name that is not one of ours.
     #[error("unknown launcher {0:?}: expected local, ssh, mpirun or srun")]
     UnknownLauncher(String),
-    /// No rank variable in this process's environment, or one that is not a number.
+    /// No rank variable in this process's environment.
     #[error("{0}")]
     NoRank(String),
+    /// A rank variable that is not a number.
+    #[error("{var}={value:?} is not a server id")]
+    BadRank {
+        /// The variable (`SDM_ID`, `SLURM_PROCID`, …).
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it is not a number.
+        #[source]
+        source: std::num::ParseIntError,
+    },
 }
 
 impl LaunchError {
@@ -331,6 +345,11 @@ pub fn raise_fd_limit() {
 /// The rank a launcher gave this process: `SDM_ID`, else `SLURM_PROCID`,
 /// `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `FLUX_TASK_RANK`.
 pub fn rank_from_env() -> Result<u32, LaunchError> {
+    rank_from(|v| std::env::var(v).ok())
+}
+
+/// The rank in the first rank variable `var` finds.
+fn rank_from(var: impl Fn(&str) -> Option<String>) -> Result<u32, LaunchError> {
     const VARS: [&str; 5] = [
         "SDM_ID",
         "SLURM_PROCID",
@@ -339,11 +358,12 @@ pub fn rank_from_env() -> Result<u32, LaunchError> {
         "FLUX_TASK_RANK",
     ];
     for v in VARS {
-        if let Ok(s) = std::env::var(v) {
-            return s
-                .trim()
-                .parse()
-                .map_err(|_| LaunchError::NoRank(format!("{v}={s:?} is not a server id")));
+        if let Some(s) = var(v) {
+            return s.trim().parse().map_err(|source| LaunchError::BadRank {
+                var: v,
+                value: s.clone(),
+                source,
+            });
         }
     }
     Err(LaunchError::NoRank(format!(
@@ -367,6 +387,24 @@ pub fn local_rank_from_env() -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rank variable that is not a number keeps the parser's error as the source; the
+    /// message names the variable and its value.
+    #[test]
+    fn a_bad_rank_keeps_the_parse_error() {
+        let e = rank_from(|v| (v == "SLURM_PROCID").then(|| "x1".to_owned())).unwrap_err();
+        assert_eq!(e.to_string(), r#"SLURM_PROCID="x1" is not a server id"#);
+        let source = std::error::Error::source(&e);
+        assert!(
+            source.is_some_and(|s| s.is::<std::num::ParseIntError>()),
+            "{e:?}"
+        );
+        assert!(matches!(rank_from(|_| None), Err(LaunchError::NoRank(_))));
+        assert_eq!(
+            rank_from(|v| (v == "PMI_RANK").then(|| " 7".into())).unwrap(),
+            7
+        );
+    }
 
     #[test]
     fn names_parse() {

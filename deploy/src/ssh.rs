@@ -30,6 +30,7 @@ impl Launcher for Ssh {
             return Err(LaunchError::Invalid {
                 launcher: "ssh",
                 what: "no hosts given (--hosts)".into(),
+                source: None,
             });
         }
         let (mut l, tx) = Launched::new("ssh");
@@ -38,6 +39,7 @@ impl Launcher for Ssh {
                 return Err(LaunchError::Invalid {
                     launcher: "ssh",
                     what: format!("environment value of {name} spans lines; encode it on one line"),
+                    source: None,
                 });
             }
         }
@@ -81,6 +83,14 @@ impl Launcher for Ssh {
     }
 }
 
+/// `ssh -G` could not be run; the system's error is the source.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot run ssh -G {host}: {source}")]
+struct SshConfigError {
+    host: String,
+    source: io::Error,
+}
+
 /// The `HostName` ssh's configuration gives `host` (`ssh -G OPTIONS HOST`; `host` itself
 /// when it names no alias).
 pub(crate) fn ssh_network_name(options: &[String], host: &str) -> io::Result<String> {
@@ -90,7 +100,10 @@ pub(crate) fn ssh_network_name(options: &[String], host: &str) -> io::Result<Str
         .arg(host)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot run ssh -G {host}: {e}")))?;
+        .map_err(|source| {
+            let host = host.to_owned();
+            io::Error::new(source.kind(), SshConfigError { host, source })
+        })?;
     if !out.status.success() {
         return Err(io::Error::other(format!(
             "ssh -G {host}: {}: {}",
