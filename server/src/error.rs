@@ -100,13 +100,24 @@ impl Error {
         e
     }
 
-    /// The message followed by each error underneath: `what: why: why`.
+    /// The same error, caused by `source`; the message stays as it is.
+    pub(crate) fn caused_by(mut self, source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        self.inner.source = Some(source.into());
+        self
+    }
+
+    /// The message followed by each error underneath: `what: why: why`. A cause the text
+    /// already ends with is not repeated (monitor messages name their cause, as replies
+    /// carry only the message).
     pub fn chain(&self) -> String {
         let mut text = self.inner.what.clone();
         let mut next = self.source();
         while let Some(e) = next {
-            text.push_str(": ");
-            text.push_str(&e.to_string());
+            let why = e.to_string();
+            if !text.ends_with(&why) {
+                text.push_str(": ");
+                text.push_str(&why);
+            }
             next = e.source();
         }
         text

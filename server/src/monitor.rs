@@ -146,17 +146,18 @@ pub struct Monitor {
 pub type MonResult<T> = Result<T, Error>;
 
 /// A failed system call on process `pid`.
-fn errno(pid: Pid, what: &str, e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::Process, format!("{what}: {e}")).with_pid(raw(pid))
+fn errno(pid: Pid, what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    sys(what, e).with_pid(raw(pid))
 }
 
 fn raw(pid: Pid) -> u32 {
     pid.as_raw() as u32
 }
 
-/// A failed system call before there is a process.
-fn sys(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::Process, format!("{what}: {e}"))
+/// A failed system call before there is a process: the message names the error, which is
+/// also the source.
+fn sys(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::new(ErrorKind::Process, format!("{what}: {e}")).caused_by(e)
 }
 
 fn state(what: String) -> Error {
@@ -216,6 +217,10 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Memory, "{e}");
         assert_eq!(e.pid(), Some(started));
+        // The system's error is kept as the source, not only named in the message.
+        let io = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert!(io.is_some(), "{e:?}");
+        assert_eq!(e.chain(), e.to_string(), "the cause is not printed twice");
         let e = m
             .submit(|m| m.registers())
             .blocking_recv()
@@ -223,6 +228,17 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ProcessState, "{e}");
         m.submit(|m| m.kill()).blocking_recv().unwrap().unwrap();
+        let e = m
+            .submit(|m| m.start("/nonexistent/program", &[], IoMode::Pipes))
+            .blocking_recv()
+            .unwrap()
+            .unwrap_err();
+        let io = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            io.map(|e| e.kind()),
+            Some(std::io::ErrorKind::NotFound),
+            "{e:?}"
+        );
         assert_eq!(
             "tty".parse::<IoMode>().unwrap_err().kind(),
             ErrorKind::BadInput

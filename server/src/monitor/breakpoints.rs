@@ -129,9 +129,10 @@ pub(super) fn poke_byte(pid: Pid, addr: u64, byte: u8) -> MonResult<()> {
 
 fn symbol_address(exe: &Path, name: &str) -> MonResult<u64> {
     use object::{Object, ObjectSymbol};
-    let data = std::fs::read(exe).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
-    let file =
-        object::File::parse(&*data).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
+    let data =
+        std::fs::read(exe).map_err(|e| symbol(format!("{}: {e}", exe.display())).caused_by(e))?;
+    let file = object::File::parse(&*data)
+        .map_err(|e| symbol(format!("{}: {e}", exe.display())).caused_by(e))?;
     file.symbols()
         .chain(file.dynamic_symbols())
         .find(|s| s.name() == Ok(name) && s.address() != 0)
@@ -141,8 +142,9 @@ fn symbol_address(exe: &Path, name: &str) -> MonResult<u64> {
 
 fn is_pie(exe: &Path) -> MonResult<bool> {
     use object::Object;
-    let data = std::fs::read(exe).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
-    let file =
-        object::File::parse(&*data).map_err(|e| symbol(format!("{}: {e}", exe.display())))?;
+    let data =
+        std::fs::read(exe).map_err(|e| symbol(format!("{}: {e}", exe.display())).caused_by(e))?;
+    let file = object::File::parse(&*data)
+        .map_err(|e| symbol(format!("{}: {e}", exe.display())).caused_by(e))?;
     Ok(file.kind() == object::ObjectKind::Dynamic)
 }

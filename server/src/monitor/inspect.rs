@@ -150,7 +150,9 @@ impl Monitor {
         use std::os::unix::fs::FileExt;
         let pid = self.proc()?.pid;
         let f = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| {
-            Error::new(ErrorKind::Memory, format!("/proc/{pid}/mem: {e}")).with_pid(raw(pid))
+            Error::new(ErrorKind::Memory, format!("/proc/{pid}/mem: {e}"))
+                .caused_by(e)
+                .with_pid(raw(pid))
         })?;
         let mut buf = vec![0u8; len.min(1 << 20)];
         f.read_exact_at(&mut buf, addr).map_err(|e| {
@@ -158,6 +160,7 @@ impl Monitor {
                 ErrorKind::Memory,
                 format!("reading {len} bytes at {addr:#x}: {e}"),
             )
+            .caused_by(e)
             .with_pid(raw(pid))
         })?;
         Ok(buf)
@@ -171,13 +174,16 @@ impl Monitor {
             .write(true)
             .open(format!("/proc/{pid}/mem"))
             .map_err(|e| {
-                Error::new(ErrorKind::Memory, format!("/proc/{pid}/mem: {e}")).with_pid(raw(pid))
+                Error::new(ErrorKind::Memory, format!("/proc/{pid}/mem: {e}"))
+                    .caused_by(e)
+                    .with_pid(raw(pid))
             })?;
         f.write_all_at(bytes, addr).map_err(|e| {
             Error::new(
                 ErrorKind::Memory,
                 format!("writing {} bytes at {addr:#x}: {e}", bytes.len()),
             )
+            .caused_by(e)
             .with_pid(raw(pid))
         })
     }
@@ -186,9 +192,11 @@ impl Monitor {
     /// DWARF call-frame information (frame pointers where none covers a pc).
     pub fn raw_backtrace(&mut self) -> MonResult<Vec<(u64, u64)>> {
         let pid = self.with_traced(Ok)?;
-        self.stacks
-            .raw_backtrace(pid)
-            .map_err(|e| Error::new(ErrorKind::Process, e.to_string()).with_pid(raw(pid)))
+        self.stacks.raw_backtrace(pid).map_err(|e| {
+            Error::new(ErrorKind::Process, e.to_string())
+                .caused_by(e)
+                .with_pid(raw(pid))
+        })
     }
 
     /// The stack, innermost first, each frame symbolized where symbols or debug info exist;
@@ -198,8 +206,10 @@ impl Monitor {
             return self.backtrace_symbolic();
         }
         let pid = self.with_traced(Ok)?;
-        self.stacks
-            .backtrace(pid)
-            .map_err(|e| Error::new(ErrorKind::Process, e.to_string()).with_pid(raw(pid)))
+        self.stacks.backtrace(pid).map_err(|e| {
+            Error::new(ErrorKind::Process, e.to_string())
+                .caused_by(e)
+                .with_pid(raw(pid))
+        })
     }
 }

@@ -64,7 +64,7 @@ pub enum Step {
 pub(super) fn gdb_err(e: GdbError) -> Error {
     match e {
         GdbError::Command(m) => Error::new(ErrorKind::Symbol, m),
-        other => Error::new(ErrorKind::Process, other.to_string()),
+        other => Error::new(ErrorKind::Process, other.to_string()).caused_by(other),
     }
 }
 
@@ -167,6 +167,7 @@ impl Monitor {
         gdb.command(&format!("-target-attach {pid}"), PATIENCE)
             .map_err(|e| {
                 Error::new(ErrorKind::Process, format!("gdb could not attach: {e}"))
+                    .caused_by(e)
                     .with_pid(raw(pid))
             })?;
         // The stop of the attach itself.

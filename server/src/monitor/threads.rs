@@ -102,9 +102,11 @@ impl Monitor {
         let mut out = Vec::new();
         for tid in tasks(pid) {
             let frames = if tid == pid {
-                self.stacks
-                    .backtrace(pid)
-                    .map_err(|e| Error::new(ErrorKind::Process, e.to_string()).with_pid(raw(pid)))?
+                self.stacks.backtrace(pid).map_err(|e| {
+                    Error::new(ErrorKind::Process, e.to_string())
+                        .caused_by(e)
+                        .with_pid(raw(pid))
+                })?
             } else {
                 match walk_other(&mut self.stacks, tid) {
                     Some(f) => f,
@@ -125,9 +127,11 @@ impl Monitor {
     fn thread_backtraces_symbolic(&mut self) -> MonResult<Vec<ThreadStack>> {
         let pid = self.proc()?.pid;
         let gdb = self.held_gdb()?;
-        let d = gdb
-            .command("-thread-info", PATIENCE)
-            .map_err(|e| Error::new(ErrorKind::Process, e.to_string()).with_pid(raw(pid)))?;
+        let d = gdb.command("-thread-info", PATIENCE).map_err(|e| {
+            Error::new(ErrorKind::Process, e.to_string())
+                .caused_by(e)
+                .with_pid(raw(pid))
+        })?;
         let threads: Vec<(String, Pid)> = d
             .results
             .get("threads")
@@ -221,7 +225,7 @@ fn gdb_frames(gdb: &mut Gdb, thread: Option<&str>) -> MonResult<Vec<Frame>> {
     };
     let d = gdb
         .command(&cmd, PATIENCE)
-        .map_err(|e| Error::new(ErrorKind::Process, e.to_string()))?;
+        .map_err(|e| Error::new(ErrorKind::Process, e.to_string()).caused_by(e))?;
     Ok(d.results
         .get("stack")
         .map(|s| s.items())
