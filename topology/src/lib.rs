@@ -263,7 +263,7 @@ pub enum Shape {
 }
 
 /// A shape name that could not be parsed, or a topology file that does not describe a tree.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ShapeError {
     /// Not a shape's name.
@@ -273,12 +273,13 @@ pub enum ShapeError {
     )]
     Unknown(String),
     /// The topology file could not be read.
-    #[error("topology file {path}: {error}")]
+    #[error("topology file {path}: {source}")]
     Read {
         /// The file.
         path: String,
-        /// Why it could not be read.
-        error: String,
+        /// Why it could not be read (shared, so the error stays `Clone`).
+        #[source]
+        source: Arc<std::io::Error>,
     },
     /// A line of the topology file is not in either form.
     #[error("topology file {path}, line {line}: {message}")]
@@ -299,6 +300,41 @@ pub enum ShapeError {
         message: String,
     },
 }
+
+/// Equal when the same variant says the same; read failures compare path and I/O kind.
+impl PartialEq for ShapeError {
+    fn eq(&self, other: &Self) -> bool {
+        use ShapeError::*;
+        match (self, other) {
+            (Unknown(a), Unknown(b)) => a == b,
+            (Read { path: p, source: e }, Read { path: q, source: f }) => {
+                p == q && e.kind() == f.kind()
+            }
+            (
+                Syntax {
+                    path,
+                    line,
+                    message,
+                },
+                Syntax {
+                    path: p,
+                    line: l,
+                    message: m,
+                },
+            ) => (path, line, message) == (p, l, m),
+            (
+                Tree { origin, message },
+                Tree {
+                    origin: o,
+                    message: m,
+                },
+            ) => (origin, message) == (o, m),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for ShapeError {}
 
 impl Shape {
     /// The tree of this shape over `servers` servers (an explicit tree has the size it was
@@ -326,7 +362,7 @@ impl Shape {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| ShapeError::Read {
             path: name.clone(),
-            error: e.to_string(),
+            source: Arc::new(e),
         })?;
         Ok(Shape::Explicit(Arc::new(Explicit::parse_file(
             &text, &name,

@@ -333,10 +333,15 @@ fn bad_topology_files_name_the_line_and_the_server() {
         err("fe => a:0 ;"),
         "topology file t, line 1: \"fe\" is not HOST:INSTANCE"
     );
-    assert!(matches!(
-        "file:/nonexistent/t".parse::<Shape>(),
-        Err(ShapeError::Read { .. })
-    ));
+    let e = "file:/nonexistent/t".parse::<Shape>().unwrap_err();
+    assert!(matches!(e, ShapeError::Read { .. }), "{e}");
+    // The system's error is the source, not only text in the message.
+    let io = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<Arc<std::io::Error>>());
+    assert_eq!(
+        io.map(|e| e.kind()),
+        Some(std::io::ErrorKind::NotFound),
+        "{e:?}"
+    );
     assert!("tree:m,5".parse::<Shape>().is_err());
     assert!("tree:m,q".parse::<Shape>().is_err());
 }
