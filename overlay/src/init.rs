@@ -65,6 +65,9 @@ pub enum InitError {
     /// The payload is not an `Init` protobuf (e.g. another command came first).
     #[error("init command: not an Init message ({0}); expected the init command first")]
     Decode(String),
+    /// The payload does not decode as a protobuf `Init` (the decoder's error is the source).
+    #[error("init command: not an Init message ({0}); expected the init command first")]
+    NotInit(#[source] prost::DecodeError),
     /// A line of the routing table is not `ID ADDRESS` and a line break (1-based number).
     #[error("init command: table line {0} is not `ID ADDRESS` and a line break")]
     TableLine(usize),
@@ -228,7 +231,7 @@ impl InitSpec {
     /// Addresses are parsed where they are used ([`InitSpec::addresses_of`]); the
     /// front-end checks them all before sending ([`InitSpec::addresses`]).
     pub fn from_payload(p: &[u8]) -> Result<Self, InitError> {
-        let m = pb::Init::decode(p).map_err(|e| InitError::Decode(e.to_string()))?;
+        let m = pb::Init::decode(p).map_err(InitError::NotInit)?;
         if m.topology.is_empty() {
             // Every init names its tree shape; bytes that decode to none are something else.
             return Err(InitError::Decode("it names no tree shape".into()));
@@ -401,10 +404,20 @@ mod tests {
         assert_eq!(InitSpec::from_payload(&spec.to_payload()).unwrap(), spec);
         for junk in [&b"\xff\xff\xff"[..], b"", b"ping"] {
             assert!(
-                matches!(InitSpec::from_payload(junk), Err(InitError::Decode(_))),
+                matches!(
+                    InitSpec::from_payload(junk),
+                    Err(InitError::Decode(_) | InitError::NotInit(_))
+                ),
                 "{junk:?}"
             );
         }
+        // The protobuf decoder's error is the source.
+        let e = InitSpec::from_payload(b"\xff\xff\xff").unwrap_err();
+        let source = std::error::Error::source(&e);
+        assert!(
+            source.is_some_and(|s| s.is::<prost::DecodeError>()),
+            "{e:?}"
+        );
         let mut bad = spec.clone();
         bad.servers = 1;
         bad.topology = "flat".into();

@@ -23,8 +23,19 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs, UdpSocket};
 
 /// Why no address could be found for a host, or why an address would not be reachable.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct RouteError(String);
+#[error("{what}")]
+pub struct RouteError {
+    what: String,
+    /// The resolver's or socket's error, when one caused it.
+    #[source]
+    source: Option<std::io::Error>,
+}
+
+impl RouteError {
+    fn new(what: String) -> Self {
+        Self { what, source: None }
+    }
+}
 
 /// `host` without the brackets of an IPv6 literal (`[::1]` is `::1`).
 pub fn unbracketed(host: &str) -> &str {
@@ -58,10 +69,13 @@ pub fn resolve(host: &str) -> Result<IpAddr, RouteError> {
     }
     (bare, 0)
         .to_socket_addrs()
-        .map_err(|e| RouteError(format!("cannot resolve host {host:?}: {e}")))?
+        .map_err(|e| RouteError {
+            what: format!("cannot resolve host {host:?}: {e}"),
+            source: Some(e),
+        })?
         .next()
         .map(|a| a.ip())
-        .ok_or_else(|| RouteError(format!("host {host:?} resolves to no address")))
+        .ok_or_else(|| RouteError::new(format!("host {host:?} resolves to no address")))
 }
 
 /// This host's address on the route to `host` (the source address the kernel would use).
@@ -76,7 +90,10 @@ pub fn source_for(host: &str) -> Result<IpAddr, RouteError> {
         IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
         IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
     };
-    let fail = |e: std::io::Error| RouteError(format!("no route to {host} ({ip}): {e}"));
+    let fail = |e: std::io::Error| RouteError {
+        what: format!("no route to {host} ({ip}): {e}"),
+        source: Some(e),
+    };
     let sock = UdpSocket::bind((any, 0)).map_err(fail)?;
     // The discard port: connecting a UDP socket sends nothing, it only picks the route.
     sock.connect((ip, 9)).map_err(fail)?;
@@ -104,7 +121,7 @@ pub fn check_advertised(advertised: &str, frontend: &str) -> Result<(), RouteErr
     if is_local(fe) {
         return Ok(());
     }
-    Err(RouteError(format!(
+    Err(RouteError::new(format!(
         "would advertise the loopback address {advertised} while the front-end is at \
          {frontend}, on another host, so no parent could connect; pass --bind ADDR or \
          --advertise ADDR with an address of this host the others reach"
@@ -114,6 +131,15 @@ pub fn check_advertised(advertised: &str, frontend: &str) -> Result<(), RouteErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name the resolver refuses keeps the resolver's error as the source.
+    #[test]
+    fn resolver_error_is_the_source() {
+        let e = resolve("no-such-host.invalid").unwrap_err();
+        assert!(e.to_string().contains("cannot resolve host"), "{e}");
+        let source = std::error::Error::source(&e);
+        assert!(source.is_some_and(|s| s.is::<std::io::Error>()), "{e:?}");
+    }
 
     #[test]
     fn brackets_come_and_go() {
