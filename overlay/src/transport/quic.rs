@@ -56,14 +56,29 @@ pub enum TlsError {
     #[error("generating the session certificate: {0}")]
     Generate(#[from] rcgen::Error),
     /// The PEM text is not exactly one certificate and one private key.
-    #[error("reading the session certificate PEM: {0}")]
-    Pem(String),
+    #[error("reading the session certificate PEM: {what}")]
+    Pem {
+        /// What was wrong.
+        what: String,
+        /// The PEM parser's error, when it refused a block.
+        #[source]
+        source: Option<rustls::pki_types::pem::Error>,
+    },
     /// rustls refused the certificate, the key or the protocol settings.
     #[error("building the TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
     /// quinn refused the TLS configuration.
     #[error("building the QUIC configuration: {0}")]
-    Quic(String),
+    Quic(#[source] quinn::crypto::rustls::NoInitialCipherSuite),
+}
+
+impl TlsError {
+    fn pem(what: &str) -> Self {
+        Self::Pem {
+            what: what.to_owned(),
+            source: None,
+        }
+    }
 }
 
 impl From<TlsError> for io::Error {
@@ -119,17 +134,23 @@ impl SessionTls {
         let mut certs = CertificateDer::pem_slice_iter(pem.as_bytes());
         let cert = match certs.next() {
             Some(Ok(c)) => c,
-            Some(Err(e)) => return Err(TlsError::Pem(format!("bad CERTIFICATE block: {e}"))),
-            None => return Err(TlsError::Pem("no CERTIFICATE block".into())),
+            Some(Err(e)) => {
+                return Err(TlsError::Pem {
+                    what: format!("bad CERTIFICATE block: {e}"),
+                    source: Some(e),
+                });
+            }
+            None => return Err(TlsError::pem("no CERTIFICATE block")),
         };
         if certs.next().is_some() {
-            return Err(TlsError::Pem(
-                "more than one CERTIFICATE block (a session has one self-signed certificate)"
-                    .into(),
+            return Err(TlsError::pem(
+                "more than one CERTIFICATE block (a session has one self-signed certificate)",
             ));
         }
-        let key = PrivateKeyDer::from_pem_slice(pem.as_bytes())
-            .map_err(|e| TlsError::Pem(format!("no usable PRIVATE KEY block: {e}")))?;
+        let key = PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| TlsError::Pem {
+            what: format!("no usable PRIVATE KEY block: {e}"),
+            source: Some(e),
+        })?;
         let tls = Self::assemble(cert, key, pem.trim().to_owned() + "\n");
         // rustls checks that the key is usable and matches the certificate.
         tls.server_config()?;
@@ -301,13 +322,12 @@ impl QuicTransport {
                  (SessionTls::generate() in the front-end, SessionTls::from_pem() in daemons)",
             )
         })?;
-        let quic_err = |e: &dyn fmt::Display| TlsError::Quic(e.to_string());
         let client_crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls.client_config()?)
-            .map_err(|e| quic_err(&e))?;
+            .map_err(TlsError::Quic)?;
         let mut client = quinn::ClientConfig::new(Arc::new(client_crypto));
         client.transport_config(quinn_transport(false));
         let server_crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls.server_config()?)
-            .map_err(|e| quic_err(&e))?;
+            .map_err(TlsError::Quic)?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
         server.transport_config(quinn_transport(true));
         Ok(Self {
@@ -701,7 +721,13 @@ mod tests {
         let cert_a = &a[..a.find("-----BEGIN PRIVATE KEY").unwrap()];
         let key_b = &b[b.find("-----BEGIN PRIVATE KEY").unwrap()..];
         assert!(SessionTls::from_pem(&format!("{cert_a}{key_b}")).is_err());
-        assert!(SessionTls::from_pem(cert_a).is_err());
+        // The PEM parser's error is the source.
+        let e = SessionTls::from_pem(cert_a).unwrap_err();
+        let source = std::error::Error::source(&e);
+        assert!(
+            source.is_some_and(|s| s.is::<rustls::pki_types::pem::Error>()),
+            "{e:?}"
+        );
         assert!(SessionTls::from_pem(key_b).is_err());
         assert!(SessionTls::from_pem("").is_err());
     }
