@@ -135,6 +135,7 @@ pub enum HoldError {
         /// The request.
         op: &'static str,
         /// The system error.
+        #[source]
         errno: nix::Error,
     },
     /// Reading the launcher's memory or its table failed.

@@ -66,6 +66,9 @@ pub enum MpirError {
         pid: u32,
         /// What /proc said.
         why: String,
+        /// The system's error, when one said it.
+        #[source]
+        source: Option<std::io::Error>,
     },
     /// The launcher could not be traced (another tracer, `kernel.yama.ptrace_scope`, other
     /// user).
@@ -77,6 +80,7 @@ pub enum MpirError {
         /// The launcher.
         pid: u32,
         /// The system error.
+        #[source]
         errno: nix::Error,
     },
     /// Reading (or writing) the launcher's memory failed.
@@ -90,6 +94,9 @@ pub enum MpirError {
         addr: u64,
         /// The system error.
         why: String,
+        /// The system's error, when one said it.
+        #[source]
+        source: Option<std::io::Error>,
     },
     /// The process exports no MPIR symbols and has no ranked descendants.
     #[error(
@@ -174,6 +181,7 @@ pub fn read_proctable(launcher: u32) -> Result<ProcTable, MpirError> {
         std::fs::read_link(format!("/proc/{launcher}/exe")).map_err(|e| MpirError::NoProcess {
             pid: launcher,
             why: e.to_string(),
+            source: Some(e),
         })?;
     let symbols = find_symbols(
         launcher,
@@ -466,6 +474,7 @@ impl Stopped {
                     return Err(MpirError::NoProcess {
                         pid,
                         why: "it exited while being attached".into(),
+                        source: None,
                     });
                 }
                 Ok(_) => continue,
@@ -508,6 +517,7 @@ impl Memory {
                 what: "/proc/PID/mem",
                 addr: 0,
                 why: e.to_string(),
+                source: Some(e),
             })?;
         Ok(Self { pid, file })
     }
@@ -526,6 +536,7 @@ impl Memory {
                 what,
                 addr,
                 why: e.to_string(),
+                source: Some(e),
             })
     }
 
@@ -542,6 +553,7 @@ impl Memory {
                 what,
                 addr,
                 why: e.to_string(),
+                source: Some(e),
             })
     }
 
@@ -782,9 +794,14 @@ int main(int argc, char **argv) {
         let _ = child.kill();
         let _ = child.wait();
         assert!(matches!(e, MpirError::NotALauncher { .. }), "{e}");
-        assert!(matches!(
-            read_proctable(u32::MAX - 7),
-            Err(MpirError::NoProcess { .. })
-        ));
+        let e = read_proctable(u32::MAX - 7).unwrap_err();
+        assert!(matches!(e, MpirError::NoProcess { .. }), "{e}");
+        // What /proc said is the source too, not only text.
+        let io = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            io.map(|e| e.kind()),
+            Some(std::io::ErrorKind::NotFound),
+            "{e:?}"
+        );
     }
 }

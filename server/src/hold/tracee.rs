@@ -270,6 +270,7 @@ impl Launcher {
             what: "/proc/PID/auxv",
             addr: 0,
             why: e.to_string(),
+            source: Some(e),
         })?;
         auxv.chunks_exact(16)
             .map(|kv| {
@@ -284,6 +285,7 @@ impl Launcher {
                     what: "AT_ENTRY in /proc/PID/auxv",
                     addr: 0,
                     why: "not there".into(),
+                    source: None,
                 }
                 .into()
             })
