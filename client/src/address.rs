@@ -27,14 +27,15 @@ pub fn default_listen(
     let Some(first) = hosts.first().filter(|_| kind != LauncherKind::Local) else {
         return Ok("127.0.0.1".to_owned());
     };
-    let why = |e: &dyn std::fmt::Display| {
-        Error::invalid(format!(
+    let why = |e: Box<dyn std::error::Error + Send + Sync>| {
+        let what = format!(
             "choosing the front-end's address: {e} (host {first}, the first {which}); \
              pass --listen ADDR"
-        ))
+        );
+        Error::invalid_because(what, e)
     };
-    let name = launcher.network_name(first).map_err(|e| why(&e))?;
-    let ip = setup::source_for(&name).map_err(|e| why(&e))?;
+    let name = launcher.network_name(first).map_err(|e| why(e.into()))?;
+    let ip = setup::source_for(&name).map_err(|e| why(e.into()))?;
     Ok(setup::host_text(ip))
 }
 

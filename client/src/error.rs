@@ -19,8 +19,13 @@ pub struct Error {
 enum ErrorKind {
     /// The options or an argument cannot work (no servers, unknown transport, a plugin
     /// that does not load, an op that was never sent).
-    #[error("{0}")]
-    Invalid(String),
+    #[error("{what}")]
+    Invalid {
+        what: String,
+        /// The error underneath (a parser's, a plugin loader's), when one caused it.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// A launcher or the `sdm` binary failed to start processes.
     #[error("launching {what}: {source}")]
     Launch {
@@ -69,7 +74,21 @@ impl Error {
     }
 
     pub(crate) fn invalid(what: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Invalid(what.into()))
+        Self::new(ErrorKind::Invalid {
+            what: what.into(),
+            source: None,
+        })
+    }
+
+    /// An invalid option or argument, caused by `source` (kept as the error's source).
+    pub(crate) fn invalid_because(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::new(ErrorKind::Invalid {
+            what: what.into(),
+            source: Some(source.into()),
+        })
     }
 
     pub(crate) fn launch(what: impl Into<String>, source: sdm_deploy::LaunchError) -> Self {
@@ -130,7 +149,7 @@ impl Error {
 
     /// Whether the options or an argument cannot work (fix the call, not the machine).
     pub fn is_invalid(&self) -> bool {
-        matches!(*self.inner, ErrorKind::Invalid(_))
+        matches!(*self.inner, ErrorKind::Invalid { .. })
     }
 
     /// Whether an I/O operation failed (binding, accepting, writing to the master).

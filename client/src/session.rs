@@ -182,7 +182,7 @@ fn load_filter_plugins(paths: &[PathBuf]) -> Result<(Registry, Vec<String>)> {
     for abs in &absolute {
         registry
             .load_plugin(abs)
-            .map_err(|e| Error::invalid(format!("filter plugin {abs}: {e}")))?;
+            .map_err(|e| Error::invalid_because(format!("filter plugin {abs}: {e}"), e))?;
     }
     Ok((registry, absolute))
 }
@@ -349,7 +349,8 @@ impl Session {
             servers: servers_n,
             topology: opts.topology.to_string(),
             // Addresses are single words (split from their start-up lines).
-            table: Table::new(listening.table).map_err(|e| Error::invalid(e.to_string()))?,
+            table: Table::new(listening.table)
+                .map_err(|e| Error::invalid_because(e.to_string(), e))?,
             attempts: opts.connect_attempts,
             delay_ms: opts.connect_delay.as_millis() as u64,
             probe_span: 1,
@@ -548,6 +549,18 @@ impl std::ops::Deref for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A filter plugin that does not load is an invalid-argument error whose source is the
+    /// filter crate's error (and, under it, the loader's).
+    #[test]
+    fn a_plugin_that_does_not_load_keeps_its_cause() {
+        let e = load_filter_plugins(&[PathBuf::from("/nonexistent/libnothing.so")]).unwrap_err();
+        assert!(e.is_invalid(), "{e}");
+        let source = std::error::Error::source(&e);
+        let filter = source.and_then(|s| s.downcast_ref::<sdm_overlay::filters::FilterError>());
+        assert!(filter.is_some(), "{e:?}");
+        assert!(std::error::Error::source(filter.unwrap()).is_some());
+    }
 
     /// Every random base keeps the whole span of ports below the ephemeral range.
     #[test]

@@ -61,7 +61,7 @@ pub(super) async fn listen(
     )?;
     let fe_addr: Address = format!("{}://{listen}:0", opts.transport)
         .parse()
-        .map_err(|e| Error::invalid(format!("front-end address on {listen}: {e}")))?;
+        .map_err(|e| Error::invalid_because(format!("front-end address on {listen}: {e}"), e))?;
     let transport = transport_for(&fe_addr, cfg)
         .map_err(|e| Error::io(format!("transport for {fe_addr}"), e))?;
     let listener = bind_in_range(&*transport, &opts.transport, &listen, opts.port_range, 0)
