@@ -35,7 +35,7 @@ struct Inner {
     kind: LinkErrorKind,
     peer: String,
     message: String,
-    source: Option<io::Error>,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
 impl LinkError {
@@ -53,7 +53,18 @@ impl LinkError {
     /// An I/O failure with `peer`; the message says what was being done.
     pub(crate) fn io(peer: impl fmt::Display, message: String, source: io::Error) -> Self {
         let mut e = Self::new(LinkErrorKind::Io, peer, message);
-        e.inner.source = Some(source);
+        e.inner.source = Some(Box::new(source));
+        e
+    }
+
+    /// A frame from `peer` that breaks the protocol, refused by `source` (a decoder).
+    pub(crate) fn protocol(
+        peer: impl fmt::Display,
+        message: String,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        let mut e = Self::new(LinkErrorKind::Protocol, peer, message);
+        e.inner.source = Some(Box::new(source));
         e
     }
 
@@ -112,7 +123,7 @@ impl std::error::Error for LinkError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.inner
             .source
-            .as_ref()
+            .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
@@ -123,7 +134,8 @@ impl From<LinkError> for io::Error {
             LinkErrorKind::Io => e
                 .inner
                 .source
-                .as_ref()
+                .as_deref()
+                .and_then(|s| s.downcast_ref::<io::Error>())
                 .map_or(io::ErrorKind::Other, io::Error::kind),
             LinkErrorKind::Timeout => io::ErrorKind::TimedOut,
             LinkErrorKind::AuthFailed => io::ErrorKind::PermissionDenied,
@@ -157,5 +169,14 @@ mod tests {
         let t = LinkError::new(LinkErrorKind::Timeout, "x", "no handshake".into());
         assert!(t.is_timeout() && !t.is_auth_failed() && !t.is_wrong_peer());
         assert_eq!(io::Error::from(t).kind(), io::ErrorKind::TimedOut);
+        // A decoder's refusal is the source of a protocol error.
+        let bad = sdm_proto::IdSet::from_bytes(&[9]).unwrap_err();
+        let p = LinkError::protocol("x", format!("bad frame from x: {bad}"), bad);
+        assert_eq!(p.kind(), LinkErrorKind::Protocol);
+        let source = std::error::Error::source(&p);
+        assert!(
+            source.is_some_and(|s| s.is::<sdm_proto::IdSetError>()),
+            "{p:?}"
+        );
     }
 }

@@ -67,21 +67,17 @@ async fn next_control(link: &mut Link) -> Result<Control, LinkError> {
     let peer = &link.peer;
     match link.reader.next().await {
         Some(Ok(m)) if m.kind == Kind::Control => Control::from_message(&m).map_err(|e| {
-            LinkError::new(
-                LinkErrorKind::Protocol,
-                peer,
-                format!("bad handshake frame from {peer}: {e}"),
-            )
+            LinkError::protocol(peer, format!("bad handshake frame from {peer}: {e}"), e)
         }),
         Some(Ok(m)) => Err(LinkError::new(
             LinkErrorKind::Protocol,
             peer,
             format!("expected a handshake frame from {peer}, got {:?}", m.kind),
         )),
-        Some(Err(e)) => Err(LinkError::new(
-            LinkErrorKind::Protocol,
+        Some(Err(e)) => Err(LinkError::protocol(
             peer,
             format!("bad frame from {peer}: {e}"),
+            e,
         )),
         None => Err(LinkError::new(
             LinkErrorKind::Closed,
