@@ -112,7 +112,8 @@ pub fn execute(registry: &Registry<Monitor>, m: &mut Monitor, text: &str) -> Str
     let req = match parse_request(text) {
         Ok(r) => r,
         Err(e) => {
-            let why = ServiceError::new(ErrorKind::BadRequest, format!("bad request: {e}"));
+            let why =
+                ServiceError::with_source(ErrorKind::BadRequest, format!("bad request: {e}"), e);
             return BasicReply::answer(0, "error", Err(why)).to_string();
         }
     };
