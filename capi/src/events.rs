@@ -80,6 +80,7 @@ pub unsafe extern "C" fn sdm_event_next(
             status: Status::Replied,
             sources: m.source,
             payload: m.payload,
+            link_end: None,
         }]);
         Ok(())
     })

@@ -129,6 +129,7 @@ fn every_reply_status_maps_to_its_code() {
         status,
         sources: IdSet::single(id),
         payload: Bytes::from(payload),
+        link_end: None,
     };
     let r = reply(vec![
         group(Status::Replied, 0, "1"),

@@ -19,7 +19,7 @@ use sdm_overlay::filters::{FilterError, Registry};
 use sdm_overlay::setup::{ConnectPolicy, FRONTEND, accept_named};
 use sdm_overlay::stdio as flow;
 use sdm_overlay::transport::{Link, Listener};
-use sdm_proto::{IdSet, Kind, Message, Status, SyncMode};
+use sdm_proto::{IdSet, Kind, LinkEndKind, Message, Status, SyncMode};
 
 /// One reply group as the front-end sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +30,9 @@ pub struct ReplyGroup {
     pub sources: IdSet,
     /// Reply bytes (for lost groups: the reason; for error groups: the filter's error).
     pub payload: Bytes,
+    /// How the link that lost the ids ended (lost groups the tree reported; `None` for
+    /// other groups and for ids lost with the front-end's own link to the master).
+    pub link_end: Option<LinkEndKind>,
 }
 
 impl ReplyGroup {
@@ -39,6 +42,7 @@ impl ReplyGroup {
             status: m.aggregate.status.unwrap_or(Status::Replied),
             sources: m.source.clone(),
             payload: m.payload.clone(),
+            link_end: m.aggregate.link_end,
         }
     }
 }
@@ -74,6 +78,7 @@ pub fn finish(registry: &Registry, filter: &str, groups: Vec<ReplyGroup>) -> Vec
         status: Status::Error,
         sources,
         payload: Bytes::from(e.to_string()),
+        link_end: None,
     };
     match registry.create(filter) {
         Err(e) => failed.extend(replied.into_iter().map(|g| refused(&e, g.sources))),
@@ -90,19 +95,22 @@ pub fn finish(registry: &Registry, filter: &str, groups: Vec<ReplyGroup>) -> Vec
                     status: Status::Replied,
                     sources: g.sources,
                     payload: own_if_small(g.payload),
+                    link_end: None,
                 })),
                 Err(e) if !folded.is_empty() => failed.push(refused(&e, folded)),
                 Err(_) => {}
             }
         }
     }
-    // One group per distinct status and payload, like the tree's own merge (errors made
-    // here join the equal errors the tree sent up).
+    // One group per distinct status, link end and payload, like the tree's own merge
+    // (errors made here join the equal errors the tree sent up).
     for g in failed.into_iter().chain(others) {
-        match out
-            .iter_mut()
-            .find(|o| o.status == g.status && o.status != Status::Replied && o.payload == g.payload)
-        {
+        match out.iter_mut().find(|o| {
+            o.status == g.status
+                && o.status != Status::Replied
+                && o.link_end == g.link_end
+                && o.payload == g.payload
+        }) {
             Some(o) => o.sources.union_with(&g.sources),
             None => out.push(g),
         }
@@ -248,6 +256,7 @@ impl Frontend {
                         status: Status::Lost,
                         sources: missing,
                         payload: Bytes::from(format!("master link lost: {why}")),
+                        link_end: None,
                     }));
                 }
             }

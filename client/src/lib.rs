@@ -73,4 +73,5 @@ pub use error::{Error, Result};
 pub use frontend::{Frontend, ReplyGroup};
 pub use link::{Handle, ProgramStart};
 pub use sdm_omis as omis;
+pub use sdm_proto::LinkEndKind;
 pub use session::{LaunchReport, Progress, Session, SessionOptions};

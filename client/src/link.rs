@@ -243,6 +243,7 @@ impl Handle {
             status: Status::Lost,
             sources: dest - &*seen,
             payload: Bytes::from(format!("master link lost: {}", self.reason())),
+            link_end: None,
         });
         seen.union_with(&g.sources);
         Ok(Some(g))

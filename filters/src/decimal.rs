@@ -313,6 +313,20 @@ impl Decimal {
                 scale: 0,
             });
         }
+        let (int, frac, exp) = Self::parts(t)?;
+        // Digits of the mantissa, leading zeros dropped; the number is digits * 10^-scale.
+        let all = int.iter().chain(frac).skip_while(|&&c| c == b'0');
+        let digits: Vec<u8> = all.copied().collect();
+        let (mut mant, scale) = Self::rounded(&digits, frac.len() as i64 - exp)?;
+        if neg {
+            mant = -mant;
+        }
+        Ok(Decimal { mant, scale }.canonical())
+    }
+
+    /// Splits unsigned number text into its integer digits, fraction digits and exponent;
+    /// anything but digits, one `.` and one exponent is a syntax error.
+    fn parts(t: &[u8]) -> Result<(&[u8], &[u8], i64), DecimalError> {
         let (num, exp) = match t.iter().position(|&c| c == b'e' || c == b'E') {
             Some(i) => (&t[..i], Some(&t[i + 1..])),
             None => (t, None),
@@ -327,26 +341,30 @@ impl Decimal {
         if !int.iter().chain(frac).all(u8::is_ascii_digit) {
             return Err(DecimalError::Syntax);
         }
-        let exp: i64 = match exp {
+        let exp = match exp {
             None => 0,
-            Some(e) => {
-                let digits = e.strip_prefix(b"-").or(e.strip_prefix(b"+")).unwrap_or(e);
-                if digits.is_empty() || digits.len() > 6 || !digits.iter().all(u8::is_ascii_digit) {
-                    return Err(DecimalError::Syntax);
-                }
-                let v: i64 = std::str::from_utf8(digits)
-                    .map_err(|_| DecimalError::Syntax)?
-                    .parse()
-                    .map_err(|_| DecimalError::Syntax)?;
-                if e.first() == Some(&b'-') { -v } else { v }
-            }
+            Some(e) => Self::exponent(e)?,
         };
-        // Digits of the mantissa, leading zeros dropped; the number is digits * 10^-scale.
-        let all = int.iter().chain(frac).skip_while(|&&c| c == b'0');
-        let digits: Vec<u8> = all.copied().collect();
-        let mut scale = frac.len() as i64 - exp;
-        // Keep at most MAX_SCALE fraction digits; the rest decide the rounding.
-        let mut digits = &digits[..];
+        Ok((int, frac, exp))
+    }
+
+    /// The exponent after `e`: an optional sign and one to six digits.
+    fn exponent(e: &[u8]) -> Result<i64, DecimalError> {
+        let digits = e.strip_prefix(b"-").or(e.strip_prefix(b"+")).unwrap_or(e);
+        if digits.is_empty() || digits.len() > 6 || !digits.iter().all(u8::is_ascii_digit) {
+            return Err(DecimalError::Syntax);
+        }
+        let v: i64 = std::str::from_utf8(digits)
+            .map_err(|_| DecimalError::Syntax)?
+            .parse()
+            .map_err(|_| DecimalError::Syntax)?;
+        Ok(if e.first() == Some(&b'-') { -v } else { v })
+    }
+
+    /// The mantissa and scale of `digits * 10^-scale`: at most MAX_SCALE fraction digits
+    /// kept, the rest rounding half to even; a negative scale multiplied out.
+    fn rounded(digits: &[u8], mut scale: i64) -> Result<(i128, u32), DecimalError> {
+        let mut digits = digits;
         let keep = if scale > i64::from(MAX_SCALE) {
             let drop = usize::try_from(scale - i64::from(MAX_SCALE)).unwrap_or(usize::MAX);
             scale = i64::from(MAX_SCALE);
@@ -384,14 +402,7 @@ impl Decimal {
             };
             scale = 0;
         }
-        if neg {
-            mant = -mant;
-        }
-        Ok(Decimal {
-            mant,
-            scale: scale as u32,
-        }
-        .canonical())
+        Ok((mant, scale as u32))
     }
 }
 

@@ -457,35 +457,17 @@ impl SimNet {
         true
     }
 
+    /// Carries every output of `pos`'s node (its program printing while it may), then
+    /// settles the node.
     fn drain(&mut self, pos: u64) {
-        let me = NodeId::from_position(pos);
-        let parent = self.topo.parent_position(pos);
         let p = pos as usize;
         loop {
             let Some(out) = self.nodes[p].as_deref_mut().and_then(Node::poll_output) else {
                 // Nothing more to send: the program prints on while it may.
-                if self.paused[p] || self.stalled[p] || self.gone[p] {
-                    break;
+                if self.produce(pos) {
+                    continue;
                 }
-                let Some(lines) = self.producers.get_mut(&pos) else {
-                    break;
-                };
-                let line = lines.pop_front();
-                if lines.is_empty() {
-                    self.producers.remove(&pos);
-                }
-                let now = self.now;
-                match (line, self.node_mut(pos)) {
-                    (Some(l), Some(node)) => {
-                        // A server's program is its first rank's.
-                        let Some(rank) = node.local_ranks().first() else {
-                            break;
-                        };
-                        node.handle_local_event(now, Kind::Stdio, rank, l);
-                        continue;
-                    }
-                    _ => break,
-                }
+                break;
             };
             if let Some(node) = self.nodes[p].as_deref() {
                 let q = node.queued_output();
@@ -494,58 +476,101 @@ impl SimNet {
                     *max = (*max).max(q);
                 }
             }
-            let at = self.now + self.latency;
-            match out {
-                Output::ToParent(m) => match parent {
-                    None => {
-                        self.frontend.push(m);
-                        self.take_output();
-                    }
-                    Some(pp) => {
-                        let frame = m.encode();
-                        self.push(
-                            at,
-                            Event::Frame {
-                                to: pp,
-                                from_child: Some(me),
-                                frame,
-                            },
-                        );
-                    }
-                },
-                Output::ToChild(c, m) => {
+            self.route(pos, out);
+        }
+        self.settle(pos);
+    }
+
+    /// Feeds the next line of `pos`'s program to its node; says whether one went in.
+    fn produce(&mut self, pos: u64) -> bool {
+        let p = pos as usize;
+        if self.paused[p] || self.stalled[p] || self.gone[p] {
+            return false;
+        }
+        let Some(lines) = self.producers.get_mut(&pos) else {
+            return false;
+        };
+        let line = lines.pop_front();
+        if lines.is_empty() {
+            self.producers.remove(&pos);
+        }
+        let now = self.now;
+        match (line, self.node_mut(pos)) {
+            (Some(l), Some(node)) => {
+                // A server's program is its first rank's.
+                let Some(rank) = node.local_ranks().first() else {
+                    return false;
+                };
+                node.handle_local_event(now, Kind::Stdio, rank, l);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Carries one output of `pos`'s node: a frame to its parent or a child after the
+    /// latency, a reply of its program after the responder's delay.
+    fn route(&mut self, pos: u64, out: Output) {
+        let me = NodeId::from_position(pos);
+        let parent = self.topo.parent_position(pos);
+        let p = pos as usize;
+        let at = self.now + self.latency;
+        match out {
+            Output::ToParent(m) => match parent {
+                None => {
+                    self.frontend.push(m);
+                    self.take_output();
+                }
+                Some(pp) => {
                     let frame = m.encode();
                     self.push(
                         at,
                         Event::Frame {
-                            to: c.position(),
-                            from_child: None,
+                            to: pp,
+                            from_child: Some(me),
                             frame,
                         },
                     );
                 }
-                // A dead child's ids are already lost; the simulator re-attaches nobody.
-                Output::LinkDead(..) => {}
-                Output::PauseLocal => self.paused[p] = true,
-                Output::ResumeLocal => self.paused[p] = false,
-                Output::Deliver {
-                    op, ranks, payload, ..
-                } => {
-                    if let Some((delay, reply)) = (self.responder)(me, &payload) {
-                        let at = self.now + delay;
-                        self.push(
-                            at,
-                            Event::LocalReply {
-                                to: pos,
-                                op,
-                                ranks,
-                                payload: reply,
-                            },
-                        );
-                    }
+            },
+            Output::ToChild(c, m) => {
+                let frame = m.encode();
+                self.push(
+                    at,
+                    Event::Frame {
+                        to: c.position(),
+                        from_child: None,
+                        frame,
+                    },
+                );
+            }
+            // A dead child's ids are already lost; the simulator re-attaches nobody.
+            Output::LinkDead(..) => {}
+            Output::PauseLocal => self.paused[p] = true,
+            Output::ResumeLocal => self.paused[p] = false,
+            Output::Deliver {
+                op, ranks, payload, ..
+            } => {
+                if let Some((delay, reply)) = (self.responder)(me, &payload) {
+                    let at = self.now + delay;
+                    self.push(
+                        at,
+                        Event::LocalReply {
+                            to: pos,
+                            op,
+                            ranks,
+                            payload: reply,
+                        },
+                    );
                 }
             }
         }
+    }
+
+    /// After `pos`'s node has nothing more to send: an idle node is dropped, a busy one's
+    /// next deadline armed.
+    fn settle(&mut self, pos: u64) {
+        let p = pos as usize;
         let Some(node) = self.nodes[p].as_deref_mut() else {
             return;
         };

@@ -25,6 +25,7 @@ use sdm_omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request}
 mod breakpoints;
 mod debug;
 mod printing;
+pub(crate) use printing::link_end_name;
 mod programs;
 mod stacks;
 mod threads;
@@ -147,6 +148,8 @@ pub struct Line {
     pub reply: Option<BasicReply>,
     /// The raw payload text (reason, for lost groups).
     pub text: String,
+    /// How the link that lost the servers ended (lost groups the tree reported).
+    pub link_end: Option<sdm_client::LinkEndKind>,
 }
 
 impl Console {
@@ -549,6 +552,7 @@ pub fn lines(groups: Vec<ReplyGroup>) -> Vec<Line> {
                 status: g.status,
                 reply,
                 text,
+                link_end: g.link_end,
             }
         })
         .collect();

@@ -13,7 +13,7 @@ use sdm_overlay::setup::{self, ConnectPolicy};
 use sdm_overlay::transport::{
     Address, Link, Listener, PortRange, Transport, TransportConfig, bind_in_range, transport_for,
 };
-use sdm_proto::{IdSet, Kind};
+use sdm_proto::{IdSet, Kind, Message};
 use sdm_topology::{NodeId, Topology, Tree};
 
 use crate::error::{Error, ErrorKind, startup};
@@ -32,34 +32,10 @@ async fn serve(
     events: driver::LocalEvents,
     listener: Option<Box<dyn Listener>>,
 ) -> Result<(), Error> {
+    let (first, spec) = read_init(me, &mut parent, listener.as_deref()).await?;
     let fail = |what: String| Error::new(ErrorKind::Startup, format!("{me}: {what}"));
-    let mut first = tokio::time::timeout(Duration::from_secs(120), parent.reader.next())
-        .await
-        .map_err(|_| fail("no init command from the parent within 120 s".into()))?
-        .ok_or_else(|| fail("parent closed before sending the init command".into()))?
-        .map_err(|e| {
-            Error::with_source(
-                ErrorKind::Startup,
-                format!("{me}: reading the init command"),
-                e,
-            )
-        })?;
-    if first.kind != Kind::Command {
-        return Err(fail(format!(
-            "expected the init command, got a {:?} frame",
-            first.kind
-        )));
-    }
     let init_error =
         |e| Error::with_source(ErrorKind::Startup, format!("{me}: the init command"), e);
-    let mut spec = InitSpec::from_payload(&first.payload).map_err(init_error)?;
-    if me == NodeId::Master
-        && let Some(l) = &listener
-    {
-        // Orphans of the master's children re-attach here: tell the tree where.
-        spec.master = Some(l.local_addr().to_string());
-        first.payload = spec.to_payload();
-    }
     let shape = spec.shape().map_err(init_error)?;
     let master_addr: Option<Address> = spec.master.as_deref().and_then(|a| a.parse().ok());
     if let NodeId::Server(s) = me
@@ -71,18 +47,9 @@ async fn serve(
         )));
     }
     let topo: Arc<dyn Topology> = Arc::from(shape.build(spec.servers));
-    // The addresses this node uses: its children's, and its ancestors' for re-attaching.
-    let mut needed: Vec<u32> = topo
-        .children(me)
-        .iter()
-        .filter_map(|c| c.server())
-        .collect();
-    let mut up = topo.parent(me);
-    while let Some(a) = up {
-        needed.extend(a.server());
-        up = topo.parent(a);
-    }
-    let table = spec.addresses_of(needed).map_err(init_error)?;
+    let table = spec
+        .addresses_of(needed_addresses(&*topo, me))
+        .map_err(init_error)?;
     let policy = spec.policy(key);
     let children = setup::connect_children(&*transport, &*topo, me, &table, &policy).await;
     for (c, r) in &children {
@@ -124,6 +91,60 @@ async fn serve(
         .map_err(|e| {
             Error::with_source(ErrorKind::Link, format!("{me}: the node's task failed"), e)
         })
+}
+
+/// The init command from the parent (within 120 s) and its spec; the master fills in its
+/// own listening address, where orphans of its children re-attach.
+async fn read_init(
+    me: NodeId,
+    parent: &mut Link,
+    listener: Option<&dyn Listener>,
+) -> Result<(Message, InitSpec), Error> {
+    let fail = |what: String| Error::new(ErrorKind::Startup, format!("{me}: {what}"));
+    let mut first = tokio::time::timeout(Duration::from_secs(120), parent.reader.next())
+        .await
+        .map_err(|_| fail("no init command from the parent within 120 s".into()))?
+        .ok_or_else(|| fail("parent closed before sending the init command".into()))?
+        .map_err(|e| {
+            Error::with_source(
+                ErrorKind::Startup,
+                format!("{me}: reading the init command"),
+                e,
+            )
+        })?;
+    if first.kind != Kind::Command {
+        return Err(fail(format!(
+            "expected the init command, got a {:?} frame",
+            first.kind
+        )));
+    }
+    let init_error =
+        |e| Error::with_source(ErrorKind::Startup, format!("{me}: the init command"), e);
+    let mut spec = InitSpec::from_payload(&first.payload).map_err(init_error)?;
+    if me == NodeId::Master
+        && let Some(l) = listener
+    {
+        // Orphans of the master's children re-attach here: tell the tree where.
+        spec.master = Some(l.local_addr().to_string());
+        first.payload = spec.to_payload();
+    }
+    Ok((first, spec))
+}
+
+/// The servers whose addresses `me` uses: its children's, and its ancestors' for
+/// re-attaching.
+fn needed_addresses(topo: &dyn Topology, me: NodeId) -> Vec<u32> {
+    let mut needed: Vec<u32> = topo
+        .children(me)
+        .iter()
+        .filter_map(|c| c.server())
+        .collect();
+    let mut up = topo.parent(me);
+    while let Some(a) = up {
+        needed.extend(a.server());
+        up = topo.parent(a);
+    }
+    needed
 }
 
 /// `sdm master --frontend ADDR`: connects to the front-end (a bounded number of tries),

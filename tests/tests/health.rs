@@ -1,6 +1,6 @@
 //! The tree's health per subtree over real daemons: all full; after a leaf server is
 //! SIGKILLed, its ancestors' subtrees are partial, the leaf's is lost with the reason, and
-//! the sibling subtrees stay full.
+//! the sibling subtrees stay full; lost ranks come back with how their link ended, typed.
 
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
@@ -248,5 +248,63 @@ async fn a_killed_server_of_four_ranks_loses_those_and_its_orphans_reattach() {
     let (ok, lost) = ping_until(&mut c, &want).await;
     assert_eq!(ok, want, "servers 4-6 re-attached (lost: {lost})");
     assert_eq!(lost.to_string(), "[12-15]");
+    c.shutdown().await;
+}
+
+/// A SIGKILLed server's ranks come back lost with the kind of its link's end as a typed
+/// value (the peer closed the connection, or reading from it failed), to the client and
+/// in the console's `--json` lines; the ranks that replied carry none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_ranks_come_back_with_how_their_link_ended() {
+    use sdm_client::LinkEndKind;
+    use sdm_proto::{Status, SyncMode};
+    let opts = SessionOptions {
+        n: 4,
+        ranks_per_server: Some(1),
+        program: Some(sdm_e2e::sdm().into()),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
+    assert_eq!(s.report().ready, IdSet::all(4));
+    kill9(&s, 2);
+    let all = s.all();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let lost = loop {
+        let groups = s
+            .request(&all, SyncMode::Timeout(10_000), "ping")
+            .await
+            .unwrap();
+        sdm_e2e::assert_partition(&groups, &all);
+        for g in &groups {
+            if g.status != Status::Lost {
+                assert_eq!(g.link_end, None, "{g:?}");
+            }
+        }
+        if let Some(g) = groups.into_iter().find(|g| g.status == Status::Lost) {
+            break g;
+        }
+        assert!(std::time::Instant::now() < deadline, "server 2 never lost");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(lost.sources, IdSet::single(2), "{lost:?}");
+    assert!(
+        matches!(lost.link_end, Some(LinkEndKind::Closed | LinkEndKind::Io)),
+        "{lost:?}"
+    );
+    let mut c = Console::new(s, true);
+    let mut out = Vec::new();
+    c.command("status", &mut out).await.unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let lost: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["status"] == "lost")
+        .collect();
+    assert_eq!(lost.len(), 1, "{text}");
+    assert_eq!(lost[0]["ids"], "[2]", "{text}");
+    assert!(
+        matches!(lost[0]["link_end"].as_str(), Some("closed" | "io")),
+        "{text}"
+    );
     c.shutdown().await;
 }

@@ -242,106 +242,122 @@ fn check_single(groups: &[sdm_client::ReplyGroup], all: &IdSet, want: &[u8]) -> 
 
 async fn sdm_run(cmd: &Bench) -> anyhow::Result<Value> {
     match cmd {
-        Bench::Startup(c) => {
-            let (s, wall, phases) = launch(c).await?;
-            let r = s.report();
-            let out = extend(
-                header("startup", "sdm", c),
-                json!({
-                    "ready": r.ready.len(),
-                    "failed": failures(&s),
-                    "report_seconds": r.seconds,
-                    "wall_seconds": wall,
-                    "phases": phases,
-                }),
-            );
-            s.shutdown(Duration::from_secs(20)).await;
-            Ok(out)
-        }
+        Bench::Startup(c) => sdm_startup(c).await,
         Bench::Rtt {
             common: c,
             iters,
             warmup,
-        } => {
-            let (s, wall) = launch_all_ready(c).await?;
-            let servers = s.servers();
-            let all = s.all();
-            let mut samples = Vec::with_capacity(*iters as usize);
-            let result: anyhow::Result<()> = async {
-                for i in 0..warmup + iters {
-                    let t = Instant::now();
-                    let op = s.send(&all, SyncMode::WaitAll, "ping").await?;
-                    let groups = s.collect(op, &all).await?;
-                    let dt = t.elapsed();
-                    check_single(&groups, &all, b"pong")?;
-                    if i >= *warmup {
-                        samples.push(micros(dt));
-                    }
-                }
-                Ok(())
-            }
-            .await;
-            s.shutdown(Duration::from_secs(20)).await;
-            result?;
-            let out = rtt_json(c, "sdm", wall, *iters, *warmup, &samples);
-            Ok(extend(out, json!({ "servers": servers })))
-        }
+        } => sdm_rtt(c, *iters, *warmup).await,
         Bench::Throughput {
             common: c,
             waves,
             window,
             warmup,
             service,
-        } => {
-            let (s, wall) = launch_all_ready(c).await?;
-            let servers = s.servers();
-            let all = s.all();
-            let n = u64::from(c.n);
-            let want = (n * (n - 1) / 2).to_string();
-            let total = warmup + waves;
-            let mut bad = 0u32;
-            let mut first_bad = None;
-            let mut inflight = VecDeque::new();
-            let (mut sent, mut done) = (0u32, 0u32);
-            let mut t0 = Instant::now();
-            // Every daemon (the master and the servers are this process's descendants).
-            let daemons = sdm_bench::descendants(std::process::id());
-            let mut cpu0 = 0;
-            let result: anyhow::Result<()> = async {
-                while done < total {
-                    while sent < total && inflight.len() < *window as usize {
-                        let mut m = Message::command(0, all.clone(), SyncMode::WaitAll, "value")
-                            .for_service(service);
-                        m.aggregate.filter = "sum".into();
-                        inflight.push_back(s.send_command(m).await?);
-                        sent += 1;
-                    }
-                    let op = inflight.pop_front().expect("a wave is in flight");
-                    let groups = s.collect(op, &all).await?;
-                    if let Err(e) = check_single(&groups, &all, want.as_bytes()) {
-                        bad += 1;
-                        first_bad.get_or_insert_with(|| e.to_string());
-                    }
-                    done += 1;
-                    if done == *warmup {
-                        t0 = Instant::now();
-                        cpu0 = sdm_bench::cpu_ns(&daemons);
-                    }
-                }
-                Ok(())
-            }
-            .await;
-            let elapsed = t0.elapsed().as_secs_f64();
-            let cpu = per_daemon_wave_us(sdm_bench::cpu_ns(&daemons) - cpu0, &daemons, *waves);
-            s.shutdown(Duration::from_secs(20)).await;
-            result?;
-            if let Some(e) = first_bad {
-                bail!("{bad} waves had a wrong sum; first: {e}");
-            }
-            let out = throughput_json(c, "sdm", wall, *waves, *window, *warmup, elapsed, cpu);
-            Ok(extend(out, json!({ "servers": servers })))
-        }
+        } => sdm_throughput(c, *waves, *window, *warmup, service).await,
     }
+}
+
+/// Start-up: the time until every server is ready, and its phases.
+async fn sdm_startup(c: &Common) -> anyhow::Result<Value> {
+    let (s, wall, phases) = launch(c).await?;
+    let r = s.report();
+    let out = extend(
+        header("startup", "sdm", c),
+        json!({
+            "ready": r.ready.len(),
+            "failed": failures(&s),
+            "report_seconds": r.seconds,
+            "wall_seconds": wall,
+            "phases": phases,
+        }),
+    );
+    s.shutdown(Duration::from_secs(20)).await;
+    Ok(out)
+}
+
+/// Round trip: `iters` timed pings of every server after `warmup` untimed ones.
+async fn sdm_rtt(c: &Common, iters: u32, warmup: u32) -> anyhow::Result<Value> {
+    let (s, wall) = launch_all_ready(c).await?;
+    let servers = s.servers();
+    let all = s.all();
+    let mut samples = Vec::with_capacity(iters as usize);
+    let result: anyhow::Result<()> = async {
+        for i in 0..warmup + iters {
+            let t = Instant::now();
+            let op = s.send(&all, SyncMode::WaitAll, "ping").await?;
+            let groups = s.collect(op, &all).await?;
+            let dt = t.elapsed();
+            check_single(&groups, &all, b"pong")?;
+            if i >= warmup {
+                samples.push(micros(dt));
+            }
+        }
+        Ok(())
+    }
+    .await;
+    s.shutdown(Duration::from_secs(20)).await;
+    result?;
+    let out = rtt_json(c, "sdm", wall, iters, warmup, &samples);
+    Ok(extend(out, json!({ "servers": servers })))
+}
+
+/// Throughput: `waves` timed sum waves, `window` in flight, after `warmup` untimed ones;
+/// the daemons' CPU per wave.
+async fn sdm_throughput(
+    c: &Common,
+    waves: u32,
+    window: u32,
+    warmup: u32,
+    service: &str,
+) -> anyhow::Result<Value> {
+    let (s, wall) = launch_all_ready(c).await?;
+    let servers = s.servers();
+    let all = s.all();
+    let n = u64::from(c.n);
+    let want = (n * (n - 1) / 2).to_string();
+    let total = warmup + waves;
+    let mut bad = 0u32;
+    let mut first_bad = None;
+    let mut inflight = VecDeque::new();
+    let (mut sent, mut done) = (0u32, 0u32);
+    let mut t0 = Instant::now();
+    // Every daemon (the master and the servers are this process's descendants).
+    let daemons = sdm_bench::descendants(std::process::id());
+    let mut cpu0 = 0;
+    let result: anyhow::Result<()> = async {
+        while done < total {
+            while sent < total && inflight.len() < window as usize {
+                let mut m = Message::command(0, all.clone(), SyncMode::WaitAll, "value")
+                    .for_service(service);
+                m.aggregate.filter = "sum".into();
+                inflight.push_back(s.send_command(m).await?);
+                sent += 1;
+            }
+            let op = inflight.pop_front().expect("a wave is in flight");
+            let groups = s.collect(op, &all).await?;
+            if let Err(e) = check_single(&groups, &all, want.as_bytes()) {
+                bad += 1;
+                first_bad.get_or_insert_with(|| e.to_string());
+            }
+            done += 1;
+            if done == warmup {
+                t0 = Instant::now();
+                cpu0 = sdm_bench::cpu_ns(&daemons);
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let cpu = per_daemon_wave_us(sdm_bench::cpu_ns(&daemons) - cpu0, &daemons, waves);
+    s.shutdown(Duration::from_secs(20)).await;
+    result?;
+    if let Some(e) = first_bad {
+        bail!("{bad} waves had a wrong sum; first: {e}");
+    }
+    let out = throughput_json(c, "sdm", wall, waves, window, warmup, elapsed, cpu);
+    Ok(extend(out, json!({ "servers": servers })))
 }
 
 fn rtt_json(

@@ -105,43 +105,18 @@ fn run() -> io::Result<()> {
         .next()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| invalid(format!("bad table line {line:?}")))?;
-    let mut lines = touch_buffer();
-    let mut children = Vec::new();
-    for p in fields {
-        let port: u16 = p
-            .parse()
-            .map_err(|_| invalid(format!("bad child port {p:?}")))?;
-        let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| {
-            io::Error::new(e.kind(), format!("connecting to child port {port}: {e}"))
-        })?;
-        s.set_nodelay(true)?;
-        children.push(s);
-    }
+    let lines = touch_buffer();
+    let children = connect_children(fields)?;
     let (parent, _) = listener.accept()?;
     drop(listener);
     parent.set_nodelay(true)?;
     let mut up = parent.try_clone()?;
-    let mut down = BufReader::with_capacity(64 * FRAME, parent);
+    let down = BufReader::with_capacity(64 * FRAME, parent);
     let mut replies = children
         .iter()
         .map(|c| Ok(BufReader::with_capacity(64 * FRAME, c.try_clone()?)))
         .collect::<io::Result<Vec<_>>>()?;
-
-    // Start-up: every child acknowledges once its own subtree is connected.
-    let mut count = 1;
-    for r in &mut replies {
-        match read_frame(r)? {
-            Some(f) if f.op == ACK_OP => count += f.value,
-            other => return Err(invalid(format!("expected a child's ack, got {other:?}"))),
-        }
-    }
-    up.write_all(
-        &Frame {
-            op: ACK_OP,
-            value: count,
-        }
-        .encode(),
-    )?;
+    ack_up(&mut replies, &mut up)?;
 
     if std::env::var_os("SDM_RELAY_EPOLL").is_some_and(|v| v == "1") {
         // The children's readers held only their acks (replies come after commands).
@@ -153,21 +128,75 @@ fn run() -> io::Result<()> {
         drop(replies);
         return relay_epoll(down.into_inner(), up, children, value, lines);
     }
-
     if children.is_empty() {
-        // A leaf answers each frame with its own value.
-        let mut out = Vec::with_capacity(64 * FRAME);
-        while let Some(f) = read_frame(&mut down)? {
-            touch(&mut lines);
-            Frame { op: f.op, value }.put(&mut out);
-            if down.buffer().len() < FRAME {
-                up.write_all(&out)?;
-                out.clear();
-            }
-        }
-        return Ok(());
+        return leaf(down, up, value, lines);
     }
+    relay(down, up, children, replies, value, lines)
+}
 
+/// Connects to the children at the ports the table line names.
+fn connect_children<'a>(ports: impl Iterator<Item = &'a str>) -> io::Result<Vec<TcpStream>> {
+    let mut children = Vec::new();
+    for p in ports {
+        let port: u16 = p
+            .parse()
+            .map_err(|_| invalid(format!("bad child port {p:?}")))?;
+        let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| {
+            io::Error::new(e.kind(), format!("connecting to child port {port}: {e}"))
+        })?;
+        s.set_nodelay(true)?;
+        children.push(s);
+    }
+    Ok(children)
+}
+
+/// Start-up: every child acknowledges once its own subtree is connected; the sum goes up.
+fn ack_up(replies: &mut [BufReader<TcpStream>], up: &mut TcpStream) -> io::Result<()> {
+    let mut count = 1;
+    for r in replies {
+        match read_frame(r)? {
+            Some(f) if f.op == ACK_OP => count += f.value,
+            other => return Err(invalid(format!("expected a child's ack, got {other:?}"))),
+        }
+    }
+    up.write_all(
+        &Frame {
+            op: ACK_OP,
+            value: count,
+        }
+        .encode(),
+    )
+}
+
+/// A leaf answers each frame with its own value.
+fn leaf(
+    mut down: BufReader<TcpStream>,
+    mut up: TcpStream,
+    value: u64,
+    mut lines: Vec<u8>,
+) -> io::Result<()> {
+    let mut out = Vec::with_capacity(64 * FRAME);
+    while let Some(f) = read_frame(&mut down)? {
+        touch(&mut lines);
+        Frame { op: f.op, value }.put(&mut out);
+        if down.buffer().len() < FRAME {
+            up.write_all(&out)?;
+            out.clear();
+        }
+    }
+    Ok(())
+}
+
+/// An interior relay: frames from the parent go to every child on this thread; a thread
+/// of its own sums one reply of each child with this relay's value and sends it up.
+fn relay(
+    mut down: BufReader<TcpStream>,
+    mut up: TcpStream,
+    mut children: Vec<TcpStream>,
+    mut replies: Vec<BufReader<TcpStream>>,
+    value: u64,
+    mut lines: Vec<u8>,
+) -> io::Result<()> {
     let mut up_lines = lines.clone();
     let upward = thread::spawn(move || -> io::Result<()> {
         let mut out = Vec::with_capacity(64 * FRAME);
@@ -208,7 +237,6 @@ fn run() -> io::Result<()> {
         .map_err(|_| invalid("the upward thread panicked".into()))?
 }
 
-/// Reads what `s` has now into `buf`; false once the stream has ended.
 fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<bool> {
     let mut chunk = [0u8; 64 * FRAME];
     loop {

@@ -49,36 +49,60 @@ impl Parser<'_> {
             return Ok(Value::Float(x));
         }
         if self.peek() == Some(b'0') && matches!(self.peek_at(1), Some(b'x' | b'X')) {
-            self.pos += 2;
-            let digits = self.pos;
-            while self.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
-                self.pos += 1;
-            }
-            if digits == self.pos {
-                return Err(self.err(
-                    start,
-                    format!(
-                        "expected hex digits after '0x', found {}",
-                        self.found(digits)
-                    ),
-                ));
-            }
-            self.check_number_end(start)?;
-            let magnitude = u128::from_str_radix(&self.src[digits..self.pos], 16).ok();
-            let value = magnitude
-                .and_then(|m| i128::try_from(m).ok())
-                .map(|m| if neg { -m } else { m })
-                .and_then(|v| i64::try_from(v).ok());
-            return value.map(Value::Int).ok_or_else(|| {
-                self.err(
-                    start,
-                    format!(
-                        "integer {} does not fit in 64 bits",
-                        &self.src[start..self.pos]
-                    ),
-                )
-            });
+            return self.hex_number(start, neg);
         }
+        let float = self.decimal_number(start)?;
+        self.check_number_end(start)?;
+        let text = &self.src[start..self.pos];
+        let text = text.strip_prefix('+').unwrap_or(text);
+        if float {
+            match text.parse::<f64>() {
+                Ok(x) if x.is_finite() => Ok(Value::Float(x)),
+                _ => Err(self.err(start, format!("float {text} is out of range for a double"))),
+            }
+        } else {
+            text.parse::<i64>()
+                .map(Value::Int)
+                .map_err(|_| self.err(start, format!("integer {text} does not fit in 64 bits")))
+        }
+    }
+
+    /// A hexadecimal integer, the cursor on its `0x`; `start`: where its sign began.
+    fn hex_number(&mut self, start: usize, neg: bool) -> Result<Value> {
+        self.pos += 2;
+        let digits = self.pos;
+        while self.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
+            self.pos += 1;
+        }
+        if digits == self.pos {
+            return Err(self.err(
+                start,
+                format!(
+                    "expected hex digits after '0x', found {}",
+                    self.found(digits)
+                ),
+            ));
+        }
+        self.check_number_end(start)?;
+        let magnitude = u128::from_str_radix(&self.src[digits..self.pos], 16).ok();
+        let value = magnitude
+            .and_then(|m| i128::try_from(m).ok())
+            .map(|m| if neg { -m } else { m })
+            .and_then(|v| i64::try_from(v).ok());
+        value.map(Value::Int).ok_or_else(|| {
+            self.err(
+                start,
+                format!(
+                    "integer {} does not fit in 64 bits",
+                    &self.src[start..self.pos]
+                ),
+            )
+        })
+    }
+
+    /// Moves the cursor over a decimal number's digits, fraction and exponent; says whether
+    /// it is a float (a `.` or an exponent). `start`: where its sign began.
+    fn decimal_number(&mut self, start: usize) -> Result<bool> {
         let mut digits = 0;
         let mut float = false;
         while self.peek().is_some_and(|c| c.is_ascii_digit()) {
@@ -120,19 +144,7 @@ impl Parser<'_> {
             }
             float = true;
         }
-        self.check_number_end(start)?;
-        let text = &self.src[start..self.pos];
-        let text = text.strip_prefix('+').unwrap_or(text);
-        if float {
-            match text.parse::<f64>() {
-                Ok(x) if x.is_finite() => Ok(Value::Float(x)),
-                _ => Err(self.err(start, format!("float {text} is out of range for a double"))),
-            }
-        } else {
-            text.parse::<i64>()
-                .map(Value::Int)
-                .map_err(|_| self.err(start, format!("integer {text} does not fit in 64 bits")))
-        }
+        Ok(float)
     }
 
     /// A quoted string with C escapes, the `"` under the cursor.

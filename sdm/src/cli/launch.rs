@@ -127,11 +127,11 @@ fn print_groups(req: &str, groups: &[ReplyGroup], json: bool) -> std::io::Result
                 Status::TimedOut => "timed_out",
                 Status::Error => "error",
             };
-            writeln!(
-                std::io::stdout(),
-                "{}",
-                serde_json::json!({"request": req, "ids": g.sources.to_string(), "status": status, "reply": body})
-            )?;
+            let mut line = serde_json::json!({"request": req, "ids": g.sources.to_string(), "status": status, "reply": body});
+            if let Some(end) = g.link_end {
+                line["link_end"] = crate::console::link_end_name(end).into();
+            }
+            writeln!(std::io::stdout(), "{line}")?;
         } else {
             match g.status {
                 Status::Replied => writeln!(std::io::stdout(), "{} {body}", g.sources),

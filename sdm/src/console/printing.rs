@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sdm_omis::BasicReply;
 use sdm_overlay::stdio::{STDERR, STDOUT, StdioLine};
-use sdm_proto::{IdSet, Message, Status};
+use sdm_proto::{IdSet, LinkEndKind, Message, Status};
 
 use super::{Console, Line, line_failed, next_query};
 
@@ -146,28 +146,39 @@ impl Console {
         let mut failed = false;
         // Replies that differ (each rank's pid, say) but read the same merge into one line.
         // A failure never merges with a success that reads the same.
-        let mut shown: Vec<(Status, bool, String, IdSet)> = Vec::new();
+        let mut shown: Vec<Shown> = Vec::new();
         for l in lines {
             let bad = line_failed(l);
             failed |= bad;
             let text = l.shown(&show);
-            match shown
-                .iter_mut()
-                .find(|(s, f, t, _)| *s == l.status && *f == bad && *t == text)
-            {
-                Some((_, _, _, ids)) => ids.union_with(&l.ids),
-                None => shown.push((l.status, bad, text, l.ids.clone())),
+            match shown.iter_mut().find(|s| {
+                s.status == l.status && s.bad == bad && s.link_end == l.link_end && s.text == text
+            }) {
+                Some(s) => s.ids.union_with(&l.ids),
+                None => shown.push(Shown {
+                    status: l.status,
+                    bad,
+                    link_end: l.link_end,
+                    text,
+                    ids: l.ids.clone(),
+                }),
             }
         }
-        shown.sort_by_key(|(_, _, _, ids)| ids.first());
-        for (status, bad, text, ids) in shown {
+        shown.sort_by_key(|s| s.ids.first());
+        for Shown {
+            status,
+            bad,
+            link_end,
+            text,
+            ids,
+        } in shown
+        {
             if self.json {
-                let status = status_name(status);
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::json!({"command": cmd, "ids": ids.to_string(), "status": status, "failed": bad, "result": text})
-                )?;
+                let mut line = serde_json::json!({"command": cmd, "ids": ids.to_string(), "status": status_name(status), "failed": bad, "result": text});
+                if let Some(end) = link_end {
+                    line["link_end"] = link_end_name(end).into();
+                }
+                writeln!(out, "{line}")?;
             } else if text.contains('\n') {
                 // Source lines, locals: one per line under the ranks they hold for.
                 writeln!(out, "{ids}")?;
@@ -205,6 +216,28 @@ impl Console {
             }
         }
         Ok(())
+    }
+}
+
+/// One printed result line: result lines that read the same, merged.
+struct Shown {
+    status: Status,
+    /// A failure (never merged with a success that reads the same).
+    bad: bool,
+    link_end: Option<LinkEndKind>,
+    text: String,
+    ids: IdSet,
+}
+
+/// The `--json` name of how a lost server's link ended.
+pub(crate) fn link_end_name(end: LinkEndKind) -> &'static str {
+    match end {
+        LinkEndKind::Goodbye => "goodbye",
+        LinkEndKind::Closed => "closed",
+        LinkEndKind::Io => "io",
+        LinkEndKind::Protocol => "protocol",
+        LinkEndKind::Silent => "silent",
+        LinkEndKind::Unreachable => "unreachable",
     }
 }
 
