@@ -139,6 +139,30 @@ mod tests {
             .sum()
     }
 
+    /// Waits until thread `tid` is blocked (state S), so the switch out of its last reply
+    /// is counted before the test starts counting.
+    fn wait_blocked(tid: i32) {
+        let state = || {
+            let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+            stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next())
+        };
+        while state() != Some('S') {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Kills the child if the test fails before it was killed, so no process outlives it.
+    struct KillOnDrop(Option<std::process::Child>);
+
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            if let Some(mut child) = self.0.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
     /// The monitor thread's id, asked of the thread itself.
     fn monitor_tid(m: &MonitorHandle) -> i32 {
         m.submit(|_| nix::unistd::gettid().as_raw())
@@ -150,20 +174,26 @@ mod tests {
     fn an_attached_idle_process_leaves_its_monitor_asleep_until_it_exits() {
         let (tx, mut rx) = mpsc::channel(16);
         let (m, _events) = MonitorHandle::new(3, 1, tx);
-        let mut sleep = Command::new("sleep")
-            .arg("1000")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let pid = sleep.id();
+        let mut guard = KillOnDrop(Some(
+            Command::new("sleep")
+                .arg("1000")
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap(),
+        ));
+        let pid = guard.0.as_ref().unwrap().id();
         let attached = m.submit(move |m| m.attach(pid)).blocking_recv().unwrap();
         assert_eq!(attached.unwrap(), pid);
         let tid = monitor_tid(&m);
-        // Traced and running, with nothing happening: the thread does not wake at all.
+        // Traced and running, with nothing happening: once asleep, the thread does not
+        // wake at all.
+        wait_blocked(tid);
         let before = switches(tid);
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(switches(tid), before, "the idle monitor woke");
         // Its end wakes the monitor, which reports it for its rank.
+        // Killed here, the guard has nothing left to do (the monitor reaps it).
+        let mut sleep = guard.0.take().unwrap();
         sleep.kill().unwrap();
         let (kind, rank, event) = rx.blocking_recv().expect("the exit event");
         assert_eq!((kind, rank), (Kind::Event, 3));
