@@ -473,9 +473,9 @@ pub(crate) fn broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 /// The command line `args` (the program's name first). `sdm server ...` builds only the
-/// server's options: the launchers start one per rank, a thousand at once, and the whole
-/// command tree (every subcommand's options, built and dropped) was a fifth of what a
-/// server ran before it listened. Help and errors read as from the full parser.
+/// server's options: a launcher may start a thousand at once, and building the whole
+/// command tree is a large part of a server's start. Help and errors read as from the
+/// full parser.
 fn parse(args: Vec<std::ffi::OsString>) -> Cli {
     if args.get(1).is_some_and(|a| a == "server") {
         let server = server_command()

@@ -112,7 +112,13 @@ impl Node {
                 }
             }
         }
-        self.losses.get_or_insert_default().dead.insert(child, end);
+        // The first end says why: a child that never connected stays unreachable, not
+        // "closed" when a later command finds no link to it.
+        self.losses
+            .get_or_insert_default()
+            .dead
+            .entry(child)
+            .or_insert(end);
     }
 
     /// A link to `child` is (again) usable.

@@ -985,9 +985,8 @@ fn an_op_is_small() {
     assert!(size <= 160, "PendingOp is {size} bytes");
 }
 
-/// A node fits mimalloc's 256-byte class, which keeps the simulator's million nodes under
-/// its memory target (BENCHMARKS.md, "Simulator after the inline id-sets and a smaller
-/// node"): state most nodes never use is boxed and made on first use.
+/// A node fits mimalloc's 256-byte class, which keeps a simulated tree of a million nodes
+/// within memory: state most nodes never use is boxed and made on first use.
 #[cfg(target_pointer_width = "64")]
 #[test]
 fn a_node_is_small() {
@@ -1030,4 +1029,36 @@ fn lost_ids_go_up_with_how_their_link_ended() {
             ("[1]".to_owned(), Some(LinkEndKind::Silent)),
         ]
     );
+}
+
+/// A child that never connected stays unreachable: the driver later finds no link for a
+/// command to it and reports it down again, which must not turn it into "closed".
+#[test]
+fn a_child_that_never_connected_stays_unreachable() {
+    use sdm_proto::LinkEndKind;
+    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Flat.build(2));
+    let mut master = Node::new(NodeId::Master, topo);
+    let now = Instant::now();
+    let unreachable = crate::LinkEnd::Unreachable {
+        kind: crate::LinkErrorKind::Timeout,
+        detail: "no answer".into(),
+    };
+    master.handle_link_down(now, NodeId::Server(1), unreachable);
+    master.handle_link_down(now, NodeId::Server(1), crate::LinkEnd::Closed);
+    master.handle_from_parent(
+        now,
+        Message::command(1, IdSet::all(2), SyncMode::WaitAll, "q"),
+    );
+    let ok = Message::reply(1, IdSet::single(0), Status::Replied, "ok".into());
+    master.handle_from_child(now, NodeId::Server(0), ok);
+    let mut ends = Vec::new();
+    while let Some(out) = master.poll_output() {
+        if let Output::ToParent(m) = out
+            && m.kind == Kind::Reply
+            && m.aggregate.status == Some(Status::Lost)
+        {
+            ends.push((m.source.to_string(), m.aggregate.link_end));
+        }
+    }
+    assert_eq!(ends, [("[1]".to_owned(), Some(LinkEndKind::Unreachable))]);
 }
