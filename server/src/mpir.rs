@@ -595,4 +595,4 @@ impl Memory {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

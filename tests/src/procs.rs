@@ -60,18 +60,23 @@ pub fn parent_of(pid: u32) -> Option<u32> {
         .ok()
 }
 
-/// The state letter of `pid` and its tracer (0: none), from one read of its status.
-pub fn state_and_tracer(pid: u32) -> (char, u32) {
+/// One read of `/proc/PID/status`, as a reader of its fields (`"State:"` gives `S (sleeping)`).
+pub fn status_fields(pid: u32) -> impl Fn(&str) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_else(|e| panic!("no process {pid}: {e}"));
-    let field = |name: &str| {
+    move |name: &str| {
         status
             .lines()
             .find_map(|l| l.strip_prefix(name))
             .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
             .trim()
             .to_owned()
-    };
+    }
+}
+
+/// The state letter of `pid` and its tracer (0: none), from one read of its status.
+pub fn state_and_tracer(pid: u32) -> (char, u32) {
+    let field = status_fields(pid);
     let state = field("State:").chars().next().expect("a state letter");
     (state, field("TracerPid:").parse().expect("a tracer pid"))
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
-use sdm_e2e::procs::alive;
+use sdm_e2e::procs::{alive, status_fields};
 use sdm_proto::IdSet;
 
 /// How many processes each test attaches to.
@@ -88,15 +88,7 @@ impl Drop for Programs {
 /// What /proc says of `pid`: state letter, tracer, and whether a SIGSTOP, SIGTRAP or
 /// SIGINT is pending.
 fn proc_status(pid: u32) -> (char, u32, bool) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-            .trim()
-            .to_owned()
-    };
+    let field = status_fields(pid);
     let bad = [19, 5, 2].iter().fold(0u64, |m, s| m | 1 << (s - 1));
     let pending = ["SigPnd:", "ShdPnd:"]
         .iter()

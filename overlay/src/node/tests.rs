@@ -102,15 +102,21 @@ fn distinct_replies_stay_apart() {
     assert_partition(&g, &IdSet::all(100));
 }
 
+/// The master of a flat tree of `n` servers.
+fn flat_master(n: u32) -> Node {
+    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Flat.build(n));
+    Node::new(NodeId::Master, topo)
+}
+
+/// Command `op` ("q") to all `n` servers, waiting for every one.
+fn ask_all(op: u64, n: u32) -> Message {
+    Message::command(op, IdSet::all(n), SyncMode::WaitAll, "q")
+}
+
 #[test]
 fn forged_hash_never_merges_different_payloads() {
-    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Flat.build(2));
-    let mut master = Node::new(NodeId::Master, topo);
-    let now = Instant::now();
-    master.handle_from_parent(
-        now,
-        Message::command(1, IdSet::all(2), SyncMode::WaitAll, "q"),
-    );
+    let (mut master, now) = (flat_master(2), Instant::now());
+    master.handle_from_parent(now, ask_all(1, 2));
     while master.poll_output().is_some() {}
     let a = Message::reply(1, IdSet::single(0), Status::Replied, Bytes::from("aaa"));
     let mut b = Message::reply(1, IdSet::single(1), Status::Replied, Bytes::from("bbb"));
@@ -1000,13 +1006,8 @@ fn a_node_is_small() {
 #[test]
 fn lost_ids_go_up_with_how_their_link_ended() {
     use sdm_proto::LinkEndKind;
-    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Flat.build(2));
-    let mut master = Node::new(NodeId::Master, topo);
-    let now = Instant::now();
-    master.handle_from_parent(
-        now,
-        Message::command(1, IdSet::all(2), SyncMode::WaitAll, "q"),
-    );
+    let (mut master, now) = (flat_master(2), Instant::now());
+    master.handle_from_parent(now, ask_all(1, 2));
     let silent = crate::LinkEnd::Silent(std::time::Duration::from_secs(10));
     master.handle_link_down(now, NodeId::Server(1), silent);
     let mut lost = Message::reply(1, IdSet::single(0), Status::Lost, "below 0".into());
@@ -1036,19 +1037,14 @@ fn lost_ids_go_up_with_how_their_link_ended() {
 #[test]
 fn a_child_that_never_connected_stays_unreachable() {
     use sdm_proto::LinkEndKind;
-    let topo: Arc<dyn sdm_topology::Topology> = Arc::from(Shape::Flat.build(2));
-    let mut master = Node::new(NodeId::Master, topo);
-    let now = Instant::now();
+    let (mut master, now) = (flat_master(2), Instant::now());
     let unreachable = crate::LinkEnd::Unreachable {
         kind: crate::LinkErrorKind::Timeout,
         detail: "no answer".into(),
     };
     master.handle_link_down(now, NodeId::Server(1), unreachable);
     master.handle_link_down(now, NodeId::Server(1), crate::LinkEnd::Closed);
-    master.handle_from_parent(
-        now,
-        Message::command(1, IdSet::all(2), SyncMode::WaitAll, "q"),
-    );
+    master.handle_from_parent(now, ask_all(1, 2));
     let ok = Message::reply(1, IdSet::single(0), Status::Replied, "ok".into());
     master.handle_from_child(now, NodeId::Server(0), ok);
     let mut ends = Vec::new();

@@ -2,6 +2,7 @@
 //! that spawns its tasks and calls `MPIR_Breakpoint` from a thread of its own (as a
 //! launcher's progress thread may), while another thread keeps making threads.
 
+use crate::mpir::tests::tracer_of;
 use std::process::Command;
 
 use super::*;
@@ -108,17 +109,6 @@ fn tasks_done(dir: &std::path::Path) -> usize {
                 .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("task."))
         })
         .count()
-}
-
-fn tracer_of(pid: u32) -> u32 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("TracerPid:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]

@@ -116,7 +116,8 @@ impl Drop for Job {
     }
 }
 
-fn tracer_of(pid: u32) -> u32 {
+/// The tracer of `pid` (0: none), from /proc (also used by the hold tests).
+pub(crate) fn tracer_of(pid: u32) -> u32 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
         .lines()
