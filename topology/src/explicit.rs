@@ -58,6 +58,11 @@ impl PartialEq for Explicit {
 impl Eq for Explicit {}
 
 impl Explicit {
+    /// The most servers an explicit tree may name (4,194,304): more than any machine's
+    /// hosts, and small enough that a name like `tree:m*4000000000` is refused before it
+    /// allocates.
+    pub const MAX_SERVERS: u64 = 1 << 22;
+
     /// The tree where server `s`'s parent is at position `parents[s]` (0: the master,
     /// `p + 1`: server `p`). `what` names the source in errors. Refused: no servers, a
     /// parent that is not a node, a server that is its own parent, and servers not
@@ -68,8 +73,11 @@ impl Explicit {
             message,
         };
         let n = parents.len() as u64;
-        if n == 0 || n > u64::from(u32::MAX) {
-            return Err(tree(format!("{n} servers; a tree has 1 to 2^32-1")));
+        if n == 0 || n > Self::MAX_SERVERS {
+            return Err(tree(format!(
+                "{n} servers; an explicit tree has 1 to {}",
+                Self::MAX_SERVERS
+            )));
         }
         let mut children = vec![Vec::new(); n as usize + 1];
         for (s, &p) in parents.iter().enumerate() {
@@ -198,8 +206,14 @@ impl Explicit {
             } else {
                 p.parse::<u32>().map_err(|_| bad(item))? as u64 + 1
             };
-            if parents.len() + count as usize > u32::MAX as usize {
-                return Err(bad(item));
+            if parents.len() as u64 + u64::from(count) > Self::MAX_SERVERS {
+                return Err(ShapeError::Tree {
+                    origin: format!("tree:{list}"),
+                    message: format!(
+                        "{item:?} makes more than {} servers, the most a tree may name",
+                        Self::MAX_SERVERS
+                    ),
+                });
             }
             parents.extend(std::iter::repeat_n(p, count as usize));
         }

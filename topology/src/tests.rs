@@ -344,4 +344,12 @@ fn bad_topology_files_name_the_line_and_the_server() {
     );
     assert!("tree:m,5".parse::<Shape>().is_err());
     assert!("tree:m,q".parse::<Shape>().is_err());
+    // A count past the bound is refused by name, before anything is allocated for it (the
+    // fuzzer found `tree:m*888888888` taking gigabytes).
+    let e = "tree:m*888888888".parse::<Shape>().unwrap_err();
+    assert!(
+        matches!(&e, ShapeError::Tree { message, .. } if message.contains("m*888888888")),
+        "{e}"
+    );
+    assert!("tree:m*4194305".parse::<Shape>().is_err());
 }
