@@ -95,7 +95,7 @@ def table(path):
     print("| --- | --- | --- | --- | --- | --- |")
     for job in jobs:
         mine = [r for r in runs if r["job"] == job]
-        tools = list(dict.fromkeys(r["tool"] for r in mine))
+        tools = [t for t in ("sdm", "py-spy", "gdb") if any(r["tool"] == t for r in mine)]
         times = {t: [r["seconds"] for r in mine if r["tool"] == t and not r.get("failed")]
                  for t in tools}
         base = statistics.median(times["sdm"]) if times.get("sdm") else None
