@@ -36,7 +36,6 @@ esac
 VENV=${VENV:-/opt/sdm-venv}
 if [ "$MODE" = smoke ]; then
   N=4 REPS=1 JOBS=py-loop GDB_MAX=1 PYSPY_MAX=4
-  OUT=${1:-$(mktemp /tmp/attach-bt-smoke-XXXXXX.jsonl)}
 fi
 N=${N:-256}
 REPS=${REPS:-3}
@@ -46,9 +45,8 @@ PYSPY_MAX=${PYSPY_MAX:-$N}
 ATTACH=${ATTACH:-auto}
 NICE=${NICE:-19}
 READY_TIMEOUT=${READY_TIMEOUT:-900}
-OUT=${OUT:-${1:-target/attach-bt-$(date -u +%Y%m%dT%H%M%SZ).jsonl}}
+OUT=${1:-target/attach-bt-$(date -u +%Y%m%dT%H%M%SZ).jsonl}
 
-mkdir -p "$(dirname "$OUT")"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 command -v gdb >/dev/null || { echo "run-attach-bt.sh: needs gdb" >&2; exit 1; }
 for tool in mpirun mpicc python py-spy; do
@@ -67,6 +65,9 @@ fi
 export SDM_BIN=$SDM # the daemons sdm starts are the same build
 
 work=$(mktemp -d /tmp/attach-bt-XXXXXX)
+# A smoke run's results go with the rest of its files, unless a file is named.
+[ "$MODE" = smoke ] && [ -z "${1:-}" ] && OUT=$work/smoke.jsonl
+mkdir -p "$(dirname "$OUT")"
 job=
 ranks=()
 # Ends the job running: its launcher, then any rank left behind (a shell loop's ranks
@@ -227,4 +228,5 @@ for j in $JOBS; do
   stop_job
 done
 python3 bench/attach_bt.py table "$OUT"
+# A smoke run fails when any of its runs did.
 if [ "$MODE" = smoke ] && grep -q '"failed"' "$OUT"; then exit 1; fi
