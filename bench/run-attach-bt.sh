@@ -26,13 +26,16 @@
 # MPI 5, mpi4py, py-spy), READY_TIMEOUT (900 s for a job's ranks to start).
 # Benchmarks are not tests: CI does not run this.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
 MODE=sitting
 case "${1:-}" in
   --smoke) MODE=smoke; shift ;;
-  --table) exec python3 bench/attach_bt.py table "${2:?--table needs a results file}" ;;
+  --table) MODE=table; shift; [ -n "${1:-}" ] || { echo "--table needs a results file" >&2; exit 2; } ;;
 esac
+# Paths as given, before the cd.
+[ -z "${SDM:-}" ] || SDM=$(realpath -m -- "$SDM")
+[ -z "${1:-}" ] || set -- "$(realpath -m -- "$1")"
+cd "$(dirname "$0")/.."
+[ "$MODE" = table ] && exec python3 bench/attach_bt.py table "$1"
 VENV=${VENV:-/opt/sdm-venv}
 if [ "$MODE" = smoke ]; then
   N=4 REPS=1 JOBS=py-loop GDB_MAX=1 PYSPY_MAX=4
