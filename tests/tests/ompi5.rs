@@ -184,12 +184,19 @@ fn attach_to_a_hung_open_mpi_5_job_reads_its_table_through_pmix() {
 )]
 fn attach_to_a_hung_open_mpi_5_job_across_four_hosts() {
     let _one = sdm_e2e::netns::one_at_a_time();
-    let h = sdm_e2e::sshhosts::SshHosts::create(4);
+    // PRRTE names a node by its daemon's host name: each host has its own.
+    let h = sdm_e2e::sshhosts::SshHosts::create_named(4);
     let n = 8u32;
     let hosts: Vec<String> = h.names().iter().map(|name| format!("{name}:2")).collect();
     let job = HungJob5::start(
         n,
-        &["--host".into(), hosts.join(",")],
+        // Spread by node: PRRTE's default mapping put all eight on the first host here.
+        &[
+            "--host".into(),
+            hosts.join(","),
+            "--map-by".into(),
+            "node".into(),
+        ],
         &[("OMPI_MCA_btl", "self,tcp"), ("OMPI_MCA_pml", "ob1")],
     );
     let table = pmix_table(&job.pid(), &job.prog);
@@ -258,7 +265,19 @@ fn open_mpi_5_holds_its_ranks_in_pmix_init_until_released() {
     // file is there), and none has passed it.
     assert_eq!(markers(&dir), four("before"), "a rank passed MPI_Init");
     let mut launcher = job.release().unwrap();
-    let status = launcher.wait().unwrap();
+    // Released, the ranks finish at once (a hang guard, not a timing check).
+    let deadline = std::time::Instant::now() + sdm_e2e::daemons::PATIENCE;
+    let status = loop {
+        if let Some(s) = launcher.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = launcher.kill();
+            let _ = launcher.wait();
+            panic!("the released job did not end: {:?}", markers(&dir));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(status.success(), "{status}");
     let mut want = four("after");
     want.extend(four("before"));
