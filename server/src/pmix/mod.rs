@@ -155,6 +155,7 @@ pub fn server_library(pid: u32) -> Option<PathBuf> {
 
 /// The launcher's own temporary directory, when it has one (`PMIX_SERVER_TMPDIR` or
 /// `TMPDIR` in its environment): where its server's rendezvous files are.
+#[cfg(feature = "pmix")]
 pub(crate) fn launcher_tmpdir(pid: u32) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     let vars: Vec<(&[u8], &[u8])> = raw
