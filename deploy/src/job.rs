@@ -95,6 +95,11 @@ pub fn job_command(
                 // PRRTE has no MPIR: its ranks wait in PMIx_Init for the tool's release.
                 Some(MpirunFlavor::OpenMpi(v)) if v >= 5 => {
                     a.push("--stop-in-init".into());
+                    if !hosts.is_empty() {
+                        // Each host's slots in turn, as Open MPI 4 places them (PRRTE's
+                        // default put every rank on the first host).
+                        a.extend(words(&["--map-by", "slot"]));
+                    }
                     (a, Labels::OpenMpi5)
                 }
                 _ => (a, Labels::OpenMpi),

@@ -325,3 +325,56 @@ fn sdm_run_holds_an_open_mpi_5_job_and_sees_its_hang_with_one_server() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_hung_job_classes(&lines, 6, &context);
 }
+
+/// `sdm run --launcher mpirun --hosts …` with Open MPI 5: prterun starts its daemons over
+/// ssh on the four hosts (each with its own host name, as PRRTE names nodes by them), the
+/// job is held in `PMIx_Init`, one server per host attaches to that host's two ranks, and
+/// the released job's hang is seen across them.
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh, sdm_have_ompi5)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI 5 (deploy/ci-setup.sh)"
+)]
+fn sdm_run_holds_an_open_mpi_5_job_across_four_hosts() {
+    let _one = sdm_e2e::netns::one_at_a_time();
+    let h = sdm_e2e::sshhosts::SshHosts::create_named(4);
+    let prog = ompi5_program("mpi_hang");
+    let out = Command::new(sdm_e2e::sdm())
+        .args([
+            "run",
+            "--launcher",
+            "mpirun",
+            "--hosts",
+            &h.hosts.hostlist(),
+        ])
+        .args(["-n", "8", "-c", "omis 1 [] node_info()", "-c", "sleep 2"])
+        .args(["-c", "bt --classes", "-c", "kill", "--"])
+        .arg(&prog)
+        .env("SDM_MPIRUN", format!("{VENV}/mpirun"))
+        .env("OMPI_MCA_btl", "self,tcp")
+        .env("OMPI_MCA_pml", "ob1")
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let context = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{:?}: {context}", out.status);
+    assert!(
+        !context.contains("starting one server per rank"),
+        "{context}"
+    );
+    // One server per host, serving that host's two ranks.
+    assert_eq!(server_pids(&stdout).len(), 4, "{context}");
+    for name in h.names() {
+        let on_host = stdout
+            .lines()
+            .filter(|l| l.contains(&format!("node_info(")) && l.contains(&format!("\"{name}\"")))
+            .count();
+        assert_eq!(on_host, 2, "{name}: {context}");
+    }
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_hung_job_classes(&lines, 8, &context);
+    sdm_e2e::daemons::assert_daemons_gone(&h.hosts, "tcp", "the run ended");
+}

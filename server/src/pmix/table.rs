@@ -68,7 +68,7 @@ pub(super) fn job_table(
     }
     match n {
         // A job being launched may not be in the server's tables yet.
-        Some(_) if !namespaces.is_empty() => Err(PmixError::NotReady {
+        Some(_) => Err(PmixError::NotReady {
             launcher,
             nspace: namespaces.join(","),
             missing: "all".into(),
