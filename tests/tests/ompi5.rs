@@ -12,7 +12,10 @@
 //!   every rank reaches `MPI_Init` and none passes it until the job is released; then all
 //!   do and the job ends.
 //! - `sdm run --launcher mpirun` with Open MPI 5: one server for the host's ranks, the
-//!   hung job's two classes.
+//!   hung job's two classes; across the four hosts, one server per host for its two ranks.
+//!
+//! PRRTE names a node by its daemon's host name, so the multi-host tests give each
+//! namespace host its own (`SshHosts::create_named`).
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -190,12 +193,12 @@ fn attach_to_a_hung_open_mpi_5_job_across_four_hosts() {
     let hosts: Vec<String> = h.names().iter().map(|name| format!("{name}:2")).collect();
     let job = HungJob5::start(
         n,
-        // Spread by node: PRRTE's default mapping put all eight on the first host here.
+        // Each host's slots in turn: PRRTE's default mapping put all eight on the first.
         &[
             "--host".into(),
             hosts.join(","),
             "--map-by".into(),
-            "node".into(),
+            "slot".into(),
         ],
         &[("OMPI_MCA_btl", "self,tcp"), ("OMPI_MCA_pml", "ob1")],
     );
@@ -370,7 +373,7 @@ fn sdm_run_holds_an_open_mpi_5_job_across_four_hosts() {
     for name in h.names() {
         let on_host = stdout
             .lines()
-            .filter(|l| l.contains(&format!("node_info(")) && l.contains(&format!("\"{name}\"")))
+            .filter(|l| l.contains("node_info(") && l.contains(&format!("\"{name}\"")))
             .count();
         assert_eq!(on_host, 2, "{name}: {context}");
     }
