@@ -14,6 +14,9 @@ use std::sync::{Mutex, OnceLock};
 use super::PmixError;
 use super::ffi::{self, Api, DataArray, Infos, Proc, ProcInfo, Query};
 
+/// `PMIX_ERR_TIMEOUT`: the release was not confirmed in time.
+const PMIX_ERR_TIMEOUT: ffi::Status = -24;
+
 /// Whether a tool connection is open in this process.
 static OPEN: AtomicBool = AtomicBool::new(false);
 
@@ -172,9 +175,10 @@ impl Tool {
             )
         };
         let done = match status {
+            // A hang guard: the server answers at once.
             ffi::PMIX_SUCCESS => rx
                 .recv_timeout(std::time::Duration::from_secs(60))
-                .unwrap_or(ffi::PMIX_SUCCESS),
+                .unwrap_or(PMIX_ERR_TIMEOUT),
             other => {
                 // No callback will come: the sender is ours to free.
                 // SAFETY: from Box::into_raw above, not handed on.
