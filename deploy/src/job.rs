@@ -4,7 +4,9 @@
 //! line of output with its rank (srun `--label`, Open MPI `--tag-output`, MPICH
 //! `-prepend-rank`), so the tool can merge the ranks' lines; [`Labels::parse`] reads them.
 
-use crate::{LaunchError, LauncherKind, hostlist, mpirun_hosts, mpirun_is_open_mpi};
+use crate::{
+    LaunchError, LauncherKind, MpirunFlavor, hostlist, mpirun_flavor, mpirun_hosts, mpirun_program,
+};
 
 /// How a launcher labels its ranks' output lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +15,8 @@ pub enum Labels {
     Srun,
     /// Open MPI `--tag-output`: `[JOB,RANK]<stdout>:text`.
     OpenMpi,
+    /// Open MPI 5's `--tag-output`: `[JOB,RANK]<stdout>: text`.
+    OpenMpi5,
     /// MPICH `-prepend-rank`: `[RANK] text`.
     Mpich,
 }
@@ -26,13 +30,19 @@ impl Labels {
                 let (rank, text) = line.split_once(": ")?;
                 Some((rank.trim_start().parse().ok()?, None, text))
             }
-            Labels::OpenMpi => {
+            Labels::OpenMpi | Labels::OpenMpi5 => {
                 let (ids, rest) = line.strip_prefix('[')?.split_once(']')?;
                 let rank = ids.split_once(',')?.1.parse().ok()?;
-                match rest.strip_prefix("<stdout>:") {
-                    Some(text) => Some((rank, Some(1), text)),
-                    None => Some((rank, Some(2), rest.strip_prefix("<stderr>:")?)),
-                }
+                let (stream, text) = match rest.strip_prefix("<stdout>:") {
+                    Some(text) => (1, text),
+                    None => (2, rest.strip_prefix("<stderr>:")?),
+                };
+                // Open MPI 5 puts a space after the tag.
+                let text = match self {
+                    Labels::OpenMpi5 => text.strip_prefix(' ').unwrap_or(text),
+                    _ => text,
+                };
+                Some((rank, Some(stream), text))
             }
             Labels::Mpich => {
                 let (rank, text) = line.strip_prefix('[')?.split_once("] ")?;
@@ -62,6 +72,11 @@ pub fn job_command(
 ) -> Result<Job, LaunchError> {
     let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let count = n.to_string();
+    let mpirun = mpirun_program();
+    let flavor = match kind {
+        LauncherKind::Mpirun => Some(mpirun_flavor()?),
+        _ => None,
+    };
     let (mut argv, labels) = match kind {
         LauncherKind::Srun => {
             let mut a = words(&["srun", "-n", &count, "--label"]);
@@ -70,16 +85,28 @@ pub fn job_command(
             }
             (a, Labels::Srun)
         }
-        LauncherKind::Mpirun if mpirun_is_open_mpi()? => {
-            let mut a = words(&["mpirun", "--allow-run-as-root", "--oversubscribe"]);
+        LauncherKind::Mpirun if matches!(flavor, Some(MpirunFlavor::OpenMpi(_))) => {
+            let mut a = words(&[&mpirun, "--allow-run-as-root", "--oversubscribe"]);
             a.extend(words(&["--tag-output", "-n", &count]));
             if !hosts.is_empty() {
                 a.extend(["--host".into(), mpirun_hosts(hosts, n)]);
             }
-            (a, Labels::OpenMpi)
+            match flavor {
+                // PRRTE has no MPIR: its ranks wait in PMIx_Init for the tool's release.
+                Some(MpirunFlavor::OpenMpi(v)) if v >= 5 => {
+                    a.push("--stop-in-init".into());
+                    if !hosts.is_empty() {
+                        // Each host's slots in turn, as Open MPI 4 places them (PRRTE's
+                        // default put every rank on the first host).
+                        a.extend(words(&["--map-by", "slot"]));
+                    }
+                    (a, Labels::OpenMpi5)
+                }
+                _ => (a, Labels::OpenMpi),
+            }
         }
         LauncherKind::Mpirun => {
-            let mut a = words(&["mpirun", "-prepend-rank", "-n", &count]);
+            let mut a = words(&[&mpirun, "-prepend-rank", "-n", &count]);
             if !hosts.is_empty() {
                 a.extend(["-hosts".into(), mpirun_hosts(hosts, n)]);
             }
@@ -138,5 +165,9 @@ mod tests {
         );
         assert_eq!(Labels::OpenMpi.parse("mpirun noticed"), None);
         assert_eq!(Labels::Mpich.parse("[7] x"), Some((7, None, "x")));
+        assert_eq!(
+            Labels::OpenMpi5.parse("[1,3]<stdout>:  two"),
+            Some((3, Some(1), " two"))
+        );
     }
 }

@@ -47,8 +47,8 @@ mod srun;
 mod ssh;
 
 pub use local::Local;
-pub use mpirun::Mpirun;
-pub(crate) use mpirun::{mpirun_hosts, mpirun_is_open_mpi};
+pub(crate) use mpirun::mpirun_hosts;
+pub use mpirun::{Mpirun, MpirunFlavor, mpirun_flavor, mpirun_program};
 pub use srun::Srun;
 pub use ssh::Ssh;
 

@@ -7,7 +7,8 @@ use tokio::process::Command;
 use crate::ssh::ssh_network_name;
 use crate::{LaunchError, LaunchSpec, Launched, Launcher};
 
-/// `mpirun` of Open MPI or MPICH (detected from `mpirun --version`).
+/// `mpirun` of Open MPI or MPICH (detected from `mpirun --version`; `SDM_MPIRUN` names
+/// another than `PATH`'s).
 #[derive(Debug, Default)]
 pub struct Mpirun {
     /// Extra arguments before the program (e.g. a hostfile).
@@ -32,19 +33,57 @@ pub(crate) fn mpirun_hosts(hosts: &[String], n: u32) -> String {
         .join(",")
 }
 
-/// Whether `mpirun` is Open MPI's (else MPICH's hydra), from `mpirun --version`.
-pub(crate) fn mpirun_is_open_mpi() -> Result<bool, LaunchError> {
-    let version = std::process::Command::new("mpirun")
+/// The `mpirun` to run: `SDM_MPIRUN` (a path, e.g. another MPI's `mpirun`), else
+/// `mpirun` from `PATH`.
+pub fn mpirun_program() -> String {
+    std::env::var("SDM_MPIRUN")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "mpirun".into())
+}
+
+/// Which MPI an `mpirun` belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MpirunFlavor {
+    /// Open MPI of this major version (4: ORTE with MPIR; 5: PRRTE with PMIx only).
+    OpenMpi(u32),
+    /// MPICH's hydra.
+    Mpich,
+}
+
+impl MpirunFlavor {
+    /// From `mpirun --version`'s output (`mpirun (Open MPI) 5.0.11`).
+    pub fn from_version(text: &str) -> Self {
+        let Some(at) = text.find("Open MPI").or_else(|| text.find("OpenRTE")) else {
+            return Self::Mpich;
+        };
+        let major = text[at..]
+            .split(|c: char| c.is_whitespace() || c == ')')
+            .find_map(|w| w.split('.').next()?.parse::<u32>().ok())
+            .unwrap_or(4);
+        Self::OpenMpi(major)
+    }
+}
+
+/// Which MPI [`mpirun_program`] is, from its `--version`.
+pub fn mpirun_flavor() -> Result<MpirunFlavor, LaunchError> {
+    let program = mpirun_program();
+    let version = std::process::Command::new(&program)
         .arg("--version")
         .output()
         .map_err(|source| LaunchError::Spawn {
             launcher: "mpirun",
-            program: "mpirun --version (install openmpi-bin)".into(),
+            program: format!("{program} --version (install openmpi-bin, or set SDM_MPIRUN)"),
             source,
         })?;
     let text = String::from_utf8_lossy(&version.stdout).to_string()
         + &String::from_utf8_lossy(&version.stderr);
-    Ok(text.contains("Open MPI") || text.contains("OpenRTE"))
+    Ok(MpirunFlavor::from_version(&text))
+}
+
+/// Whether `mpirun` is Open MPI's (else MPICH's hydra).
+fn mpirun_is_open_mpi() -> Result<bool, LaunchError> {
+    Ok(matches!(mpirun_flavor()?, MpirunFlavor::OpenMpi(_)))
 }
 
 impl Launcher for Mpirun {
@@ -54,7 +93,7 @@ impl Launcher for Mpirun {
     fn launch(&self, spec: &LaunchSpec) -> Result<Launched, LaunchError> {
         let open_mpi = mpirun_is_open_mpi()?;
         let names: Vec<&str> = spec.env.iter().map(|(k, _)| k.as_str()).collect();
-        let mut cmd = Command::new("mpirun");
+        let mut cmd = Command::new(mpirun_program());
         // Open MPI 4.1 loses a child's exit when many ranks end at once and mpirun hangs;
         // launching from the main thread avoids it (see deploy/README.md).
         cmd.envs(spec.env.iter().cloned())
@@ -92,5 +131,20 @@ impl Launcher for Mpirun {
     /// MPICH's hydra): a host is what ssh's configuration makes of it.
     fn network_name(&self, host: &str) -> io::Result<String> {
         ssh_network_name(&[], host).or_else(|_| Ok(host.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flavor_comes_from_the_version() {
+        let v5 = "mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/";
+        assert_eq!(MpirunFlavor::from_version(v5), MpirunFlavor::OpenMpi(5));
+        let v4 = "mpirun (Open MPI) 4.1.4\n";
+        assert_eq!(MpirunFlavor::from_version(v4), MpirunFlavor::OpenMpi(4));
+        let hydra = "HYDRA build details:\n    Version: 4.0.2\n";
+        assert_eq!(MpirunFlavor::from_version(hydra), MpirunFlavor::Mpich);
     }
 }

@@ -140,7 +140,8 @@ struct ServerArgs {
 /// How to start a tree: the options `launch` and `run` share.
 #[derive(clap::Args, Debug)]
 pub(crate) struct TreeArgs {
-    /// local, ssh, mpirun or srun.
+    /// local, ssh, mpirun or srun (`SDM_MPIRUN=PATH` runs another mpirun than PATH's,
+    /// e.g. Open MPI 5's).
     #[arg(long, default_value = "local")]
     launcher: LauncherKind,
     /// Hosts, in Slurm's hostlist form (`node[01-04,07],login1`; repeatable): ssh starts

@@ -4,7 +4,10 @@
 //! `MPIR_Breakpoint`); its process table places one server per host, each attaching to
 //! its host's ranks; then the launcher is released. Under srun the tasks wait before their
 //! first instruction, so `--stop-at-main` and breakpoints set before the program runs work
-//! as they do locally; Open MPI 4 holds its ranks inside `MPI_Init` instead.
+//! as they do locally; Open MPI 4 holds its ranks inside `MPI_Init` instead. Open MPI 5's
+//! mpirun (PRRTE) has no MPIR: it is started with `--stop-in-init`, its ranks wait in
+//! `PMIx_Init` (inside `MPI_Init`), their table comes from its PMIx server, and the PMIx
+//! debugger-release event lets them go (see sdm_server::pmix).
 
 use std::io::Write;
 
@@ -12,14 +15,54 @@ use anyhow::Context;
 use sdm_deploy::LauncherKind;
 use sdm_deploy::job::Labels;
 use sdm_proto::{IdSet, Kind, Message, Status};
-use sdm_server::hold::{HeldJob, HoldError, Streams, launch_held_with};
+use sdm_server::hold::{HeldJob, HoldError, SlurmStep, Streams, launch_held_with};
+use sdm_server::mpir::ProcTable;
+use sdm_server::pmix::PmixError;
 
 use crate::console::Console;
+
+/// How the launcher holds its job.
+pub(crate) enum HeldBy {
+    /// MPIR: the launcher stopped in `MPIR_Breakpoint` (srun, Open MPI 4).
+    Mpir(HeldJob),
+    /// PMIx: the ranks wait in `PMIx_Init` for the debugger release (Open MPI 5).
+    #[cfg(feature = "pmix")]
+    Pmix(sdm_server::pmix::PmixHeldJob),
+}
+
+impl HeldBy {
+    /// The job's tasks, from the launcher.
+    pub(crate) fn table(&self) -> &ProcTable {
+        match self {
+            Self::Mpir(j) => j.table(),
+            #[cfg(feature = "pmix")]
+            Self::Pmix(j) => j.table(),
+        }
+    }
+
+    /// The Slurm job step, under srun.
+    pub(crate) fn slurm_step(&self) -> Option<&SlurmStep> {
+        match self {
+            Self::Mpir(j) => j.slurm_step(),
+            #[cfg(feature = "pmix")]
+            Self::Pmix(_) => None,
+        }
+    }
+
+    /// Lets the job go on; returns the launcher's process.
+    fn release(self) -> anyhow::Result<std::process::Child> {
+        Ok(match self {
+            Self::Mpir(j) => j.release()?,
+            #[cfg(feature = "pmix")]
+            Self::Pmix(j) => j.release()?,
+        })
+    }
+}
 
 /// A job its launcher holds, and which launcher that is.
 pub(crate) struct Held {
     /// The held job (released once its ranks are attached).
-    pub job: HeldJob,
+    pub job: HeldBy,
     /// srun or mpirun.
     pub kind: LauncherKind,
     /// How the launcher labels its ranks' output lines.
@@ -42,6 +85,8 @@ impl Held {
 pub(crate) enum NotHeld {
     /// The launcher cannot hold a job (no MPIR interface, or it ended).
     Launcher(HoldError),
+    /// A PMIx launcher (Open MPI 5) could not hold it.
+    Pmix(PmixError),
     /// Open MPI's mpirun reaches `MPIR_Breakpoint` only once every rank is in `MPI_Init`:
     /// a program that never calls it would run unheld (or, ending, run twice).
     NotMpi {
@@ -54,6 +99,7 @@ impl std::fmt::Display for NotHeld {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Launcher(e) => e.fmt(f),
+            Self::Pmix(e) => e.fmt(f),
             Self::NotMpi { program } => write!(
                 f,
                 "Open MPI's mpirun holds a job in MPI_Init, and {program} is not a program \
@@ -77,7 +123,8 @@ pub(crate) async fn start(
 ) -> anyhow::Result<Result<Held, NotHeld>> {
     let job = sdm_deploy::job::job_command(kind, hosts, extra, n, program)?;
     let (argv, labels) = (job.argv, job.labels);
-    if labels == Labels::OpenMpi && !crate::mpilib::links_mpi(&program[0]) {
+    let open_mpi = matches!(labels, Labels::OpenMpi | Labels::OpenMpi5);
+    if open_mpi && !crate::mpilib::links_mpi(&program[0]) {
         return Ok(Err(NotHeld::NotMpi {
             program: program[0].clone(),
         }));
@@ -93,17 +140,54 @@ pub(crate) async fn start(
         no_input: !input,
         stderr: Some(write),
     };
-    let held = tokio::task::spawn_blocking(move || launch_held_with(&argv, &env, streams))
-        .await
-        .context("the thread holding the launcher")?;
-    Ok(held
-        .map(|job| Held {
-            job,
-            kind,
-            labels,
-            stderr,
-        })
-        .map_err(NotHeld::Launcher))
+    let job = if labels == Labels::OpenMpi5 {
+        match hold_pmix(argv, env.to_vec(), streams, n).await? {
+            Ok(job) => job,
+            Err(e) => return Ok(Err(NotHeld::Pmix(e))),
+        }
+    } else {
+        let held = tokio::task::spawn_blocking(move || launch_held_with(&argv, &env, streams))
+            .await
+            .context("the thread holding the launcher")?;
+        match held {
+            Ok(job) => HeldBy::Mpir(job),
+            Err(e) => return Ok(Err(NotHeld::Launcher(e))),
+        }
+    };
+    Ok(Ok(Held {
+        job,
+        kind,
+        labels,
+        stderr,
+    }))
+}
+
+/// Starts a PMIx launcher's job held in `PMIx_Init` (see sdm_server::pmix).
+#[cfg(feature = "pmix")]
+async fn hold_pmix(
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    streams: Streams,
+    n: u32,
+) -> anyhow::Result<Result<HeldBy, PmixError>> {
+    let held =
+        tokio::task::spawn_blocking(move || sdm_server::pmix::launch_held(&argv, &env, streams, n))
+            .await
+            .context("the thread holding the launcher")?;
+    Ok(held.map(HeldBy::Pmix))
+}
+
+/// Without the `pmix` feature, an Open MPI 5 job cannot be held: said before it starts.
+#[cfg(not(feature = "pmix"))]
+async fn hold_pmix(
+    argv: Vec<String>,
+    _env: Vec<(String, String)>,
+    _streams: Streams,
+    _n: u32,
+) -> anyhow::Result<Result<HeldBy, PmixError>> {
+    Ok(Err(PmixError::NotBuilt {
+        launcher: argv.first().cloned().unwrap_or_default(),
+    }))
 }
 
 /// Reads the launcher's standard error from its start, on a thread of its own: its own

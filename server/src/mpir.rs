@@ -13,7 +13,8 @@
 //! fills it only when a debugger started it) is read through its process tree instead: the
 //! launcher's descendants carrying `OMPI_COMM_WORLD_RANK` (or `PMIX_RANK`, `PMI_RANK`) in
 //! their environment; ranks running on other hosts are not visible that way and are
-//! reported missing by rank.
+//! reported missing by rank. A launcher without MPIR that maps a PMIx library (Open MPI
+//! 5's `prterun`) is asked as a PMIx tool instead ([`crate::pmix`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
@@ -43,6 +44,19 @@ pub enum TableSource {
     Mpir,
     /// The launcher's descendants on this host and their rank variables.
     ProcessTree,
+    /// The launcher's PMIx server (`PMIX_QUERY_PROC_TABLE`, see [`crate::pmix`]).
+    Pmix,
+}
+
+impl TableSource {
+    /// Its name in `sdm attach --table --json` (`mpir`, `process-tree`, `pmix`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mpir => "mpir",
+            Self::ProcessTree => "process-tree",
+            Self::Pmix => "pmix",
+        }
+    }
 }
 
 /// The job's tasks, by rank.
@@ -137,6 +151,9 @@ pub enum MpirError {
         /// Ranks expected.
         size: u32,
     },
+    /// The launcher runs a PMIx server (Open MPI 5) that could not give its table.
+    #[error(transparent)]
+    Pmix(#[from] crate::pmix::PmixError),
 }
 
 /// The rank variables the process-tree reading looks for, in order.
@@ -209,6 +226,10 @@ pub fn read_proctable(launcher: u32) -> Result<ProcTable, MpirError> {
                 }
                 Err(e) => Err(e),
             }
+        }
+        // No MPIR: a PMIx launcher (Open MPI 5's prterun) gives its table as a PMIx tool.
+        _ if let Some(library) = crate::pmix::server_library(launcher) => {
+            Ok(crate::pmix::read_proctable(launcher, &library)?)
         }
         _ => {
             let t = read_process_tree(launcher)?;

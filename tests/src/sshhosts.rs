@@ -31,6 +31,17 @@ pub struct SshHosts {
 impl SshHosts {
     /// `n` hosts, each with its sshd answering.
     pub fn create(n: u32) -> SshHosts {
+        Self::create_with(n, false)
+    }
+
+    /// [`SshHosts::create`], each host with a host name of its own, its ssh name (a UTS
+    /// namespace for its sshd and what it starts): for launchers that name a host by what
+    /// its daemon calls it, as PRRTE (Open MPI 5) does.
+    pub fn create_named(n: u32) -> SshHosts {
+        Self::create_with(n, true)
+    }
+
+    fn create_with(n: u32, named: bool) -> SshHosts {
         let hosts = Hosts::create(n);
         let dir = std::env::temp_dir().join(hosts.tag());
         let config = Path::new(SSH_INCLUDE_DIR).join(format!("{}.conf", hosts.tag()));
@@ -74,9 +85,16 @@ impl SshHosts {
             )
             .unwrap();
             let log = std::fs::File::create(me.dir.join(format!("sshd_h{k}.log"))).unwrap();
-            let sshd = me
-                .hosts
-                .exec(k, "/usr/sbin/sshd")
+            let mut sshd = if named {
+                let mut c = me.hosts.exec(k, "unshare");
+                c.args(["--uts", "sh", "-c", "hostname \"$0\" && exec \"$@\""])
+                    .arg(me.hosts.namespace(k))
+                    .arg("/usr/sbin/sshd");
+                c
+            } else {
+                me.hosts.exec(k, "/usr/sbin/sshd")
+            };
+            let sshd = sshd
                 .args(["-D", "-e", "-f"])
                 .arg(&conf)
                 .stdin(Stdio::null())

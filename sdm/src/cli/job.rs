@@ -370,7 +370,7 @@ pub(super) async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
             // A job still starting gets a few seconds to fill its table.
             let t = sdm_server::mpir::read_proctable_waiting(pid, Duration::from_secs(10))?;
             if a.table {
-                print_proctable(&t.tasks, a.console.json);
+                print_proctable(&t.tasks, Some(t.source), a.console.json);
                 return Ok(());
             }
             tracing::info!("launcher {pid}: {} ranks ({:?})", t.tasks.len(), t.source);
@@ -379,7 +379,7 @@ pub(super) async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
         None => {
             let tasks = parse_host_pids(&a.pids)?;
             if a.table {
-                print_proctable(&pids_table(&tasks)?, a.console.json);
+                print_proctable(&pids_table(&tasks)?, None, a.console.json);
                 return Ok(());
             }
             tasks
@@ -456,14 +456,20 @@ fn local_executable(pid: u32) -> std::io::Result<String> {
     }
 }
 
-/// `sdm attach PID --table` (or `--pids ... --table`): the process table, one rank per line.
-fn print_proctable(tasks: &[sdm_server::mpir::ProcDesc], json: bool) {
+/// `sdm attach PID --table` (or `--pids ... --table`): the process table, one rank per line;
+/// in JSON each line also names where a launcher's table came from (`source`).
+fn print_proctable(
+    tasks: &[sdm_server::mpir::ProcDesc],
+    source: Option<sdm_server::mpir::TableSource>,
+    json: bool,
+) {
     for d in tasks {
         if json {
-            println!(
-                "{}",
-                serde_json::json!({"rank": d.rank, "host": d.host, "pid": d.pid, "executable": d.executable})
-            );
+            let mut line = serde_json::json!({"rank": d.rank, "host": d.host, "pid": d.pid, "executable": d.executable});
+            if let Some(s) = source {
+                line["source"] = s.name().into();
+            }
+            println!("{line}");
         } else {
             println!("{} {} {} {}", d.rank, d.host, d.pid, d.executable);
         }

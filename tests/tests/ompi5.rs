@@ -1,0 +1,383 @@
+//! Open MPI 5 (issue 39): its `mpirun` is PRRTE's `prterun`, which keeps no MPIR table; sdm
+//! reads the job's process table as a PMIx tool of the launcher's server and holds a job
+//! it launches in `PMIx_Init` (`--stop-in-init`), released by the PMIx debugger-release
+//! event. The programs are built with Open MPI 5's `mpicc` (/opt/sdm-venv, never on PATH);
+//! `SDM_MPIRUN` makes `sdm run --launcher mpirun` use its `mpirun`.
+//!
+//! - `sdm attach MPIRUN --table --json` on a hung job (tests/programs/mpi_hang.c): every
+//!   rank, its pid a process of the job, the table's source `pmix`; `stop`, `bt
+//!   --classes`: the hung job's two classes; the same across the four namespace hosts, each
+//!   rank on the host the table names.
+//! - `sdm_server::pmix::launch_held` with `--stop-in-init` (tests/programs/mpi_hold.c):
+//!   every rank reaches `MPI_Init` and none passes it until the job is released; then all
+//!   do and the job ends.
+//! - `sdm run --launcher mpirun` with Open MPI 5: one server for the host's ranks, the
+//!   hung job's two classes; across the four hosts, one server per host for its two ranks.
+//!
+//! PRRTE names a node by its daemon's host name, so the multi-host tests give each
+//! namespace host its own (`SshHosts::create_named`).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+use sdm_e2e::{assert_hung_job_classes, sdm_ok};
+
+/// Open MPI 5's installation (deploy/ci-setup.sh).
+const VENV: &str = "/opt/sdm-venv/bin";
+
+/// tests/programs/NAME.c built with Open MPI 5's mpicc, once per test process.
+fn ompi5_program(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let dir = DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("sdm-ompi5-tests-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("a directory for the MPI programs");
+        d
+    });
+    let out = dir.join(name);
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !out.exists() {
+        sdm_e2e::run_ok(
+            Command::new(format!("{VENV}/mpicc"))
+                .args(["-O2", "-g", "-Wall", "-o"])
+                .arg(&out)
+                .arg(sdm_e2e::program_source(name)),
+        );
+    }
+    out
+}
+
+/// A hung Open MPI 5 job; its launcher terminated (and its ranks killed) when dropped.
+struct HungJob5 {
+    mpirun: Child,
+    prog: PathBuf,
+}
+
+impl HungJob5 {
+    /// `mpirun -n N mpi_hang` (with `extra` arguments and environment), once every rank
+    /// printed `ready`.
+    fn start(n: u32, extra: &[String], env: &[(&str, &str)]) -> Self {
+        let prog = ompi5_program("mpi_hang");
+        let mut mpirun = Command::new(format!("{VENV}/mpirun"))
+            .args(["--allow-run-as-root", "--oversubscribe"])
+            .args(extra)
+            .args(["-n", &n.to_string()])
+            .arg(&prog)
+            .envs(env.iter().copied())
+            // The waiting ranks poll: let them yield the machine's few cores.
+            .env("OMPI_MCA_mpi_yield_when_idle", "1")
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting Open MPI 5's mpirun");
+        let out = mpirun.stdout.take().unwrap();
+        let job = HungJob5 { mpirun, prog };
+        let mut lines = BufReader::new(out).lines();
+        for _ in 0..n {
+            let l = lines.next().expect("a rank's ready line").unwrap();
+            assert_eq!(l, "ready");
+        }
+        std::thread::spawn(move || for _ in lines {});
+        job
+    }
+
+    fn pid(&self) -> String {
+        self.mpirun.id().to_string()
+    }
+}
+
+impl Drop for HungJob5 {
+    fn drop(&mut self) {
+        sdm_e2e::daemons::terminate(&mut self.mpirun);
+        // Never leave a spinning rank behind (ranks on other hosts included: one kernel).
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+            if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == self.prog) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+/// `sdm attach MPIRUN --table --json`: (rank, host, pid) of each line, each line's source
+/// checked to be PMIx and its executable `prog`.
+fn pmix_table(mpirun: &str, prog: &Path) -> Vec<(u32, String, u32)> {
+    let table = sdm_ok(["attach", mpirun, "--table", "--json"]);
+    table
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(v["source"], "pmix", "{table}");
+            assert_eq!(v["executable"].as_str(), prog.to_str(), "{table}");
+            (
+                v["rank"].as_u64().unwrap() as u32,
+                v["host"].as_str().unwrap().to_owned(),
+                v["pid"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect()
+}
+
+/// `sdm attach MPIRUN -c stop -c 'bt --classes' -c detach`: the hung job's two classes over
+/// all `n` ranks.
+fn attach_and_classify(mpirun: &str, n: u32) {
+    let out = Command::new(sdm_e2e::sdm())
+        .args(["attach", mpirun])
+        .args(["-c", "stop", "-c", "bt --classes", "-c", "detach"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let context = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    let last = n - 1;
+    assert_eq!(
+        lines.first().copied(),
+        Some(format!("[0-{last}] stopped").as_str()),
+        "{context}"
+    );
+    assert_hung_job_classes(&lines, n, &context);
+    assert_eq!(
+        lines.last().copied(),
+        Some(format!("[0-{last}] detached").as_str()),
+        "{context}"
+    );
+    assert!(out.status.success(), "{:?}: {context}", out.status);
+}
+
+#[test]
+#[cfg_attr(
+    not(sdm_have_ompi5),
+    ignore = "needs Open MPI 5 in /opt/sdm-venv (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn attach_to_a_hung_open_mpi_5_job_reads_its_table_through_pmix() {
+    let n = 6;
+    let job = HungJob5::start(n, &[], &[]);
+    let table = pmix_table(&job.pid(), &job.prog);
+    let ranks: Vec<u32> = table.iter().map(|t| t.0).collect();
+    assert_eq!(ranks, (0..n).collect::<Vec<_>>());
+    // Each pid is a rank of this job: a child of the launcher, running the program.
+    let children: BTreeSet<u32> = sdm_e2e::children_of(job.mpirun.id()).into_iter().collect();
+    for (rank, _, pid) in &table {
+        assert!(
+            children.contains(pid),
+            "rank {rank}: {pid} not in {children:?}"
+        );
+    }
+    attach_and_classify(&job.pid(), n);
+}
+
+/// `sdm attach` of an Open MPI 5 job whose ranks run on the four namespace hosts: prterun
+/// starts its daemons (prted) over ssh, the table names each rank's host, and one server
+/// per rank starts there. The hosts share one kernel and one /dev/shm, which Open MPI's
+/// shared-memory transports take for one machine's: the ranks talk over TCP only.
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh, sdm_have_ompi5)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI 5 (deploy/ci-setup.sh)"
+)]
+fn attach_to_a_hung_open_mpi_5_job_across_four_hosts() {
+    let _one = sdm_e2e::netns::one_at_a_time();
+    // PRRTE names a node by its daemon's host name: each host has its own.
+    let h = sdm_e2e::sshhosts::SshHosts::create_named(4);
+    let n = 8u32;
+    let hosts: Vec<String> = h.names().iter().map(|name| format!("{name}:2")).collect();
+    let job = HungJob5::start(
+        n,
+        // Each host's slots in turn: PRRTE's default mapping put all eight on the first.
+        &[
+            "--host".into(),
+            hosts.join(","),
+            "--map-by".into(),
+            "slot".into(),
+        ],
+        &[("OMPI_MCA_btl", "self,tcp"), ("OMPI_MCA_pml", "ob1")],
+    );
+    let table = pmix_table(&job.pid(), &job.prog);
+    assert_eq!(table.len(), n as usize);
+    for name in h.names() {
+        assert_eq!(
+            table.iter().filter(|t| t.1 == name).count(),
+            2,
+            "{name}: {table:?}"
+        );
+    }
+    attach_and_classify(&job.pid(), n);
+    sdm_e2e::daemons::assert_daemons_gone(&h.hosts, "tcp", "detach");
+    drop(job);
+}
+
+/// The files tests/programs/mpi_hold.c made in `dir` (`before.RANK`, `after.RANK`).
+fn markers(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn four(what: &str) -> BTreeSet<String> {
+    (0..4).map(|r| format!("{what}.{r}")).collect()
+}
+
+#[test]
+#[cfg_attr(
+    not(sdm_have_ompi5),
+    ignore = "needs Open MPI 5 in /opt/sdm-venv (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn open_mpi_5_holds_its_ranks_in_pmix_init_until_released() {
+    let prog = ompi5_program("mpi_hold");
+    let dir = std::env::temp_dir().join(format!("sdm-ompi5-hold-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let argv: Vec<String> = [
+        &format!("{VENV}/mpirun"),
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--stop-in-init",
+        "-n",
+        "4",
+        prog.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let env = [("SDM_HOLD_DIR".to_owned(), dir.display().to_string())];
+    let job = sdm_server::pmix::launch_held(&argv, &env, Default::default(), 4).unwrap();
+    let table = job.table();
+    assert_eq!(table.source, sdm_server::mpir::TableSource::Pmix);
+    assert_eq!(
+        table.tasks.iter().map(|t| t.rank).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+    for t in &table.tasks {
+        let exe = std::fs::read_link(format!("/proc/{}/exe", t.pid)).unwrap();
+        assert_eq!(exe, prog, "rank {}", t.rank);
+    }
+    // Held: every rank has connected to its server, so has reached MPI_Init (its `before`
+    // file is there), and none has passed it.
+    assert_eq!(markers(&dir), four("before"), "a rank passed MPI_Init");
+    let mut launcher = job.release().unwrap();
+    // Released, the ranks finish at once (a hang guard, not a timing check).
+    let deadline = std::time::Instant::now() + sdm_e2e::daemons::PATIENCE;
+    let status = loop {
+        if let Some(s) = launcher.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = launcher.kill();
+            let _ = launcher.wait();
+            panic!("the released job did not end: {:?}", markers(&dir));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let mut want = four("after");
+    want.extend(four("before"));
+    assert_eq!(markers(&dir), want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The distinct server pids in `omis 1 [] node_info()` output lines.
+fn server_pids(out: &str) -> BTreeSet<u32> {
+    out.lines()
+        .filter(|l| l.contains("node_info("))
+        .filter_map(|l| {
+            let args = l.rsplit_once("node_info(")?.1.trim_end_matches(')');
+            args.rsplit(',').next()?.trim().parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(
+    not(sdm_have_ompi5),
+    ignore = "needs Open MPI 5 in /opt/sdm-venv (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn sdm_run_holds_an_open_mpi_5_job_and_sees_its_hang_with_one_server() {
+    let prog = ompi5_program("mpi_hang");
+    let out = Command::new(sdm_e2e::sdm())
+        .args(["run", "--launcher", "mpirun", "-n", "6"])
+        .args(["-c", "omis 1 [] node_info()", "-c", "sleep 2"])
+        .args(["-c", "bt --classes", "-c", "kill", "--"])
+        .arg(&prog)
+        .env("SDM_MPIRUN", format!("{VENV}/mpirun"))
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let context = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{:?}: {context}", out.status);
+    // Held by the launcher (not one server per rank, the fallback): one server.
+    assert_eq!(server_pids(&stdout).len(), 1, "{context}");
+    assert!(
+        !context.contains("starting one server per rank"),
+        "{context}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_hung_job_classes(&lines, 6, &context);
+}
+
+/// `sdm run --launcher mpirun --hosts …` with Open MPI 5: prterun starts its daemons over
+/// ssh on the four hosts (each with its own host name, as PRRTE names nodes by them), the
+/// job is held in `PMIx_Init`, one server per host attaches to that host's two ranks, and
+/// the released job's hang is seen across them.
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh, sdm_have_ompi5)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2, sshd and Open MPI 5 (deploy/ci-setup.sh)"
+)]
+fn sdm_run_holds_an_open_mpi_5_job_across_four_hosts() {
+    let _one = sdm_e2e::netns::one_at_a_time();
+    let h = sdm_e2e::sshhosts::SshHosts::create_named(4);
+    let prog = ompi5_program("mpi_hang");
+    let out = Command::new(sdm_e2e::sdm())
+        .args([
+            "run",
+            "--launcher",
+            "mpirun",
+            "--hosts",
+            &h.hosts.hostlist(),
+        ])
+        .args(["-n", "8", "-c", "omis 1 [] node_info()", "-c", "sleep 2"])
+        .args(["-c", "bt --classes", "-c", "kill", "--"])
+        .arg(&prog)
+        .env("SDM_MPIRUN", format!("{VENV}/mpirun"))
+        .env("OMPI_MCA_btl", "self,tcp")
+        .env("OMPI_MCA_pml", "ob1")
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let context = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{:?}: {context}", out.status);
+    assert!(
+        !context.contains("starting one server per rank"),
+        "{context}"
+    );
+    // One server per host, serving that host's two ranks.
+    assert_eq!(server_pids(&stdout).len(), 4, "{context}");
+    for name in h.names() {
+        let on_host = stdout
+            .lines()
+            .filter(|l| l.contains("node_info(") && l.contains(&format!("\"{name}\"")))
+            .count();
+        assert_eq!(on_host, 2, "{name}: {context}");
+    }
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_hung_job_classes(&lines, 8, &context);
+    sdm_e2e::daemons::assert_daemons_gone(&h.hosts, "tcp", "the run ended");
+}
