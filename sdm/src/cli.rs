@@ -18,10 +18,11 @@ use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{Shape, Topology};
 
+mod attach;
 mod job;
 mod launch;
 mod top;
-pub(crate) use job::is_this_host;
+pub(crate) use attach::{is_this_host, local_executable};
 
 /// The longest wait an option may ask for (a day, in milliseconds): longer ones are typing
 /// mistakes, and a bound keeps deadlines from overflowing the clock.
@@ -91,6 +92,24 @@ enum Cmd {
     },
     // Its description is ServerArgs's, so `sdm server` parsed alone reads the same.
     Server(ServerArgs),
+    /// Helper of `sdm attach` on another host (run there over ssh): print the tasks found
+    /// below a launcher, a command's process, or given pids, one JSON object a line.
+    #[command(hide = true)]
+    Tasks {
+        /// The launcher whose descendants are the tasks.
+        #[arg(long, conflicts_with_all = ["command", "pid"])]
+        tree: Option<u32>,
+        /// The command line (words joined by spaces) of the process whose descendants are
+        /// the tasks.
+        #[arg(long, conflicts_with = "pid")]
+        command: Option<String>,
+        /// Processes that are tasks (repeatable).
+        #[arg(long)]
+        pid: Vec<u32>,
+        /// The rank variable (see `sdm attach --rank-env`).
+        #[arg(long, value_name = "NAME")]
+        rank_env: Option<String>,
+    },
     /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -204,6 +223,14 @@ pub(crate) struct TreeArgs {
 }
 
 impl TreeArgs {
+    /// `--launcher-args` split at spaces.
+    pub(crate) fn launcher_args(&self) -> Vec<String> {
+        self.launcher_args
+            .as_deref()
+            .map(|a| a.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
     pub(crate) fn options(&self, n: u32) -> anyhow::Result<SessionOptions> {
         let mut hosts = sdm_deploy::hostlist::expand_all(&self.hosts).context("--hosts")?;
         // A plugin named here that does not load is fatal, as a --filter-plugin's is.
@@ -238,11 +265,7 @@ impl TreeArgs {
             ranks_per_server,
             launcher: self.launcher,
             hosts,
-            launcher_args: self
-                .launcher_args
-                .as_deref()
-                .map(|a| a.split_whitespace().map(str::to_owned).collect())
-                .unwrap_or_default(),
+            launcher_args: self.launcher_args(),
             remote_program: self.remote_sdm.clone(),
             listen: self.listen.clone(),
             bind: self.bind.clone(),
@@ -386,10 +409,20 @@ struct AttachArgs {
         conflicts_with = "pids"
     )]
     launcher_pid: Option<u32>,
-    /// The tasks of a job whose launcher is gone, in rank order: HOST:PID,... (a bare PID is
-    /// on this host).
+    /// The tasks of a job whose launcher is gone: HOST:PID,... (a bare PID is on this
+    /// host), ranked by the rank variable in their environments when every one has one
+    /// (RANK, PMIX_RANK, PMI_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, FLUX_TASK_RANK, or
+    /// --rank-env), else in the order given.
     #[arg(long, value_delimiter = ',', value_name = "HOST:PID")]
     pids: Vec<String>,
+    /// With --pids: each is a launcher (a shell loop, torchrun, a node's agent) whose
+    /// descendants on its host are the tasks, ranked by their environments.
+    #[arg(long, requires = "pids")]
+    tree: bool,
+    /// The environment variable holding each task's rank, for a launcher whose tasks carry
+    /// none of the usual ones (or carry one inherited by all): only it is read.
+    #[arg(long, value_name = "NAME")]
+    rank_env: Option<String>,
     /// Print the process table and exit, attaching to nothing.
     #[arg(long)]
     table: bool,
@@ -527,7 +560,7 @@ fn real_main() -> anyhow::Result<()> {
     // Daemons run everything on one thread: a frame never crosses threads on its way
     // through a node, which makes round trips shorter than on a worker pool.
     let rt = match &cli.cmd {
-        Cmd::Master { .. } | Cmd::Server(_) | Cmd::Topology { .. } => {
+        Cmd::Master { .. } | Cmd::Server(_) | Cmd::Topology { .. } | Cmd::Tasks { .. } => {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
@@ -544,7 +577,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Launch(a) => launch::launch(a).await,
         Cmd::Run(a) => job::run_job(a).await,
-        Cmd::Attach(a) => job::attach_job(a).await,
+        Cmd::Attach(a) => attach::attach_job(a).await,
+        Cmd::Tasks {
+            tree,
+            command,
+            pid,
+            rank_env,
+        } => attach::print_tasks(tree, command, pid, rank_env.as_deref()),
         Cmd::Top(a) => top::run_top(a).await,
         Cmd::Status { pid, json } => {
             let (healthy, text) = crate::status::status(pid, json).await?;

@@ -32,5 +32,6 @@ pub mod screen;
 pub mod script;
 pub mod stacks;
 pub mod status;
+mod tasks;
 pub mod top;
 pub mod words;
