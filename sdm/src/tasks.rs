@@ -271,7 +271,7 @@ impl Reader {
 
     /// `host` as a table names it: this host by its name.
     fn host_name(&self, host: &str) -> String {
-        if host.is_empty() {
+        if crate::cli::is_this_host(host, &self.here) {
             self.here.clone()
         } else {
             host.to_owned()
