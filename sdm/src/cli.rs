@@ -92,6 +92,14 @@ enum Cmd {
     },
     // Its description is ServerArgs's, so `sdm server` parsed alone reads the same.
     Server(ServerArgs),
+    /// A task of a job `sdm run --launcher hydra` starts: PROGRAM held stopped before its
+    /// first instruction until a server attaches to it.
+    #[command(hide = true)]
+    HoldTask {
+        /// The program and its arguments.
+        #[arg(last = true, required = true)]
+        program: Vec<String>,
+    },
     /// Helper of `sdm attach` on another host (run there over ssh): print the tasks found
     /// below a launcher, a command's process, or given pids, one JSON object a line.
     #[command(hide = true)]
@@ -159,7 +167,7 @@ struct ServerArgs {
 /// How to start a tree: the options `launch` and `run` share.
 #[derive(clap::Args, Debug)]
 pub(crate) struct TreeArgs {
-    /// local, ssh, mpirun or srun.
+    /// local, ssh, mpirun, srun or hydra (MPICH's mpiexec.hydra).
     #[arg(long, default_value = "local")]
     launcher: LauncherKind,
     /// Hosts, in Slurm's hostlist form (`node[01-04,07],login1`; repeatable): ssh starts
@@ -286,7 +294,10 @@ impl TreeArgs {
     /// so each rank has a server of its own unless `--ranks-per-server` says otherwise.
     fn program_options(&self, n: u32) -> anyhow::Result<SessionOptions> {
         let mut opts = self.options(n)?;
-        if matches!(opts.launcher, LauncherKind::Srun | LauncherKind::Mpirun) {
+        if matches!(
+            opts.launcher,
+            LauncherKind::Srun | LauncherKind::Mpirun | LauncherKind::Hydra
+        ) {
             opts.ranks_per_server.get_or_insert(1);
         }
         Ok(opts)
@@ -550,6 +561,10 @@ fn real_main() -> anyhow::Result<()> {
     ) {
         set_sigpipe(SigHandler::SigIgn);
     }
+    // A held task forks too, before any thread.
+    if let Cmd::HoldTask { program } = &cli.cmd {
+        std::process::exit(crate::holdtask::run(program)?);
+    }
     // Local servers asked for as copies of this process are forked here, before any thread.
     if let Cmd::Server(_) = cli.cmd
         && let sdm_deploy::Copies::Done { copies, failed } = sdm_deploy::fork_copies()?
@@ -584,6 +599,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             pid,
             rank_env,
         } => attach::print_tasks(tree, command, pid, rank_env.as_deref()),
+        // Run by `real_main` before the runtime starts.
+        Cmd::HoldTask { .. } => anyhow::bail!("hold-task runs before any thread"),
         Cmd::Top(a) => top::run_top(a).await,
         Cmd::Status { pid, json } => {
             let (healthy, text) = crate::status::status(pid, json).await?;

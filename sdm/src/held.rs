@@ -1,10 +1,12 @@
-//! Launch mode (`sdm run --launcher srun|mpirun`): the job is started by its own launcher,
-//! so MPI wiring and PMI come from it, and held for the tool as STAT, TotalView and
-//! LaunchMON hold it (the launcher traced with `MPIR_being_debugged` set, stopped in
+//! Launch mode (`sdm run --launcher srun|mpirun|hydra`): the job is started by its own
+//! launcher, so MPI wiring and PMI come from it, and held for the tool as STAT, TotalView
+//! and LaunchMON hold it (the launcher traced with `MPIR_being_debugged` set, stopped in
 //! `MPIR_Breakpoint`); its process table places one server per host, each attaching to
 //! its host's ranks; then the launcher is released. Under srun the tasks wait before their
 //! first instruction, so `--stop-at-main` and breakpoints set before the program runs work
-//! as they do locally; Open MPI 4 holds its ranks inside `MPI_Init` instead.
+//! as they do locally; Open MPI 4 holds its ranks inside `MPI_Init` instead. MPICH's hydra
+//! has no MPIR here: its tasks are held by `sdm hold-task` before their first instruction,
+//! as srun's are (heldtree.rs).
 
 use std::io::Write;
 
@@ -16,10 +18,18 @@ use sdm_server::hold::{HeldJob, HoldError, Streams, launch_held_with};
 
 use crate::console::Console;
 
+/// What holds a job.
+pub(crate) enum Holder {
+    /// Its launcher, stopped in `MPIR_Breakpoint` (released once its ranks are attached).
+    Mpir(HeldJob),
+    /// `sdm hold-task` under each task; the launcher runs.
+    Tree(crate::heldtree::TreeHeld),
+}
+
 /// A job its launcher holds, and which launcher that is.
 pub(crate) struct Held {
-    /// The held job (released once its ranks are attached).
-    pub job: HeldJob,
+    /// The held job.
+    pub job: Holder,
     /// srun or mpirun.
     pub kind: LauncherKind,
     /// How the launcher labels its ranks' output lines.
@@ -30,10 +40,27 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    /// Whether the launcher holds the tasks before their first instruction (srun), so
-    /// they are run to `main` as they are attached; Open MPI 4 holds them in `MPI_Init`.
+    /// Whether the launcher holds the tasks before their first instruction (srun, and
+    /// hydra's tasks under `sdm hold-task`), so they are run to `main` as they are
+    /// attached; Open MPI 4 holds them in `MPI_Init`.
     pub(crate) fn at_start(&self) -> bool {
-        self.kind == LauncherKind::Srun
+        matches!(self.kind, LauncherKind::Srun | LauncherKind::Hydra)
+    }
+
+    /// The Slurm step of a job srun holds.
+    pub(crate) fn slurm_step(&self) -> Option<&sdm_server::hold::SlurmStep> {
+        match &self.job {
+            Holder::Mpir(j) => j.slurm_step(),
+            Holder::Tree(_) => None,
+        }
+    }
+
+    /// The job's tasks, by rank.
+    fn table(&self) -> &[sdm_server::mpir::ProcDesc] {
+        match &self.job {
+            Holder::Mpir(j) => &j.table().tasks,
+            Holder::Tree(t) => &t.table,
+        }
     }
 }
 
@@ -74,8 +101,14 @@ pub(crate) async fn start(
     n: u32,
     program: &[String],
     input: bool,
+    reader: &crate::tasks::Reader,
 ) -> anyhow::Result<Result<Held, NotHeld>> {
-    let job = sdm_deploy::job::job_command(kind, hosts, extra, n, program)?;
+    let mut program = program.to_vec();
+    if kind == LauncherKind::Hydra {
+        let hold = [reader.remote_sdm.display().to_string(), "hold-task".into()];
+        program.splice(0..0, hold.into_iter().chain(["--".into()]));
+    }
+    let job = sdm_deploy::job::job_command(kind, hosts, extra, n, &program)?;
     let (argv, labels) = (job.argv, job.labels);
     if labels == Labels::OpenMpi && !crate::mpilib::links_mpi(&program[0]) {
         return Ok(Err(NotHeld::NotMpi {
@@ -88,6 +121,15 @@ pub(crate) async fn start(
     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .context("a pipe for the launcher's stderr")?;
     let stderr = read_stderr(read, labels);
+    if kind == LauncherKind::Hydra {
+        let held = crate::heldtree::start(&argv, n, input, write, reader)?;
+        return Ok(Ok(Held {
+            job: Holder::Tree(held),
+            kind,
+            labels,
+            stderr,
+        }));
+    }
     let streams = Streams {
         capture: true,
         no_input: !input,
@@ -98,7 +140,7 @@ pub(crate) async fn start(
         .context("the thread holding the launcher")?;
     Ok(held
         .map(|job| Held {
-            job,
+            job: Holder::Mpir(job),
             kind,
             labels,
             stderr,
@@ -131,7 +173,7 @@ fn read_stderr(from: std::os::fd::OwnedFd, labels: Labels) -> std::sync::mpsc::R
 /// the launcher's table.
 pub(crate) fn tasks(held: &Held, n: u32) -> anyhow::Result<Vec<(String, u32)>> {
     let mut tasks: Vec<Option<(String, u32)>> = vec![None; n as usize];
-    for d in &held.job.table().tasks {
+    for d in held.table() {
         if let Some(slot) = tasks.get_mut(d.rank as usize) {
             *slot = Some((d.host.clone(), d.pid));
         }
@@ -155,9 +197,12 @@ pub(crate) async fn release(
 ) -> anyhow::Result<std::process::Child> {
     let at_start = held.at_start();
     let (kind, labels, stderr) = (held.kind, held.labels, held.stderr);
-    let mut child = tokio::task::spawn_blocking(move || held.job.release())
-        .await
-        .context("the thread releasing the launcher")??;
+    let mut child = match held.job {
+        Holder::Mpir(job) => tokio::task::spawn_blocking(move || job.release())
+            .await
+            .context("the thread releasing the launcher")??,
+        Holder::Tree(t) => t.launcher,
+    };
     // The ranks' lines, labelled by the launcher, join the tree's output to be merged.
     let counts = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
     let handle = console.session().handle();

@@ -24,6 +24,8 @@ pub mod commands;
 pub mod console;
 pub mod editor;
 mod held;
+mod heldtree;
+mod holdtask;
 mod hosts;
 pub mod interrupt;
 pub mod manual;

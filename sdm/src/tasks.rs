@@ -46,6 +46,9 @@ pub(crate) struct Found {
     /// A process given by pid that does not exist.
     #[serde(default)]
     pub gone: bool,
+    /// A task stopped and untraced (see [`Task::held`]).
+    #[serde(default)]
+    held: bool,
 }
 
 impl From<Task> for Found {
@@ -57,6 +60,7 @@ impl From<Task> for Found {
             executable: t.executable,
             ssh: None,
             gone: false,
+            held: t.held,
         }
     }
 }
@@ -72,6 +76,7 @@ pub(crate) fn query_here(query: &Query, vars: &RankVars) -> anyhow::Result<Vec<F
             executable: String::new(),
             ssh: Some((l.host, l.command)),
             gone: false,
+            held: false,
         });
         t.tasks.into_iter().map(Found::from).chain(launches)
     };
@@ -102,6 +107,7 @@ fn pid_task(pid: u32, vars: &RankVars) -> Found {
         gone: executable.is_err(),
         executable: executable.unwrap_or_default(),
         ssh: None,
+        held: false,
     }
 }
 
@@ -169,12 +175,20 @@ impl Reader {
     /// The tasks below each launcher `(host, pid)` (and below what they start on other
     /// hosts over ssh), checked: each rank once, none missing.
     pub(crate) fn trees(&self, roots: &[(String, u32)]) -> anyhow::Result<Vec<ProcDesc>> {
+        Ok(self.trees_held(roots)?.0)
+    }
+
+    /// [`Reader::trees`], and whether every task is held (stopped, untraced).
+    pub(crate) fn trees_held(
+        &self,
+        roots: &[(String, u32)],
+    ) -> anyhow::Result<(Vec<ProcDesc>, bool)> {
         let mut pending: Vec<(String, Query)> = roots
             .iter()
             .map(|(h, p)| (h.clone(), Query::Tree(*p)))
             .collect();
         let mut seen = HashSet::new();
-        let (mut tasks, mut size) = (Vec::new(), None);
+        let (mut tasks, mut size, mut held) = (Vec::new(), None, true);
         while let Some((host, q)) = pending.pop() {
             for f in self.query(&host, &q)? {
                 if let Some((to, command)) = f.ssh {
@@ -183,6 +197,7 @@ impl Reader {
                     }
                 } else if let Some(rank) = f.rank {
                     size = size.max(f.size);
+                    held &= f.held;
                     tasks.push(self.desc(&host, f.pid, rank, f.executable));
                 }
             }
@@ -197,7 +212,7 @@ impl Reader {
         }
         check_ranks(&tasks, size)?;
         tasks.sort_by_key(|t| t.rank);
-        Ok(tasks)
+        Ok((tasks, held))
     }
 
     /// The tasks `(host, pid)`, ranked from their environments when every one carries a

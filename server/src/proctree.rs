@@ -67,6 +67,9 @@ pub struct Task {
     pub executable: String,
     /// The job's size its environment gives, if it does.
     pub size: Option<u32>,
+    /// It is stopped and no process traces it (a task held before its first instruction
+    /// is, once its holder let it go).
+    pub held: bool,
 }
 
 impl Task {
@@ -203,8 +206,15 @@ pub fn read_tree(root: u32, vars: &RankVars) -> HostTree {
     below.sort_by_key(|&p| (depth(p, &parents), p));
     let mut out = HostTree::default();
     let mut taken: Vec<u32> = Vec::new();
+    // This program's own processes (a server, the wrapper holding a task of a job sdm
+    // launched) carry a rank but are not tasks: their children may be.
+    let own = std::env::current_exe().ok();
     for pid in below {
         if taken.iter().any(|&t| descends_from(pid, t, &parents)) {
+            continue;
+        }
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        if own.is_some() && exe == own {
             continue;
         }
         if let Some(task) = read_task(pid, vars) {
@@ -225,11 +235,22 @@ pub fn read_task(pid: u32, vars: &RankVars) -> Option<Task> {
     let executable = std::fs::read_link(format!("/proc/{pid}/exe"))
         .map(|p| p.display().to_string())
         .unwrap_or_default();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let held = field("State:").starts_with('T') && field("TracerPid:") == "0";
     Some(Task {
         rank,
         pid,
         executable,
         size,
+        held,
     })
 }
 

@@ -7,21 +7,7 @@ use super::*;
 /// `sdm attach`: the job's process table (from its launcher, or `--pids`), one server per
 /// rank on the rank's host, each attached to its rank's process; then the console.
 pub(super) async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
-    let reader = crate::tasks::Reader {
-        vars: match &a.rank_env {
-            Some(n) => sdm_server::proctree::RankVars::named(n),
-            None => sdm_server::proctree::RankVars::standard(),
-        },
-        ssh_options: match a.console.tree.launcher {
-            LauncherKind::Ssh => a.console.tree.launcher_args(),
-            _ => Vec::new(),
-        },
-        remote_sdm: match &a.console.tree.remote_sdm {
-            Some(p) => p.clone(),
-            None => std::env::current_exe().context("this program's path")?,
-        },
-        here: sdm_server::monitor::hostname(),
-    };
+    let reader = reader(&a.console.tree, a.rank_env.as_deref())?;
     let table = match a.launcher_pid {
         Some(pid) => launcher_tasks(pid, &reader)?,
         None if a.tree => reader.trees(&parse_host_pids(&a.pids)?)?,
@@ -46,6 +32,29 @@ pub(super) async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
     let opts = crate::hosts::per_host_options(n, &a.console.tree, &tasks, None)?;
     let pids = tasks.iter().map(|&(_, p)| p).collect();
     super::job::run_console(n, a.console, Some(opts), pids, Vec::new(), None).await
+}
+
+/// The reader of tasks on this host and others for the tree `tree` describes (ssh's
+/// options, the remote `sdm`), ranks from `rank_env` or the usual variables.
+pub(super) fn reader(
+    tree: &TreeArgs,
+    rank_env: Option<&str>,
+) -> anyhow::Result<crate::tasks::Reader> {
+    Ok(crate::tasks::Reader {
+        vars: match rank_env {
+            Some(n) => sdm_server::proctree::RankVars::named(n),
+            None => sdm_server::proctree::RankVars::standard(),
+        },
+        ssh_options: match tree.launcher {
+            LauncherKind::Ssh => tree.launcher_args(),
+            _ => Vec::new(),
+        },
+        remote_sdm: match &tree.remote_sdm {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().context("this program's path")?,
+        },
+        here: sdm_server::monitor::hostname(),
+    })
 }
 
 /// The tasks of the job `launcher` runs: its MPIR table when it keeps a filled one (a job

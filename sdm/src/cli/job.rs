@@ -6,15 +6,18 @@ use super::*;
 
 /// `sdm run` and `sdm attach`: a tree of `n` servers, each starting `program` or attaching
 /// to its rank's pid in `attach`, then the console.
-/// `sdm run`: under srun or mpirun (without `--ranks-per-server`) the job is started by
-/// its launcher and held for the tool (launch mode, see held.rs), one server per host
+/// `sdm run`: under srun, mpirun or hydra (without `--ranks-per-server`) the job is
+/// started by its launcher and held for the tool (launch mode, see held.rs), one server per host
 /// attaching to its ranks; a launcher that cannot hold a job is said so and the job runs
 /// with one server per rank, each starting its rank; otherwise the servers start the
 /// program (or attach to `--attach`).
 pub(super) async fn run_job(a: RunArgs) -> anyhow::Result<()> {
     let tree = &a.console.tree;
     if a.attach.is_empty()
-        && matches!(tree.launcher, LauncherKind::Srun | LauncherKind::Mpirun)
+        && matches!(
+            tree.launcher,
+            LauncherKind::Srun | LauncherKind::Mpirun | LauncherKind::Hydra
+        )
         && tree.ranks_per_server.is_none()
     {
         let opts = tree.options(a.n)?;
@@ -30,12 +33,13 @@ pub(super) async fn run_job(a: RunArgs) -> anyhow::Result<()> {
             a.n,
             &a.program,
             input,
+            &super::attach::reader(tree, None)?,
         )
         .await?
         {
             Ok(held) => {
                 let tasks = crate::held::tasks(&held, a.n)?;
-                let step = held.job.slurm_step();
+                let step = held.slurm_step();
                 let opts = crate::hosts::per_host_options(a.n, tree, &tasks, step)?;
                 let pids = tasks.iter().map(|&(_, p)| p).collect();
                 return run_console(a.n, a.console, Some(opts), pids, Vec::new(), Some(held)).await;
