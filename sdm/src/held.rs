@@ -94,6 +94,7 @@ impl std::fmt::Display for NotHeld {
 /// captured (merged into the console's), its standard input this one's only with `input`
 /// (else the console reads it: srun would forward it to its tasks). `Ok(Err(e))` when the
 /// job cannot be held (see [`NotHeld`]), before anything ran: the caller falls back.
+/// Under hydra the tasks are held by `sdm hold-task` and found as `finding` says.
 pub(crate) async fn start(
     kind: LauncherKind,
     hosts: &[String],
@@ -101,11 +102,12 @@ pub(crate) async fn start(
     n: u32,
     program: &[String],
     input: bool,
-    reader: &crate::tasks::Reader,
+    finding: &crate::heldtree::Finding,
 ) -> anyhow::Result<Result<Held, NotHeld>> {
     let mut program = program.to_vec();
     if kind == LauncherKind::Hydra {
-        let hold = [reader.remote_sdm.display().to_string(), "hold-task".into()];
+        let sdm = finding.reader.remote_sdm.display().to_string();
+        let hold = [sdm, "hold-task".into()];
         program.splice(0..0, hold.into_iter().chain(["--".into()]));
     }
     let job = sdm_deploy::job::job_command(kind, hosts, extra, n, &program)?;
@@ -122,7 +124,10 @@ pub(crate) async fn start(
         .context("a pipe for the launcher's stderr")?;
     let stderr = read_stderr(read, labels);
     if kind == LauncherKind::Hydra {
-        let held = crate::heldtree::start(&argv, n, input, write, reader)?;
+        // It polls /proc and ssh: off the runtime's workers.
+        let held = tokio::task::block_in_place(|| {
+            crate::heldtree::start(&argv, n, input, write, finding)
+        })?;
         return Ok(Ok(Held {
             job: Holder::Tree(held),
             kind,

@@ -12,6 +12,14 @@ use sdm_server::mpir::ProcDesc;
 
 use crate::tasks::Reader;
 
+/// How a held job's tasks are found: where, and how long they may take to be held.
+pub(crate) struct Finding {
+    /// Reads the launcher's process tree on each host.
+    pub reader: Reader,
+    /// How long the tasks may take to be there and held.
+    pub patience: Duration,
+}
+
 /// A job started with its tasks held: the launcher, and the table once all `n` are held.
 pub(crate) struct TreeHeld {
     /// The launcher (its standard output piped when captured).
@@ -22,14 +30,16 @@ pub(crate) struct TreeHeld {
 
 /// Starts `argv` (the launcher, its arguments, then `sdm hold-task -- PROGRAM...`) with its
 /// standard error on `stderr` and standard input this one's only with `input`; returns once
-/// its `n` tasks are held, or an error naming why not (the launcher ended).
+/// its `n` tasks are held, or an error naming why not (the launcher ended, or the patience
+/// of `finding` passed: the launcher is then killed).
 pub(crate) fn start(
     argv: &[String],
     n: u32,
     input: bool,
     stderr: std::os::fd::OwnedFd,
-    reader: &Reader,
+    finding: &Finding,
 ) -> anyhow::Result<TreeHeld> {
+    let (reader, patience) = (&finding.reader, finding.patience);
     let mut launcher = Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(if input {
@@ -41,7 +51,7 @@ pub(crate) fn start(
         .stderr(stderr)
         .spawn()
         .with_context(|| format!("cannot start {}", argv[0]))?;
-    let root = [(String::new(), launcher.id())];
+    let deadline = std::time::Instant::now() + patience;
     loop {
         if let Some(status) = launcher.try_wait()? {
             anyhow::bail!(
@@ -49,21 +59,44 @@ pub(crate) fn start(
                 argv[0]
             );
         }
-        // Ranks still starting are missing: asked again until each is there and held.
-        match reader.trees_held(&root) {
-            Ok((table, true)) if table.len() == n as usize => {
-                return Ok(TreeHeld { launcher, table });
-            }
-            Ok(_) => {}
-            Err(e)
-                if e.downcast_ref::<sdm_server::proctree::RankError>()
-                    .is_some() => {}
+        let found = match held_table(&launcher, n, reader) {
+            Ok(Ok(table)) => return Ok(TreeHeld { launcher, table }),
+            Ok(Err(found)) => found,
             Err(e) => {
                 let _ = launcher.kill();
                 let _ = launcher.wait();
                 return Err(e);
             }
+        };
+        if std::time::Instant::now() > deadline {
+            let _ = launcher.kill();
+            let _ = launcher.wait();
+            anyhow::bail!(
+                "{}'s {n} tasks were not all held within {} s ({found}); it was killed",
+                argv[0],
+                patience.as_secs()
+            );
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The launcher's table once its `n` tasks are all there and held; `Ok(Err(what))` while
+/// not (ranks still starting), saying what was found.
+fn held_table(
+    launcher: &Child,
+    n: u32,
+    reader: &Reader,
+) -> anyhow::Result<Result<Vec<ProcDesc>, String>> {
+    match reader.trees_held(&[(String::new(), launcher.id())]) {
+        Ok((table, true)) if table.len() == n as usize => Ok(Ok(table)),
+        Ok((table, _)) => Ok(Err(format!("{} tasks found, not all held", table.len()))),
+        Err(e)
+            if e.downcast_ref::<sdm_server::proctree::RankError>()
+                .is_some() =>
+        {
+            Ok(Err(e.to_string()))
+        }
+        Err(e) => Err(e),
     }
 }

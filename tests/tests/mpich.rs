@@ -9,6 +9,12 @@
 //!   rank in one), `detach`.
 //! - Across the four namespace hosts: the table places two ranks on each host; the same
 //!   commands reach all 8 ranks, and no server is left on any host after `detach`.
+//!
+//! Launch mode, `sdm run --launcher hydra -- mpi_hang`: hydra holds nothing itself, so each
+//! task runs under `sdm hold-task`, held before its first instruction; with
+//! `--stop-at-main` every rank is seen stopped in `main` (a job not held would be past it,
+//! in its barrier), one server per host; once continued, the job hangs as above (two
+//! classes); on this host and across the four hosts.
 
 use sdm_e2e as support;
 
@@ -103,4 +109,81 @@ fn attach_to_a_hung_mpich_job_across_four_hosts() {
     assert_daemons_gone(&h.hosts, "tcp", "detach");
     assert!(support::procs::alive(job.mpirun.id()));
     drop(job);
+}
+
+/// `sdm run --launcher hydra -n N --stop-at-main ARGS -- mpi_hang`: every rank stopped in
+/// `main` before it ran, one server per host (`node_info`), then continued into the hang:
+/// two classes; killed.
+fn run_held(n: u32, servers: usize, args: &[&str]) {
+    let prog = support::mpich_program("mpi_hang");
+    let out = Command::new(support::sdm())
+        .args(["run", "--launcher", "hydra", "-n", &n.to_string()])
+        .args(args)
+        .args([
+            "--stop-at-main",
+            "-c",
+            "omis 1 [] node_info()",
+            "-c",
+            "status",
+        ])
+        .args([
+            "-c",
+            "cont",
+            "-c",
+            "sleep 3",
+            "-c",
+            "stop",
+            "-c",
+            "bt --classes",
+        ])
+        .args(["-c", "kill", "--"])
+        .arg(&prog)
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let context = format!("{stdout}{stderr}");
+    let last = n - 1;
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("[0-{last}] stopped in main at mpi_hang.c"))),
+        "{context}"
+    );
+    // `[ids] 1 [ids] node_info(RANK,"HOST",PID)`: the distinct server pids.
+    let pids: std::collections::BTreeSet<&str> = lines
+        .iter()
+        .filter_map(|l| l.rsplit_once("node_info(")?.1.rsplit(',').next())
+        .collect();
+    assert_eq!(pids.len(), servers, "{context}");
+    support::assert_hung_job_classes(&lines, n, &context);
+    assert!(
+        lines.contains(&format!("[0-{last}] killed").as_str()),
+        "{context}"
+    );
+}
+
+#[test]
+#[cfg_attr(not(sdm_have_mpich), ignore = "needs MPICH (deploy/ci-setup.sh)")]
+fn an_mpich_job_is_held_before_main_under_hydra() {
+    run_held(4, 1, &[]);
+}
+
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_mpich, sdm_have_netns, sdm_have_ssh)),
+    ignore = "needs MPICH, root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
+)]
+fn an_mpich_job_across_four_hosts_is_held_before_main_under_hydra() {
+    let _one = one_at_a_time();
+    let h = SshHosts::create(4);
+    let hydra = format!("-launcher ssh -localhost {}", h.hosts.gateway());
+    run_held(
+        8,
+        4,
+        &["--hosts", &h.hosts.hostlist(), "--launcher-args", &hydra],
+    );
+    assert_daemons_gone(&h.hosts, "tcp", "the run ended");
 }

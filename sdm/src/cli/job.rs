@@ -33,7 +33,10 @@ pub(super) async fn run_job(a: RunArgs) -> anyhow::Result<()> {
             a.n,
             &a.program,
             input,
-            &super::attach::reader(tree, None)?,
+            &crate::heldtree::Finding {
+                reader: super::attach::reader(tree, None)?,
+                patience: Duration::from_secs(c.timeout),
+            },
         )
         .await?
         {
