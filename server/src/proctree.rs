@@ -406,3 +406,67 @@ pub(crate) fn environ(pid: u32) -> Option<HashMap<String, String>> {
             .collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split(' ').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn an_ssh_command_line_gives_its_host_and_remote_command() {
+        let l = parse_ssh(&words(
+            "-x h1 \"/usr/bin/hydra_pmi_proxy\" --control-port 10.0.0.1:5 --proxy-id 0",
+        ))
+        .unwrap();
+        assert_eq!(l.host, "h1");
+        assert_eq!(
+            l.command,
+            "/usr/bin/hydra_pmi_proxy --control-port 10.0.0.1:5 --proxy-id 0"
+        );
+        let l = parse_ssh(&words("-p 2222 -oBatchMode=yes -T me@h2 'orted' -x")).unwrap();
+        assert_eq!((l.host.as_str(), l.command.as_str()), ("h2", "orted -x"));
+        // An interactive login runs nothing there.
+        assert_eq!(parse_ssh(&words("-p 22 h3")), None);
+    }
+
+    fn desc(rank: u32, pid: u32) -> ProcDesc {
+        ProcDesc {
+            rank,
+            host: "h".into(),
+            executable: "x".into(),
+            pid,
+        }
+    }
+
+    #[test]
+    fn a_rank_twice_or_missing_is_named() {
+        assert!(check_ranks(&[desc(1, 10), desc(0, 11)], None).is_ok());
+        let e = check_ranks(&[desc(0, 10), desc(1, 11), desc(1, 12)], None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rank 1 is carried by two processes, h:11 and h:12: name the variable that \
+             tells the tasks apart with --rank-env NAME"
+        );
+        let e = check_ranks(&[desc(0, 10), desc(3, 11)], None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no task has rank [1-2] (ranks 0 to 3 expected, 2 found)"
+        );
+        let e = check_ranks(&[desc(0, 10)], Some(2)).unwrap_err();
+        assert!(matches!(e, RankError::Missing { last: 1, .. }), "{e}");
+    }
+
+    #[test]
+    fn a_named_variable_is_the_only_one_read() {
+        let env: HashMap<String, String> = [("RANK", "3"), ("WORLD_SIZE", "8"), ("MY", "5")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(RankVars::standard().rank_in(&env), Some((3, Some(8))));
+        assert_eq!(RankVars::named("MY").rank_in(&env), Some((5, None)));
+        assert_eq!(RankVars::named("NONE").rank_in(&env), None);
+    }
+}
