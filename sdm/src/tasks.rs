@@ -172,6 +172,24 @@ impl Reader {
             .collect()
     }
 
+    /// [`Reader::query`] of each `(host, query)`, all at once (ssh to each host takes a
+    /// while), the answers in the same order.
+    fn query_all(&self, queries: &[(String, Query)]) -> Vec<anyhow::Result<Vec<Found>>> {
+        std::thread::scope(|s| {
+            let asked: Vec<_> = queries
+                .iter()
+                .map(|(host, q)| s.spawn(move || self.query(host, q)))
+                .collect();
+            asked
+                .into_iter()
+                .map(|t| {
+                    t.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a thread reading tasks failed")))
+                })
+                .collect()
+        })
+    }
+
     /// The tasks below each launcher `(host, pid)` (and below what they start on other
     /// hosts over ssh), checked: each rank once, none missing.
     pub(crate) fn trees(&self, roots: &[(String, u32)]) -> anyhow::Result<Vec<ProcDesc>> {
@@ -189,16 +207,20 @@ impl Reader {
             .collect();
         let mut seen = HashSet::new();
         let (mut tasks, mut size, mut held) = (Vec::new(), None, true);
-        while let Some((host, q)) = pending.pop() {
-            for f in self.query(&host, &q)? {
-                if let Some((to, command)) = f.ssh {
-                    if seen.insert((to.clone(), command.clone())) {
-                        pending.push((to, Query::Command(command)));
+        // In waves: the hosts of one wave are asked at once.
+        while !pending.is_empty() {
+            let wave = std::mem::take(&mut pending);
+            for ((host, _), answer) in wave.iter().zip(self.query_all(&wave)) {
+                for f in answer? {
+                    if let Some((to, command)) = f.ssh {
+                        if seen.insert((to.clone(), command.clone())) {
+                            pending.push((to, Query::Command(command)));
+                        }
+                    } else if let Some(rank) = f.rank {
+                        size = size.max(f.size);
+                        held &= f.held;
+                        tasks.push(self.desc(host, f.pid, rank, f.executable));
                     }
-                } else if let Some(rank) = f.rank {
-                    size = size.max(f.size);
-                    held &= f.held;
-                    tasks.push(self.desc(&host, f.pid, rank, f.executable));
                 }
             }
         }
@@ -226,12 +248,22 @@ impl Reader {
                 hosts.push(h);
             }
         }
-        for host in hosts {
-            let at: Vec<usize> = (0..tasks.len()).filter(|&i| tasks[i].0 == host).collect();
-            let pids = at.iter().map(|&i| tasks[i].1).collect();
-            let got = self
-                .query(host, &Query::Pids(pids))
-                .with_context(|| format!("--pids on {}", self.host_name(host)))?;
+        let at: Vec<Vec<usize>> = hosts
+            .iter()
+            .map(|&host| (0..tasks.len()).filter(|&i| tasks[i].0 == host).collect())
+            .collect();
+        let queries: Vec<(String, Query)> = hosts
+            .iter()
+            .zip(&at)
+            .map(|(&h, at)| {
+                (
+                    h.to_owned(),
+                    Query::Pids(at.iter().map(|&i| tasks[i].1).collect()),
+                )
+            })
+            .collect();
+        for ((host, at), got) in hosts.iter().zip(at).zip(self.query_all(&queries)) {
+            let got = got.with_context(|| format!("--pids on {}", self.host_name(host)))?;
             for (i, f) in at.into_iter().zip(got) {
                 found[i] = Some(f);
             }

@@ -9,6 +9,9 @@
 //!   HOST:SHELL --tree`; without it the shell is no launcher, said so.
 //! - `--pids` given in another order: each task keeps the rank its environment gives.
 //! - Two tasks with the same rank: an error naming the rank and both processes.
+//! - One shell loop per host on the four namespace hosts (as torchrun runs one agent per
+//!   node), attached with `--pids h1:SHELL1,...,h4:SHELL4 --tree`: each host's tasks read
+//!   there (`sdm tasks` over ssh), the table placing ranks on their hosts, two classes.
 
 use sdm_e2e as support;
 
@@ -29,15 +32,21 @@ struct ShellJob {
 
 impl ShellJob {
     fn start(var: &str, ranks: &[u32]) -> ShellJob {
+        Self::start_in(Command::new("sh"), var, ranks, N - 1)
+    }
+
+    /// [`ShellJob::start`] with `sh` run as `shell` says (in a host's namespace), rank
+    /// `busy` computing.
+    fn start_in(mut shell: Command, var: &str, ranks: &[u32], busy: u32) -> ShellJob {
         let prog = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/ranked.py");
         let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
         let script = format!(
             "for r in {}; do {var}=$r python3 {} {var} {} & done; wait",
             list.join(" "),
             prog.display(),
-            N - 1
+            busy
         );
-        let mut shell = Command::new("sh")
+        let mut shell = shell
             .args(["-c", &script])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -231,4 +240,67 @@ fn two_tasks_with_one_rank_are_an_error_naming_both() {
         "{err}"
     );
     assert!(out.stdout.is_empty());
+}
+
+#[test]
+#[cfg_attr(
+    not(all(sdm_have_netns, sdm_have_ssh)),
+    ignore = "needs root's CAP_SYS_ADMIN and CAP_NET_ADMIN, iproute2 and sshd (deploy/ci-setup.sh)"
+)]
+fn one_launcher_per_host_is_read_on_each_host() {
+    let _one = support::netns::one_at_a_time();
+    let h = support::sshhosts::SshHosts::create(4);
+    let names = h.names();
+    let jobs: Vec<ShellJob> = (1..=4u32)
+        .map(|k| {
+            let first = 2 * (k - 1);
+            ShellJob::start_in(h.hosts.exec(k, "sh"), "RANK", &[first, first + 1], 7)
+        })
+        .collect();
+    let roots: Vec<String> = names
+        .iter()
+        .zip(&jobs)
+        .map(|(name, j)| format!("{name}:{}", j.pid()))
+        .collect();
+    let roots = roots.join(",");
+    let out = sdm(&["attach", "--pids", &roots, "--tree", "--table"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<(u32, String, u32)> = text
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            (
+                w[0].parse().unwrap(),
+                w[1].to_owned(),
+                w[2].parse().unwrap(),
+            )
+        })
+        .collect();
+    let mut want = Vec::new();
+    for (k, (name, job)) in names.iter().zip(&jobs).enumerate() {
+        let ranks = job.ranks("RANK");
+        for r in [2 * k as u32, 2 * k as u32 + 1] {
+            want.push((r, name.clone(), ranks[&r]));
+        }
+    }
+    assert_eq!(rows, want, "{text}");
+    let mut args = vec!["attach", "--pids", roots.as_str(), "--tree"];
+    args.extend(CLASSES);
+    let out = sdm(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let classes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("(representative"))
+        .map(|l| l.split_once(' ').unwrap().0)
+        .collect();
+    assert_eq!(classes, ["[0-6]", "[7]"], "{text}{err}");
+    assert_eq!(text.lines().last(), Some("[0-7] detached"), "{text}{err}");
+    support::daemons::assert_daemons_gone(&h.hosts, "tcp", "detach");
+    drop(jobs);
 }
