@@ -413,7 +413,9 @@ struct RunArgs {
 #[derive(clap::Args, Debug)]
 struct AttachArgs {
     /// The job's launcher process: Open MPI's `mpirun`, Slurm's `srun`, or an `mpiexec`
-    /// that keeps an MPIR process table. Its table names every rank's host and pid.
+    /// that keeps an MPIR process table, which names every rank's host and pid; or any
+    /// other launcher (MPICH's hydra, a shell loop, torchrun): its descendants, and what it
+    /// starts on other hosts over ssh, ranked by their environments (see --pids).
     #[arg(
         value_name = "LAUNCHER_PID",
         required_unless_present = "pids",
