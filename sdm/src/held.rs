@@ -206,7 +206,7 @@ pub(crate) async fn release(
         Holder::Mpir(job) => tokio::task::spawn_blocking(move || job.release())
             .await
             .context("the thread releasing the launcher")??,
-        Holder::Tree(t) => t.launcher,
+        Holder::Tree(t) => t.release().context("the launcher was released already")?,
     };
     // The ranks' lines, labelled by the launcher, join the tree's output to be merged.
     let counts = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));

@@ -21,11 +21,40 @@ pub(crate) struct Finding {
 }
 
 /// A job started with its tasks held: the launcher, and the table once all `n` are held.
+/// Dropped before [`TreeHeld::release`] (the tree could not start), the launcher is ended
+/// and with it the job: its tasks would otherwise stay stopped for good.
 pub(crate) struct TreeHeld {
-    /// The launcher (its standard output piped when captured).
-    pub launcher: Child,
+    /// The launcher (its standard output piped when captured), until released.
+    launcher: Option<Child>,
     /// The tasks, by rank.
     pub table: Vec<ProcDesc>,
+}
+
+impl TreeHeld {
+    /// The launcher, to wait for or end with the session; its tasks go on when the
+    /// servers attached to them continue them.
+    pub(crate) fn release(mut self) -> Option<Child> {
+        self.launcher.take()
+    }
+}
+
+impl Drop for TreeHeld {
+    fn drop(&mut self) {
+        let Some(mut launcher) = self.launcher.take() else {
+            return;
+        };
+        // hydra ends its job on SIGTERM; SIGKILL after a while if it has not.
+        let pid = nix::unistd::Pid::from_raw(launcher.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        for _ in 0..50 {
+            if !matches!(launcher.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = launcher.kill();
+        let _ = launcher.wait();
+    }
 }
 
 /// Starts `argv` (the launcher, its arguments, then `sdm hold-task -- PROGRAM...`) with its
@@ -60,7 +89,12 @@ pub(crate) fn start(
             );
         }
         let found = match held_table(&launcher, n, reader) {
-            Ok(Ok(table)) => return Ok(TreeHeld { launcher, table }),
+            Ok(Ok(table)) => {
+                return Ok(TreeHeld {
+                    launcher: Some(launcher),
+                    table,
+                });
+            }
             Ok(Err(found)) => found,
             Err(e) => {
                 let _ = launcher.kill();
