@@ -61,7 +61,7 @@ pub struct Job {
     pub labels: Labels,
 }
 
-/// `launcher -n N ... program args...` for `kind` (srun or mpirun), with `hosts` (a
+/// `launcher -n N ... program args...` for `kind` (srun, mpirun or hydra), with `hosts` (a
 /// node list; empty: the launcher's own placement) and the site's `extra` arguments.
 pub fn job_command(
     kind: LauncherKind,
@@ -105,8 +105,12 @@ pub fn job_command(
                 _ => (a, Labels::OpenMpi),
             }
         }
-        LauncherKind::Mpirun => {
-            let mut a = words(&[&mpirun, "-prepend-rank", "-n", &count]);
+        LauncherKind::Mpirun | LauncherKind::Hydra => {
+            let program = match kind {
+                LauncherKind::Hydra => crate::HYDRA,
+                _ => &mpirun,
+            };
+            let mut a = words(&[program, "-prepend-rank", "-n", &count]);
             if !hosts.is_empty() {
                 a.extend(["-hosts".into(), mpirun_hosts(hosts, n)]);
             }
@@ -115,7 +119,7 @@ pub fn job_command(
         LauncherKind::Local | LauncherKind::Ssh => {
             return Err(LaunchError::Invalid {
                 launcher: "job",
-                what: format!("{kind} does not start parallel jobs: use srun or mpirun"),
+                what: format!("{kind} does not start parallel jobs: use srun, mpirun or hydra"),
                 source: None,
             });
         }

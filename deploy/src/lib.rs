@@ -41,11 +41,13 @@ pub mod hostlist;
 pub mod job;
 pub mod maps;
 
+mod hydra;
 mod local;
 mod mpirun;
 mod srun;
 mod ssh;
 
+pub use hydra::{HYDRA, Hydra};
 pub use local::Local;
 pub(crate) use mpirun::mpirun_hosts;
 pub use mpirun::{Mpirun, MpirunFlavor, mpirun_flavor, mpirun_program};
@@ -105,7 +107,7 @@ pub enum LaunchError {
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// A launcher name that is not one of ours.
-    #[error("unknown launcher {0:?}: expected local, ssh, mpirun or srun")]
+    #[error("unknown launcher {0:?}: expected local, ssh, mpirun, srun or hydra")]
     UnknownLauncher(String),
     /// No rank variable in this process's environment.
     #[error("{0}")]
@@ -274,6 +276,8 @@ pub enum LauncherKind {
     Mpirun,
     /// [`Srun`].
     Srun,
+    /// [`Hydra`].
+    Hydra,
 }
 
 impl FromStr for LauncherKind {
@@ -284,6 +288,7 @@ impl FromStr for LauncherKind {
             "ssh" => Ok(Self::Ssh),
             "mpirun" | "mpiexec" => Ok(Self::Mpirun),
             "srun" => Ok(Self::Srun),
+            "hydra" | "mpiexec.hydra" => Ok(Self::Hydra),
             _ => Err(LaunchError::UnknownLauncher(s.to_owned())),
         }
     }
@@ -296,6 +301,7 @@ impl std::fmt::Display for LauncherKind {
             Self::Ssh => "ssh",
             Self::Mpirun => "mpirun",
             Self::Srun => "srun",
+            Self::Hydra => "hydra",
         })
     }
 }
@@ -319,6 +325,7 @@ impl LauncherKind {
             }),
             Self::Mpirun => Box::new(Mpirun { extra, hosts }),
             Self::Srun => Box::new(Srun { extra, hosts }),
+            Self::Hydra => Box::new(Hydra { extra, hosts }),
         }
     }
 }
@@ -408,7 +415,7 @@ mod tests {
 
     #[test]
     fn names_parse() {
-        for n in ["local", "ssh", "mpirun", "srun"] {
+        for n in ["local", "ssh", "mpirun", "srun", "hydra"] {
             assert_eq!(n.parse::<LauncherKind>().unwrap().to_string(), n);
         }
         assert!(matches!(

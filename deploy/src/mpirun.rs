@@ -113,13 +113,7 @@ impl Launcher for Mpirun {
                 cmd.args(["--host", &mpirun_hosts(&self.hosts, spec.n)]);
             }
         } else {
-            cmd.args(["-n", &spec.n.to_string()]);
-            if !names.is_empty() {
-                cmd.args(["-genvlist", &names.join(",")]);
-            }
-            if !self.hosts.is_empty() {
-                cmd.args(["-hosts", &mpirun_hosts(&self.hosts, spec.n)]);
-            }
+            crate::hydra::hydra_args(&mut cmd, spec.n, &names, &self.hosts);
         }
         cmd.args(&self.extra).arg(&spec.program).args(&spec.args);
         let (mut l, tx) = Launched::new("mpirun");

@@ -18,10 +18,11 @@ use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{Shape, Topology};
 
+mod attach;
 mod job;
 mod launch;
 mod top;
-pub(crate) use job::is_this_host;
+pub(crate) use attach::{is_this_host, local_executable};
 
 /// The longest wait an option may ask for (a day, in milliseconds): longer ones are typing
 /// mistakes, and a bound keeps deadlines from overflowing the clock.
@@ -91,6 +92,32 @@ enum Cmd {
     },
     // Its description is ServerArgs's, so `sdm server` parsed alone reads the same.
     Server(ServerArgs),
+    /// A task of a job `sdm run --launcher hydra` starts: PROGRAM held stopped before its
+    /// first instruction until a server attaches to it.
+    #[command(hide = true)]
+    HoldTask {
+        /// The program and its arguments.
+        #[arg(last = true, required = true)]
+        program: Vec<String>,
+    },
+    /// Helper of `sdm attach` on another host (run there over ssh): print the tasks found
+    /// below a launcher, a command's process, or given pids, one JSON object a line.
+    #[command(hide = true)]
+    Tasks {
+        /// The launcher whose descendants are the tasks.
+        #[arg(long, conflicts_with_all = ["command", "pid"])]
+        tree: Option<u32>,
+        /// The command line (words joined by spaces) of the process whose descendants are
+        /// the tasks.
+        #[arg(long, conflicts_with = "pid")]
+        command: Option<String>,
+        /// Processes that are tasks (repeatable).
+        #[arg(long)]
+        pid: Vec<u32>,
+        /// The rank variable (see `sdm attach --rank-env`).
+        #[arg(long, value_name = "NAME")]
+        rank_env: Option<String>,
+    },
     /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -140,8 +167,8 @@ struct ServerArgs {
 /// How to start a tree: the options `launch` and `run` share.
 #[derive(clap::Args, Debug)]
 pub(crate) struct TreeArgs {
-    /// local, ssh, mpirun or srun (`SDM_MPIRUN=PATH` runs another mpirun than PATH's,
-    /// e.g. Open MPI 5's).
+    /// local, ssh, mpirun, srun or hydra (MPICH's mpiexec.hydra); `SDM_MPIRUN=PATH` runs
+    /// another mpirun than PATH's, e.g. Open MPI 5's.
     #[arg(long, default_value = "local")]
     launcher: LauncherKind,
     /// Hosts, in Slurm's hostlist form (`node[01-04,07],login1`; repeatable): ssh starts
@@ -205,6 +232,14 @@ pub(crate) struct TreeArgs {
 }
 
 impl TreeArgs {
+    /// `--launcher-args` split at spaces.
+    pub(crate) fn launcher_args(&self) -> Vec<String> {
+        self.launcher_args
+            .as_deref()
+            .map(|a| a.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
     pub(crate) fn options(&self, n: u32) -> anyhow::Result<SessionOptions> {
         let mut hosts = sdm_deploy::hostlist::expand_all(&self.hosts).context("--hosts")?;
         // A plugin named here that does not load is fatal, as a --filter-plugin's is.
@@ -239,11 +274,7 @@ impl TreeArgs {
             ranks_per_server,
             launcher: self.launcher,
             hosts,
-            launcher_args: self
-                .launcher_args
-                .as_deref()
-                .map(|a| a.split_whitespace().map(str::to_owned).collect())
-                .unwrap_or_default(),
+            launcher_args: self.launcher_args(),
             remote_program: self.remote_sdm.clone(),
             listen: self.listen.clone(),
             bind: self.bind.clone(),
@@ -264,7 +295,10 @@ impl TreeArgs {
     /// so each rank has a server of its own unless `--ranks-per-server` says otherwise.
     fn program_options(&self, n: u32) -> anyhow::Result<SessionOptions> {
         let mut opts = self.options(n)?;
-        if matches!(opts.launcher, LauncherKind::Srun | LauncherKind::Mpirun) {
+        if matches!(
+            opts.launcher,
+            LauncherKind::Srun | LauncherKind::Mpirun | LauncherKind::Hydra
+        ) {
             opts.ranks_per_server.get_or_insert(1);
         }
         Ok(opts)
@@ -380,17 +414,29 @@ struct RunArgs {
 #[derive(clap::Args, Debug)]
 struct AttachArgs {
     /// The job's launcher process: Open MPI's `mpirun`, Slurm's `srun`, or an `mpiexec`
-    /// that keeps an MPIR process table. Its table names every rank's host and pid.
+    /// that keeps an MPIR process table, which names every rank's host and pid; or any
+    /// other launcher (MPICH's hydra, a shell loop, torchrun): its descendants, and what it
+    /// starts on other hosts over ssh, ranked by their environments (see --pids).
     #[arg(
         value_name = "LAUNCHER_PID",
         required_unless_present = "pids",
         conflicts_with = "pids"
     )]
     launcher_pid: Option<u32>,
-    /// The tasks of a job whose launcher is gone, in rank order: HOST:PID,... (a bare PID is
-    /// on this host).
+    /// The tasks of a job whose launcher is gone: HOST:PID,... (a bare PID is on this
+    /// host), ranked by the rank variable in their environments when every one has one
+    /// (RANK, PMIX_RANK, PMI_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, FLUX_TASK_RANK, or
+    /// --rank-env), else in the order given.
     #[arg(long, value_delimiter = ',', value_name = "HOST:PID")]
     pids: Vec<String>,
+    /// With --pids: each is a launcher (a shell loop, torchrun, a node's agent) whose
+    /// descendants on its host are the tasks, ranked by their environments.
+    #[arg(long, requires = "pids")]
+    tree: bool,
+    /// The environment variable holding each task's rank, for a launcher whose tasks carry
+    /// none of the usual ones (or carry one inherited by all): only it is read.
+    #[arg(long, value_name = "NAME")]
+    rank_env: Option<String>,
     /// Print the process table and exit, attaching to nothing.
     #[arg(long)]
     table: bool,
@@ -518,6 +564,10 @@ fn real_main() -> anyhow::Result<()> {
     ) {
         set_sigpipe(SigHandler::SigIgn);
     }
+    // A held task forks too, before any thread.
+    if let Cmd::HoldTask { program } = &cli.cmd {
+        std::process::exit(crate::holdtask::run(program)?);
+    }
     // Local servers asked for as copies of this process are forked here, before any thread.
     if let Cmd::Server(_) = cli.cmd
         && let sdm_deploy::Copies::Done { copies, failed } = sdm_deploy::fork_copies()?
@@ -528,7 +578,7 @@ fn real_main() -> anyhow::Result<()> {
     // Daemons run everything on one thread: a frame never crosses threads on its way
     // through a node, which makes round trips shorter than on a worker pool.
     let rt = match &cli.cmd {
-        Cmd::Master { .. } | Cmd::Server(_) | Cmd::Topology { .. } => {
+        Cmd::Master { .. } | Cmd::Server(_) | Cmd::Topology { .. } | Cmd::Tasks { .. } => {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
@@ -545,7 +595,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Launch(a) => launch::launch(a).await,
         Cmd::Run(a) => job::run_job(a).await,
-        Cmd::Attach(a) => job::attach_job(a).await,
+        Cmd::Attach(a) => attach::attach_job(a).await,
+        Cmd::Tasks {
+            tree,
+            command,
+            pid,
+            rank_env,
+        } => attach::print_tasks(tree, command, pid, rank_env.as_deref()),
+        // Run by `real_main` before the runtime starts.
+        Cmd::HoldTask { .. } => anyhow::bail!("hold-task runs before any thread"),
         Cmd::Top(a) => top::run_top(a).await,
         Cmd::Status { pid, json } => {
             let (healthy, text) = crate::status::status(pid, json).await?;

@@ -1,13 +1,15 @@
-//! Launch mode (`sdm run --launcher srun|mpirun`): the job is started by its own launcher,
-//! so MPI wiring and PMI come from it, and held for the tool as STAT, TotalView and
-//! LaunchMON hold it (the launcher traced with `MPIR_being_debugged` set, stopped in
+//! Launch mode (`sdm run --launcher srun|mpirun|hydra`): the job is started by its own
+//! launcher, so MPI wiring and PMI come from it, and held for the tool as STAT, TotalView
+//! and LaunchMON hold it (the launcher traced with `MPIR_being_debugged` set, stopped in
 //! `MPIR_Breakpoint`); its process table places one server per host, each attaching to
 //! its host's ranks; then the launcher is released. Under srun the tasks wait before their
 //! first instruction, so `--stop-at-main` and breakpoints set before the program runs work
 //! as they do locally; Open MPI 4 holds its ranks inside `MPI_Init` instead. Open MPI 5's
 //! mpirun (PRRTE) has no MPIR: it is started with `--stop-in-init`, its ranks wait in
 //! `PMIx_Init` (inside `MPI_Init`), their table comes from its PMIx server, and the PMIx
-//! debugger-release event lets them go (see sdm_server::pmix).
+//! debugger-release event lets them go (see sdm_server::pmix). MPICH's hydra has no MPIR
+//! here: its tasks are held by `sdm hold-task` before their first instruction, as srun's
+//! are (heldtree.rs).
 
 use std::io::Write;
 
@@ -16,7 +18,7 @@ use sdm_deploy::LauncherKind;
 use sdm_deploy::job::Labels;
 use sdm_proto::{IdSet, Kind, Message, Status};
 use sdm_server::hold::{HeldJob, HoldError, SlurmStep, Streams, launch_held_with};
-use sdm_server::mpir::ProcTable;
+use sdm_server::mpir::ProcDesc;
 use sdm_server::pmix::PmixError;
 
 use crate::console::Console;
@@ -28,15 +30,18 @@ pub(crate) enum HeldBy {
     /// PMIx: the ranks wait in `PMIx_Init` for the debugger release (Open MPI 5).
     #[cfg(feature = "pmix")]
     Pmix(sdm_server::pmix::PmixHeldJob),
+    /// `sdm hold-task` under each task (hydra); the launcher runs.
+    Tree(crate::heldtree::TreeHeld),
 }
 
 impl HeldBy {
     /// The job's tasks, from the launcher.
-    pub(crate) fn table(&self) -> &ProcTable {
+    pub(crate) fn table(&self) -> &[ProcDesc] {
         match self {
-            Self::Mpir(j) => j.table(),
+            Self::Mpir(j) => &j.table().tasks,
             #[cfg(feature = "pmix")]
-            Self::Pmix(j) => j.table(),
+            Self::Pmix(j) => &j.table().tasks,
+            Self::Tree(t) => &t.table,
         }
     }
 
@@ -46,6 +51,7 @@ impl HeldBy {
             Self::Mpir(j) => j.slurm_step(),
             #[cfg(feature = "pmix")]
             Self::Pmix(_) => None,
+            Self::Tree(_) => None,
         }
     }
 
@@ -55,6 +61,7 @@ impl HeldBy {
             Self::Mpir(j) => j.release()?,
             #[cfg(feature = "pmix")]
             Self::Pmix(j) => j.release()?,
+            Self::Tree(t) => t.release().context("the launcher was released already")?,
         })
     }
 }
@@ -73,10 +80,11 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    /// Whether the launcher holds the tasks before their first instruction (srun), so
-    /// they are run to `main` as they are attached; Open MPI 4 holds them in `MPI_Init`.
+    /// Whether the launcher holds the tasks before their first instruction (srun, and
+    /// hydra's tasks under `sdm hold-task`), so they are run to `main` as they are
+    /// attached; Open MPI 4 holds them in `MPI_Init`.
     pub(crate) fn at_start(&self) -> bool {
-        self.kind == LauncherKind::Srun
+        matches!(self.kind, LauncherKind::Srun | LauncherKind::Hydra)
     }
 }
 
@@ -113,6 +121,7 @@ impl std::fmt::Display for NotHeld {
 /// captured (merged into the console's), its standard input this one's only with `input`
 /// (else the console reads it: srun would forward it to its tasks). `Ok(Err(e))` when the
 /// job cannot be held (see [`NotHeld`]), before anything ran: the caller falls back.
+/// Under hydra the tasks are held by `sdm hold-task` and found as `finding` says.
 pub(crate) async fn start(
     kind: LauncherKind,
     hosts: &[String],
@@ -120,8 +129,15 @@ pub(crate) async fn start(
     n: u32,
     program: &[String],
     input: bool,
+    finding: &crate::heldtree::Finding,
 ) -> anyhow::Result<Result<Held, NotHeld>> {
-    let job = sdm_deploy::job::job_command(kind, hosts, extra, n, program)?;
+    let mut program = program.to_vec();
+    if kind == LauncherKind::Hydra {
+        let sdm = finding.reader.remote_sdm.display().to_string();
+        let hold = [sdm, "hold-task".into()];
+        program.splice(0..0, hold.into_iter().chain(["--".into()]));
+    }
+    let job = sdm_deploy::job::job_command(kind, hosts, extra, n, &program)?;
     let (argv, labels) = (job.argv, job.labels);
     let open_mpi = matches!(labels, Labels::OpenMpi | Labels::OpenMpi5);
     if open_mpi && !crate::mpilib::links_mpi(&program[0]) {
@@ -135,6 +151,18 @@ pub(crate) async fn start(
     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .context("a pipe for the launcher's stderr")?;
     let stderr = read_stderr(read, labels);
+    if kind == LauncherKind::Hydra {
+        // It polls /proc and ssh: off the runtime's workers.
+        let held = tokio::task::block_in_place(|| {
+            crate::heldtree::start(&argv, n, input, write, finding)
+        })?;
+        return Ok(Ok(Held {
+            job: HeldBy::Tree(held),
+            kind,
+            labels,
+            stderr,
+        }));
+    }
     let streams = Streams {
         capture: true,
         no_input: !input,
@@ -215,7 +243,7 @@ fn read_stderr(from: std::os::fd::OwnedFd, labels: Labels) -> std::sync::mpsc::R
 /// the launcher's table.
 pub(crate) fn tasks(held: &Held, n: u32) -> anyhow::Result<Vec<(String, u32)>> {
     let mut tasks: Vec<Option<(String, u32)>> = vec![None; n as usize];
-    for d in &held.job.table().tasks {
+    for d in held.job.table() {
         if let Some(slot) = tasks.get_mut(d.rank as usize) {
             *slot = Some((d.host.clone(), d.pid));
         }

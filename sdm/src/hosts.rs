@@ -37,6 +37,10 @@ pub(crate) fn per_host_options(
             opts.hosts = server_hosts;
         }
         _ if elsewhere || opts.launcher == LauncherKind::Ssh => {
+            // The job launcher's own arguments are not ssh's.
+            if opts.launcher != LauncherKind::Ssh {
+                opts.launcher_args.clear();
+            }
             opts.launcher = LauncherKind::Ssh;
             opts.hosts = server_hosts;
         }

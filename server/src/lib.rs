@@ -73,6 +73,7 @@ pub mod mpir;
 mod natprint;
 pub mod plugin;
 pub mod pmix;
+pub mod proctree;
 pub mod rankenv;
 pub mod ranks;
 pub mod server;

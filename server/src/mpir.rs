@@ -10,19 +10,23 @@
 //!
 //! Open MPI 4.1.4's `mpirun` keeps a filled table once its job is up (seen here, with ranks
 //! on one host and across four), srun always. A launcher whose table stays empty (one that
-//! fills it only when a debugger started it) is read through its process tree instead: the
-//! launcher's descendants carrying `OMPI_COMM_WORLD_RANK` (or `PMIX_RANK`, `PMI_RANK`) in
-//! their environment; ranks running on other hosts are not visible that way and are
-//! reported missing by rank. A launcher without MPIR that maps a PMIx library (Open MPI
+//! fills it only when a debugger started it), or that has none (Debian's MPICH 4.0 hydra),
+//! is read through its process tree instead ([`crate::proctree`]): the launcher's
+//! descendants carrying a rank variable in their environment; ranks running on other hosts
+//! are not visible that way and are reported missing by rank. A launcher without MPIR that maps a PMIx library (Open MPI
 //! 5's `prterun`) is asked as a PMIx tool instead ([`crate::pmix`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use nix::sys::ptrace;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
+
+pub use crate::proctree::{children, descendants, read_process_tree};
+#[cfg(test)]
+use crate::proctree::{environ, parent_map};
 
 /// One task of the job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +129,9 @@ pub enum MpirError {
         /// The variables looked for.
         vars: String,
     },
+    /// The tasks found do not make a table (a rank twice).
+    #[error(transparent)]
+    Ranks(#[from] crate::proctree::RankError),
     /// The launcher has a table that is not (yet) filled in.
     #[error(
         "launcher {pid} has not spawned its tasks yet (MPIR_debug_state {state}, \
@@ -155,22 +162,6 @@ pub enum MpirError {
     #[error(transparent)]
     Pmix(#[from] crate::pmix::PmixError),
 }
-
-/// The rank variables the process-tree reading looks for, in order.
-pub const RANK_VARS: [&str; 4] = [
-    "OMPI_COMM_WORLD_RANK",
-    "PMIX_RANK",
-    "PMI_RANK",
-    "SLURM_PROCID",
-];
-
-/// The variables that give the job's size, in the order of [`RANK_VARS`].
-const SIZE_VARS: [&str; 4] = [
-    "OMPI_COMM_WORLD_SIZE",
-    "PMIX_SIZE",
-    "PMI_SIZE",
-    "SLURM_NTASKS",
-];
 
 /// [`read_proctable`], asked again while the launcher is still spawning its tasks
 /// ([`MpirError::NotSpawned`], [`MpirError::Incomplete`]), up to `patience`.
@@ -237,7 +228,7 @@ pub fn read_proctable(launcher: u32) -> Result<ProcTable, MpirError> {
                 return Err(MpirError::NotALauncher {
                     pid: launcher,
                     exe: exe.display().to_string(),
-                    vars: RANK_VARS.join(", "),
+                    vars: crate::proctree::RankVars::standard().describe(),
                 });
             }
             Ok(t)
@@ -303,141 +294,6 @@ pub(crate) fn read_table(
         tasks,
         source: TableSource::Mpir,
     })
-}
-
-/// The launcher's descendants on this host that carry a rank variable, checked complete
-/// against the job size they carry.
-pub fn read_process_tree(launcher: u32) -> Result<ProcTable, MpirError> {
-    let parents = parent_map();
-    let host = crate::monitor::hostname();
-    let mut by_rank: BTreeMap<u32, ProcDesc> = BTreeMap::new();
-    let mut size = None;
-    for (&pid, _) in parents.iter() {
-        if pid == launcher || !descends_from(pid, launcher, &parents) {
-            continue;
-        }
-        let Some(env) = environ(pid) else { continue };
-        let Some((var, rank)) = RANK_VARS.iter().enumerate().find_map(|(i, v)| {
-            env.get(*v)
-                .and_then(|r| r.parse::<u32>().ok())
-                .map(|r| (i, r))
-        }) else {
-            continue;
-        };
-        if let Some(n) = env.get(SIZE_VARS[var]).and_then(|s| s.parse::<u32>().ok()) {
-            size = Some(size.map_or(n, |m: u32| m.max(n)));
-        }
-        let executable = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        // A rank's own children (a shell's command, a forked helper) inherit its variables:
-        // the task is the topmost process carrying the rank.
-        match by_rank.get(&rank) {
-            Some(other) if descends_from(pid, other.pid, &parents) => {}
-            _ => {
-                by_rank.insert(
-                    rank,
-                    ProcDesc {
-                        rank,
-                        host: host.clone(),
-                        executable,
-                        pid,
-                    },
-                );
-            }
-        }
-    }
-    if let Some(n) = size {
-        let missing: sdm_proto::IdSet = (0..n).filter(|r| !by_rank.contains_key(r)).collect();
-        if !missing.is_empty() {
-            return Err(MpirError::Incomplete {
-                pid: launcher,
-                missing: missing.to_string(),
-                size: n,
-            });
-        }
-    }
-    Ok(ProcTable {
-        launcher,
-        tasks: by_rank.into_values().collect(),
-        source: TableSource::ProcessTree,
-    })
-}
-
-/// pid -> parent pid of every process.
-fn parent_map() -> HashMap<u32, u32> {
-    let mut out = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The command name is in parentheses and may hold anything: parse after the last ')'.
-        if let Some(ppid) = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok())
-        {
-            out.insert(pid, ppid);
-        }
-    }
-    out
-}
-
-/// The processes whose parent is `pid` (from /proc), in pid order.
-pub fn children(pid: u32) -> Vec<u32> {
-    let mut kids: Vec<u32> = parent_map()
-        .into_iter()
-        .filter(|&(_, parent)| parent == pid)
-        .map(|(p, _)| p)
-        .collect();
-    kids.sort_unstable();
-    kids
-}
-
-/// Every process below `root` (children, their children, ...; not `root` itself), from one
-/// read of /proc.
-pub fn descendants(root: u32) -> Vec<u32> {
-    let parents = parent_map();
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for (&c, _) in parents.iter().filter(|&(_, &pp)| pp == p) {
-            out.push(c);
-            frontier.push(c);
-        }
-    }
-    out.sort_unstable();
-    out
-}
-
-fn descends_from(mut pid: u32, ancestor: u32, parents: &HashMap<u32, u32>) -> bool {
-    for _ in 0..64 {
-        match parents.get(&pid) {
-            Some(&p) if p == ancestor => return true,
-            Some(&p) if p > 1 => pid = p,
-            _ => return false,
-        }
-    }
-    false
-}
-
-fn environ(pid: u32) -> Option<HashMap<String, String>> {
-    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    Some(
-        raw.split(|&b| b == 0)
-            .filter_map(|kv| {
-                let kv = std::str::from_utf8(kv).ok()?;
-                let (k, v) = kv.split_once('=')?;
-                Some((k.to_owned(), v.to_owned()))
-            })
-            .collect(),
-    )
 }
 
 /// Run-time addresses of symbols `names` (data or functions) in the ELF files `pid` has

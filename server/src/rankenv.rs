@@ -7,12 +7,17 @@
 
 use std::process::Command;
 
-/// Variables holding the task's rank in the job.
-const RANK: [&str; 4] = [
-    "SLURM_PROCID",
-    "OMPI_COMM_WORLD_RANK",
-    "PMI_RANK",
-    "FLUX_TASK_RANK",
+/// Variables holding the task's rank in the job, each with the variable holding the job's
+/// size beside it, in the order a task's rank is read from them (see
+/// [`crate::proctree::RankVars`]): Open MPI, PMIx, PMI (MPICH's hydra), Slurm, Flux, and
+/// the `RANK` of torchrun-style launchers.
+pub const RANK_VARS: [(&str, &str); 6] = [
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMIX_RANK", "PMIX_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("FLUX_TASK_RANK", "FLUX_JOB_SIZE"),
+    ("RANK", "WORLD_SIZE"),
 ];
 
 /// Variables holding the task's index on its host.
@@ -49,15 +54,16 @@ pub fn set(
     }
     for (name, _) in env {
         let name = name.as_str();
-        if RANK.contains(&name) {
+        // The task's own identity first: PMIX_RANK names it, not the program's rank.
+        if TASK.contains(&name) {
+            cmd.env_remove(name);
+        } else if RANK_VARS.iter().any(|&(r, _)| r == name) {
             cmd.env(name, rank.to_string());
         } else if LOCAL.contains(&name) {
             match local {
                 Some(l) => cmd.env(name, l.to_string()),
                 None => cmd.env_remove(name),
             };
-        } else if TASK.contains(&name) {
-            cmd.env_remove(name);
         }
     }
 }

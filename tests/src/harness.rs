@@ -519,6 +519,17 @@ pub fn server_of_rank(root: u32, id: u32) -> Option<u32> {
 /// tests/programs/NAME.c built with `mpicc -O2 -g` once per test process (the MPI tests'
 /// programs), in a directory of this process.
 pub fn mpi_program(name: &str) -> PathBuf {
+    mpi_program_with("mpicc", name)
+}
+
+/// tests/programs/NAME.c built with MPICH's `mpicc.mpich` (run under `mpiexec.hydra`).
+pub fn mpich_program(name: &str) -> PathBuf {
+    mpi_program_with("mpicc.mpich", name)
+}
+
+/// tests/programs/NAME.c built with the MPI compiler wrapper `compiler`, once per test
+/// process and wrapper.
+fn mpi_program_with(compiler: &str, name: &str) -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let dir = DIR.get_or_init(|| {
@@ -526,14 +537,17 @@ pub fn mpi_program(name: &str) -> PathBuf {
         std::fs::create_dir_all(&d).expect("a directory for the MPI programs");
         d
     });
-    let out = dir.join(name);
+    let out = match compiler {
+        "mpicc" => dir.join(name),
+        _ => dir.join(format!("{name}-{compiler}")),
+    };
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !out.exists() {
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("programs")
             .join(format!("{name}.c"));
         run_ok(
-            Command::new("mpicc")
+            Command::new(compiler)
                 .args(["-O2", "-g", "-Wall", "-o"])
                 .arg(&out)
                 .arg(&src),

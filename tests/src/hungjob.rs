@@ -1,6 +1,7 @@
 //! Hung MPI jobs, started outside sdm (the jobs `sdm attach` is for): tests/programs/
 //! mpi_hang.c, every rank but the last waiting in a barrier, the last computing. [`HungJob`]
-//! runs on this host under `mpirun` or `srun`, [`HungJobAcross`] across [`SshHosts`].
+//! runs on this host under `mpirun`, `srun` or MPICH's `mpiexec.hydra`, [`HungJobAcross`]
+//! across [`SshHosts`] under `mpirun` or `mpiexec.hydra`.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -24,7 +25,10 @@ impl HungJob {
 
     /// [`HungJob::start`] with tests/programs/NAME.c.
     pub fn start_program(launcher: &str, n: u32, name: &str) -> Self {
-        let prog = crate::mpi_program(name);
+        let prog = match launcher {
+            "mpiexec.hydra" => crate::mpich_program(name),
+            _ => crate::mpi_program(name),
+        };
         let mut cmd = Command::new(launcher);
         if launcher == "mpirun" {
             cmd.args(["--allow-run-as-root", "--oversubscribe"])
@@ -72,11 +76,14 @@ impl Drop for HungJob {
 
 /// Reads the job's standard output until each of its `n` ranks has printed `ready` (MPI is
 /// up), then drains it on a thread, so a rank writing later never blocks on a full pipe.
+/// (hydra may join two ranks' lines, `readyready` then an empty one.)
 fn await_ready(out: ChildStdout, n: u32) {
     let mut lines = BufReader::new(out).lines();
-    for _ in 0..n {
+    let mut ready = 0;
+    while ready < n as usize {
         let l = lines.next().expect("a rank's ready line").unwrap();
-        assert_eq!(l, "ready");
+        assert!(l.replace("ready", "").is_empty(), "{l:?}");
+        ready += l.matches("ready").count();
     }
     std::thread::spawn(move || for _ in lines {});
 }
@@ -116,14 +123,36 @@ impl HungJobAcross {
             .iter()
             .map(|name| format!("{name}:{per_host}"))
             .collect();
-        let mut mpirun = Command::new("mpirun")
+        let mut mpirun = Command::new("mpirun");
+        mpirun
             .args(["--allow-run-as-root", "--oversubscribe", "--host"])
             .arg(hosts.join(","))
             .args(["-n", &n.to_string()])
             .arg(&prog)
             .env("OMPI_MCA_btl", "self,tcp")
             // The waiting ranks poll: let them yield the machine's few cores.
-            .env("OMPI_MCA_mpi_yield_when_idle", "1")
+            .env("OMPI_MCA_mpi_yield_when_idle", "1");
+        Self::spawn(mpirun, prog, n)
+    }
+
+    /// [`HungJobAcross::start`] under MPICH's `mpiexec.hydra` (the program built with
+    /// `mpicc.mpich`), which starts its proxies on the hosts over ssh. The hosts share
+    /// this machine's host name, which they resolve to their own loopback, so the proxies
+    /// are told the launcher's address on the bridge (`-localhost`).
+    pub fn start_hydra(h: &SshHosts, n: u32) -> HungJobAcross {
+        let prog = crate::mpich_program("mpi_hang");
+        let mut hydra = Command::new("mpiexec.hydra");
+        hydra
+            .args(["-launcher", "ssh", "-localhost", &h.hosts.gateway()])
+            .args(["-hosts", &h.names().join(",")])
+            .args(["-n", &n.to_string()])
+            .arg(&prog);
+        Self::spawn(hydra, prog, n)
+    }
+
+    /// Runs the launcher `cmd` of `n` ranks of `prog` until every rank is ready.
+    fn spawn(mut cmd: Command, prog: PathBuf, n: u32) -> HungJobAcross {
+        let mut mpirun = cmd
             .env_remove("SLURM_JOB_ID")
             .env_remove("SLURM_JOBID")
             .current_dir(std::env::temp_dir())
@@ -131,7 +160,7 @@ impl HungJobAcross {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("starting mpirun");
+            .expect("starting the job's launcher");
         let out = mpirun.stdout.take().unwrap();
         let job = HungJobAcross { mpirun, prog };
         await_ready(out, n);

@@ -1,20 +1,23 @@
 //! `sdm run` and `sdm attach`: the job's tree (launch mode under a launcher that holds the
-//! job, or servers starting or attaching to their ranks), then the console over it; the
-//! process table of `--pids HOST:PID,...` and its printing.
+//! job, or servers starting or attaching to their ranks), then the console over it (the
+//! process table `sdm attach` reads is in attach.rs).
 
 use super::*;
 
 /// `sdm run` and `sdm attach`: a tree of `n` servers, each starting `program` or attaching
 /// to its rank's pid in `attach`, then the console.
-/// `sdm run`: under srun or mpirun (without `--ranks-per-server`) the job is started by
-/// its launcher and held for the tool (launch mode, see held.rs), one server per host
+/// `sdm run`: under srun, mpirun or hydra (without `--ranks-per-server`) the job is
+/// started by its launcher and held for the tool (launch mode, see held.rs), one server per host
 /// attaching to its ranks; a launcher that cannot hold a job is said so and the job runs
 /// with one server per rank, each starting its rank; otherwise the servers start the
 /// program (or attach to `--attach`).
 pub(super) async fn run_job(a: RunArgs) -> anyhow::Result<()> {
     let tree = &a.console.tree;
     if a.attach.is_empty()
-        && matches!(tree.launcher, LauncherKind::Srun | LauncherKind::Mpirun)
+        && matches!(
+            tree.launcher,
+            LauncherKind::Srun | LauncherKind::Mpirun | LauncherKind::Hydra
+        )
         && tree.ranks_per_server.is_none()
     {
         let opts = tree.options(a.n)?;
@@ -30,6 +33,10 @@ pub(super) async fn run_job(a: RunArgs) -> anyhow::Result<()> {
             a.n,
             &a.program,
             input,
+            &crate::heldtree::Finding {
+                reader: super::attach::reader(tree, None)?,
+                patience: Duration::from_secs(c.timeout),
+            },
         )
         .await?
         {
@@ -46,7 +53,7 @@ pub(super) async fn run_job(a: RunArgs) -> anyhow::Result<()> {
     run_console(a.n, a.console, None, a.attach, a.program, None).await
 }
 
-async fn run_console(
+pub(super) async fn run_console(
     n: u32,
     c: ConsoleArgs,
     opts: Option<SessionOptions>,
@@ -360,118 +367,4 @@ fn stdin_reader() -> tokio::sync::mpsc::Receiver<Option<String>> {
         let _ = tx.blocking_send(None);
     });
     rx
-}
-
-/// `sdm attach`: the job's process table (from its launcher, or `--pids`), one server per
-/// rank on the rank's host, each attached to its rank's process; then the console.
-pub(super) async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
-    let tasks: Vec<(String, u32)> = match a.launcher_pid {
-        Some(pid) => {
-            // A job still starting gets a few seconds to fill its table.
-            let t = sdm_server::mpir::read_proctable_waiting(pid, Duration::from_secs(10))?;
-            if a.table {
-                print_proctable(&t.tasks, Some(t.source), a.console.json);
-                return Ok(());
-            }
-            tracing::info!("launcher {pid}: {} ranks ({:?})", t.tasks.len(), t.source);
-            t.tasks.into_iter().map(|d| (d.host, d.pid)).collect()
-        }
-        None => {
-            let tasks = parse_host_pids(&a.pids)?;
-            if a.table {
-                print_proctable(&pids_table(&tasks)?, None, a.console.json);
-                return Ok(());
-            }
-            tasks
-        }
-    };
-    let n = u32::try_from(tasks.len()).context("too many ranks")?;
-    let opts = crate::hosts::per_host_options(n, &a.console.tree, &tasks, None)?;
-    let pids = tasks.iter().map(|&(_, p)| p).collect();
-    run_console(n, a.console, Some(opts), pids, Vec::new(), None).await
-}
-
-/// Whether `host` (a name from a process table or `--pids`, empty for none) is this host,
-/// named `here`.
-pub(crate) fn is_this_host(host: &str, here: &str) -> bool {
-    host.is_empty()
-        || host == here
-        || host == "localhost"
-        || host.starts_with("127.")
-        || host.split('.').next() == here.split('.').next()
-}
-
-/// `--pids HOST:PID,...` (a bare PID is on this host) in rank order.
-fn parse_host_pids(items: &[String]) -> anyhow::Result<Vec<(String, u32)>> {
-    items
-        .iter()
-        .enumerate()
-        .map(|(rank, item)| {
-            let (host, pid) = item.rsplit_once(':').unwrap_or(("", item));
-            let pid = pid.parse::<u32>().map_err(|_| {
-                anyhow::anyhow!("--pids: {item:?} (rank {rank}) is not HOST:PID or PID")
-            })?;
-            Ok((host.to_owned(), pid))
-        })
-        .collect()
-}
-
-/// `--pids` as a process table: a task on this host named by its executable (its pid
-/// must exist), one elsewhere by `?` (its host is not asked).
-fn pids_table(tasks: &[(String, u32)]) -> anyhow::Result<Vec<sdm_server::mpir::ProcDesc>> {
-    let here = sdm_server::monitor::hostname();
-    let mut out = Vec::new();
-    for (rank, (host, pid)) in (0u32..).zip(tasks) {
-        let local = is_this_host(host, &here);
-        let executable = if local {
-            local_executable(*pid)
-                .with_context(|| format!("--pids: rank {rank}: no process {pid} on this host"))?
-        } else {
-            "?".into()
-        };
-        out.push(sdm_server::mpir::ProcDesc {
-            rank,
-            host: if host.is_empty() {
-                here.clone()
-            } else {
-                host.clone()
-            },
-            executable,
-            pid: *pid,
-        });
-    }
-    Ok(out)
-}
-
-/// The executable of process `pid` on this host: its path, else (another user's process)
-/// the first word of its command line.
-fn local_executable(pid: u32) -> std::io::Result<String> {
-    match std::fs::read_link(format!("/proc/{pid}/exe")) {
-        Ok(p) => Ok(p.display().to_string()),
-        Err(e) => {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).map_err(|_| e)?;
-            let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-            Ok(String::from_utf8_lossy(argv0).into_owned())
-        }
-    }
-}
-
-/// `sdm attach PID --table` (or `--pids ... --table`): the process table, one rank per line;
-/// in JSON each line also names where a launcher's table came from (`source`).
-fn print_proctable(
-    tasks: &[sdm_server::mpir::ProcDesc],
-    source: Option<sdm_server::mpir::TableSource>,
-    json: bool,
-) {
-    for d in tasks {
-        if json {
-            let mut line = serde_json::json!({"rank": d.rank, "host": d.host, "pid": d.pid, "executable": d.executable});
-            if let Some(s) = source {
-                line["source"] = s.name().into();
-            }
-            println!("{line}");
-        } else {
-            println!("{} {} {} {}", d.rank, d.host, d.pid, d.executable);
-        }
-    }
 }
