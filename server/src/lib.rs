@@ -72,6 +72,7 @@ pub mod monitor;
 pub mod mpir;
 mod natprint;
 pub mod plugin;
+pub mod python;
 pub mod rankenv;
 pub mod ranks;
 pub mod server;

@@ -93,11 +93,21 @@ pub(super) fn end_group_stop(pid: Pid) -> MonResult<()> {
 }
 
 impl Monitor {
-    /// The stacks of every thread of the stopped process, the main thread first.
+    /// The stacks of every thread of the stopped process, the main thread first; in a
+    /// Python process with its Python frames merged in (see [`crate::python`]).
     pub fn thread_backtraces(&mut self) -> MonResult<Vec<ThreadStack>> {
-        if self.symbolic() {
-            return self.thread_backtraces_symbolic();
-        }
+        let mut threads = if self.symbolic() {
+            self.thread_backtraces_symbolic()?
+        } else {
+            self.thread_backtraces_native()?
+        };
+        let pid = self.proc()?.pid;
+        self.python.merge_into(pid, &mut threads);
+        Ok(threads)
+    }
+
+    /// The native stacks of every thread of the stopped process, the main thread first.
+    fn thread_backtraces_native(&mut self) -> MonResult<Vec<ThreadStack>> {
         let pid = self.with_traced(Ok)?;
         let mut out = Vec::new();
         for tid in tasks(pid) {
