@@ -7,8 +7,8 @@ from mpi4py import MPI
 
 def compute():
     work = 0
-    while True:
-        work += 1  # compute: the late rank's loop
+    # One line: every instruction of the loop is on it.
+    while True: work += 1  # compute: the late rank's loop
 
 
 def step(comm):

@@ -10,8 +10,8 @@ started = threading.Barrier(3)
 def spin():
     started.wait()
     work = 0
-    while True:
-        work += 1  # spin: holds the GIL
+    # One line: every instruction of the loop is on it.
+    while True: work += 1  # spin: holds the GIL
 
 
 def nap():
