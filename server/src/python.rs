@@ -13,6 +13,11 @@
 //! its native unwinder walked every thread; py-spy only reads memory. Its native merging
 //! (behind its `unwind` feature, with libunwind) is not used: the frames merged are ours.
 //!
+//! Each Python thread is matched to its OS thread by the id 3.11+ keeps in its state, or,
+//! in older ones, by its `pthread_t`, which is the thread pointer the monitor read of each
+//! thread (py-spy finds the OS id of those only with its `unwind` feature). Where gdb holds
+//! the process, threads of Pythons before 3.11 get no Python frames.
+//!
 //! A [`PythonSpy`] parses the interpreter binary once, so [`Python`] keeps one per process;
 //! whether a process is Python at all is decided once from its maps (a `python*` or
 //! `libpython*` file mapped), so other processes cost one read of /proc/PID/maps.
@@ -88,10 +93,11 @@ impl Python {
             }
         };
         for t in threads.iter_mut() {
-            let Some(trace) = traces
-                .iter()
-                .find(|tr| tr.os_thread_id == Some(u64::from(t.tid)))
-            else {
+            // 3.11+ gives each thread's OS id; older ones only its `pthread_t`.
+            let Some(trace) = traces.iter().find(|tr| match tr.os_thread_id {
+                Some(os) => os == u64::from(t.tid),
+                None => t.pthread == Some(tr.thread_id),
+            }) else {
                 continue;
             };
             t.frames = merge(&t.frames, &trace.frames);

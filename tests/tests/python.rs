@@ -6,7 +6,8 @@
 //!   from `step()`: `bt --classes` is two classes through the module's frame and `step`,
 //!   one into `mpi4py.MPI.Comm.Barrier`, the other into `compute`; the tree goes on from
 //!   the Barrier into libmpi's native frames.
-//! - tests/programs/py_threads.py under Debian's python3 (3.11) and pyenv's 3.13: both
+//! - tests/programs/py_threads.py under Debian's python3 (3.11), pyenv's 3.13 and 3.10
+//!   (threads known by their `pthread_t`, not their OS id): both
 //!   threads' Python frames and the main thread's in every `bt` view (tree, `--classes`,
 //!   `--samples`, `--json`, DOT, SVG), the GIL holder marked, `info threads` naming the
 //!   Python threads.
@@ -23,6 +24,8 @@ use sdm_e2e::sdm;
 const DEBIAN_PYTHON: &str = "/usr/bin/python3";
 /// The newest CPython installed here.
 const PYENV_PYTHON: &str = "/root/.pyenv/versions/3.13.0/bin/python3";
+/// A CPython before 3.11: its threads are matched by their `pthread_t`.
+const PYENV_PYTHON_310: &str = "/root/.pyenv/versions/3.10.13/bin/python3";
 /// mpi4py's interpreter and Open MPI 5's launcher (deploy/ci-setup.sh's venv).
 const VENV_PYTHON: &str = "/opt/sdm-venv/bin/python";
 const VENV_MPIRUN: &str = "/opt/sdm-venv/bin/mpirun";
@@ -294,11 +297,20 @@ fn debian_python_threads_show_in_every_view() {
 
 #[test]
 #[cfg_attr(
-    not(sdm_have_python313),
-    ignore = "needs pyenv's CPython 3.13.0 in /root/.pyenv (then touch tests/build.rs)"
+    not(sdm_have_pyenv),
+    ignore = "needs pyenv's CPython 3.13.0 and 3.10.13 in /root/.pyenv (then touch tests/build.rs)"
 )]
 fn python_3_13_threads_show_in_every_view() {
     threads_in_every_view(PYENV_PYTHON);
+}
+
+#[test]
+#[cfg_attr(
+    not(sdm_have_pyenv),
+    ignore = "needs pyenv's CPython 3.13.0 and 3.10.13 in /root/.pyenv (then touch tests/build.rs)"
+)]
+fn python_3_10_threads_show_in_every_view() {
+    threads_in_every_view(PYENV_PYTHON_310);
 }
 
 /// A process mapping a `python*` file that is no interpreter (a copy of `sleep` named
