@@ -202,8 +202,9 @@ enum Kind {
 }
 
 fn kind(f: &Frame) -> Kind {
-    // Cython's runtime helpers are call machinery too.
-    if f.function.starts_with("__Pyx_") {
+    // Cython's runtime helpers are call machinery too, and so is the dynamic loader
+    // (thread-local storage, lazy binding) wherever it was called from.
+    if f.function.starts_with("__Pyx_") || f.module.starts_with("ld-linux") {
         return Kind::Machinery;
     }
     if !is_interpreter(&f.module) {

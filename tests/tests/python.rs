@@ -215,27 +215,34 @@ fn threads_in_every_view(python: &str) {
         let n = trees.iter().filter(|l| l.ends_with(frame.as_str())).count();
         assert_eq!(n, 3, "{frame}: {context}");
     }
+    // Only the spinner holds the GIL: each mark's innermost Python frame above it is
+    // `spin` (the spinner may be caught in a native call of the interpreter's).
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut marks = 0;
     for (i, l) in trees.iter().enumerate() {
-        if l.ends_with(spin.as_str()) {
-            assert!(trees[i + 1].ends_with("<holding the GIL>"), "{context}");
+        if !l.ends_with("<holding the GIL>") || l.contains("(representative") {
+            continue;
         }
+        marks += 1;
+        let python = trees[..i]
+            .iter()
+            .rev()
+            .filter(|p| indent(p) < indent(l))
+            .find(|p| p.contains(".py:"))
+            .unwrap_or_else(|| panic!("no Python frame above {l}: {context}"));
+        assert!(python.ends_with(spin.as_str()), "{python}: {context}");
     }
-    let marks = lines.iter().filter(|l| l.ends_with("<holding the GIL>"));
-    assert_eq!(
-        marks.count(),
-        3 + 1,
-        "one GIL holder per tree, and its class: {context}"
-    );
+    assert!(marks >= 3, "a GIL holder in each tree: {context}");
     let sampled = lines
         .iter()
         .filter(|l| l.ends_with(&format!("[0] x2 {spin}")));
     assert_eq!(sampled.count(), 1, "{context}");
-    // The classes.
+    // The classes: the spinner's ends with the GIL mark.
     let classes = classes(&out);
     assert!(
         classes
             .iter()
-            .any(|c| c.ends_with(&format!("{spin} > <holding the GIL>"))),
+            .any(|c| c.contains(spin.as_str()) && c.ends_with(" > <holding the GIL>")),
         "{context}"
     );
     for frame in [&nap, &main] {

@@ -104,6 +104,7 @@ fn each_eval_call_runs_its_own_python_frames() {
 #[test]
 fn the_interpreter_running_python_shows_the_python_frame_innermost() {
     let stack = [
+        native("__tls_get_addr", "ld-linux-x86-64.so.2"),
         native("long_add", EXE),
         native("_PyEval_EvalFrameDefault", EXE),
         native("_start", EXE),
