@@ -78,6 +78,21 @@ impl Drop for Running {
     }
 }
 
+/// Processes killed (SIGKILL) when dropped: the ranks of a job, which outlive their
+/// launcher killed (the late one would spin on).
+struct Killed(Vec<u32>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 /// `sdm attach --pids PIDS -c stop -c C... -c detach`: what it printed (stdout, stderr),
 /// asserting it succeeded.
 fn attach(pids: &[u32], commands: &[&str]) -> (String, String) {
@@ -133,6 +148,7 @@ fn an_mpi4py_job_hung_at_a_barrier_is_two_classes_through_python_frames() {
         .filter_map(|pid| Some((rank_of(pid)?, pid)))
         .collect();
     ranks.sort();
+    let _ranks = Killed(ranks.iter().map(|r| r.1).collect());
     assert_eq!(
         ranks.iter().map(|r| r.0).collect::<Vec<_>>(),
         (0..N).collect::<Vec<_>>()
