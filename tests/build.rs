@@ -11,6 +11,7 @@
 //!   capabilities to make namespaces and links (root's CAP_SYS_ADMIN and CAP_NET_ADMIN; a
 //!   container may withhold them from root) and iproute2's `ip netns` works.
 //! - gdb (tests/stacks.rs): `sdm_have_gdb` when `gdb --version` runs.
+//! - pyenv's CPython 3.13 and 3.10 (tests/python.rs): `sdm_have_pyenv` when installed.
 //! - tmux (tests/terminal.rs, a real terminal for the interactive console): `sdm_have_tmux`
 //!   when `tmux -V` runs.
 
@@ -19,6 +20,13 @@ use std::process::{Command, Stdio};
 
 /// Where deploy/ci-setup.sh writes its markers.
 const MARKER_DIR: &str = "/run/sdmci";
+
+/// pyenv's CPythons the Python tests run (cfg `sdm_have_pyenv`): the newest, and one
+/// before 3.11 (whose threads carry no OS thread id).
+const PYENV: [&str; 2] = [
+    "/root/.pyenv/versions/3.13.0/bin/python3",
+    "/root/.pyenv/versions/3.10.13/bin/python3",
+];
 
 /// (cfg, marker file) per launcher.
 const LAUNCHERS: [(&str, &str); 6] = [
@@ -50,6 +58,11 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(sdm_have_gdb)");
     if ci || runs("gdb", &["--version"]) {
         println!("cargo::rustc-cfg=sdm_have_gdb");
+    }
+    // pyenv's CPythons (tests/python.rs).
+    println!("cargo::rustc-check-cfg=cfg(sdm_have_pyenv)");
+    if ci || PYENV.iter().all(|p| Path::new(p).is_file()) {
+        println!("cargo::rustc-cfg=sdm_have_pyenv");
     }
     println!("cargo::rustc-check-cfg=cfg(sdm_have_tmux)");
     if ci || runs("tmux", &["-V"]) {

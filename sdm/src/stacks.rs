@@ -7,7 +7,9 @@
 //! function and source line (`step at prog.c:28`, STAT's line-granular view, so ranks
 //! waiting at two call sites of one function are two branches and two classes), or by
 //! its function alone with `--functions`; a frame without a symbol is named by its file and
-//! offset (`libc.so.6+0x2724a`), never by its address.
+//! offset (`libc.so.6+0x2724a`), never by its address. A Python rank's frames come with
+//! its Python frames merged in (`step at main.py:12`, module `<python>`, no offset; see
+//! `sdm_server::python`), so they show in every view as native frames do.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -165,7 +167,8 @@ pub struct FrameFields {
 
 impl FrameFields {
     /// Reads a frame `[pc, fp, "function", "file:line", "module", offset]` (the last two
-    /// absent in replies of older servers).
+    /// absent in replies of older servers). A Python frame (module `<python>`) has no
+    /// offset: no file maps its code.
     pub fn from_value(v: &Value) -> Option<Self> {
         let Value::List(p) = v else { return None };
         let text = |i: usize| match p.get(i) {
@@ -179,13 +182,16 @@ impl FrameFields {
             },
             None => (None, None),
         };
+        let module = text(4).unwrap_or_default();
         Some(Self {
             function: text(2)?.to_owned(),
             file,
             line,
-            module: text(4).unwrap_or_default().to_owned(),
+            module: module.to_owned(),
             offset: match p.get(5) {
-                Some(Value::Int(o)) => Some(*o as u64),
+                Some(Value::Int(o)) if module != sdm_server::python::PYTHON_MODULE => {
+                    Some(*o as u64)
+                }
                 _ => None,
             },
         })

@@ -74,6 +74,7 @@ mod natprint;
 pub mod plugin;
 pub mod pmix;
 pub mod proctree;
+pub mod python;
 pub mod rankenv;
 pub mod ranks;
 pub mod server;

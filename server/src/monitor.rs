@@ -121,6 +121,8 @@ pub struct Monitor {
     events: mpsc::UnboundedSender<String>,
     /// What stack walks read of the process's mapped files.
     stacks: Stacks,
+    /// The Python interpreter of the process, where it runs one (its frames in stacks).
+    python: crate::python::Python,
     /// The services event actions run with (set once the server has its registry).
     pub registry: Option<Arc<Registry<Monitor>>>,
     /// Stored event-action requests, by request id.

@@ -154,6 +154,7 @@ fn run_thread(s: Start, wake: Weak<LazyThread>) -> std_mpsc::Sender<Job> {
                 proc: None,
                 events: s.events,
                 stacks: Stacks::default(),
+                python: Default::default(),
                 registry: None,
                 requests: BTreeMap::new(),
                 user_events: BTreeSet::new(),

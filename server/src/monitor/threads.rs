@@ -27,6 +27,9 @@ pub struct ThreadStack {
     pub name: String,
     /// Its frames, innermost first.
     pub frames: Vec<Frame>,
+    /// Its `pthread_t` (x86-64's thread pointer, the fs base) where read: how a Python
+    /// before 3.11 names its threads.
+    pub pthread: Option<u64>,
 }
 
 /// How long a gdb command for a thread's registers or frames may take.
@@ -54,9 +57,9 @@ fn thread_name(pid: Pid, tid: Pid) -> String {
         .unwrap_or_default()
 }
 
-/// Seizes the (untraced) task `tid`, stops it, walks its stack and lets it go; `None`
-/// where the task is gone or cannot be traced (it exited meanwhile).
-fn walk_other(stacks: &mut Stacks, tid: Pid) -> Option<Vec<Frame>> {
+/// Seizes the (untraced) task `tid`, stops it, walks its stack, reads its thread pointer
+/// and lets it go; `None` where the task is gone or cannot be traced (it exited meanwhile).
+fn walk_other(stacks: &mut Stacks, tid: Pid) -> Option<(Vec<Frame>, Option<u64>)> {
     ptrace::seize(tid, ptrace::Options::empty()).ok()?;
     // A task in the group-stop traps by itself once seized; the interrupt stops a running
     // one (and is dropped with the detach where it was not needed).
@@ -75,8 +78,14 @@ fn walk_other(stacks: &mut Stacks, tid: Pid) -> Option<Vec<Frame>> {
         }
     }
     let frames = stacks.backtrace(tid).ok();
+    let pthread = thread_pointer(tid);
     let _ = ptrace::detach(tid, pending);
-    frames
+    Some((frames?, pthread))
+}
+
+/// The thread pointer (fs base) of the ptrace-stopped task `tid`.
+fn thread_pointer(tid: Pid) -> Option<u64> {
+    ptrace::getregs(tid).ok().map(|r| r.fs_base)
 }
 
 /// Ends the group-stop of the other threads of `pid` (a SIGCONT) where it has any: a
@@ -93,23 +102,34 @@ pub(super) fn end_group_stop(pid: Pid) -> MonResult<()> {
 }
 
 impl Monitor {
-    /// The stacks of every thread of the stopped process, the main thread first.
+    /// The stacks of every thread of the stopped process, the main thread first; in a
+    /// Python process with its Python frames merged in (see [`crate::python`]).
     pub fn thread_backtraces(&mut self) -> MonResult<Vec<ThreadStack>> {
-        if self.symbolic() {
-            return self.thread_backtraces_symbolic();
-        }
+        let mut threads = if self.symbolic() {
+            self.thread_backtraces_symbolic()?
+        } else {
+            self.thread_backtraces_native()?
+        };
+        let pid = self.proc()?.pid;
+        self.python.merge_into(pid, &mut threads);
+        Ok(threads)
+    }
+
+    /// The native stacks of every thread of the stopped process, the main thread first.
+    fn thread_backtraces_native(&mut self) -> MonResult<Vec<ThreadStack>> {
         let pid = self.with_traced(Ok)?;
         let mut out = Vec::new();
         for tid in tasks(pid) {
-            let frames = if tid == pid {
-                self.stacks.backtrace(pid).map_err(|e| {
+            let (frames, pthread) = if tid == pid {
+                let frames = self.stacks.backtrace(pid).map_err(|e| {
                     Error::new(ErrorKind::Process, e.to_string())
                         .caused_by(e)
                         .with_pid(raw(pid))
-                })?
+                })?;
+                (frames, thread_pointer(pid))
             } else {
                 match walk_other(&mut self.stacks, tid) {
-                    Some(f) => f,
+                    Some(walked) => walked,
                     None => continue,
                 }
             };
@@ -117,6 +137,7 @@ impl Monitor {
                 tid: raw(tid),
                 name: thread_name(pid, tid),
                 frames,
+                pthread,
             });
         }
         Ok(out)
@@ -155,6 +176,7 @@ impl Monitor {
                 tid: raw(tid),
                 name: thread_name(pid, tid),
                 frames,
+                pthread: None,
             });
         }
         out.sort_by_key(|t| (t.tid != raw(pid), t.tid));
