@@ -72,7 +72,15 @@ impl Running {
 }
 
 impl Drop for Running {
+    /// SIGTERM first, so a launcher (Open MPI 5's prterun) ends its ranks, which SIGKILL
+    /// would orphan; SIGKILL after 10 s.
     fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while matches!(self.0.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

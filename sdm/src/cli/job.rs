@@ -1,6 +1,6 @@
-//! `sdm run` and `sdm attach`: the job's tree (launch mode under a launcher that holds the
-//! job, or servers starting or attaching to their ranks), then the console over it (the
-//! process table `sdm attach` reads is in attach.rs).
+//! `sdm run`: the job's tree (launch mode under a launcher that holds the job, or servers
+//! starting their ranks), and the console over a tree, which `sdm attach` (attach.rs) also
+//! runs once it has read the job's process table.
 
 use super::*;
 

@@ -4,8 +4,9 @@
 //! 5.0 server, and the failed attempt leaves that server refusing later tools), and no
 //! header or library is then needed to build sdm.
 //!
-//! Layouts are those of the PMIx standard's stable ABI (x86_64 and other LP64 targets),
-//! checked against the C headers' `sizeof`/`offsetof` in the tests below.
+//! Layouts are those of the PMIx standard's stable ABI (x86_64 and other LP64 targets): the
+//! tests below compare them with the `sizeof`/`offsetof` values the C headers give (written
+//! into the tests, since no header is needed to build).
 
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::path::{Path, PathBuf};
