@@ -253,7 +253,14 @@ fn open_mpi_5_holds_its_ranks_in_pmix_init_until_released() {
     .map(|s| s.to_string())
     .collect();
     let env = [("SDM_HOLD_DIR".to_owned(), dir.display().to_string())];
-    let job = sdm_server::pmix::launch_held(&argv, &env, Default::default(), 4).unwrap();
+    let job = sdm_server::pmix::launch_held(
+        &argv,
+        &env,
+        Default::default(),
+        4,
+        sdm_e2e::daemons::PATIENCE,
+    )
+    .unwrap();
     let table = job.table();
     assert_eq!(table.source, sdm_server::mpir::TableSource::Pmix);
     assert_eq!(
