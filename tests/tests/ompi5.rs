@@ -10,9 +10,12 @@
 //!   rank on the host the table names.
 //! - `sdm_server::pmix::launch_held` with `--stop-in-init` (tests/programs/mpi_hold.c):
 //!   every rank reaches `MPI_Init` and none passes it until the job is released; then all
-//!   do and the job ends.
+//!   do and the job ends. A job that cannot be held (fewer ranks than awaited) ends with
+//!   its launcher, its ranks included.
 //! - `sdm run --launcher mpirun` with Open MPI 5: one server for the host's ranks, the
-//!   hung job's two classes; across the four hosts, one server per host for its two ranks.
+//!   hung job's two classes (`stop`, `bt --classes`, `cont` until every rank is there);
+//!   across the four hosts, one server per host for its two ranks; each rank traced as it
+//!   leaves `MPI_Init`.
 //!
 //! PRRTE names a node by its daemon's host name, so the multi-host tests give each
 //! namespace host its own (`SshHosts::create_named`).
@@ -268,6 +271,59 @@ fn open_mpi_5_holds_its_ranks_in_pmix_init_until_released() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A job that cannot be held (here: it has fewer ranks than awaited, so the hold times
+/// out) has its launcher ended with SIGTERM, and its ranks with it: prterun killed
+/// outright leaves them waiting in `PMIx_Init`, for good.
+#[test]
+#[cfg_attr(
+    not(sdm_have_ompi5),
+    ignore = "needs Open MPI 5 in /opt/sdm-venv (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn a_job_that_cannot_be_held_ends_with_its_launcher() {
+    let prog = ompi5_program("mpi_hold");
+    let dir = std::env::temp_dir().join(format!("sdm-ompi5-unheld-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let argv: Vec<String> = [
+        &format!("{VENV}/mpirun"),
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--stop-in-init",
+        "-n",
+        "2",
+        prog.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let env = [("SDM_HOLD_DIR".to_owned(), dir.display().to_string())];
+    let patience = std::time::Duration::from_secs(5);
+    let err = sdm_server::pmix::launch_held(&argv, &env, Default::default(), 3, patience)
+        .expect_err("a job of 2 ranks held as one of 3");
+    assert!(
+        matches!(err, sdm_server::pmix::PmixError::Timeout { .. }),
+        "{err}"
+    );
+    // The ranks end with their launcher (the patience is a hang guard).
+    let deadline = std::time::Instant::now() + sdm_e2e::daemons::PATIENCE;
+    let running = |prog: &Path| {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::read_link(e.path().join("exe")).is_ok_and(|x| x == prog))
+            .count()
+    };
+    while running(&prog) > 0 {
+        if std::time::Instant::now() > deadline {
+            sdm_e2e::hungjob::kill_running(&prog);
+            panic!("ranks outlived their ended launcher: {:?}", markers(&dir));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // None passed MPI_Init.
+    assert!(markers(&dir).iter().all(|m| m.starts_with("before.")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The distinct server pids in `omis 1 [] node_info()` output lines.
 fn server_pids(out: &str) -> BTreeSet<u32> {
     out.lines()
@@ -392,9 +448,10 @@ fn sdm_run_holds_an_open_mpi_5_job_and_sees_its_hang_with_one_server() {
     assert_hung_job_classes(&lines, 6, context);
 }
 
-/// `sdm run --launcher mpirun` with Open MPI 5 holds the job until its ranks are
-/// attached: each rank is traced as it leaves `MPI_Init` (tests/programs/mpi_hold.c
-/// records its TracerPid then), so it was held until the servers attached.
+/// `sdm run --launcher mpirun` with Open MPI 5 attaches the job's ranks before they leave
+/// `MPI_Init`: each is traced as `MPI_Init` returns (tests/programs/mpi_hold.c records its
+/// TracerPid then). Open MPI 5's `MPI_Init` goes on long after `PMIx_Init`, so this does
+/// not tell a release just before the attach from one just after it.
 #[test]
 #[cfg_attr(
     not(sdm_have_ompi5),
