@@ -169,7 +169,7 @@ pub(crate) async fn start(
         stderr: Some(write),
     };
     let job = if labels == Labels::OpenMpi5 {
-        match hold_pmix(argv, env.to_vec(), streams, n).await? {
+        match hold_pmix(argv, env.to_vec(), streams, n, finding.patience).await? {
             Ok(job) => job,
             Err(e) => return Ok(Err(NotHeld::Pmix(e))),
         }
@@ -197,11 +197,13 @@ async fn hold_pmix(
     env: Vec<(String, String)>,
     streams: Streams,
     n: u32,
+    patience: std::time::Duration,
 ) -> anyhow::Result<Result<HeldBy, PmixError>> {
-    let held =
-        tokio::task::spawn_blocking(move || sdm_server::pmix::launch_held(&argv, &env, streams, n))
-            .await
-            .context("the thread holding the launcher")?;
+    let held = tokio::task::spawn_blocking(move || {
+        sdm_server::pmix::launch_held(&argv, &env, streams, n, patience)
+    })
+    .await
+    .context("the thread holding the launcher")?;
     Ok(held.map(HeldBy::Pmix))
 }
 
@@ -212,6 +214,7 @@ async fn hold_pmix(
     _env: Vec<(String, String)>,
     _streams: Streams,
     _n: u32,
+    _patience: std::time::Duration,
 ) -> anyhow::Result<Result<HeldBy, PmixError>> {
     Ok(Err(PmixError::NotBuilt {
         launcher: argv.first().cloned().unwrap_or_default(),

@@ -44,16 +44,7 @@ impl Drop for TreeHeld {
             return;
         };
         // hydra ends its job on SIGTERM; SIGKILL after a while if it has not.
-        let pid = nix::unistd::Pid::from_raw(launcher.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        for _ in 0..50 {
-            if !matches!(launcher.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = launcher.kill();
-        let _ = launcher.wait();
+        sdm_server::hold::end_launcher(&mut launcher, sdm_server::hold::END_GRACE);
     }
 }
 

@@ -286,6 +286,29 @@ pub fn launch_held_with(
     }
 }
 
+/// How long [`end_launcher`] lets a launcher end its job after SIGTERM.
+pub const END_GRACE: Duration = Duration::from_secs(5);
+
+/// Ends a launcher and its job: SIGTERM first, since a launcher killed outright leaves its
+/// ranks running (Open MPI 5's prterun, hydra), then SIGKILL once `grace` has passed; the
+/// launcher is reaped either way. Blocks for at most about `grace`.
+pub fn end_launcher(launcher: &mut Child, grace: Duration) {
+    if !matches!(launcher.try_wait(), Ok(None)) {
+        return;
+    }
+    let pid = nix::unistd::Pid::from_raw(launcher.id() as i32);
+    let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline {
+        if !matches!(launcher.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = launcher.kill();
+    let _ = launcher.wait();
+}
+
 type Held = Result<(ProcTable, Option<SlurmStep>, Child), HoldError>;
 
 /// The tracer thread: starts the launcher, holds it, sends the table (or the error) and,

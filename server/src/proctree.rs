@@ -394,6 +394,8 @@ fn descends_from(mut pid: u32, ancestor: u32, parents: &HashMap<u32, u32>) -> bo
     false
 }
 
+/// The environment process `pid` was started with (its UTF-8 variables); `None` when
+/// it cannot be read.
 pub(crate) fn environ(pid: u32) -> Option<HashMap<String, String>> {
     let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     Some(

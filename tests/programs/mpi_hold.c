@@ -1,9 +1,25 @@
 /* An MPI job started held (tests/tests/hold.rs): main creates $SDM_HOLD_DIR/before.RANK
  * first thing (RANK from OMPI_COMM_WORLD_RANK), then $SDM_HOLD_DIR/after.RANK as soon as
- * MPI_Init returns, so the files show how far each rank got. Exits 0. */
+ * MPI_Init returns, so the files show how far each rank got; after.RANK holds the
+ * TracerPid line of /proc/self/status then (a job released before its ranks were
+ * attached passes MPI_Init untraced). Exits 0. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* Writes this process's TracerPid line to `f`. */
+static void tracer(FILE *f)
+{
+    char line[256];
+    FILE *st = fopen("/proc/self/status", "r");
+    if (!st)
+        return;
+    while (fgets(line, sizeof line, st))
+        if (strncmp(line, "TracerPid:", 10) == 0)
+            fputs(line, f);
+    fclose(st);
+}
 
 static int mark(const char *what, const char *rank)
 {
@@ -13,6 +29,8 @@ static int mark(const char *what, const char *rank)
     FILE *f = fopen(path, "w");
     if (!f)
         return 1;
+    if (strcmp(what, "after") == 0)
+        tracer(f);
     return fclose(f) != 0;
 }
 

@@ -527,9 +527,9 @@ pub fn mpich_program(name: &str) -> PathBuf {
     mpi_program_with("mpicc.mpich", name)
 }
 
-/// tests/programs/NAME.c built with the MPI compiler wrapper `compiler`, once per test
-/// process and wrapper.
-fn mpi_program_with(compiler: &str, name: &str) -> PathBuf {
+/// tests/programs/NAME.c built with the MPI compiler wrapper `compiler` (a name on PATH,
+/// or a path: Open MPI 5's), once per test process and wrapper.
+pub fn mpi_program_with(compiler: &str, name: &str) -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let dir = DIR.get_or_init(|| {
@@ -539,7 +539,7 @@ fn mpi_program_with(compiler: &str, name: &str) -> PathBuf {
     });
     let out = match compiler {
         "mpicc" => dir.join(name),
-        _ => dir.join(format!("{name}-{compiler}")),
+        _ => dir.join(format!("{name}-{}", compiler.replace('/', "_"))),
     };
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !out.exists() {

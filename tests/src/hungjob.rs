@@ -90,7 +90,7 @@ fn await_ready(out: ChildStdout, n: u32) {
 
 /// SIGKILL to every process running `prog`, a program of this test process (of the one
 /// multi-host test running): never leave a spinning rank behind for the tests that follow.
-fn kill_running(prog: &Path) {
+pub fn kill_running(prog: &Path) {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return;
     };

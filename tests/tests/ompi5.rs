@@ -10,18 +10,21 @@
 //!   rank on the host the table names.
 //! - `sdm_server::pmix::launch_held` with `--stop-in-init` (tests/programs/mpi_hold.c):
 //!   every rank reaches `MPI_Init` and none passes it until the job is released; then all
-//!   do and the job ends.
+//!   do and the job ends. A job that cannot be held (fewer ranks than awaited) ends with
+//!   its launcher, its ranks included.
 //! - `sdm run --launcher mpirun` with Open MPI 5: one server for the host's ranks, the
-//!   hung job's two classes; across the four hosts, one server per host for its two ranks.
+//!   hung job's two classes (`stop`, `bt --classes`, `cont` until every rank is there);
+//!   across the four hosts, one server per host for its two ranks; each rank traced as it
+//!   leaves `MPI_Init`.
 //!
 //! PRRTE names a node by its daemon's host name, so the multi-host tests give each
 //! namespace host its own (`SshHosts::create_named`).
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::mpsc;
 
 use sdm_e2e::{assert_hung_job_classes, sdm_ok};
 
@@ -30,24 +33,7 @@ const VENV: &str = "/opt/sdm-venv/bin";
 
 /// tests/programs/NAME.c built with Open MPI 5's mpicc, once per test process.
 fn ompi5_program(name: &str) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let dir = DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("sdm-ompi5-tests-{}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("a directory for the MPI programs");
-        d
-    });
-    let out = dir.join(name);
-    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !out.exists() {
-        sdm_e2e::run_ok(
-            Command::new(format!("{VENV}/mpicc"))
-                .args(["-O2", "-g", "-Wall", "-o"])
-                .arg(&out)
-                .arg(sdm_e2e::program_source(name)),
-        );
-    }
-    out
+    sdm_e2e::mpi_program_with(&format!("{VENV}/mpicc"), name)
 }
 
 /// A hung Open MPI 5 job; its launcher terminated (and its ranks killed) when dropped.
@@ -95,17 +81,7 @@ impl Drop for HungJob5 {
     fn drop(&mut self) {
         sdm_e2e::daemons::terminate(&mut self.mpirun);
         // Never leave a spinning rank behind (ranks on other hosts included: one kernel).
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return;
-        };
-        for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
-            if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == self.prog) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
+        sdm_e2e::hungjob::kill_running(&self.prog);
     }
 }
 
@@ -253,7 +229,14 @@ fn open_mpi_5_holds_its_ranks_in_pmix_init_until_released() {
     .map(|s| s.to_string())
     .collect();
     let env = [("SDM_HOLD_DIR".to_owned(), dir.display().to_string())];
-    let job = sdm_server::pmix::launch_held(&argv, &env, Default::default(), 4).unwrap();
+    let job = sdm_server::pmix::launch_held(
+        &argv,
+        &env,
+        Default::default(),
+        4,
+        sdm_e2e::daemons::PATIENCE,
+    )
+    .unwrap();
     let table = job.table();
     assert_eq!(table.source, sdm_server::mpir::TableSource::Pmix);
     assert_eq!(
@@ -288,6 +271,59 @@ fn open_mpi_5_holds_its_ranks_in_pmix_init_until_released() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A job that cannot be held (here: it has fewer ranks than awaited, so the hold times
+/// out) has its launcher ended with SIGTERM, and its ranks with it: prterun killed
+/// outright leaves them waiting in `PMIx_Init`, for good.
+#[test]
+#[cfg_attr(
+    not(sdm_have_ompi5),
+    ignore = "needs Open MPI 5 in /opt/sdm-venv (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn a_job_that_cannot_be_held_ends_with_its_launcher() {
+    let prog = ompi5_program("mpi_hold");
+    let dir = std::env::temp_dir().join(format!("sdm-ompi5-unheld-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let argv: Vec<String> = [
+        &format!("{VENV}/mpirun"),
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--stop-in-init",
+        "-n",
+        "2",
+        prog.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let env = [("SDM_HOLD_DIR".to_owned(), dir.display().to_string())];
+    let patience = std::time::Duration::from_secs(5);
+    let err = sdm_server::pmix::launch_held(&argv, &env, Default::default(), 3, patience)
+        .expect_err("a job of 2 ranks held as one of 3");
+    assert!(
+        matches!(err, sdm_server::pmix::PmixError::Timeout { .. }),
+        "{err}"
+    );
+    // The ranks end with their launcher (the patience is a hang guard).
+    let deadline = std::time::Instant::now() + sdm_e2e::daemons::PATIENCE;
+    let running = |prog: &Path| {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::read_link(e.path().join("exe")).is_ok_and(|x| x == prog))
+            .count()
+    };
+    while running(&prog) > 0 {
+        if std::time::Instant::now() > deadline {
+            sdm_e2e::hungjob::kill_running(&prog);
+            panic!("ranks outlived their ended launcher: {:?}", markers(&dir));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // None passed MPI_Init.
+    assert!(markers(&dir).iter().all(|m| m.starts_with("before.")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The distinct server pids in `omis 1 [] node_info()` output lines.
 fn server_pids(out: &str) -> BTreeSet<u32> {
     out.lines()
@@ -299,6 +335,91 @@ fn server_pids(out: &str) -> BTreeSet<u32> {
         .collect()
 }
 
+/// Whether `round` (a `bt --classes` answer) shows the hung job of `n` ranks: every rank's
+/// main thread in the barrier or in `compute` (the classes [`assert_hung_job_classes`]
+/// checks); before that, ranks may still be in `MPI_Init` or on their way.
+fn hung(round: &[String], n: u32) -> bool {
+    let last = n - 1;
+    let classes: Vec<String> = round
+        .iter()
+        .filter(|l| l.contains("(representative"))
+        .map(|l| sdm_e2e::functions_only(l))
+        .filter(|l| l.split(" > ").any(|f| f == "main"))
+        .collect();
+    classes.len() == 2
+        && classes[0].starts_with(&format!("[0-{}] ", last - 1))
+        && classes[0].contains("Barrier")
+        && classes[1].starts_with(&format!("[{last}] "))
+        && classes[1].ends_with(" > main > step > compute")
+}
+
+/// What [`run_until_hung`] saw: all of stdout, the round that showed the hang, stderr.
+struct Seen {
+    stdout: String,
+    round: Vec<String>,
+    context: String,
+    status: std::process::ExitStatus,
+}
+
+/// Runs `sdm` (set up with `-x -`, its console reading commands from standard input) on
+/// an `n`-rank mpi_hang job: `stop`, `bt --classes`, `cont` again until every rank is in
+/// the barrier or `compute`, then `kill`. The patience is a hang guard only.
+fn run_until_hung(cmd: &mut Command, n: u32) -> Seen {
+    let mut sdm = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let out = BufReader::new(sdm.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut err = sdm.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let mut input = sdm.stdin.take().unwrap();
+    let (running, deadline) = (
+        format!("[0-{}] running", n - 1),
+        std::time::Instant::now() + sdm_e2e::daemons::PATIENCE,
+    );
+    let mut all = Vec::new();
+    let round = loop {
+        assert!(std::time::Instant::now() < deadline, "never hung: {all:?}");
+        writeln!(input, "stop\nbt --classes\ncont").unwrap();
+        let mut round = Vec::new();
+        while let Ok(l) = rx.recv_timeout(sdm_e2e::daemons::PATIENCE) {
+            all.push(l.clone());
+            if l == running {
+                break;
+            }
+            round.push(l);
+        }
+        if hung(&round, n) {
+            break round;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    writeln!(input, "kill").unwrap();
+    drop(input);
+    let status = sdm.wait().unwrap();
+    all.extend(rx.iter());
+    let stdout = all.join("\n");
+    let context = format!("{stdout}\n{}", errors.join().unwrap());
+    Seen {
+        stdout,
+        round,
+        context,
+        status,
+    }
+}
+
 #[test]
 #[cfg_attr(
     not(sdm_have_ompi5),
@@ -306,27 +427,71 @@ fn server_pids(out: &str) -> BTreeSet<u32> {
 )]
 fn sdm_run_holds_an_open_mpi_5_job_and_sees_its_hang_with_one_server() {
     let prog = ompi5_program("mpi_hang");
-    let out = Command::new(sdm_e2e::sdm())
-        .args(["run", "--launcher", "mpirun", "-n", "6"])
-        .args(["-c", "omis 1 [] node_info()", "-c", "sleep 2"])
-        .args(["-c", "bt --classes", "-c", "kill", "--"])
-        .arg(&prog)
-        .env("SDM_MPIRUN", format!("{VENV}/mpirun"))
-        .env("OMPI_MCA_mpi_yield_when_idle", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let context = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{:?}: {context}", out.status);
+    let seen = run_until_hung(
+        Command::new(sdm_e2e::sdm())
+            .args(["run", "--launcher", "mpirun", "-n", "6"])
+            .args(["-c", "omis 1 [] node_info()", "-x", "-", "--"])
+            .arg(&prog)
+            .env("SDM_MPIRUN", format!("{VENV}/mpirun"))
+            .env("OMPI_MCA_mpi_yield_when_idle", "1"),
+        6,
+    );
+    let context = &seen.context;
+    assert!(seen.status.success(), "{:?}: {context}", seen.status);
     // Held by the launcher (not one server per rank, the fallback): one server.
-    assert_eq!(server_pids(&stdout).len(), 1, "{context}");
+    assert_eq!(server_pids(&seen.stdout).len(), 1, "{context}");
     assert!(
         !context.contains("starting one server per rank"),
         "{context}"
     );
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_hung_job_classes(&lines, 6, &context);
+    let lines: Vec<&str> = seen.round.iter().map(String::as_str).collect();
+    assert_hung_job_classes(&lines, 6, context);
+}
+
+/// `sdm run --launcher mpirun` with Open MPI 5 attaches the job's ranks before they leave
+/// `MPI_Init`: each is traced as `MPI_Init` returns (tests/programs/mpi_hold.c records its
+/// TracerPid then). Open MPI 5's `MPI_Init` goes on long after `PMIx_Init`, so this does
+/// not tell a release just before the attach from one just after it.
+#[test]
+#[cfg_attr(
+    not(sdm_have_ompi5),
+    ignore = "needs Open MPI 5 in /opt/sdm-venv (deploy/ci-setup.sh, then touch tests/build.rs)"
+)]
+fn sdm_run_releases_an_open_mpi_5_job_only_once_attached() {
+    let prog = ompi5_program("mpi_hold");
+    let dir = std::env::temp_dir().join(format!("sdm-ompi5-run-hold-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(sdm_e2e::sdm())
+        .args(["run", "--launcher", "mpirun", "-n", "4", "--"])
+        .arg(&prog)
+        .env("SDM_MPIRUN", format!("{VENV}/mpirun"))
+        .env("SDM_HOLD_DIR", &dir)
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let context = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{:?}: {context}", out.status);
+    assert!(
+        !context.contains("starting one server per rank"),
+        "{context}"
+    );
+    for r in 0..4 {
+        let after = std::fs::read_to_string(dir.join(format!("after.{r}"))).unwrap();
+        let tracer: u32 = after
+            .trim()
+            .strip_prefix("TracerPid:")
+            .unwrap_or_else(|| panic!("rank {r}: {after:?}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert_ne!(tracer, 0, "rank {r} left MPI_Init untraced: {context}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `sdm run --launcher mpirun --hosts …` with Open MPI 5: prterun starts its daemons over
@@ -342,34 +507,32 @@ fn sdm_run_holds_an_open_mpi_5_job_across_four_hosts() {
     let _one = sdm_e2e::netns::one_at_a_time();
     let h = sdm_e2e::sshhosts::SshHosts::create_named(4);
     let prog = ompi5_program("mpi_hang");
-    let out = Command::new(sdm_e2e::sdm())
-        .args([
-            "run",
-            "--launcher",
-            "mpirun",
-            "--hosts",
-            &h.hosts.hostlist(),
-        ])
-        .args(["-n", "8", "-c", "omis 1 [] node_info()", "-c", "sleep 2"])
-        .args(["-c", "bt --classes", "-c", "kill", "--"])
-        .arg(&prog)
-        .env("SDM_MPIRUN", format!("{VENV}/mpirun"))
-        .env("OMPI_MCA_btl", "self,tcp")
-        .env("OMPI_MCA_pml", "ob1")
-        .env("OMPI_MCA_mpi_yield_when_idle", "1")
-        .current_dir(std::env::temp_dir())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let context = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{:?}: {context}", out.status);
+    let seen = run_until_hung(
+        Command::new(sdm_e2e::sdm())
+            .args([
+                "run",
+                "--launcher",
+                "mpirun",
+                "--hosts",
+                &h.hosts.hostlist(),
+            ])
+            .args(["-n", "8", "-c", "omis 1 [] node_info()", "-x", "-", "--"])
+            .arg(&prog)
+            .env("SDM_MPIRUN", format!("{VENV}/mpirun"))
+            .env("OMPI_MCA_btl", "self,tcp")
+            .env("OMPI_MCA_pml", "ob1")
+            .env("OMPI_MCA_mpi_yield_when_idle", "1")
+            .current_dir(std::env::temp_dir()),
+        8,
+    );
+    let (stdout, context) = (&seen.stdout, &seen.context);
+    assert!(seen.status.success(), "{:?}: {context}", seen.status);
     assert!(
         !context.contains("starting one server per rank"),
         "{context}"
     );
     // One server per host, serving that host's two ranks.
-    assert_eq!(server_pids(&stdout).len(), 4, "{context}");
+    assert_eq!(server_pids(stdout).len(), 4, "{context}");
     for name in h.names() {
         let on_host = stdout
             .lines()
@@ -377,7 +540,7 @@ fn sdm_run_holds_an_open_mpi_5_job_across_four_hosts() {
             .count();
         assert_eq!(on_host, 2, "{name}: {context}");
     }
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_hung_job_classes(&lines, 8, &context);
+    let lines: Vec<&str> = seen.round.iter().map(String::as_str).collect();
+    assert_hung_job_classes(&lines, 8, context);
     sdm_e2e::daemons::assert_daemons_gone(&h.hosts, "tcp", "the run ended");
 }

@@ -17,6 +17,10 @@ pub(super) type Status = i32;
 pub(super) const PMIX_SUCCESS: Status = 0;
 /// The operation completed at once; no callback follows.
 pub(super) const PMIX_OPERATION_SUCCEEDED: Status = -157;
+// The server cannot be reached, or the connection to it was lost: no query will work.
+pub(super) const PMIX_ERR_UNREACH: Status = -25;
+pub(super) const PMIX_ERR_COMM_FAILURE: Status = -49;
+pub(super) const PMIX_ERR_LOST_CONNECTION: Status = -61;
 /// The event that lets processes held by `PMIX_DEBUG_STOP_IN_INIT` go on.
 pub(super) const PMIX_DEBUGGER_RELEASE: Status = -3;
 

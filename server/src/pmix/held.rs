@@ -11,15 +11,12 @@ use std::time::{Duration, Instant};
 use super::PmixError;
 use super::table::job_table;
 use super::tool::Tool;
-use crate::hold::Streams;
+use crate::hold::{END_GRACE, Streams, end_launcher};
 use crate::mpir::ProcTable;
 
-/// How long the launcher gets to start its server and all of its ranks (a hang guard:
-/// ranks across hosts start through ssh).
-const PATIENCE: Duration = Duration::from_secs(300);
-
-/// A job held in `PMIx_Init` by its launcher; released by [`PmixHeldJob::release`] or
-/// when dropped.
+/// A job held in `PMIx_Init` by its launcher; released by [`PmixHeldJob::release`].
+/// Dropped before that (or when the release fails), its launcher is ended, and with it
+/// the job: ranks let go unattached would run untraced, or wait in `PMIx_Init` for good.
 #[derive(Debug)]
 pub struct PmixHeldJob {
     table: ProcTable,
@@ -40,34 +37,38 @@ impl PmixHeldJob {
     }
 
     /// Sends the debugger release to the job's ranks and closes the tool connection;
-    /// returns the launcher's process to wait for.
+    /// returns the launcher's process to wait for. When the release fails, the launcher
+    /// is ended (see [`PmixHeldJob`]).
     pub fn release(mut self) -> Result<Child, PmixError> {
-        self.let_go()?;
-        Ok(self.child.take().expect("the launcher until released"))
-    }
-
-    fn let_go(&mut self) -> Result<(), PmixError> {
-        match self.tool.take() {
-            Some(tool) => tool.release(&self.nspace),
-            None => Ok(()),
+        if let Some(tool) = self.tool.take() {
+            tool.release(&self.nspace)?;
         }
+        Ok(self.child.take().expect("the launcher until released"))
     }
 }
 
 impl Drop for PmixHeldJob {
     fn drop(&mut self) {
-        let _ = self.let_go();
+        // The tool connection closes first: the launcher's server is going.
+        drop(self.tool.take());
+        if let Some(mut child) = self.child.take() {
+            // Bounded by END_GRACE: this may run on an async runtime's thread.
+            end_launcher(&mut child, END_GRACE);
+        }
     }
 }
 
 /// Starts `argv` (`mpirun --stop-in-init -n N prog`), with `env` added, its streams as
-/// `streams` says, and returns once its `n` ranks wait in `PMIx_Init`. The launcher is
-/// killed when it cannot be held.
+/// `streams` says, and returns once its `n` ranks wait in `PMIx_Init`; `patience` is how
+/// long they may take (a hang guard: ranks across hosts start through ssh). The launcher
+/// is ended (SIGTERM, then SIGKILL) when it cannot be held: killed outright, Open MPI 5's
+/// prterun would leave its ranks running.
 pub fn launch_held(
     argv: &[String],
     env: &[(String, String)],
     streams: Streams,
     n: u32,
+    patience: Duration,
 ) -> Result<PmixHeldJob, PmixError> {
     let program = argv.first().cloned().unwrap_or_default();
     let mut cmd = Command::new(&program);
@@ -85,7 +86,7 @@ pub fn launch_held(
         program: program.clone(),
         source,
     })?;
-    match hold(&mut child, &program, n) {
+    match hold(&mut child, &program, n, patience) {
         Ok((tool, nspace, table)) => Ok(PmixHeldJob {
             table,
             nspace,
@@ -93,17 +94,21 @@ pub fn launch_held(
             child: Some(child),
         }),
         Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
+            end_launcher(&mut child, END_GRACE);
             Err(e)
         }
     }
 }
 
 /// Connects to the started launcher and waits for its `n` ranks to be held.
-fn hold(child: &mut Child, program: &str, n: u32) -> Result<(Tool, String, ProcTable), PmixError> {
+fn hold(
+    child: &mut Child,
+    program: &str,
+    n: u32,
+    patience: Duration,
+) -> Result<(Tool, String, ProcTable), PmixError> {
     let pid = child.id();
-    let deadline = Instant::now() + PATIENCE;
+    let deadline = Instant::now() + patience;
     let mut waiting_for = String::from("its PMIx library");
     let mut tool = None;
     loop {
@@ -118,7 +123,7 @@ fn hold(child: &mut Child, program: &str, n: u32) -> Result<(Tool, String, ProcT
             return Err(PmixError::Timeout {
                 program: program.to_owned(),
                 pid,
-                seconds: PATIENCE.as_secs(),
+                seconds: patience.as_secs(),
                 why: format!("still waiting for {waiting_for}"),
             });
         }

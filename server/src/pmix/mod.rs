@@ -157,20 +157,10 @@ pub fn server_library(pid: u32) -> Option<PathBuf> {
 /// `TMPDIR` in its environment): where its server's rendezvous files are.
 #[cfg(feature = "pmix")]
 pub(crate) fn launcher_tmpdir(pid: u32) -> Option<String> {
-    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let vars: Vec<(&[u8], &[u8])> = raw
-        .split(|&b| b == 0)
-        .filter_map(|kv| {
-            let eq = kv.iter().position(|&b| b == b'=')?;
-            Some((&kv[..eq], &kv[eq + 1..]))
-        })
-        .collect();
-    ["PMIX_SERVER_TMPDIR", "TMPDIR"].iter().find_map(|want| {
-        vars.iter()
-            .find(|(k, _)| *k == want.as_bytes())
-            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-            .filter(|v| !v.is_empty())
-    })
+    let vars = crate::proctree::environ(pid)?;
+    ["PMIX_SERVER_TMPDIR", "TMPDIR"]
+        .iter()
+        .find_map(|want| vars.get(*want).filter(|v| !v.is_empty()).cloned())
 }
 
 /// Without the `pmix` feature: a PMIx launcher's table cannot be read; the error says so.

@@ -6,7 +6,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::PmixError;
-use super::ffi::{PMIX_PROC_STATE_CONNECTED, PMIX_PROC_STATE_TERMINATED};
+use super::ffi::{
+    PMIX_ERR_COMM_FAILURE, PMIX_ERR_LOST_CONNECTION, PMIX_ERR_UNREACH, PMIX_PROC_STATE_CONNECTED,
+    PMIX_PROC_STATE_TERMINATED,
+};
 use super::tool::{Entry, Tool};
 use crate::mpir::{ProcDesc, ProcTable, TableSource};
 
@@ -42,9 +45,12 @@ pub(super) fn job_table(
 ) -> Result<(String, ProcTable), PmixError> {
     let namespaces = tool.namespaces()?;
     for nspace in &namespaces {
-        // A namespace the server cannot answer for (a tool's) is not the job.
-        let Ok(entries) = tool.proc_table(nspace) else {
-            continue;
+        let entries = match tool.proc_table(nspace) {
+            Ok(entries) => entries,
+            // The server is gone: that is the error, not a missing job.
+            Err(e) if unreachable(&e) => return Err(e),
+            // A namespace the server cannot answer for (a tool's) is not the job.
+            Err(_) => continue,
         };
         if entries.is_empty() || n.is_some_and(|n| entries.len() != n as usize) {
             continue;
@@ -78,6 +84,15 @@ pub(super) fn job_table(
             namespaces: namespaces.join(","),
         }),
     }
+}
+
+/// Whether `e` says the launcher's server cannot be reached any more.
+fn unreachable(e: &PmixError) -> bool {
+    matches!(
+        e,
+        PmixError::Call { status, .. }
+            if [PMIX_ERR_UNREACH, PMIX_ERR_COMM_FAILURE, PMIX_ERR_LOST_CONNECTION].contains(status)
+    )
 }
 
 /// Whether every rank `0..len` is there and running (connected, with `connected`).
@@ -126,6 +141,24 @@ mod tests {
             pid,
             state,
         }
+    }
+
+    fn call(status: i32) -> PmixError {
+        PmixError::Call {
+            launcher: 1,
+            call: "PMIx_Query_info",
+            status,
+            name: String::new(),
+        }
+    }
+
+    #[test]
+    fn only_a_lost_server_ends_the_search_for_the_job() {
+        assert!(unreachable(&call(PMIX_ERR_UNREACH)));
+        assert!(unreachable(&call(PMIX_ERR_LOST_CONNECTION)));
+        // A tool's namespace has no proc table: the next namespace may be the job.
+        assert!(!unreachable(&call(-46)));
+        assert!(!unreachable(&PmixError::Busy));
     }
 
     #[test]

@@ -161,8 +161,8 @@ impl Tool {
             .flag(ffi::PMIX_EVENT_NON_DEFAULT);
         let (tx, rx) = std::sync::mpsc::sync_channel::<ffi::Status>(1);
         let tx = Box::into_raw(Box::new(tx));
-        // SAFETY: the attributes outlive the call and its callback (waited for below);
-        // the callback gets `tx` back as its data and frees it.
+        // SAFETY: the attributes outlive the call and its callback (waited for below, or
+        // leaked if it does not come); the callback gets `tx` back as its data and frees it.
         let status = unsafe {
             (self.api.notify_event)(
                 ffi::PMIX_DEBUGGER_RELEASE,
@@ -176,9 +176,15 @@ impl Tool {
         };
         let done = match status {
             // A hang guard: the server answers at once.
-            ffi::PMIX_SUCCESS => rx
-                .recv_timeout(std::time::Duration::from_secs(60))
-                .unwrap_or(PMIX_ERR_TIMEOUT),
+            ffi::PMIX_SUCCESS => match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+                Ok(done) => done,
+                Err(_) => {
+                    // PMIx may still read the attributes (and the target they point to)
+                    // until its callback fires, which may be never: leaked, not freed.
+                    std::mem::forget(attrs);
+                    return Err(self.failed(PMIX_ERR_TIMEOUT));
+                }
+            },
             other => {
                 // No callback will come: the sender is ours to free.
                 // SAFETY: from Box::into_raw above, not handed on.
@@ -192,14 +198,19 @@ impl Tool {
         };
         drop(attrs);
         if done != ffi::PMIX_SUCCESS {
-            return Err(PmixError::Call {
-                launcher: self.launcher,
-                call: "PMIx_Notify_event(PMIX_DEBUGGER_RELEASE)",
-                status: done,
-                name: self.api.error_string(done),
-            });
+            return Err(self.failed(done));
         }
         Ok(())
+    }
+
+    /// The release's failure with `status`.
+    fn failed(&self, status: ffi::Status) -> PmixError {
+        PmixError::Call {
+            launcher: self.launcher,
+            call: "PMIx_Notify_event(PMIX_DEBUGGER_RELEASE)",
+            status,
+            name: self.api.error_string(status),
+        }
     }
 
     /// `PMIx_Query_info` of one key with `qualifiers`.
