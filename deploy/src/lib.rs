@@ -52,7 +52,7 @@ pub use local::Local;
 pub(crate) use mpirun::mpirun_hosts;
 pub use mpirun::{Mpirun, MpirunFlavor, mpirun_flavor, mpirun_program};
 pub use srun::Srun;
-pub use ssh::Ssh;
+pub use ssh::{Ssh, shell_quote, ssh_args};
 
 #[cfg(feature = "copies")]
 mod copies;

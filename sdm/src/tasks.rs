@@ -159,12 +159,13 @@ impl Reader {
         if let Some(n) = self.vars.name() {
             words.extend(["--rank-env".into(), n.to_owned()]);
         }
-        let script: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
+        let script: Vec<String> = words.iter().map(|w| sdm_deploy::shell_quote(w)).collect();
         let out = Command::new("ssh")
-            .args(["-o", "BatchMode=yes"])
-            .args(&self.ssh_options)
-            .arg(host)
-            .arg(script.join(" "))
+            .args(sdm_deploy::ssh_args(
+                &self.ssh_options,
+                host,
+                script.join(" "),
+            ))
             .stdin(std::process::Stdio::null())
             .output()
             .with_context(|| format!("running ssh to {host}"))?;
@@ -347,11 +348,6 @@ impl Reader {
     fn named(&self, host: &str, pid: u32) -> String {
         format!("{}:{pid}", self.host_name(host))
     }
-}
-
-/// `s` in single quotes for a POSIX shell.
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 #[cfg(test)]
