@@ -52,7 +52,7 @@ pub use local::Local;
 pub(crate) use mpirun::mpirun_hosts;
 pub use mpirun::{Mpirun, MpirunFlavor, mpirun_flavor, mpirun_program};
 pub use srun::Srun;
-pub use ssh::Ssh;
+pub use ssh::{Ssh, shell_quote, ssh_args};
 
 #[cfg(feature = "copies")]
 mod copies;
@@ -349,22 +349,28 @@ pub fn raise_fd_limit() {
     }
 }
 
-/// The rank a launcher gave this process: `SDM_ID`, else `SLURM_PROCID`,
-/// `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `FLUX_TASK_RANK`.
+/// Variables holding the task's rank in the job, each with the variable holding the job's
+/// size beside it, in the order a task's rank is read from them (see
+/// `sdm_server::proctree::RankVars`): Open MPI, PMIx, PMI (MPICH's hydra), Slurm, Flux, and
+/// the `RANK` of torchrun-style launchers.
+pub const RANK_VARS: [(&str, &str); 6] = [
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMIX_RANK", "PMIX_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("FLUX_TASK_RANK", "FLUX_JOB_SIZE"),
+    ("RANK", "WORLD_SIZE"),
+];
+
+/// The rank a launcher gave this process: `SDM_ID`, else the first of [`RANK_VARS`] set.
 pub fn rank_from_env() -> Result<u32, LaunchError> {
     rank_from(|v| std::env::var(v).ok())
 }
 
 /// The rank in the first rank variable `var` finds.
 fn rank_from(var: impl Fn(&str) -> Option<String>) -> Result<u32, LaunchError> {
-    const VARS: [&str; 5] = [
-        "SDM_ID",
-        "SLURM_PROCID",
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "FLUX_TASK_RANK",
-    ];
-    for v in VARS {
+    let vars = || std::iter::once("SDM_ID").chain(RANK_VARS.iter().map(|&(r, _)| r));
+    for v in vars() {
         if let Some(s) = var(v) {
             return s.trim().parse().map_err(|source| LaunchError::BadRank {
                 var: v,
@@ -375,7 +381,7 @@ fn rank_from(var: impl Fn(&str) -> Option<String>) -> Result<u32, LaunchError> {
     }
     Err(LaunchError::NoRank(format!(
         "no server id in the environment: set one of {}",
-        VARS.join(", ")
+        vars().collect::<Vec<_>>().join(", ")
     )))
 }
 
@@ -410,6 +416,25 @@ mod tests {
         assert_eq!(
             rank_from(|v| (v == "PMI_RANK").then(|| " 7".into())).unwrap(),
             7
+        );
+    }
+
+    /// A server's rank is read as a task's is: `SDM_ID`, then [`RANK_VARS`] in order.
+    #[test]
+    fn a_rank_is_read_in_the_rank_variables_order() {
+        let env = |set: &'static [(&'static str, &'static str)]| {
+            move |v: &str| {
+                set.iter()
+                    .find(|(k, _)| *k == v)
+                    .map(|(_, x)| x.to_string())
+            }
+        };
+        let both = env(&[("SLURM_PROCID", "0"), ("OMPI_COMM_WORLD_RANK", "3")]);
+        assert_eq!(rank_from(both).unwrap(), 3);
+        assert_eq!(rank_from(env(&[("PMIX_RANK", "4")])).unwrap(), 4);
+        assert_eq!(
+            rank_from(env(&[("RANK", "5"), ("SDM_ID", "6")])).unwrap(),
+            6
         );
     }
 

@@ -17,8 +17,19 @@ pub struct Ssh {
     pub options: Vec<String>,
 }
 
-fn shell_quote(s: &str) -> String {
+/// `s` in single quotes for a POSIX shell (the remote one ssh runs a command with).
+pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// ssh's arguments running `script` on `host`: never prompting (`BatchMode`), with the
+/// user's `options` (`--launcher-args`) before the host.
+pub fn ssh_args(options: &[String], host: &str, script: String) -> Vec<String> {
+    let mut args = vec!["-o".to_owned(), "BatchMode=yes".to_owned()];
+    args.extend(options.iter().cloned());
+    args.push(host.to_owned());
+    args.push(script);
+    args
 }
 
 impl Launcher for Ssh {
@@ -69,10 +80,7 @@ impl Launcher for Ssh {
                 argv.join(" ")
             ));
             let mut cmd = Command::new("ssh");
-            cmd.args(["-o", "BatchMode=yes"])
-                .args(&self.options)
-                .arg(host)
-                .arg(script);
+            cmd.args(ssh_args(&self.options, host, script));
             l.spawn(cmd, Some(stdin), &tx)?;
         }
         Ok(l)

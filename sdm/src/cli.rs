@@ -425,8 +425,8 @@ struct AttachArgs {
     launcher_pid: Option<u32>,
     /// The tasks of a job whose launcher is gone: HOST:PID,... (a bare PID is on this
     /// host), ranked by the rank variable in their environments when every one has one
-    /// (RANK, PMIX_RANK, PMI_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, FLUX_TASK_RANK, or
-    /// --rank-env), else in the order given.
+    /// (the first set of OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID,
+    /// FLUX_TASK_RANK, RANK; or --rank-env), else in the order given.
     #[arg(long, value_delimiter = ',', value_name = "HOST:PID")]
     pids: Vec<String>,
     /// With --pids: each is a launcher (a shell loop, torchrun, a node's agent) whose
@@ -558,15 +558,16 @@ fn real_main() -> anyhow::Result<()> {
     // not a signal that kills the front-end: SIGPIPE stays ignored (Rust's default) there.
     set_sigpipe(SigHandler::SigDfl);
     let cli = parse(std::env::args_os().collect());
+    // A held task forks too, before any thread; it runs with SIGPIPE at its default, as it
+    // would without sdm (an ignored disposition survives exec).
+    if let Cmd::HoldTask { program } = &cli.cmd {
+        std::process::exit(crate::holdtask::run(program)?);
+    }
     if !matches!(
         cli.cmd,
         Cmd::Topology { .. } | Cmd::Completions { .. } | Cmd::Man { .. }
     ) {
         set_sigpipe(SigHandler::SigIgn);
-    }
-    // A held task forks too, before any thread.
-    if let Cmd::HoldTask { program } = &cli.cmd {
-        std::process::exit(crate::holdtask::run(program)?);
     }
     // Local servers asked for as copies of this process are forked here, before any thread.
     if let Cmd::Server(_) = cli.cmd

@@ -84,7 +84,7 @@ impl Held {
     /// hydra's tasks under `sdm hold-task`), so they are run to `main` as they are
     /// attached; Open MPI 4 holds them in `MPI_Init`.
     pub(crate) fn at_start(&self) -> bool {
-        matches!(self.kind, LauncherKind::Srun | LauncherKind::Hydra)
+        self.kind == LauncherKind::Srun || matches!(self.job, HeldBy::Tree(_))
     }
 }
 
@@ -132,7 +132,13 @@ pub(crate) async fn start(
     finding: &crate::heldtree::Finding,
 ) -> anyhow::Result<Result<Held, NotHeld>> {
     let mut program = program.to_vec();
-    if kind == LauncherKind::Hydra {
+    // hydra keeps no MPIR table, whether named so or as the mpirun of MPICH.
+    let tree = match kind {
+        LauncherKind::Hydra => true,
+        LauncherKind::Mpirun => sdm_deploy::mpirun_flavor()? == sdm_deploy::MpirunFlavor::Mpich,
+        _ => false,
+    };
+    if tree {
         let sdm = finding.reader.remote_sdm.display().to_string();
         let hold = [sdm, "hold-task".into()];
         program.splice(0..0, hold.into_iter().chain(["--".into()]));
@@ -151,7 +157,7 @@ pub(crate) async fn start(
     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .context("a pipe for the launcher's stderr")?;
     let stderr = read_stderr(read, labels);
-    if kind == LauncherKind::Hydra {
+    if tree {
         // It polls /proc and ssh: off the runtime's workers.
         let held = tokio::task::block_in_place(|| {
             crate::heldtree::start(&argv, n, input, write, finding)

@@ -51,7 +51,8 @@ impl Drop for TreeHeld {
 /// Starts `argv` (the launcher, its arguments, then `sdm hold-task -- PROGRAM...`) with its
 /// standard error on `stderr` and standard input this one's only with `input`; returns once
 /// its `n` tasks are held, or an error naming why not (the launcher ended, or the patience
-/// of `finding` passed: the launcher is then killed).
+/// of `finding` passed). On every error the launcher is ended as [`TreeHeld`]'s drop ends
+/// it (SIGTERM first), so hydra takes its proxies and held tasks with it.
 pub(crate) fn start(
     argv: &[String],
     n: u32,
@@ -60,7 +61,7 @@ pub(crate) fn start(
     finding: &Finding,
 ) -> anyhow::Result<TreeHeld> {
     let (reader, patience) = (&finding.reader, finding.patience);
-    let mut launcher = Command::new(&argv[0])
+    let launcher = Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(if input {
             Stdio::inherit()
@@ -71,33 +72,31 @@ pub(crate) fn start(
         .stderr(stderr)
         .spawn()
         .with_context(|| format!("cannot start {}", argv[0]))?;
+    let mut held = TreeHeld {
+        launcher: Some(launcher),
+        table: Vec::new(),
+    };
     let deadline = std::time::Instant::now() + patience;
     loop {
+        let Some(launcher) = held.launcher.as_mut() else {
+            anyhow::bail!("{} was released before its tasks were held", argv[0]);
+        };
         if let Some(status) = launcher.try_wait()? {
             anyhow::bail!(
                 "{} ended ({status}) before its {n} tasks were held",
                 argv[0]
             );
         }
-        let found = match held_table(&launcher, n, reader) {
-            Ok(Ok(table)) => {
-                return Ok(TreeHeld {
-                    launcher: Some(launcher),
-                    table,
-                });
+        let found = match held_table(launcher, n, reader)? {
+            Ok(table) => {
+                held.table = table;
+                return Ok(held);
             }
-            Ok(Err(found)) => found,
-            Err(e) => {
-                let _ = launcher.kill();
-                let _ = launcher.wait();
-                return Err(e);
-            }
+            Err(found) => found,
         };
         if std::time::Instant::now() > deadline {
-            let _ = launcher.kill();
-            let _ = launcher.wait();
             anyhow::bail!(
-                "{}'s {n} tasks were not all held within {} s ({found}); it was killed",
+                "{}'s {n} tasks were not all held within {} s ({found}); it was ended",
                 argv[0],
                 patience.as_secs()
             );

@@ -30,6 +30,7 @@ pub(crate) fn run(program: &[String]) -> anyhow::Result<i32> {
     match unsafe { fork() }.context("fork")? {
         ForkResult::Child => {
             let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            reset_signals();
             if ptrace::traceme().is_ok() {
                 let _ = execvp(&argv[0], &argv);
             }
@@ -38,6 +39,19 @@ pub(crate) fn run(program: &[String]) -> anyhow::Result<i32> {
         }
         ForkResult::Parent { child } => hold_then_wait(child, &program[0]),
     }
+}
+
+/// Gives the task the signal state a shell would: SIGPIPE at its default (an ignored
+/// disposition survives exec, and Rust ignores SIGPIPE) and no signal blocked.
+fn reset_signals() {
+    // SAFETY: no handler function is installed; signal() is async-signal-safe.
+    let _ =
+        unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    );
 }
 
 /// At the task's exec stop: stopped, untraced; then waits for its end.

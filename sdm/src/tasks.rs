@@ -43,7 +43,7 @@ pub(crate) struct Found {
     /// For a launch onto another host: the host, and the command run there.
     #[serde(default)]
     ssh: Option<(String, String)>,
-    /// A process given by pid that does not exist.
+    /// A process given by pid that does not exist; for a command, that none runs it.
     #[serde(default)]
     pub gone: bool,
     /// A task stopped and untraced (see [`Task::held`]).
@@ -85,10 +85,22 @@ pub(crate) fn query_here(query: &Query, vars: &RankVars) -> anyhow::Result<Vec<F
             anyhow::ensure!(exists(*pid), "no process {pid}");
             tree(*pid).collect()
         }
-        Query::Command(c) => proctree::find_command(c)
-            .into_iter()
-            .flat_map(tree)
-            .collect(),
+        Query::Command(c) => {
+            let roots = proctree::find_command(c);
+            if roots.is_empty() {
+                // Said, not left out: that host's ranks would be silently missing.
+                return Ok(vec![Found {
+                    pid: 0,
+                    rank: None,
+                    size: None,
+                    executable: String::new(),
+                    ssh: None,
+                    gone: true,
+                    held: false,
+                }]);
+            }
+            roots.into_iter().flat_map(tree).collect()
+        }
         Query::Pids(pids) => pids.iter().map(|&pid| pid_task(pid, vars)).collect(),
     })
 }
@@ -147,12 +159,13 @@ impl Reader {
         if let Some(n) = self.vars.name() {
             words.extend(["--rank-env".into(), n.to_owned()]);
         }
-        let script: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
+        let script: Vec<String> = words.iter().map(|w| sdm_deploy::shell_quote(w)).collect();
         let out = Command::new("ssh")
-            .args(["-o", "BatchMode=yes"])
-            .args(&self.ssh_options)
-            .arg(host)
-            .arg(script.join(" "))
+            .args(sdm_deploy::ssh_args(
+                &self.ssh_options,
+                host,
+                script.join(" "),
+            ))
             .stdin(std::process::Stdio::null())
             .output()
             .with_context(|| format!("running ssh to {host}"))?;
@@ -210,8 +223,15 @@ impl Reader {
         // In waves: the hosts of one wave are asked at once.
         while !pending.is_empty() {
             let wave = std::mem::take(&mut pending);
-            for ((host, _), answer) in wave.iter().zip(self.query_all(&wave)) {
+            for ((host, query), answer) in wave.iter().zip(self.query_all(&wave)) {
                 for f in answer? {
+                    if let (Query::Command(command), true) = (query, f.gone) {
+                        return Err(proctree::RankError::NoRemoteRoot {
+                            host: self.host_name(host),
+                            command: command.clone(),
+                        }
+                        .into());
+                    }
                     if let Some((to, command)) = f.ssh {
                         if seen.insert((to.clone(), command.clone())) {
                             pending.push((to, Query::Command(command)));
@@ -330,7 +350,43 @@ impl Reader {
     }
 }
 
-/// `s` in single quotes for a POSIX shell.
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    /// A launch onto a host (here `localhost`, read from /proc) whose command runs no
+    /// process there is an error naming the host and the command, not ranks left out.
+    #[test]
+    fn a_launch_whose_command_runs_nowhere_is_named() {
+        // A process that looks like `ssh localhost no-such-proxy --id 0` (argv only).
+        let mut ssh = Command::new("/bin/sh")
+            .arg0("ssh")
+            .args(["-c", "sleep 60; true"])
+            .args(["localhost", "no-such-proxy", "--id", "0"])
+            .process_group(0)
+            .spawn()
+            .expect("starting sh");
+        let reader = Reader {
+            vars: RankVars::standard(),
+            ssh_options: Vec::new(),
+            remote_sdm: PathBuf::from("sdm"),
+            here: "thishost".into(),
+        };
+        let got = reader.trees_held(&[(String::new(), std::process::id())]);
+        // Its group: sh and its sleep.
+        let group = nix::unistd::Pid::from_raw(-(ssh.id() as i32));
+        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = ssh.wait();
+        let e = got.expect_err("no task and no remote root");
+        match e.downcast_ref::<proctree::RankError>() {
+            Some(proctree::RankError::NoRemoteRoot { host, command }) => {
+                assert_eq!(
+                    (host.as_str(), command.as_str()),
+                    ("thishost", "no-such-proxy --id 0")
+                );
+            }
+            _ => panic!("{e:#}"),
+        }
+    }
 }

@@ -130,6 +130,15 @@ pub enum RankError {
         /// How many tasks were found.
         found: usize,
     },
+    /// A launch onto another host whose command runs no process there (not yet, or gone):
+    /// that host's ranks cannot be read.
+    #[error("no process runs `{command}` on {host}: its ranks there cannot be read")]
+    NoRemoteRoot {
+        /// The host the launch went to.
+        host: String,
+        /// The command it runs there.
+        command: String,
+    },
     /// No process carries a rank variable.
     #[error("no process under {roots} carries a rank variable ({vars})")]
     NoTasks {
@@ -214,7 +223,7 @@ pub fn read_tree(root: u32, vars: &RankVars) -> HostTree {
             continue;
         }
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        if own.is_some() && exe == own {
+        if (own.is_some() && exe == own) || argv(pid).is_some_and(|a| is_hold_wrapper(&a)) {
             continue;
         }
         if let Some(task) = read_task(pid, vars) {
@@ -263,6 +272,12 @@ pub fn find_command(command: &str) -> Vec<u32> {
         .collect();
     out.sort_unstable();
     out
+}
+
+/// Whether `argv` is `sdm hold-task -- PROGRAM...`: the wrapper holding a task, which
+/// carries its rank but is no task, whatever binary (`--remote-sdm`) it runs.
+fn is_hold_wrapper(argv: &[String]) -> bool {
+    matches!(argv, [_, cmd, dashes, ..] if cmd == "hold-task" && dashes == "--")
 }
 
 /// The words of process `pid`'s command line.
@@ -470,5 +485,45 @@ mod tests {
         assert_eq!(RankVars::standard().rank_in(&env), Some((3, Some(8))));
         assert_eq!(RankVars::named("MY").rank_in(&env), Some((5, None)));
         assert_eq!(RankVars::named("NONE").rank_in(&env), None);
+    }
+
+    /// A process running `X hold-task -- ...` (sdm's wrapper, whatever its binary) carries
+    /// the rank but is no task: the task is its child.
+    #[test]
+    fn a_hold_task_wrapper_is_not_a_task() {
+        assert!(is_hold_wrapper(&words("/opt/sdm hold-task -- prog a")));
+        assert!(!is_hold_wrapper(&words("/opt/sdm tasks --tree 1")));
+        // `sh hold-task --`, run where `hold-task` is a script: the wrapper, not sdm's exe.
+        let dir = std::env::temp_dir().join(format!("sdm-holdwrap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("hold-task"), "sleep 60\ntrue\n").unwrap();
+        let mut root = std::process::Command::new("sh")
+            .args(["-c", "sh hold-task --; true"])
+            .current_dir(&dir)
+            .env("PMI_RANK", "0")
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let tasks = loop {
+            let t = read_tree(root.id(), &RankVars::standard()).tasks;
+            if t.iter().any(|t| t.executable.ends_with("sleep"))
+                || std::time::Instant::now() > deadline
+            {
+                break t;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let parents = parent_map();
+        for pid in parents.keys() {
+            if descends_from(*pid, root.id(), &parents) {
+                let pid = nix::unistd::Pid::from_raw(*pid as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+        let _ = root.kill();
+        let _ = root.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(tasks.len(), 1, "{tasks:?}");
+        assert!(tasks[0].executable.ends_with("sleep"), "{tasks:?}");
     }
 }

@@ -7,18 +7,9 @@
 
 use std::process::Command;
 
-/// Variables holding the task's rank in the job, each with the variable holding the job's
-/// size beside it, in the order a task's rank is read from them (see
-/// [`crate::proctree::RankVars`]): Open MPI, PMIx, PMI (MPICH's hydra), Slurm, Flux, and
-/// the `RANK` of torchrun-style launchers.
-pub const RANK_VARS: [(&str, &str); 6] = [
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMIX_RANK", "PMIX_SIZE"),
-    ("PMI_RANK", "PMI_SIZE"),
-    ("SLURM_PROCID", "SLURM_NTASKS"),
-    ("FLUX_TASK_RANK", "FLUX_JOB_SIZE"),
-    ("RANK", "WORLD_SIZE"),
-];
+/// The launchers' rank variables (kept in sdm-deploy, which reads a server's own rank
+/// from them too).
+pub use sdm_deploy::RANK_VARS;
 
 /// Variables holding the task's index on its host.
 const LOCAL: [&str; 5] = [

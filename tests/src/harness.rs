@@ -449,6 +449,11 @@ pub fn sdm_ok_env<S: AsRef<OsStr>, K: AsRef<OsStr>, V: AsRef<OsStr>>(
 /// barrier called from `step`, and the last rank computing in `step`. `context` is shown on
 /// failure.
 pub fn assert_hung_job_classes(lines: &[&str], n: u32, context: &str) {
+    assert!(hung_job_classes(lines, n), "{context}");
+}
+
+/// Whether `lines` show the hung job's two classes (see [`assert_hung_job_classes`]).
+pub fn hung_job_classes(lines: &[&str], n: u32) -> bool {
     let last = n - 1;
     // The main threads' classes (MPI's own threads are classes of their own), frames by
     // function (`bt` names each `function at file:line`).
@@ -458,18 +463,12 @@ pub fn assert_hung_job_classes(lines: &[&str], n: u32, context: &str) {
         .map(|l| functions_only(l))
         .filter(|l| l.split(" > ").any(|f| f == "main"))
         .collect();
-    assert_eq!(classes.len(), 2, "{context}");
-    assert!(
-        classes[0].starts_with(&format!("[0-{}] (representative 0) ", last - 1))
-            && classes[0].contains(" > main > step > ")
-            && classes[0].contains("Barrier"),
-        "{context}"
-    );
-    assert!(
-        classes[1].starts_with(&format!("[{last}] (representative {last}) "))
-            && classes[1].ends_with(" > main > step > compute"),
-        "{context}"
-    );
+    classes.len() == 2
+        && classes[0].starts_with(&format!("[0-{}] (representative 0) ", last - 1))
+        && classes[0].contains(" > main > step > ")
+        && classes[0].contains("Barrier")
+        && classes[1].starts_with(&format!("[{last}] (representative {last}) "))
+        && classes[1].ends_with(" > main > step > compute")
 }
 
 /// A line of `bt --classes` with the frames by function only: `main at f.c:9 > step at

@@ -10,8 +10,8 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use crate::daemons::terminate;
 use crate::sshhosts::SshHosts;
 
-/// A hung job on this host; its launcher killed when dropped, whatever happens (which
-/// ends its ranks: tests running at once share the program, so not by its path).
+/// A hung job on this host; its launcher ended when dropped, whatever happens, and its
+/// ranks with it (by pid: tests running at once share the program, so not by its path).
 pub struct HungJob {
     /// The job's launcher, whose MPIR table `sdm attach` reads.
     pub launcher: Child,
@@ -69,8 +69,16 @@ impl HungJob {
 
 impl Drop for HungJob {
     fn drop(&mut self) {
-        let _ = self.launcher.kill();
-        let _ = self.launcher.wait();
+        // SIGTERM first: the launcher ends its job (hydra its proxies and ranks); whatever
+        // of its tree outlives it is killed, by pid (tests share the program's path).
+        let below = crate::descendants_of(self.launcher.id());
+        terminate(&mut self.launcher);
+        for pid in below {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }
 

@@ -304,3 +304,49 @@ fn one_launcher_per_host_is_read_on_each_host() {
     support::daemons::assert_daemons_gone(&h.hosts, "tcp", "detach");
     drop(jobs);
 }
+
+/// `sdm hold-task -- sh -c 'grep SigIgn /proc/self/status'`: the task is held stopped
+/// until continued, then runs with the signal state it would have without sdm: SIGPIPE
+/// (signal 13, bit 12 of SigIgn) not ignored; the wrapper exits as the task did.
+#[test]
+fn a_held_task_does_not_ignore_sigpipe() {
+    let wrapper = Command::new(support::sdm())
+        .args([
+            "hold-task",
+            "--",
+            "sh",
+            "-c",
+            "grep SigIgn /proc/self/status",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting sdm hold-task");
+    // Hang guard only: the task is held (state T) as soon as it has exec'd.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let task = loop {
+        let held = support::children_of(wrapper.id())
+            .into_iter()
+            .find(|&p| support::procs::state(p) == Some('T'));
+        if let Some(p) = held {
+            break p;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task was never held"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let pid = nix::unistd::Pid::from_raw(task as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let out = wrapper.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{:?}: {text}", out.status);
+    let mask = text
+        .trim()
+        .strip_prefix("SigIgn:")
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap_or_else(|| panic!("no SigIgn line: {text}"));
+    assert_eq!(mask & (1 << 12), 0, "SIGPIPE is ignored: {text}");
+}

@@ -14,11 +14,14 @@
 //! task runs under `sdm hold-task`, held before its first instruction; with
 //! `--stop-at-main` every rank is seen stopped in `main` (a job not held would be past it,
 //! in its barrier), one server per host; once continued, the job hangs as above (two
-//! classes); on this host and across the four hosts.
+//! classes); on this host and across the four hosts; the same under `--launcher mpirun`
+//! when that mpirun is MPICH's (`SDM_MPIRUN`).
 
 use sdm_e2e as support;
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use support::daemons::assert_daemons_gone;
 use support::hungjob::{HungJob, HungJobAcross};
@@ -111,13 +114,17 @@ fn attach_to_a_hung_mpich_job_across_four_hosts() {
     drop(job);
 }
 
-/// `sdm run --launcher hydra -n N --stop-at-main ARGS -- mpi_hang`: every rank stopped in
+/// `sdm run LAUNCHER -n N --stop-at-main ARGS -x - -- mpi_hang`: every rank stopped in
 /// `main` before it ran, one server per host (`node_info`), then continued into the hang:
-/// two classes; killed.
-fn run_held(n: u32, servers: usize, args: &[&str]) {
+/// stopped and classified until every rank is in its barrier or computing (two classes;
+/// a hang guard, not a timing); killed, and the run ends well.
+fn run_held(launcher: &[&str], env: &[(&str, &str)], n: u32, servers: usize, args: &[&str]) {
     let prog = support::mpich_program("mpi_hang");
-    let out = Command::new(support::sdm())
-        .args(["run", "--launcher", "hydra", "-n", &n.to_string()])
+    let mut sdm = Command::new(support::sdm())
+        .args(["run", "--launcher"])
+        .args(launcher)
+        .envs(env.iter().copied())
+        .args(["-n", &n.to_string()])
         .args(args)
         .args([
             "--stop-at-main",
@@ -126,49 +133,82 @@ fn run_held(n: u32, servers: usize, args: &[&str]) {
             "-c",
             "status",
         ])
-        .args([
-            "-c",
-            "cont",
-            "-c",
-            "sleep 3",
-            "-c",
-            "stop",
-            "-c",
-            "bt --classes",
-        ])
-        .args(["-c", "kill", "--"])
+        .args(["-x", "-", "--"])
         .arg(&prog)
         .current_dir(std::env::temp_dir())
-        .output()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let context = format!("{stdout}{stderr}");
+    let mut input = sdm.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = sdm.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let guard = Instant::now() + Duration::from_secs(600);
+    let mut seen: Vec<String> = Vec::new();
+    // The lines up to the first one `want` accepts (a hang guard: `guard`).
+    let mut until = |want: &dyn Fn(&str) -> bool| -> Vec<String> {
+        let from = seen.len();
+        loop {
+            let wait = guard.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(l) => {
+                    let done = want(&l);
+                    seen.push(l);
+                    if done {
+                        return seen[from..].to_vec();
+                    }
+                }
+                Err(e) => panic!("{e}: {seen:#?}"),
+            }
+        }
+    };
     let last = n - 1;
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with(&format!("[0-{last}] stopped in main at mpi_hang.c"))),
-        "{context}"
-    );
+    let stopped = format!("[0-{last}] stopped in main at mpi_hang.c");
+    let lines = until(&|l| l.starts_with(&stopped));
     // `[ids] 1 [ids] node_info(RANK,"HOST",PID)`: the distinct server pids.
     let pids: std::collections::BTreeSet<&str> = lines
         .iter()
         .filter_map(|l| l.rsplit_once("node_info(")?.1.rsplit(',').next())
         .collect();
-    assert_eq!(pids.len(), servers, "{context}");
-    support::assert_hung_job_classes(&lines, n, &context);
-    assert!(
-        lines.contains(&format!("[0-{last}] killed").as_str()),
-        "{context}"
-    );
+    assert_eq!(pids.len(), servers, "{lines:#?}");
+    let running = format!("[0-{last}] running");
+    writeln!(input, "cont").unwrap();
+    until(&|l| l == running);
+    // The hung state lasts once reached: asked again until every rank is in it.
+    loop {
+        writeln!(input, "sleep 1\nstop\nbt --classes\ncont").unwrap();
+        let round = until(&|l| l == running);
+        let round: Vec<&str> = round.iter().map(String::as_str).collect();
+        if support::hung_job_classes(&round, n) {
+            break;
+        }
+    }
+    writeln!(input, "kill").unwrap();
+    let killed = format!("[0-{last}] killed");
+    until(&|l| l == killed);
+    drop(input);
+    let status = sdm.wait().unwrap();
+    assert!(status.success(), "{status}");
 }
 
 #[test]
 #[cfg_attr(not(sdm_have_mpich), ignore = "needs MPICH (deploy/ci-setup.sh)")]
 fn an_mpich_job_is_held_before_main_under_hydra() {
-    run_held(4, 1, &[]);
+    run_held(&["hydra"], &[], 4, 1, &[]);
+}
+
+/// `--launcher mpirun` whose mpirun is MPICH's hydra holds the job as hydra does.
+#[test]
+#[cfg_attr(not(sdm_have_mpich), ignore = "needs MPICH (deploy/ci-setup.sh)")]
+fn an_mpich_job_is_held_before_main_under_an_mpich_mpirun() {
+    let hydra = [("SDM_MPIRUN", "/usr/bin/mpiexec.hydra")];
+    run_held(&["mpirun"], &hydra, 4, 1, &[]);
 }
 
 #[test]
@@ -181,6 +221,8 @@ fn an_mpich_job_across_four_hosts_is_held_before_main_under_hydra() {
     let h = SshHosts::create(4);
     let hydra = format!("-launcher ssh -localhost {}", h.hosts.gateway());
     run_held(
+        &["hydra"],
+        &[],
         8,
         4,
         &["--hosts", &h.hosts.hostlist(), "--launcher-args", &hydra],
