@@ -133,7 +133,8 @@ enum Cmd {
 
 // `sdm server`'s options: a type of its own so a server, started a thousand times at once,
 // parses only them (see `parse`).
-/// Daemon: one server; its id comes from SDM_ID, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or FLUX_TASK_RANK.
+/// Daemon: one server; its id comes from SDM_ID, else the first rank variable set
+/// (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID, FLUX_TASK_RANK, RANK).
 #[derive(clap::Args, Debug)]
 struct ServerArgs {
     /// First port of the server's range: it tries the --port-span ports from here,
