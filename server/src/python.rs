@@ -18,7 +18,7 @@
 //! thread (py-spy finds the OS id of those only with its `unwind` feature). Where gdb holds
 //! the process, threads of Pythons before 3.11 get no Python frames.
 //!
-//! A [`PythonSpy`] parses the interpreter binary once, so [`Python`] keeps one per process;
+//! A [`PythonSpy`] parses the interpreter binary once, so `Python` keeps one per process;
 //! whether a process is Python at all is decided once from its maps (a `python*` or
 //! `libpython*` file mapped), so other processes cost one read of /proc/PID/maps.
 
