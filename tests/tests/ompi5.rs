@@ -31,9 +31,16 @@ use sdm_e2e::{assert_hung_job_classes, sdm_ok};
 /// Open MPI 5's installation (deploy/ci-setup.sh).
 const VENV: &str = "/opt/sdm-venv/bin";
 
-/// tests/programs/NAME.c built with Open MPI 5's mpicc, once per test process.
+/// tests/programs/NAME.c built with Open MPI 5's mpicc (once per test process), as a copy
+/// of its own for each caller: the tests here run at once, and each finds (and kills) its
+/// job's ranks by their executable's path.
 fn ompi5_program(name: &str) -> PathBuf {
-    sdm_e2e::mpi_program_with(&format!("{VENV}/mpicc"), name)
+    static COPIES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let built = sdm_e2e::mpi_program_with(&format!("{VENV}/mpicc"), name);
+    let n = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let own = built.with_file_name(format!("{name}-ompi5-{n}"));
+    std::fs::copy(&built, &own).expect("a copy of the MPI program");
+    own
 }
 
 /// A hung Open MPI 5 job; its launcher terminated (and its ranks killed) when dropped.
