@@ -96,16 +96,20 @@ fn await_ready(out: ChildStdout, n: u32) {
     std::thread::spawn(move || for _ in lines {});
 }
 
+/// The pids of the processes running `prog`.
+pub fn running(prog: &Path) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == prog))
+        .collect()
+}
+
 /// SIGKILL to every process running `prog`, a program of this test process (of the one
 /// multi-host test running): never leave a spinning rank behind for the tests that follow.
 pub fn kill_running(prog: &Path) {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    let pids = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == prog));
-    for pid in pids {
+    for pid in running(prog) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,

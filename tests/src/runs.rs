@@ -43,6 +43,18 @@ pub fn sdm_run_status(args: &[&str], input: &[u8]) -> Output {
     child.wait_with_output().expect("waiting for sdm run")
 }
 
+/// The distinct server pids in `omis N [] node_info()` output lines (`[ids] N [ids]
+/// node_info(RANK,"HOST",PID)`).
+pub fn node_info_pids(out: &str) -> std::collections::BTreeSet<u32> {
+    out.lines()
+        .filter(|l| l.contains("node_info("))
+        .filter_map(|l| {
+            let args = l.rsplit_once("node_info(")?.1.trim_end_matches(')');
+            args.rsplit(',').next()?.trim().parse().ok()
+        })
+        .collect()
+}
+
 /// Splits `[ids] text` lines, as `sdm run` prints its ranks' merged output.
 pub fn labelled_lines(text: &str) -> Vec<(IdSet, String)> {
     text.lines()

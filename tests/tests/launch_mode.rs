@@ -4,21 +4,7 @@
 //! instruction, so `--stop-at-main` and a breakpoint set before the program runs work as
 //! locally; Open MPI 4 holds its ranks in `MPI_Init`.
 
-use std::collections::BTreeSet;
-
 use sdm_e2e::{assert_hung_job_classes, c_program, mpi_program, sdm_ok};
-
-/// The distinct server pids in `omis N [] node_info()` output lines (`[ids] N [ids]
-/// node_info(RANK,"HOST",PID)`).
-fn server_pids(out: &str) -> BTreeSet<u32> {
-    out.lines()
-        .filter(|l| l.contains("node_info("))
-        .filter_map(|l| {
-            let args = l.rsplit_once("node_info(")?.1.trim_end_matches(')');
-            args.rsplit(',').next()?.trim().parse().ok()
-        })
-        .collect()
-}
 
 #[test]
 #[cfg_attr(
@@ -52,7 +38,7 @@ fn an_srun_job_is_held_stopped_at_main_and_breakpoints_set_before_it_runs_hit() 
         prog.to_str().unwrap(),
     ]);
     // One server on this host serves the four ranks srun started.
-    assert_eq!(server_pids(&out).len(), 1, "{out}");
+    assert_eq!(sdm_e2e::node_info_pids(&out).len(), 1, "{out}");
     assert!(
         out.lines()
             .any(|l| l.starts_with("[0-3] stopped in main at ranks.c")),
@@ -94,7 +80,7 @@ fn an_mpirun_job_is_held_in_mpi_init_and_its_hang_is_seen_by_one_server() {
         "--",
         prog.to_str().unwrap(),
     ]);
-    assert_eq!(server_pids(&out).len(), 1, "{out}");
+    assert_eq!(sdm_e2e::node_info_pids(&out).len(), 1, "{out}");
     let lines: Vec<&str> = out.lines().collect();
     assert_hung_job_classes(&lines, 8, &out);
 }

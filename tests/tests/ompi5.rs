@@ -210,6 +210,22 @@ fn markers(dir: &Path) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// Open MPI 5's mpirun holding `n` ranks of `prog` in `PMIx_Init`, and the environment
+/// that has them write their markers into `dir` (tests/programs/mpi_hold.c).
+fn held_in_init(prog: &Path, n: u32, dir: &Path) -> (Vec<String>, [(String, String); 1]) {
+    let argv = [
+        format!("{VENV}/mpirun"),
+        "--allow-run-as-root".into(),
+        "--oversubscribe".into(),
+        "--stop-in-init".into(),
+        "-n".into(),
+        n.to_string(),
+        prog.display().to_string(),
+    ];
+    let env = [("SDM_HOLD_DIR".to_owned(), dir.display().to_string())];
+    (argv.into(), env)
+}
+
 fn four(what: &str) -> BTreeSet<String> {
     (0..4).map(|r| format!("{what}.{r}")).collect()
 }
@@ -223,19 +239,7 @@ fn open_mpi_5_holds_its_ranks_in_pmix_init_until_released() {
     let prog = ompi5_program("mpi_hold");
     let dir = std::env::temp_dir().join(format!("sdm-ompi5-hold-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let argv: Vec<String> = [
-        &format!("{VENV}/mpirun"),
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--stop-in-init",
-        "-n",
-        "4",
-        prog.to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let env = [("SDM_HOLD_DIR".to_owned(), dir.display().to_string())];
+    let (argv, env) = held_in_init(&prog, 4, &dir);
     let job = sdm_server::pmix::launch_held(
         &argv,
         &env,
@@ -290,19 +294,7 @@ fn a_job_that_cannot_be_held_ends_with_its_launcher() {
     let prog = ompi5_program("mpi_hold");
     let dir = std::env::temp_dir().join(format!("sdm-ompi5-unheld-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let argv: Vec<String> = [
-        &format!("{VENV}/mpirun"),
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--stop-in-init",
-        "-n",
-        "2",
-        prog.to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let env = [("SDM_HOLD_DIR".to_owned(), dir.display().to_string())];
+    let (argv, env) = held_in_init(&prog, 2, &dir);
     let patience = std::time::Duration::from_secs(5);
     let err = sdm_server::pmix::launch_held(&argv, &env, Default::default(), 3, patience)
         .expect_err("a job of 2 ranks held as one of 3");
@@ -312,14 +304,7 @@ fn a_job_that_cannot_be_held_ends_with_its_launcher() {
     );
     // The ranks end with their launcher (the patience is a hang guard).
     let deadline = std::time::Instant::now() + sdm_e2e::daemons::PATIENCE;
-    let running = |prog: &Path| {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter(|e| std::fs::read_link(e.path().join("exe")).is_ok_and(|x| x == prog))
-            .count()
-    };
-    while running(&prog) > 0 {
+    while !sdm_e2e::hungjob::running(&prog).is_empty() {
         if std::time::Instant::now() > deadline {
             sdm_e2e::hungjob::kill_running(&prog);
             panic!("ranks outlived their ended launcher: {:?}", markers(&dir));
@@ -329,17 +314,6 @@ fn a_job_that_cannot_be_held_ends_with_its_launcher() {
     // None passed MPI_Init.
     assert!(markers(&dir).iter().all(|m| m.starts_with("before.")));
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The distinct server pids in `omis 1 [] node_info()` output lines.
-fn server_pids(out: &str) -> BTreeSet<u32> {
-    out.lines()
-        .filter(|l| l.contains("node_info("))
-        .filter_map(|l| {
-            let args = l.rsplit_once("node_info(")?.1.trim_end_matches(')');
-            args.rsplit(',').next()?.trim().parse().ok()
-        })
-        .collect()
 }
 
 /// Whether `round` (a `bt --classes` answer) shows the hung job of `n` ranks: every rank's
@@ -446,7 +420,7 @@ fn sdm_run_holds_an_open_mpi_5_job_and_sees_its_hang_with_one_server() {
     let context = &seen.context;
     assert!(seen.status.success(), "{:?}: {context}", seen.status);
     // Held by the launcher (not one server per rank, the fallback): one server.
-    assert_eq!(server_pids(&seen.stdout).len(), 1, "{context}");
+    assert_eq!(sdm_e2e::node_info_pids(&seen.stdout).len(), 1, "{context}");
     assert!(
         !context.contains("starting one server per rank"),
         "{context}"
@@ -539,7 +513,7 @@ fn sdm_run_holds_an_open_mpi_5_job_across_four_hosts() {
         "{context}"
     );
     // One server per host, serving that host's two ranks.
-    assert_eq!(server_pids(stdout).len(), 4, "{context}");
+    assert_eq!(sdm_e2e::node_info_pids(stdout).len(), 4, "{context}");
     for name in h.names() {
         let on_host = stdout
             .lines()
