@@ -348,27 +348,47 @@ fn depth(mut pid: u32, parents: &HashMap<u32, u32>) -> u32 {
 
 /// pid -> parent pid of every process.
 pub(crate) fn parent_map() -> HashMap<u32, u32> {
-    let mut out = HashMap::new();
+    all_stats()
+        .into_iter()
+        .map(|s| (s.pid as u32, s.ppid as u32))
+        .collect()
+}
+
+/// The fields of `/proc/PID/stat` sdm reads.
+pub(crate) struct ProcStat {
+    /// The process.
+    pub pid: i32,
+    /// Its state letter (`R`, `S`, `Z`…).
+    pub state: char,
+    /// Its parent.
+    pub ppid: i32,
+    /// Its session.
+    pub session: i32,
+}
+
+/// `/proc/PID/stat` of every process there.
+pub(crate) fn all_stats() -> Vec<ProcStat> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
+        return Vec::new();
     };
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The command name is in parentheses and may hold anything: parse after the last ')'.
-        if let Some(ppid) = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok())
-        {
-            out.insert(pid, ppid);
-        }
-    }
-    out
+    dir.filter_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command name (which may hold spaces and parentheses): state, ppid,
+        // process group, session.
+        let mut f = stat.rsplit_once(')')?.1.split_whitespace();
+        let state = f.next()?.chars().next()?;
+        let ppid = f.next()?.parse().ok()?;
+        let _pgrp = f.next()?;
+        let session = f.next()?.parse().ok()?;
+        Some(ProcStat {
+            pid,
+            state,
+            ppid,
+            session,
+        })
+    })
+    .collect()
 }
 
 /// The processes whose parent is `pid` (from /proc), in pid order.

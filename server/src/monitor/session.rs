@@ -21,31 +21,12 @@ const AFTER_KILL: Duration = Duration::from_secs(5);
 /// How often the processes are looked for while they end.
 const POLL: Duration = Duration::from_millis(10);
 
-/// One process as /proc shows it.
-struct Entry {
-    pid: i32,
-    ppid: i32,
-    session: i32,
-}
-
 /// Every live process (zombies excluded: they have ended) with its parent and session.
-fn processes() -> Vec<Entry> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| {
-        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // After the command name (which may hold spaces and parentheses): state, ppid,
-        // process group, session.
-        let mut f = stat.rsplit_once(") ")?.1.split_whitespace();
-        let state = f.next()?;
-        let ppid = f.next()?.parse().ok()?;
-        let _pgrp = f.next()?;
-        let session = f.next()?.parse().ok()?;
-        (state != "Z" && state != "X").then_some(Entry { pid, ppid, session })
-    })
-    .collect()
+fn processes() -> Vec<crate::proctree::ProcStat> {
+    crate::proctree::all_stats()
+        .into_iter()
+        .filter(|s| s.state != 'Z' && s.state != 'X')
+        .collect()
 }
 
 /// The live processes of session `sid` (its leader's pid) and all their descendants, those
