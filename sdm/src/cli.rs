@@ -505,7 +505,7 @@ pub fn main() -> std::process::ExitCode {
         // killed by SIGPIPE would (128 + 13).
         Err(e) if broken_pipe(&e) => std::process::ExitCode::from(141),
         Err(e) => {
-            eprintln!("sdm: {e:#}");
+            eprintln!("sdm: {}", error_text(&e));
             std::process::ExitCode::FAILURE
         }
     }
@@ -513,6 +513,11 @@ pub fn main() -> std::process::ExitCode {
 
 /// Whether `e` is a write to a reader that went away (EPIPE): the end of a run whose
 /// output was piped into `head`, not an error to report.
+/// `e` with its causes, each once (anyhow's `{:#}` repeats a cause its message names).
+pub(crate) fn error_text(e: &anyhow::Error) -> String {
+    sdm_server::error::chain(e.as_ref())
+}
+
 pub(crate) fn broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()

@@ -62,7 +62,7 @@ async fn command_loop(
                 match console.command(&line, &mut out).await {
                     Ok(Flow::Continue { .. }) => {}
                     Ok(Flow::Quit) => return Ok(()),
-                    Err(e) => writeln!(err, "sdm: {e:#}")?,
+                    Err(e) => writeln!(err, "sdm: {}", crate::cli::error_text(&e))?,
                 }
                 out.flush()?;
                 err.flush()?;

@@ -103,7 +103,7 @@ impl Outcome {
             Ok(Flow::Quit) => self.quit = true,
             Err(e) if crate::cli::broken_pipe(&e) => return Err(e),
             Err(e) => {
-                eprintln!("sdm: {}: {e:#}", step.named());
+                eprintln!("sdm: {}: {}", step.named(), crate::cli::error_text(&e));
                 self.failed = true;
             }
         }

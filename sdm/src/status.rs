@@ -135,7 +135,7 @@ async fn answer_one(conn: UnixStream, tx: mpsc::Sender<Query>) -> io::Result<()>
     };
     let body = match answer {
         Ok((healthy, text)) => serde_json::json!({"healthy": healthy, "text": text}),
-        Err(e) => serde_json::json!({"error": format!("{e:#}")}),
+        Err(e) => serde_json::json!({"error": crate::cli::error_text(&e)}),
     };
     wr.write_all(format!("{body}\n").as_bytes()).await?;
     wr.shutdown().await

@@ -4,6 +4,24 @@
 use std::error::Error as StdError;
 use std::fmt;
 
+/// `e`'s message followed by each error underneath, `what: why: why`, for printing an
+/// error once with its causes. A cause whose text is already in the message is not
+/// repeated: many messages name their cause (replies carry only the message), and anyhow's
+/// `{:#}` would print it twice.
+pub fn chain(e: &(dyn StdError + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let why = cause.to_string();
+        if !why.is_empty() && !text.contains(&why) {
+            text.push_str(": ");
+            text.push_str(&why);
+        }
+        next = cause.source();
+    }
+    text
+}
+
 /// What kind of failure an [`Error`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -106,21 +124,9 @@ impl Error {
         self
     }
 
-    /// The message followed by each error underneath: `what: why: why`. A cause the text
-    /// already ends with is not repeated (monitor messages name their cause, as replies
-    /// carry only the message).
+    /// The message followed by each error underneath: `what: why: why` (see [`chain`]).
     pub fn chain(&self) -> String {
-        let mut text = self.inner.what.clone();
-        let mut next = self.source();
-        while let Some(e) = next {
-            let why = e.to_string();
-            if !text.ends_with(&why) {
-                text.push_str(": ");
-                text.push_str(&why);
-            }
-            next = e.source();
-        }
-        text
+        chain(self)
     }
 
     /// The same error, about process `pid`. The message need not repeat it: monitor errors
@@ -191,5 +197,18 @@ mod tests {
             Some(std::io::ErrorKind::AddrInUse)
         );
         assert_eq!(e.chain(), "server 3: binding 0.0.0.0: port taken");
+    }
+
+    /// A cause the message already names (as a thiserror `{0}` beside `#[source]` does) is
+    /// printed once; a cause it does not name is appended.
+    #[test]
+    fn a_cause_named_in_the_message_prints_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("no process 7: {0}")]
+        struct Named(#[source] std::io::Error);
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        assert_eq!(chain(&Named(io())), "no process 7: gone");
+        let outer = startup("attaching", Named(io()));
+        assert_eq!(outer.chain(), "attaching: no process 7: gone");
     }
 }

@@ -136,3 +136,18 @@ async fn a_failed_reply_is_known_by_its_kind_not_its_words() {
     assert_eq!(reply.0[0].failure, Some(ErrorKind::BadArgument), "{text}");
     c.shutdown().await;
 }
+
+/// A command-line error prints each cause once, with a non-zero status: the cause a message
+/// already names (`no process N: <the system's error>`) is not repeated after it.
+#[test]
+fn a_cause_is_printed_once() {
+    let out = std::process::Command::new(sdm_e2e::sdm())
+        .args(["attach", "999999999"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let cause = "No such file or directory";
+    assert!(err.starts_with("sdm: no process 999999999"), "{err}");
+    assert_eq!(err.matches(cause).count(), 1, "{err}");
+}

@@ -324,7 +324,7 @@ async fn drive(
             }
             Err(e) if broken_pipe(&e) => return Ok(Driven::BrokenPipe(e)),
             Err(e) => {
-                eprintln!("sdm: {e:#}");
+                eprintln!("sdm: {}", crate::cli::error_text(&e));
                 failed = true;
             }
         }

@@ -133,7 +133,10 @@ impl Console {
                         let _ = self.ended_silently(&l.ids, &mut out);
                     }
                 }
-                Err(e) => eprintln!("sdm: could not end the programs of {running}: {e:#}"),
+                Err(e) => eprintln!(
+                    "sdm: could not end the programs of {running}: {}",
+                    crate::cli::error_text(&e)
+                ),
             }
         }
         let mut undrained = IdSet::new();
