@@ -533,6 +533,12 @@ impl Node {
         self.accept(op, Source::Local, (Status::Replied, None), payload, ranks);
     }
 
+    /// The local command `op` failed for the local ranks `ranks`: `why` joins the op's
+    /// error groups as it is, not its filter.
+    pub fn handle_local_failure(&mut self, op: u64, ranks: &IdSet, why: Bytes) {
+        self.accept(op, Source::Local, (Status::Error, None), why, ranks);
+    }
+
     /// Accounts `ids` from `from` with their status (and, lost, their link's end): only ids
     /// still outstanding from that source count.
     fn accept(

@@ -31,9 +31,9 @@
  *
  * The host struct of a handle call gives this server's id and the monitored program's pid
  * (0 if the server controls no program). Buffers are pointer + length, owned by the caller
- * and valid only during the call: copy what you keep. The error reply the front-end sees is
- * `error: service "<name>": plugin <path>: <message>` (identical errors of many servers
- * merge into one reply group). A handle that returns 0
+ * and valid only during the call: copy what you keep. The front-end sees a failed call as an
+ * error group (status error) with the text `service "<name>": plugin <path>: <message>`
+ * (identical errors of many servers merge into one group). A handle that returns 0
  * without replying gets an error reply too.
  *
  * Threads: the host calls one plugin from one thread at a time (never concurrently), not

@@ -169,8 +169,7 @@ pub async fn run_master(
                 e,
             )
         })?;
-    let none: LocalHandler =
-        Box::new(|d: Delivery| d.reply.send("error: the master runs no requests"));
+    let none: LocalHandler = Box::new(|d: Delivery| d.reply.fail("the master runs no requests"));
     let (_tx, events) = tokio::sync::mpsc::channel(1);
     // Orphans of the master's children re-attach to it: it listens on the front-end's host.
     let here = frontend.target().to_owned();

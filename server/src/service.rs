@@ -129,17 +129,23 @@ impl Reply {
         }
     }
 
-    /// Sends an error reply: `error: service "NAME": WHAT` (without the rank, so identical
-    /// errors of many ranks merge into one group, which names them).
-    pub fn error(mut self, what: impl fmt::Display) {
+    /// Refuses the request: `service "NAME": WHAT` goes up as an error group
+    /// (without the rank, so identical errors of many ranks merge into one group, which
+    /// names them).
+    pub fn error(self, what: impl fmt::Display) {
         let text = self.error_text(what);
+        self.fail(text);
+    }
+
+    /// Refuses the request with `text` as it is, as an error group.
+    pub fn fail(mut self, text: impl Into<Bytes>) {
         if let Some(r) = self.replier.take() {
-            r.send(text);
+            r.fail(text);
         }
     }
 
     fn error_text(&self, what: impl fmt::Display) -> String {
-        format!("error: service {:?}: {what}", self.service)
+        format!("service {:?}: {what}", self.service)
     }
 }
 
@@ -154,7 +160,7 @@ impl Drop for Reply {
             tracing::warn!("rank {}: service {:?}: {why}", self.rank, self.service);
             let text = self.error_text(why);
             if let Some(r) = self.replier.take() {
-                r.send(text);
+                r.fail(text);
             }
         }
     }
@@ -408,10 +414,10 @@ fn sdm_service(req: Request, reply: Reply) {
                     reply.send("ok");
                 });
             }
-            Err(_) => reply.send(format!("error: sleep needs milliseconds, got {:?}", arg())),
+            Err(_) => reply.fail(format!("sleep needs milliseconds, got {:?}", arg())),
         },
-        _ => reply.send(format!(
-            "error: unknown request {:?} (expected ping, info, value or sleep MS)",
+        _ => reply.fail(format!(
+            "unknown request {:?} (expected ping, info, value or sleep MS)",
             String::from_utf8_lossy(verb)
         )),
     }
@@ -445,7 +451,7 @@ fn procstat_service(req: Request, reply: Reply) {
                     .collect();
                 reply.send(serde_json::Value::Object(map).to_string());
             }
-            Err(e) => reply.send(format!("error: procstat: {e}")),
+            Err(e) => reply.fail(format!("procstat: {e}")),
         },
     );
 }
@@ -562,11 +568,7 @@ mod tests {
         // An unknown service: an error for each rank.
         let errors = ask_ranks(&ranks, to, &s, "nope", b"");
         assert_eq!(errors.len(), 4);
-        assert!(
-            errors
-                .iter()
-                .all(|e| e.starts_with(b"error: service \"nope\""))
-        );
+        assert!(errors.iter().all(|e| e.starts_with(b"service \"nope\"")));
     }
 
     #[tokio::test]
@@ -581,11 +583,7 @@ mod tests {
         let raw = b"\x00\xff\xfe raw";
         assert_eq!(&ask(&s, "echo", raw).await[..], raw);
         // The same bytes to the sdm service are a request it does not know.
-        assert!(
-            ask(&s, SDM, raw)
-                .await
-                .starts_with(b"error: unknown request")
-        );
+        assert!(ask(&s, SDM, raw).await.starts_with(b"unknown request"));
         // The empty tag is the sdm service.
         assert_eq!(&ask(&s, "", b"ping").await[..], b"pong");
         assert_eq!(&ask(&s, SDM, b"value").await[..], b"3");
@@ -616,12 +614,11 @@ mod tests {
         assert_eq!((&a[..], &b[..]), (&b"3"[..], &b"3"[..]));
         assert_eq!(&ask(&s, SDM, b"sleep 0").await[..], b"ok");
         let text = ask(&s, SDM, b"sleep  x y").await;
-        assert_eq!(&text[..], b"error: sleep needs milliseconds, got \" x y\"");
+        assert_eq!(&text[..], b"sleep needs milliseconds, got \" x y\"");
         let text = ask(&s, SDM, b"pi\xffng").await;
         assert_eq!(
             &text[..],
-            "error: unknown request \"pi\u{fffd}ng\" (expected ping, info, value or sleep MS)"
-                .as_bytes()
+            "unknown request \"pi\u{fffd}ng\" (expected ping, info, value or sleep MS)".as_bytes()
         );
     }
 
@@ -629,7 +626,7 @@ mod tests {
     async fn an_unknown_tag_gets_an_error_naming_it_and_the_services() {
         let s = Services::stock();
         let text = String::from_utf8(ask(&s, "nope", b"ping").await.to_vec()).unwrap();
-        assert!(text.starts_with("error: service \"nope\": no such service"));
+        assert!(text.starts_with("service \"nope\": no such service"));
         for name in [SDM, OMIS, COUNTERS, PROCSTAT, EVALUATE, INIT] {
             assert!(text.contains(name), "{text}");
         }
@@ -642,7 +639,7 @@ mod tests {
             .unwrap();
         s.add("forgetful", |_: Request, _: Reply| {}).unwrap();
         let text = ask(&s, "boom", b"").await;
-        assert_eq!(&text[..], b"error: service \"boom\": the handler panicked");
+        assert_eq!(&text[..], b"service \"boom\": the handler panicked");
         let text = ask(&s, "forgetful", b"").await;
         assert!(text.ends_with(b"dropped the request without replying"));
         assert_eq!(&ask(&s, SDM, b"ping").await[..], b"pong");

@@ -103,6 +103,14 @@ fn one_text(groups: &[ReplyGroup]) -> String {
     String::from_utf8(one_group(groups)).unwrap()
 }
 
+/// The text of the one error group every server answered (a refused request).
+fn one_error(groups: &[ReplyGroup]) -> String {
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups[0].status, Status::Error, "{groups:?}");
+    assert_eq!(groups[0].sources, IdSet::all(N), "{groups:?}");
+    String::from_utf8_lossy(&groups[0].payload).into_owned()
+}
+
 /// Starts `sleep 60` under every server; returns the pid rank 0's started.
 async fn start_sleepers(s: &mut Session) -> u32 {
     let all = s.all();
@@ -159,8 +167,8 @@ fn checksum_request(addr: u64, len: u32) -> Vec<u8> {
 async fn checksum_service_answers(s: &mut Session) {
     assert_eq!(one_group(&ask(s, "checksum", RAW).await), RAW);
     // No program yet: every server says so, in one group.
-    let text = one_text(&ask(s, "checksum", &checksum_request(0, 4096)).await);
-    assert!(text.starts_with("error: service \"checksum\""), "{text}");
+    let text = one_error(&ask(s, "checksum", &checksum_request(0, 4096)).await);
+    assert!(text.starts_with("service \"checksum\""), "{text}");
     assert!(text.contains("controls no program"), "{text}");
     let pid0 = start_sleepers(s).await;
     let sum = one_group(&ask(s, "checksum", &checksum_request(0, 4096)).await);
@@ -170,8 +178,8 @@ async fn checksum_service_answers(s: &mut Session) {
     let mut seen = IdSet::new();
     for g in &groups {
         let text = String::from_utf8_lossy(&g.payload);
-        assert_eq!(g.status, Status::Replied, "{groups:?}");
-        assert!(text.starts_with("error: service \"checksum\""), "{text}");
+        assert_eq!(g.status, Status::Error, "{groups:?}");
+        assert!(text.starts_with("service \"checksum\""), "{text}");
         assert!(text.contains("at 0x8"), "{text}");
         assert!(text.contains("process "), "{text}");
         seen.union_with(&g.sources);
@@ -218,9 +226,9 @@ async fn plugins_that_do_not_load_are_named_and_the_rest_works() {
         ..stock()
     })
     .await;
-    let text = one_text(&ask(&mut s, "checksum", RAW).await);
+    let text = one_error(&ask(&mut s, "checksum", RAW).await);
     assert!(
-        text.starts_with("error: service \"checksum\": no such service"),
+        text.starts_with("service \"checksum\": no such service"),
         "{text}"
     );
     assert!(
@@ -243,17 +251,17 @@ async fn plugins_that_do_not_load_are_named_and_the_rest_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_tag_gets_an_error_naming_it_and_the_services() {
     let mut s = launch(stock()).await;
-    let text = one_text(&ask(&mut s, "nosuch", b"ping").await);
+    let text = one_error(&ask(&mut s, "nosuch", b"ping").await);
     assert!(
-        text.starts_with("error: service \"nosuch\": no such service"),
+        text.starts_with("service \"nosuch\": no such service"),
         "{text}"
     );
     for name in ["sdm", "omis", "counters", "procstat"] {
         assert!(text.contains(name), "{text}");
     }
     // OMIS text tagged for the sdm service is not OMIS.
-    let text = one_text(&ask(&mut s, SDM, b"1 [] number_of_nodes()").await);
-    assert!(text.starts_with("error: unknown request"), "{text}");
+    let text = one_error(&ask(&mut s, SDM, b"1 [] number_of_nodes()").await);
+    assert!(text.starts_with("unknown request"), "{text}");
     s.shutdown(Duration::from_secs(20)).await;
 }
 
@@ -263,7 +271,9 @@ async fn an_unknown_tag_gets_an_error_naming_it_and_the_services() {
 fn cli_service_plugin_and_service_tag_launch_requests() {
     let plugin = checksum_plugin();
     let plugin = plugin.to_str().unwrap();
-    let out = sdm_e2e::sdm_ok([
+    // Opcode 0x41 is not one the plugin knows: its own error, from every server, merged,
+    // and the run fails.
+    let out = refused([
         "launch",
         "-n",
         "8",
@@ -274,11 +284,17 @@ fn cli_service_plugin_and_service_tag_launch_requests() {
         "--send",
         "A",
     ]);
-    // Opcode 0x41 is not one the plugin knows: its own error, from every server, merged.
     let want = format!(
         "[0-7] error: service \"checksum\": plugin {plugin}: handle failed (code 1): unknown opcode 0x41 (0 echo, 1 checksum, `echo WORDS`)"
     );
     assert!(out.lines().any(|l| l == want), "{out}");
+    // A request the built-in service does not know fails the run too.
+    let out = refused(["launch", "-n", "2", "--send", "nosuch"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("[0-1] error: unknown request \"nosuch\"")),
+        "{out}"
+    );
     let out = sdm_e2e::sdm_ok([
         "launch",
         "-n",
@@ -292,4 +308,16 @@ fn cli_service_plugin_and_service_tag_launch_requests() {
         out.lines().any(|l| l == "[0-1] 1 [] number_of_nodes(2)"),
         "{out}"
     );
+}
+
+/// Runs `sdm ARGS…`, asserts it exited with status 1 (a refused request), and returns
+/// what it printed on stdout.
+fn refused<const K: usize>(args: [&str; K]) -> String {
+    let out = std::process::Command::new(sdm_e2e::sdm())
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text} {out:?}");
+    text
 }

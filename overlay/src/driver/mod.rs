@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sdm_proto::{IdSet, Kind};
+use sdm_proto::{IdSet, Kind, Status};
 use sdm_topology::NodeId;
 use tokio::sync::mpsc;
 
@@ -113,10 +113,22 @@ impl Replier {
     /// Sends the local reply, for all the ranks this replier answers for. If the node is
     /// gone, the reply is dropped.
     pub fn send(self, payload: impl Into<Bytes>) {
+        self.answer(Status::Replied, payload.into());
+    }
+
+    /// Refuses the request for all the ranks this replier answers for: `why` goes up as an
+    /// error group ([`Status::Error`]), outside the command's filter, so the front-end knows
+    /// the request failed without reading its text.
+    pub fn fail(self, why: impl Into<Bytes>) {
+        self.answer(Status::Error, why.into());
+    }
+
+    fn answer(self, status: Status, payload: Bytes) {
         match self.to {
-            ReplyTo::Node(inbox) => inbox.push(self.op, self.ranks, payload.into()),
+            ReplyTo::Node(inbox) => inbox.push((self.op, self.ranks, status, payload)),
+            // Handler tests read the payload only.
             ReplyTo::Channel(tx) => {
-                let _ = tx.send((self.op, payload.into()));
+                let _ = tx.send((self.op, payload));
             }
         }
     }

@@ -383,14 +383,14 @@ fn the_inbox_wakes_the_task_only_outside_a_turn() {
     let cx = std::task::Context::from_waker(&waker);
     let inbox = super::wake::Inbox::default();
     inbox.enter();
-    inbox.push(1, IdSet::single(0), "in the turn".into());
+    inbox.push((1, IdSet::single(0), Status::Replied, "in the turn".into()));
     assert_eq!(count.0.load(Ordering::SeqCst), 0);
     assert!(inbox.leave(&cx), "a reply is waiting");
-    assert_eq!(inbox.pop().map(|(op, _, _)| op), Some(1));
+    assert_eq!(inbox.pop().map(|(op, ..)| op), Some(1));
     assert!(!inbox.leave(&cx));
-    inbox.push(2, IdSet::single(0), "between turns".into());
+    inbox.push((2, IdSet::single(0), Status::Replied, "between turns".into()));
     assert_eq!(count.0.load(Ordering::SeqCst), 1);
-    assert_eq!(inbox.pop().map(|(op, _, _)| op), Some(2));
+    assert_eq!(inbox.pop().map(|(op, ..)| op), Some(2));
     assert_eq!(inbox.pop(), None);
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use futures::Sink;
-use sdm_proto::{Control, Message};
+use sdm_proto::{Control, Message, Status};
 use sdm_topology::NodeId;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
@@ -240,11 +240,14 @@ impl Driver {
     fn take_replies(&mut self) -> bool {
         let mut more = true;
         for _ in 0..DRAIN {
-            let Some((op, ranks, payload)) = self.inbox.pop() else {
+            let Some((op, ranks, status, payload)) = self.inbox.pop() else {
                 more = false;
                 break;
             };
-            self.node.handle_local_reply(self.now, op, &ranks, payload);
+            match status {
+                Status::Error => self.node.handle_local_failure(op, &ranks, payload),
+                _ => self.node.handle_local_reply(self.now, op, &ranks, payload),
+            }
         }
         self.dispatch();
         more

@@ -9,7 +9,7 @@ use std::task::{Context, Wake, Waker};
 
 use bytes::Bytes;
 use futures::task::AtomicWaker;
-use sdm_proto::IdSet;
+use sdm_proto::{IdSet, Status};
 
 /// Where the handlers' replies wait for the node's task. A reply made while the task is in
 /// a turn (a handler answering at once, the usual case) does not wake it: the turn takes
@@ -18,9 +18,13 @@ use sdm_proto::IdSet;
 /// spawned task, another thread, later) wakes the task as a channel would.
 #[derive(Debug, Default)]
 pub(super) struct Inbox {
-    queue: Mutex<VecDeque<(u64, IdSet, Bytes)>>,
+    queue: Mutex<VecDeque<LocalReply>>,
     turn: TurnWaker,
 }
+
+/// A handler's answer: the op, the ranks it answers for, [`Status::Replied`] or
+/// [`Status::Error`] (the service refused the request), and the payload.
+pub(super) type LocalReply = (u64, IdSet, Status, Bytes);
 
 /// Wakes a node's task, except while it is in a turn, which looks for itself at its end:
 /// the protocol of the [`Inbox`] and of [`Readiness`]. Whoever has something for the task
@@ -56,16 +60,16 @@ impl TurnWaker {
 }
 
 impl Inbox {
-    pub(super) fn push(&self, op: u64, ranks: IdSet, payload: Bytes) {
-        self.lock().push_back((op, ranks, payload));
+    pub(super) fn push(&self, reply: LocalReply) {
+        self.lock().push_back(reply);
         self.turn.wake();
     }
 
-    pub(super) fn pop(&self) -> Option<(u64, IdSet, Bytes)> {
+    pub(super) fn pop(&self) -> Option<LocalReply> {
         self.lock().pop_front()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, IdSet, Bytes)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<LocalReply>> {
         // A panic while pushing or popping leaves the queue whole.
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
