@@ -83,10 +83,46 @@
 #define SDM_STATUS_TIMED_OUT 2
 
 /**
- * Reply group status: the ids answered, but the request's filter refused their replies;
- * the payload is the filter's error (their servers are alive, not lost).
+ * Reply group status: the ids answered, but their service refused the request or the
+ * request's filter refused their replies; the payload says why (their servers are alive,
+ * not lost).
  */
 #define SDM_STATUS_ERROR 3
+
+/**
+ * How a lost group's link ended: not a lost group, or not known.
+ */
+#define SDM_LINK_END_NONE 0
+
+/**
+ * Link end: the peer said goodbye (the session ended in order).
+ */
+#define SDM_LINK_END_GOODBYE 1
+
+/**
+ * Link end: the peer closed the connection (its process ended).
+ */
+#define SDM_LINK_END_CLOSED 2
+
+/**
+ * Link end: reading or writing failed.
+ */
+#define SDM_LINK_END_IO 3
+
+/**
+ * Link end: the peer sent what the node cannot take.
+ */
+#define SDM_LINK_END_PROTOCOL 4
+
+/**
+ * Link end: nothing was heard from the peer for the keepalive dead-after (a hung server).
+ */
+#define SDM_LINK_END_SILENT 5
+
+/**
+ * Link end: the link never came up.
+ */
+#define SDM_LINK_END_UNREACHABLE 6
 
 /**
  * Event kind: an unsolicited event (a program's end, a breakpoint hit).
@@ -462,6 +498,16 @@ void sdm_reply_free(sdm_reply *r);
  * `g` is NULL or a group of a live reply.
  */
 int sdm_aggregate_status(const sdm_aggregate *g);
+
+/**
+ * How a lost group's link ended: `SDM_LINK_END_CLOSED` (the server's process ended),
+ * `SDM_LINK_END_SILENT` (a hung server), … ; `SDM_LINK_END_NONE` for other groups
+ * (`SDM_ERR_INVALID` for NULL).
+ *
+ * # Safety
+ * `g` is NULL or a group of a live reply.
+ */
+int sdm_aggregate_link_end(const sdm_aggregate *g);
 
 /**
  * The ids the group covers, borrowed from its reply (do not free).

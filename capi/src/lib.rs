@@ -131,9 +131,25 @@ pub const SDM_STATUS_REPLIED: c_int = 0;
 pub const SDM_STATUS_LOST: c_int = 1;
 /// Reply group status: the ids did not answer in time.
 pub const SDM_STATUS_TIMED_OUT: c_int = 2;
-/// Reply group status: the ids answered, but the request's filter refused their replies;
-/// the payload is the filter's error (their servers are alive, not lost).
+/// Reply group status: the ids answered, but their service refused the request or the
+/// request's filter refused their replies; the payload says why (their servers are alive,
+/// not lost).
 pub const SDM_STATUS_ERROR: c_int = 3;
+
+/// How a lost group's link ended: not a lost group, or not known.
+pub const SDM_LINK_END_NONE: c_int = 0;
+/// Link end: the peer said goodbye (the session ended in order).
+pub const SDM_LINK_END_GOODBYE: c_int = 1;
+/// Link end: the peer closed the connection (its process ended).
+pub const SDM_LINK_END_CLOSED: c_int = 2;
+/// Link end: reading or writing failed.
+pub const SDM_LINK_END_IO: c_int = 3;
+/// Link end: the peer sent what the node cannot take.
+pub const SDM_LINK_END_PROTOCOL: c_int = 4;
+/// Link end: nothing was heard from the peer for the keepalive dead-after (a hung server).
+pub const SDM_LINK_END_SILENT: c_int = 5;
+/// Link end: the link never came up.
+pub const SDM_LINK_END_UNREACHABLE: c_int = 6;
 
 /// Event kind: an unsolicited event (a program's end, a breakpoint hit).
 pub const SDM_EVENT_EVENT: c_int = 0;
@@ -153,6 +169,7 @@ pub struct sdm_idset(IdSet);
 /// its reply).
 pub struct sdm_aggregate {
     status: c_int,
+    link_end: c_int,
     ids: sdm_idset,
     payload: Bytes,
 }

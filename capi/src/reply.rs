@@ -4,12 +4,13 @@
 use std::ffi::c_int;
 
 use sdm_client::ReplyGroup;
-use sdm_proto::Status;
+use sdm_proto::{LinkEndKind, Status};
 
 use crate::args::{boxed, free};
 use crate::{
-    SDM_ERR_INVALID, SDM_STATUS_ERROR, SDM_STATUS_LOST, SDM_STATUS_REPLIED, SDM_STATUS_TIMED_OUT,
-    sdm_aggregate, sdm_idset, sdm_reply,
+    SDM_ERR_INVALID, SDM_LINK_END_CLOSED, SDM_LINK_END_GOODBYE, SDM_LINK_END_IO, SDM_LINK_END_NONE,
+    SDM_LINK_END_PROTOCOL, SDM_LINK_END_SILENT, SDM_LINK_END_UNREACHABLE, SDM_STATUS_ERROR,
+    SDM_STATUS_LOST, SDM_STATUS_REPLIED, SDM_STATUS_TIMED_OUT, sdm_aggregate, sdm_idset, sdm_reply,
 };
 
 pub(crate) fn reply(groups: Vec<ReplyGroup>) -> *mut sdm_reply {
@@ -22,6 +23,15 @@ pub(crate) fn reply(groups: Vec<ReplyGroup>) -> *mut sdm_reply {
                     Status::Lost => SDM_STATUS_LOST,
                     Status::TimedOut => SDM_STATUS_TIMED_OUT,
                     Status::Error => SDM_STATUS_ERROR,
+                },
+                link_end: match g.link_end {
+                    None => SDM_LINK_END_NONE,
+                    Some(LinkEndKind::Goodbye) => SDM_LINK_END_GOODBYE,
+                    Some(LinkEndKind::Closed) => SDM_LINK_END_CLOSED,
+                    Some(LinkEndKind::Io) => SDM_LINK_END_IO,
+                    Some(LinkEndKind::Protocol) => SDM_LINK_END_PROTOCOL,
+                    Some(LinkEndKind::Silent) => SDM_LINK_END_SILENT,
+                    Some(LinkEndKind::Unreachable) => SDM_LINK_END_UNREACHABLE,
                 },
                 ids: sdm_idset(g.sources),
                 payload: g.payload,
@@ -71,6 +81,18 @@ pub unsafe extern "C" fn sdm_reply_free(r: *mut sdm_reply) {
 pub unsafe extern "C" fn sdm_aggregate_status(g: *const sdm_aggregate) -> c_int {
     // SAFETY: the caller's promise.
     unsafe { g.as_ref() }.map_or(SDM_ERR_INVALID, |g| g.status)
+}
+
+/// How a lost group's link ended: `SDM_LINK_END_CLOSED` (the server's process ended),
+/// `SDM_LINK_END_SILENT` (a hung server), … ; `SDM_LINK_END_NONE` for other groups
+/// (`SDM_ERR_INVALID` for NULL).
+///
+/// # Safety
+/// `g` is NULL or a group of a live reply.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sdm_aggregate_link_end(g: *const sdm_aggregate) -> c_int {
+    // SAFETY: the caller's promise.
+    unsafe { g.as_ref() }.map_or(SDM_ERR_INVALID, |g| g.link_end)
 }
 
 /// The ids the group covers, borrowed from its reply (do not free).

@@ -4,7 +4,7 @@
 use std::ffi::{CStr, c_char};
 
 use sdm_client::ReplyGroup;
-use sdm_proto::Status;
+use sdm_proto::{LinkEndKind, Status};
 
 use super::*;
 use crate::error::guard;
@@ -148,6 +148,35 @@ fn every_reply_status_maps_to_its_code() {
         let g = unsafe { sdm_reply_group(r, i) };
         assert_eq!(unsafe { sdm_aggregate_status(g) }, code, "group {i}");
     }
+    // SAFETY: `r` came from `reply` and is freed once.
+    unsafe { sdm_reply_free(r) };
+}
+
+/// A lost group says how its link ended; other groups say none.
+#[test]
+fn a_lost_group_carries_its_link_end() {
+    let group = |status, link_end| ReplyGroup {
+        status,
+        sources: IdSet::single(1),
+        payload: Bytes::from("link died"),
+        link_end,
+    };
+    let r = reply(vec![
+        group(Status::Replied, None),
+        group(Status::Lost, Some(LinkEndKind::Closed)),
+        group(Status::Lost, Some(LinkEndKind::Silent)),
+    ]);
+    let want = [SDM_LINK_END_NONE, SDM_LINK_END_CLOSED, SDM_LINK_END_SILENT];
+    for (i, code) in want.into_iter().enumerate() {
+        // SAFETY: `r` is live and has three groups.
+        let g = unsafe { sdm_reply_group(r, i) };
+        assert_eq!(unsafe { sdm_aggregate_link_end(g) }, code, "group {i}");
+    }
+    // SAFETY: a NULL group is allowed.
+    assert_eq!(
+        unsafe { sdm_aggregate_link_end(std::ptr::null()) },
+        SDM_ERR_INVALID
+    );
     // SAFETY: `r` came from `reply` and is freed once.
     unsafe { sdm_reply_free(r) };
 }
