@@ -233,7 +233,8 @@ pub fn write_all(traces: &Traces, files: &FlameFiles, title: &str) -> anyhow::Re
     };
     if traces.is_empty() {
         bail!(
-            "flame graph {}: no stacks were sampled, nothing to draw",
+            "flame graph {}: no stacks to draw (no rank gave one; for `top`: no thread was \
+             running on a CPU in any sample)",
             what()
         );
     }
@@ -443,7 +444,7 @@ mod tests {
             "{e}"
         );
         let e = write_all(&Traces::default(), &files, "bt").unwrap_err();
-        assert!(e.to_string().contains("nothing to draw"), "{e}");
+        assert!(e.to_string().contains("no stacks to draw"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
