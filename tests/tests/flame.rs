@@ -9,7 +9,8 @@
 //!
 //! `sdm top --flame --folded` on tests/programs/cpu_threads.c (each rank's main thread burns
 //! CPU in `burn`, its helper sleeps in `idle_wait`): the busy function is counted, the
-//! sleeping threads never. Paths that cannot be written are refused, naming them.
+//! sleeping threads never, whether top ends after `--count` samples or by SIGTERM. Paths
+//! that cannot be written are refused, naming them, before the job starts.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -355,6 +356,42 @@ fn top_flame_counts_the_threads_running_on_a_cpu() {
         .unwrap_or_else(|| panic!("{burning}"));
     let class = folded(&dir.join(format!("cpu.class-{n}.folded")));
     assert!(through(&class, &["busy_work", "burn"]) > 0, "{class:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn top_writes_its_flame_graph_when_terminated() {
+    use std::io::BufRead;
+    let program = sdm_e2e::c_program("cpu_threads", &["-O0", "-g", "-pthread"]);
+    let dir = scratch("term");
+    let fold = dir.join("cpu.folded");
+    let mut top = Command::new(sdm_e2e::sdm())
+        .args(["top", "-n", "2", "--period", "0.3", "--json", "--folded"])
+        .arg(&fold)
+        .arg("--")
+        .arg(&program)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running sdm top");
+    // Three samples taken (each wave's JSON line comes after its stacks), then SIGTERM.
+    let stdout = top.stdout.take().unwrap();
+    let samples = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .filter(|l| l.contains("\"metrics\""))
+        .take(3)
+        .count();
+    assert_eq!(samples, 3);
+    let pid = nix::unistd::Pid::from_raw(top.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = top.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines = folded(&fold);
+    assert!(through(&lines, &["busy_work", "burn"]) > 0, "{lines:?}");
+    assert_eq!(through(&lines, &["idle_wait", "pause"]), 0, "{lines:?}");
+    assert!(stderr.contains("flame: whole job [0-1], "), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
