@@ -9,9 +9,11 @@
 //!   (the same function has the same colour in every graph).
 //! - Layout: FILE holds the whole job; beside it one file per class, `NAME.class-N.EXT` for
 //!   `NAME.EXT` (`job.svg` gives `job.class-1.svg`…), class N as `bt --classes` numbers
-//!   them (by lowest rank). A class's file holds every trace of its ranks, so it is the
-//!   profile of those ranks; a rank with traces ending in several places (threads, samples
-//!   that differ) is in several classes, as in `bt --classes`.
+//!   them (by lowest rank). A class's file holds the traces that end at the class (its
+//!   ranks' threads there, in every sample), with every frame the graph keeps: the classes
+//!   split the whole job, their counts add up to its count, and where `--classes` collapses
+//!   a class at the program's call into a library, its graph shows where in the library
+//!   the samples fell.
 //! - Frames are named by function (a frame without a symbol by `module+offset`, a Python
 //!   frame by its Python function) as `bt --functions` names them: a flame graph's widths are
 //!   per function, where line-granular frames would split one function into a box per line.
@@ -101,18 +103,15 @@ impl Traces {
         tree.classes()
     }
 
-    /// The folded lines (`a;b;c`, count) of the traces of the ranks in `only` (every rank
-    /// where `None`), sorted by stack; each trace counted once per rank.
-    pub fn folded(&self, only: Option<&IdSet>) -> Vec<(String, u64)> {
+    /// The folded lines (`a;b;c`, count) of the traces that end at the class path `class`
+    /// (every trace where `None`), sorted by stack; each trace counted once per rank.
+    pub fn folded(&self, class: Option<&[String]>) -> Vec<(String, u64)> {
         let mut lines: BTreeMap<String, u64> = BTreeMap::new();
         for (t, from) in &self.traces {
-            let count: u64 = from
-                .iter()
-                .map(|(ids, n)| {
-                    let ranks = only.map_or(ids.len(), |o| (ids & o).len());
-                    n * ranks
-                })
-                .sum();
+            if class.is_some_and(|c| c != t.class.as_slice()) {
+                continue;
+            }
+            let count: u64 = from.iter().map(|(ids, n)| n * ids.len()).sum();
             if count > 0 {
                 *lines.entry(t.frames.join(";")).or_default() += count;
             }
@@ -251,7 +250,7 @@ pub fn write_all(traces: &Traces, files: &FlameFiles, title: &str) -> anyhow::Re
         if n > MAX_CLASS_FILES {
             break;
         }
-        let lines = traces.folded(Some(&c.ids));
+        let lines = traces.folded(Some(&c.path));
         let sub = c.path.join(" > ");
         let title = format!("{title}: class {n} {}", c.ids);
         out.push(write_one(
@@ -404,8 +403,18 @@ mod tests {
             classes[1].path,
             ["main at prog.c:10", "wait at prog.c:3", "pause"]
         );
-        let one: u64 = t.folded(Some(&classes[1].ids)).iter().map(|l| l.1).sum();
-        assert_eq!(one, 3 * 2 * 2, "two ranks, two threads, three samples");
+        let one = t.folded(Some(&classes[1].path));
+        assert_eq!(
+            one,
+            [("main;wait;pause".to_owned(), 3 * 2)],
+            "two ranks, three samples"
+        );
+        let sum: u64 = classes
+            .iter()
+            .flat_map(|c| t.folded(Some(&c.path)))
+            .map(|l| l.1)
+            .sum();
+        assert_eq!(sum, 24, "the classes split the job");
     }
 
     #[test]
@@ -424,16 +433,13 @@ mod tests {
         let w = write_all(&job(), &files, "bt").unwrap();
         assert_eq!(w.len(), 4);
         assert_eq!(w[0].count, 24);
-        assert_eq!(w[1].count, 24);
-        assert_eq!(w[2].count, 12);
-        assert!(
-            w[2].line()
-                .starts_with("flame: class 2 [0,2], 12 samples: ")
-        );
+        assert_eq!(w[1].count, 12);
+        assert_eq!(w[2].count, 6);
+        assert!(w[2].line().starts_with("flame: class 2 [0,2], 6 samples: "));
         let svg = std::fs::read_to_string(dir.join("j.class-3.svg")).unwrap();
         assert!(svg.contains("<svg") && svg.contains("wait"), "{svg}");
         let folded = std::fs::read_to_string(dir.join("j.class-2.folded")).unwrap();
-        assert_eq!(folded, "helper;sleep 6\nmain;wait;pause 6\n");
+        assert_eq!(folded, "main;wait;pause 6\n");
         let bad = FlameFiles {
             svg: Some(dir.join("no/such/j.svg")),
             folded: None,

@@ -213,13 +213,15 @@ async fn bt_writes_flame_graphs_of_the_job_and_of_each_class() {
 
     // One graph per class, numbered as `bt --classes` orders them (by lowest rank, then
     // path): the helpers [0-3], the main threads of the even ranks [0,2], of the odd [1,3].
-    // Each holds every trace of its ranks.
+    // Each holds the traces ending at it, one thread of each of its ranks in every sample,
+    // with their frames: the classes split the job.
     assert_eq!(named.len(), 4, "{out}");
     let mut numbers = Vec::new();
-    for (ranks, rank_count, leaf) in [
-        ("[0-3]", 4, "helper_wait at"),
-        ("[0,2]", 2, "wait_here at"),
-        ("[1,3]", 2, "wait_here at"),
+    let mut split = 0;
+    for (ranks, rank_count, leaf, path) in [
+        ("[0-3]", 4, "helper_wait at", &["helper_wait", "sleep"][..]),
+        ("[0,2]", 2, "wait_here at", &["main", "wait_here", "pause"]),
+        ("[1,3]", 2, "wait_here at", &["main", "wait_here", "pause"]),
     ] {
         let n: usize = named[1..]
             .iter()
@@ -235,7 +237,7 @@ async fn bt_writes_flame_graphs_of_the_job_and_of_each_class() {
         let line = named[n];
         let head = format!(
             "flame: class {n} {ranks}, {} samples: {} {} (",
-            SAMPLES * rank_count * THREADS,
+            SAMPLES * rank_count,
             class_svg.display(),
             class_fold.display()
         );
@@ -244,21 +246,21 @@ async fn bt_writes_flame_graphs_of_the_job_and_of_each_class() {
             "{line}\n{out}"
         );
         let lines = folded(&class_fold);
+        assert_eq!(total(&lines), SAMPLES * rank_count, "{line}: {lines:?}");
         assert_eq!(
-            total(&lines),
-            SAMPLES * rank_count * THREADS,
-            "{line}: {lines:?}"
-        );
-        assert_eq!(
-            through(&lines, &["main", "wait_here", "pause"]),
+            through(&lines, path),
             SAMPLES * rank_count,
             "{line}: {lines:?}"
         );
+        split += total(&lines);
         let titles = svg_titles(&class_svg);
-        assert!(has_frame(&titles, "wait_here"), "{line}: {titles:?}");
+        for f in path {
+            assert!(has_frame(&titles, f), "{line}: no {f} in {titles:?}");
+        }
     }
     numbers.sort();
     assert_eq!(numbers, [1, 2, 3], "{out}");
+    assert_eq!(split, total(&all), "the classes split the job");
     assert!(!dir.join("job.class-4.svg").exists());
     assert!(!dir.join("job.class-4.folded").exists());
 
