@@ -9,7 +9,8 @@
 //!
 //! `sdm top --flame --folded` on tests/programs/cpu_threads.c (each rank's main thread burns
 //! CPU in `burn`, its helper sleeps in `idle_wait`): the busy function is counted, the
-//! sleeping threads never, whether top ends after `--count` samples or by SIGTERM. Paths
+//! sleeping threads never, whether top ends after `--count` samples or by SIGTERM; Python
+//! ranks' graphs are of their Python functions (tests/programs/ranked.py). Paths
 //! that cannot be written are refused, naming them, before the job starts.
 
 use std::path::{Path, PathBuf};
@@ -394,6 +395,41 @@ fn top_writes_its_flame_graph_when_terminated() {
     assert!(through(&lines, &["busy_work", "burn"]) > 0, "{lines:?}");
     assert_eq!(through(&lines, &["idle_wait", "pause"]), 0, "{lines:?}");
     assert!(stderr.contains("flame: whole job [0-1], "), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Python ranks (tests/programs/ranked.py under Debian's python3): rank 0 computes in
+/// `compute` called from `step`, rank 1 sleeps in `wait`: the Python frames are the graph's,
+/// the sleeping rank's never counted.
+#[test]
+fn top_flame_names_python_frames() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/ranked.py");
+    let dir = scratch("python");
+    let fold = dir.join("py.folded");
+    let (ok, stdout, stderr) = sdm(&[
+        "top",
+        "-n",
+        "2",
+        "--period",
+        "0.3",
+        "--count",
+        "4",
+        "--json",
+        "--folded",
+        fold.to_str().unwrap(),
+        "--",
+        "/usr/bin/python3",
+        script.to_str().unwrap(),
+        "SDM_RANK",
+        "0",
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let lines = folded(&fold);
+    assert!(
+        through(&lines, &["<module>", "step", "compute"]) > 0,
+        "{lines:?}"
+    );
+    assert_eq!(through(&lines, &["step", "wait"]), 0, "{lines:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
