@@ -307,8 +307,9 @@ fn render(lines: &[String], title: &str, subtitle: Option<&str>) -> std::io::Res
     Ok(svg)
 }
 
-/// Prints the graphs written, as text lines or one JSON object; says which classes got no
-/// file of their own (more than [`MAX_CLASS_FILES`]).
+/// Prints the graphs written, as text lines or one JSON object (`bt --json`: `flame`, the
+/// graphs as [`Written::to_json`]); says which classes got no file of their own (more than
+/// [`MAX_CLASS_FILES`]).
 pub fn print_written(
     written: &[Written],
     traces: &Traces,
@@ -319,7 +320,7 @@ pub fn print_written(
     let left = classes.saturating_sub(MAX_CLASS_FILES);
     if json {
         let graphs: Vec<serde_json::Value> = written.iter().map(|w| w.to_json()).collect();
-        let j = serde_json::json!({"command": "flame", "graphs": graphs, "classes": classes,
+        let j = serde_json::json!({"command": "bt", "flame": graphs, "classes": classes,
             "classes_without_file": left});
         writeln!(out, "{j}")?;
         return Ok(());

@@ -271,6 +271,19 @@ async fn bt_writes_flame_graphs_of_the_job_and_of_each_class() {
         assert!(has_frame(&titles, f), "no frame {f} in {titles:?}");
     }
 
+    // JSON: the graphs written as an object of their own after the tree's.
+    let j = dir.join("j.folded");
+    let json = run(&mut c, &format!("bt --json --folded {}", j.display())).await;
+    let last: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
+    assert_eq!(last["command"], "bt", "{json}");
+    assert_eq!(last["classes"], 3, "{json}");
+    let graphs = last["flame"].as_array().unwrap();
+    assert_eq!(graphs.len(), 4, "{json}");
+    assert_eq!(graphs[0]["class"], serde_json::Value::Null, "{json}");
+    assert_eq!(graphs[0]["count"], RANKS * THREADS, "{json}");
+    assert_eq!(graphs[0]["files"][0], j.display().to_string(), "{json}");
+    assert_eq!(total(&folded(&j)), RANKS * THREADS);
+
     // A path that cannot be written: an error naming it, nothing else written.
     let bad = dir.join("no/such/dir/job.svg");
     let mut sink = Vec::new();
