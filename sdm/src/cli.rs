@@ -467,8 +467,9 @@ struct TopArgs {
     /// class beside it as NAME.class-N.svg.
     #[arg(long, value_name = "FILE.svg")]
     flame: Option<PathBuf>,
-    /// The same samples as folded stacks (`main;f;g COUNT` lines, as flamegraph.pl and
-    /// speedscope read them), each class beside it as NAME.class-N.EXT.
+    /// The same CPU samples as folded stacks (`main;f;g COUNT` lines, as flamegraph.pl and
+    /// speedscope read them), each class beside it as NAME.class-N.EXT; with or without
+    /// --flame.
     #[arg(long, value_name = "FILE")]
     folded: Option<PathBuf>,
     /// The program and its arguments.

@@ -21,7 +21,8 @@ impl Console {
         if !a.flame.wanted() {
             return Ok(());
         }
-        let title = format!("sdm bt, {} samples", a.samples);
+        let s = if a.samples == 1 { "" } else { "s" };
+        let title = format!("sdm bt, {} sample{s}", a.samples);
         let written = crate::flame::write_all(&stacks.traces, &a.flame, &title)?;
         crate::flame::print_written(&written, &stacks.traces, self.json || a.json, out)
     }
