@@ -456,6 +456,46 @@ mod tests {
     }
 
     #[test]
+    fn cpu_samples_keep_the_running_threads_only() {
+        use sdm_omis::Value;
+        // `[tid, "name", [frames innermost first], "state"]`, as `sdm_stacks(1)` replies.
+        let thread = |f: &[&str], state: &str| {
+            let frames = f
+                .iter()
+                .map(|n| {
+                    Value::List(vec![
+                        Value::Int(1),
+                        Value::Int(0),
+                        Value::Str((*n).into()),
+                        Value::Str(String::new()),
+                        Value::Str("prog".into()),
+                        Value::Int(0x10),
+                    ])
+                })
+                .collect();
+            Value::List(vec![
+                Value::Int(7),
+                Value::Str("prog".into()),
+                Value::List(frames),
+                Value::Str(state.into()),
+            ])
+        };
+        let reply = Value::List(vec![
+            thread(&["burn", "main"], "R"),
+            thread(&["pause", "idle"], "S"),
+        ]);
+        let mut a = crate::stacks::BtArgs::parse("--functions --folded x").unwrap();
+        a.on_cpu = true;
+        let mut s = crate::stacks::Stacks::default();
+        assert!(s.add_threads(&reply, &"[0-2]".parse().unwrap(), &a));
+        assert_eq!(s.traces.folded(None), [("main;burn".to_owned(), 3)]);
+        a.on_cpu = false;
+        let mut every = crate::stacks::Stacks::default();
+        every.add_threads(&reply, &"[0-2]".parse().unwrap(), &a);
+        assert_eq!(every.traces.folded(None).len(), 2);
+    }
+
+    #[test]
     fn separators_never_appear_inside_a_frame() {
         assert_eq!(folded_name("a;b\nc"), "a:b c");
     }
