@@ -46,9 +46,9 @@ struct Trace {
 /// The traces of a `bt` or `top`, each with the ranks it came from.
 #[derive(Debug, Default, Clone)]
 pub struct Traces {
-    /// Per distinct trace: the rank sets it came from and how many times from each of
-    /// their ranks.
-    traces: BTreeMap<Trace, Vec<(IdSet, u64)>>,
+    /// Per distinct trace: the ranks it came from and how many times it was seen (once per
+    /// rank in each sample), as the tree counts a path.
+    traces: BTreeMap<Trace, (IdSet, u64)>,
 }
 
 /// A frame's name in folded text: `;` separates frames and a line is one stack, so neither
@@ -80,11 +80,9 @@ impl Traces {
                 .map(|f| folded_name(&f.label(true)))
                 .collect(),
         };
-        let from = self.traces.entry(trace).or_default();
-        match from.iter_mut().find(|(s, _)| s == ids) {
-            Some((_, n)) => *n += 1,
-            None => from.push((ids.clone(), 1)),
-        }
+        let (from, n) = self.traces.entry(trace).or_default();
+        from.union_with(ids);
+        *n = n.saturating_add(ids.len());
     }
 
     /// Whether no trace was added.
@@ -95,10 +93,8 @@ impl Traces {
     /// The classes as `bt --classes` gives them for these traces.
     pub fn classes(&self) -> Vec<StackClass> {
         let mut tree = StackTree::default();
-        for (t, from) in &self.traces {
-            for (ids, n) in from {
-                tree.insert_counted(t.class.iter().map(String::as_str), ids, n * ids.len());
-            }
+        for (t, (ids, n)) in &self.traces {
+            tree.insert_counted(t.class.iter().map(String::as_str), ids, *n);
         }
         tree.classes()
     }
@@ -107,13 +103,9 @@ impl Traces {
     /// (every trace where `None`), sorted by stack; each trace counted once per rank.
     pub fn folded(&self, class: Option<&[String]>) -> Vec<(String, u64)> {
         let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-        for (t, from) in &self.traces {
-            if class.is_some_and(|c| c != t.class.as_slice()) {
-                continue;
-            }
-            let count: u64 = from.iter().map(|(ids, n)| n * ids.len()).sum();
-            if count > 0 {
-                *lines.entry(t.frames.join(";")).or_default() += count;
+        for (t, (_, n)) in &self.traces {
+            if class.is_none_or(|c| c == t.class.as_slice()) {
+                *lines.entry(t.frames.join(";")).or_default() += n;
             }
         }
         lines.into_iter().collect()
@@ -122,10 +114,8 @@ impl Traces {
     /// Every rank with a trace.
     pub fn ranks(&self) -> IdSet {
         let mut all = IdSet::new();
-        for from in self.traces.values() {
-            for (ids, _) in from {
-                all.union_with(ids);
-            }
+        for (ids, _) in self.traces.values() {
+            all.union_with(ids);
         }
         all
     }
