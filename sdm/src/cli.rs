@@ -461,6 +461,17 @@ struct TopArgs {
     /// JSON lines instead of a table refreshed in place.
     #[arg(long)]
     json: bool,
+    /// Also sample stacks every period (stop, walk, continue, as `bt` does) and, when top
+    /// ends, write a CPU flame graph (SVG) here: the threads that were running or runnable
+    /// (state R) when stopped, one count per thread per sample; the whole job here, each
+    /// class beside it as NAME.class-N.svg.
+    #[arg(long, value_name = "FILE.svg")]
+    flame: Option<PathBuf>,
+    /// The same CPU samples as folded stacks (`main;f;g COUNT` lines, as flamegraph.pl and
+    /// speedscope read them), each class beside it as NAME.class-N.EXT; with or without
+    /// --flame.
+    #[arg(long, value_name = "FILE")]
+    folded: Option<PathBuf>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     program: Vec<String>,

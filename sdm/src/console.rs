@@ -24,6 +24,7 @@ use sdm_omis::{ActionList, BasicReply, Nodes, Value, parse_reply, parse_request}
 
 mod breakpoints;
 mod debug;
+mod flame;
 mod printing;
 pub(crate) use printing::link_end_name;
 mod programs;

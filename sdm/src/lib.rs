@@ -10,6 +10,7 @@
 //!   [`screen`]: its output, written on a thread of its own; [`script`]: commands from
 //!   `-c`, command files (`-x`) and standard input.
 //! - [`stacks`]: `bt`'s views of the merged stacks (tree, classes, DOT, SVG, JSON).
+//! - [`flame`]: flame graphs and folded stacks of `bt --samples` and `sdm top --flame`.
 //! - [`top`]: `sdm top`'s tables and JSON.
 //! - [`status`]: `sdm status`, the health asked of a running `sdm run` from elsewhere.
 //! - [`manual`]: shell completions and man pages generated from the command's definitions.
@@ -23,6 +24,7 @@ pub mod cli;
 pub mod commands;
 pub mod console;
 pub mod editor;
+pub mod flame;
 mod held;
 mod heldtree;
 mod holdtask;

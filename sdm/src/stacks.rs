@@ -45,13 +45,20 @@ pub struct BtArgs {
     /// Only this thread of each rank (numbered from 1, the main thread first, as `info
     /// threads` lists them); `None`: every thread.
     pub thread: Option<u32>,
+    /// Write the flame graph (`--flame FILE.svg`) and the folded stacks (`--folded FILE`)
+    /// of the whole job, and of each class beside them (see [`crate::flame`]).
+    pub flame: crate::flame::FlameFiles,
+    /// Count only the threads that were running on a CPU when stopped (`sdm top`'s CPU
+    /// samples, which ask the servers for each thread's state).
+    pub on_cpu: bool,
     /// The ranks (the rest of the line).
     pub ids: String,
 }
 
 /// The usage line of `bt`.
 pub const BT_USAGE: &str = "bt [--samples K] [--interval MS] [--classes] [--functions] \
-     [--collapse|--full] [--thread N] [--dot FILE] [--svg FILE] [--json] [IDS]";
+     [--collapse|--full] [--thread N] [--dot FILE] [--svg FILE] [--flame FILE.svg] \
+     [--folded FILE] [--json] [IDS]";
 
 impl BtArgs {
     /// Parses the words after `bt`; the error names the option that was wrong.
@@ -66,6 +73,8 @@ impl BtArgs {
             collapse: None,
             functions: false,
             thread: None,
+            flame: Default::default(),
+            on_cpu: false,
             ids: String::new(),
         };
         let mut words = rest.split_whitespace();
@@ -105,6 +114,8 @@ impl BtArgs {
                 "--full" => a.collapse = Some(false),
                 "--dot" => a.dot = Some(PathBuf::from(value(w)?)),
                 "--svg" => a.svg = Some(PathBuf::from(value(w)?)),
+                "--flame" => a.flame.svg = Some(PathBuf::from(value(w)?)),
+                "--folded" => a.flame.folded = Some(PathBuf::from(value(w)?)),
                 w if w.starts_with("--") => {
                     bail!("bt: unknown option {w} ({BT_USAGE})");
                 }
@@ -253,6 +264,12 @@ impl FrameFields {
     }
 }
 
+/// Whether a thread of a reply to `sdm_stacks(1)` (`[tid, "name", [frames], "state"]`) was
+/// running on a CPU (state `R`) when its process was stopped.
+fn running(thread: &Value) -> bool {
+    matches!(thread, Value::List(parts) if parts.get(3) == Some(&Value::Str("R".into())))
+}
+
 /// The stacks of one `bt`: the call-prefix tree of frame nodes and the fields of each.
 #[derive(Debug, Default)]
 pub struct Stacks {
@@ -262,6 +279,9 @@ pub struct Stacks {
     fields: HashMap<String, FrameFields>,
     /// Ranks without the thread `bt --thread N` asked for (fewer threads).
     pub without_thread: IdSet,
+    /// Every trace with its ranks, for the flame graphs (kept where `--flame` or
+    /// `--folded` asks for them).
+    pub traces: crate::flame::Traces,
 }
 
 impl Stacks {
@@ -288,7 +308,7 @@ impl Stacks {
             self.without_thread.union_with(ids);
         }
         for (i, frames) in stacks.into_iter().enumerate() {
-            if a.thread.is_none_or(|n| n as usize == i + 1) {
+            if a.thread.is_none_or(|n| n as usize == i + 1) && (!a.on_cpu || running(&threads[i])) {
                 self.add_stack(frames, ids, a);
             }
         }
@@ -311,6 +331,10 @@ impl Stacks {
         } else {
             named.len()
         };
+        if a.flame.wanted() {
+            let collapse = a.collapse == Some(true);
+            self.traces.add(&named, &fields, ids, collapse);
+        }
         for ((label, _), f) in named[..keep].iter().zip(&fields) {
             self.fields
                 .entry(label.clone())

@@ -133,6 +133,10 @@ pub struct Monitor {
     firing: u32,
     /// CPU seconds of the process and when they were read, for `procstat`'s CPU %.
     last_cpu: Option<(f64, std::time::Instant)>,
+    /// The state letter (/proc) of each thread just before `stop` last stopped the
+    /// process, by thread id; cleared by `cont` (`sdm_stacks` reports it: a CPU profile
+    /// counts the threads that were running).
+    run_states: HashMap<u32, char>,
     /// The counters socket handed to started programs (`SDM_COUNTERS`), bound when the
     /// first program starts.
     pub counters: Option<Arc<crate::counters::Socket>>,

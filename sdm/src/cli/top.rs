@@ -10,6 +10,11 @@ pub(super) async fn run_top(a: TopArgs) -> anyhow::Result<()> {
         "--period {}: seconds from 0 (excluded) to {most}",
         a.period
     );
+    let flame = crate::flame::FlameFiles {
+        svg: a.flame.clone(),
+        folded: a.folded.clone(),
+    };
+    let cpu = cpu_args(&flame)?;
     let session = Session::launch(&a.tree.program_options(a.n)?, |_| {})
         .await
         .context("launching the tree")?;
@@ -36,11 +41,19 @@ pub(super) async fn run_top(a: TopArgs) -> anyhow::Result<()> {
     let t0 = tokio::time::Instant::now();
     let mut n = 0u64;
     let all = console.session().all();
+    let mut stacks = crate::stacks::Stacks::default();
     loop {
         let s =
             sdm_client::top::sample(console.session(), &all, period.max(Duration::from_secs(2)))
                 .await?;
         n += 1;
+        let ended = s.stats.is_empty() && !s.missing.is_empty();
+        if flame.wanted() && !ended {
+            let mut err = std::io::stderr();
+            console
+                .sample_cpu_stacks(&all, &mut stacks, &cpu, &mut err)
+                .await?;
+        }
         let t = t0.elapsed().as_secs_f64();
         if a.json {
             writeln!(std::io::stdout(), "{}", crate::top::json(&s, t))?;
@@ -56,7 +69,6 @@ pub(super) async fn run_top(a: TopArgs) -> anyhow::Result<()> {
             write!(std::io::stdout(), "{}", crate::top::table(&s))?;
         }
         std::io::stdout().flush()?;
-        let ended = s.stats.is_empty() && !s.missing.is_empty();
         if ended || a.count.is_some_and(|c| n >= c) {
             break;
         }
@@ -82,5 +94,25 @@ pub(super) async fn run_top(a: TopArgs) -> anyhow::Result<()> {
         ))
         .await?;
     let _ = console.shutdown().await;
+    if flame.wanted() {
+        let title = format!("sdm top, CPU samples every {} s", a.period);
+        let written = crate::flame::write_all(&stacks.traces, &flame, &title)?;
+        let mut err = std::io::stderr();
+        crate::flame::print_written(&written, &stacks.traces, false, &mut err)?;
+    }
     Ok(())
+}
+
+/// What `top --flame`'s samples keep: only the threads running on a CPU, every thread,
+/// classes by function (a busy loop sampled at many lines is one class). The files are
+/// created at once, so a path that cannot be written is refused before the job starts.
+fn cpu_args(files: &crate::flame::FlameFiles) -> anyhow::Result<crate::stacks::BtArgs> {
+    for path in files.svg.iter().chain(&files.folded) {
+        std::fs::File::create(path)
+            .with_context(|| format!("--flame/--folded: cannot write {}", path.display()))?;
+    }
+    let mut a = crate::stacks::BtArgs::parse("--functions")?;
+    a.on_cpu = true;
+    a.flame = files.clone();
+    Ok(a)
 }

@@ -1,5 +1,6 @@
 //! `bt` in the console: stack traces of the ranks sampled as STAT does and merged into one
-//! call-prefix tree, printed as the tree, its classes, JSON, DOT or SVG.
+//! call-prefix tree, printed as the tree, its classes, JSON, DOT or SVG, and written as flame
+//! graphs (`--flame`, `--folded`: see `console/flame.rs`).
 
 use std::io::Write;
 
@@ -36,6 +37,7 @@ impl Console {
         }
         self.groups.classes = stacks.tree.classes().into_iter().map(|c| c.ids).collect();
         self.print_stacks(&stacks, &a, out)?;
+        self.write_flame(&stacks, &a, out)?;
         if let (Some(n), false) = (a.thread, stacks.without_thread.is_empty()) {
             writeln!(
                 out,

@@ -107,6 +107,8 @@ impl Monitor {
 
     /// Stops the process (SIGSTOP, or a ptrace interrupt while breakpoints are set).
     pub fn stop(&mut self) -> MonResult<()> {
+        // What each thread was doing when stopped (all `T` when it was stopped already).
+        self.run_states = self.proc().map(|p| threads::task_states(p.pid))?;
         if self.symbolic() {
             return self.stop_symbolic();
         }
@@ -131,6 +133,7 @@ impl Monitor {
 
     /// Continues the process (stepping over a breakpoint it stopped at).
     pub fn cont(&mut self) -> MonResult<()> {
+        self.run_states.clear();
         if self.symbolic() {
             return self.cont_symbolic();
         }

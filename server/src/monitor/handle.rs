@@ -160,6 +160,7 @@ fn run_thread(s: Start, wake: Weak<LazyThread>) -> std_mpsc::Sender<Job> {
                 user_events: BTreeSet::new(),
                 firing: 0,
                 last_cpu: None,
+                run_states: Default::default(),
                 counters: None,
                 idle: None,
                 waiter: None,

@@ -30,6 +30,9 @@ pub struct ThreadStack {
     /// Its `pthread_t` (x86-64's thread pointer, the fs base) where read: how a Python
     /// before 3.11 names its threads.
     pub pthread: Option<u64>,
+    /// Its state letter (/proc: `R` running, `S` asleep…) just before `stop` stopped the
+    /// process; `None` where the process was not stopped by `stop` or the thread is newer.
+    pub state: Option<char>,
 }
 
 /// How long a gdb command for a thread's registers or frames may take.
@@ -55,6 +58,17 @@ fn thread_name(pid: Pid, tid: Pid) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
         .map(|s| s.trim_end().to_owned())
         .unwrap_or_default()
+}
+
+/// The state letter (/proc/PID/task/TID/stat: `R`, `S`, `T`…) of each task of `pid`.
+pub(super) fn task_states(pid: Pid) -> std::collections::HashMap<u32, char> {
+    tasks(pid)
+        .into_iter()
+        .filter_map(|tid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+            Some((raw(tid), stat.rsplit_once(") ")?.1.chars().next()?))
+        })
+        .collect()
 }
 
 /// Seizes the (untraced) task `tid`, stops it, walks its stack, reads its thread pointer
@@ -112,6 +126,9 @@ impl Monitor {
         };
         let pid = self.proc()?.pid;
         self.python.merge_into(pid, &mut threads);
+        for t in &mut threads {
+            t.state = self.run_states.get(&t.tid).copied();
+        }
         Ok(threads)
     }
 
@@ -138,6 +155,7 @@ impl Monitor {
                 name: thread_name(pid, tid),
                 frames,
                 pthread,
+                state: None,
             });
         }
         Ok(out)
@@ -177,6 +195,7 @@ impl Monitor {
                 name: thread_name(pid, tid),
                 frames,
                 pthread: None,
+                state: None,
             });
         }
         out.sort_by_key(|t| (t.tid != raw(pid), t.tid));

@@ -58,19 +58,26 @@ pub(super) fn register(x: &mut ExtensionRegistrar<'_, Monitor>) {
         }),
     );
     // Every thread's stack: `[[tid, "name", [frame, ...]], ...]`, the main thread first.
+    // `sdm_stacks(1)` adds each thread's state letter when `stop` stopped the process (`R`:
+    // running on a CPU; empty where unknown): `[tid, "name", [frame, ...], "R"]`.
     x.register(
         "stacks",
-        Box::new(|m: &mut Monitor, _: &BasicRequest| {
+        Box::new(|m: &mut Monitor, req: &BasicRequest| {
+            let states = !req.params.is_empty() && int_param(req, 0, "with states")? != 0;
             let threads = m.thread_backtraces().map_err(failed)?;
             Ok(vec![Value::List(
                 threads
                     .into_iter()
                     .map(|t| {
-                        Value::List(vec![
+                        let mut v = vec![
                             Value::Int(i64::from(t.tid)),
                             Value::Str(t.name),
                             frames_value(t.frames),
-                        ])
+                        ];
+                        if states {
+                            v.push(Value::Str(t.state.map(String::from).unwrap_or_default()));
+                        }
+                        Value::List(v)
                     })
                     .collect(),
             )])
