@@ -10,6 +10,7 @@
 //!   [`screen`]: its output, written on a thread of its own; [`script`]: commands from
 //!   `-c`, command files (`-x`) and standard input.
 //! - [`stacks`]: `bt`'s views of the merged stacks (tree, classes, DOT, SVG, JSON).
+//! - [`report`]: the hang report, one HTML page (`bt --html`, `sdm attach --report`).
 //! - [`top`]: `sdm top`'s tables and JSON.
 //! - [`status`]: `sdm status`, the health asked of a running `sdm run` from elsewhere.
 //! - [`manual`]: shell completions and man pages generated from the command's definitions.
@@ -30,6 +31,7 @@ mod hosts;
 pub mod interrupt;
 pub mod manual;
 mod mpilib;
+pub mod report;
 pub mod screen;
 pub mod script;
 pub mod stacks;
