@@ -294,7 +294,7 @@ fn walk(
             .filter(|&k| classes[k].path == *path)
             .collect();
         let style = match ends.first() {
-            Some(&k) => format!(" class=\"end\" style=\"border-color:{}\"", colour(k)),
+            Some(&k) => format!(" class=\"end\" style=\"--k:{}\"", colour(k)),
             None => String::new(),
         };
         let count = if n.count == n.ids.len() {

@@ -117,6 +117,8 @@ fn a_class_has_one_colour_in_the_list_the_tree_and_the_table() {
         let rows = c.ids.len() as usize;
         assert_eq!(uses, 1 + nodes + rows, "class {k}: {sw}");
         assert!(h.contains(&format!("border-color:{}", colour(k))));
+        // Its last node in the tree.
+        assert!(h.contains(&format!("class=\"end\" style=\"--k:{}\"", colour(k))));
     }
     assert!(h.contains("<span id=\"class-count\">2</span>"));
     assert!(h.contains("2025-11-29 07:00:00 UTC"), "the date");
