@@ -1,7 +1,8 @@
 //! Source lines for the report's stacks, read on the front-end's host. Servers name a
 //! frame's file without its directory (`prog.c:28`); the full path comes from the debug
 //! information of the module holding the frame, found among the files the ranks on this
-//! host map (`/proc/PID/maps`), else the file is looked for in the current directory. A
+//! host map (`/proc/PID/maps`), else the file is looked for in the ranks' working
+//! directories (a Python rank's `main.py`) and in the front-end's. A
 //! file that cannot be found or read (a rank on another host, sources not installed) is
 //! said so, never guessed.
 
@@ -43,6 +44,8 @@ pub enum Excerpt {
 pub struct Sources {
     /// Mapped files by their name (`prog` to `/home/u/prog`).
     modules: HashMap<String, PathBuf>,
+    /// The ranks' working directories.
+    dirs: Vec<PathBuf>,
     /// Debug information per module path (`None`: none could be read).
     loaders: RefCell<HashMap<PathBuf, Option<addr2line::Loader>>>,
 }
@@ -56,6 +59,7 @@ impl Sources {
             .collect();
         Self {
             modules,
+            dirs: Vec::new(),
             loaders: RefCell::default(),
         }
     }
@@ -65,7 +69,9 @@ impl Sources {
     pub fn of_processes(pids: impl IntoIterator<Item = u32>) -> Self {
         let mut paths = std::collections::BTreeSet::new();
         let mut seen_exe = std::collections::BTreeSet::new();
+        let mut dirs = std::collections::BTreeSet::new();
         for pid in pids {
+            dirs.extend(std::fs::read_link(format!("/proc/{pid}/cwd")));
             let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
                 continue;
             };
@@ -77,7 +83,10 @@ impl Sources {
             };
             paths.extend(mapped_files(&maps));
         }
-        Self::new(paths)
+        Self {
+            dirs: dirs.into_iter().collect(),
+            ..Self::new(paths)
+        }
     }
 
     /// The lines around frame `f`'s line; `None` for a frame without a file and line.
@@ -103,7 +112,8 @@ impl Sources {
     }
 
     /// The full path of `file` (a frame's file name): from the debug information of the
-    /// frame's module at its offset, else in the current directory.
+    /// frame's module at its offset, else in the ranks' working directories, else in the
+    /// current one.
     fn locate(&self, f: &FrameFields, file: &str) -> Option<PathBuf> {
         let from_debug_info = || {
             let module = self.modules.get(&f.module)?;
@@ -119,8 +129,11 @@ impl Sources {
                 .find_map(|probe| named_in(loader, probe, file))
         };
         from_debug_info().or_else(|| {
-            let here = Path::new(file);
-            here.is_file().then(|| here.to_path_buf())
+            self.dirs
+                .iter()
+                .map(|d| d.join(file))
+                .chain([PathBuf::from(file)])
+                .find(|p| p.is_file())
         })
     }
 }
@@ -224,5 +237,41 @@ mod tests {
         }
         let none = FrameFields { file: None, ..f };
         assert_eq!(Sources::default().excerpt(&none), None);
+    }
+
+    #[test]
+    fn a_file_without_debug_information_is_found_in_a_ranks_directory() {
+        let dir = std::env::temp_dir().join(format!("sdm-report-cwd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("main.py"),
+            "import sys\n\ndef step():\n    wait()\n",
+        )
+        .unwrap();
+        let f = FrameFields {
+            function: "step".into(),
+            file: Some("main.py".into()),
+            line: Some(4),
+            module: "<python>".into(),
+            offset: None,
+        };
+        let s = Sources {
+            dirs: vec![dir.clone()],
+            ..Sources::default()
+        };
+        match s.excerpt(&f) {
+            Some(Excerpt::Lines {
+                path,
+                first,
+                lines,
+                marked,
+            }) => {
+                assert_eq!(path, dir.join("main.py"));
+                assert_eq!((first, marked), (1, 4));
+                assert_eq!(lines[3], "    wait()");
+            }
+            other => panic!("{other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
