@@ -337,6 +337,21 @@ async fn bt_html_shows_the_source_of_each_call_site_and_every_rank() {
     }
     // The command that made it is named.
     assert!(page.contains(&escaped(&format!("bt --html {}", html.display()))));
+    // In JSON, a line of its own after the view's.
+    let again = dir.join("again.html");
+    let json =
+        sdm_e2e::console_command(&mut c, &format!("bt --json --html {}", again.display())).await;
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{json}");
+    assert!(lines[0]["tree"].is_array(), "{json}");
+    assert_eq!(
+        lines[1],
+        serde_json::json!({"command": "bt", "report": again.display().to_string()})
+    );
+    assert!(again.is_file());
     // A file that cannot be written is an error naming it; the console goes on.
     let bad = dir.join("no/such/dir/r.html");
     let mut sink = Vec::new();

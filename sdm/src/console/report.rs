@@ -93,8 +93,8 @@ impl Console {
     }
 
     /// Writes the report of `stacks` into `path`, the ranks' rows from `facts` and from
-    /// `replies` (the last sample's replies to `sdm_stacks`; `no_stack` those without one);
-    /// says where on `out`.
+    /// `replies` (the last sample's replies to `sdm_stacks`); says where on `out` (in JSON:
+    /// `{"command": "bt", "report": PATH}`, a line after the view's).
     pub(super) fn write_report(
         &self,
         path: &Path,
@@ -155,7 +155,10 @@ impl Console {
             sources: &sources,
         };
         crate::report::write(path, &report)?;
-        if !(self.json || a.json) {
+        if self.json || a.json {
+            let j = serde_json::json!({"command": "bt", "report": path.display().to_string()});
+            writeln!(out, "{j}")?;
+        } else {
             writeln!(out, "report written to {}", path.display())?;
         }
         Ok(())
