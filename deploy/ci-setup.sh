@@ -4,10 +4,11 @@
 #   * Open MPI (mpirun)                      -> fatal if it does not work
 #   * a one-machine Slurm on localhost       -> WARNING + no marker if it does not work
 #   * sshd on 127.0.0.1:2222 for root        -> WARNING + no marker if it does not work
+#   * headless chromium (the HTML report's browser test) -> WARNING + no marker if not
 #     (and ssh reads /etc/ssh/ssh_config.d/*.conf, where the multi-host test puts its hosts)
 #
 # Markers, written only on success, so tests can tell what is available:
-#   /run/sdmci/mpirun.ok  /run/sdmci/slurm.ok  /run/sdmci/ssh.ok
+#   /run/sdmci/mpirun.ok  /run/sdmci/slurm.ok  /run/sdmci/ssh.ok  /run/sdmci/chromium.ok
 #
 # Idempotent: a second run finds everything installed and running and only re-verifies.
 # No systemd is assumed: daemons are started directly. Every wait is bounded.
@@ -21,7 +22,7 @@ exec </dev/null
 
 MARKER_DIR=/run/sdmci
 PKGS=(openmpi-bin libopenmpi-dev slurm-wlm munge openssh-server openssh-client iproute2 procps gcc gdb graphviz tmux
-  mpich libpmix-dev python3-venv python3-dev pkg-config)
+  mpich libpmix-dev python3-venv python3-dev pkg-config chromium)
 
 SLURM_CONF=/etc/slurm/slurm.conf
 SLURM_CPUS=256            # CPUs claimed for the node (the machine has 2): srun -n 256 fits
@@ -102,7 +103,7 @@ if ! getent hosts "$(hostname -s)" >/dev/null 2>&1; then
   echo "127.0.0.1 $(hostname -s)" >>/etc/hosts
 fi
 rm -f "$MARKER_DIR/mpirun.ok" "$MARKER_DIR/slurm.ok" "$MARKER_DIR/ssh.ok" "$MARKER_DIR/ompi5.ok" \
-  "$MARKER_DIR/mpich.ok" "$MARKER_DIR/mpi4py.ok"
+  "$MARKER_DIR/mpich.ok" "$MARKER_DIR/mpi4py.ok" "$MARKER_DIR/chromium.ok"
 
 # ---------------------------------------------------------------------------------------
 # 1. packages
@@ -307,6 +308,26 @@ setup_mpich() {
   printf 'mpiexec=%s\nmpicc=%s\n' "$(command -v mpiexec.hydra)" "$(command -v mpicc.mpich)" >"$MARKER_DIR/mpich.ok"
 }
 setup_mpich || warn "MPICH is NOT available: its tests will fail"
+
+# Headless chromium loads a page whose script writes into its DOM (the report's test loads
+# the HTML report the same way and takes a screenshot).
+setup_chromium() {
+  command -v chromium >/dev/null || { warn "chromium: not found (package chromium)"; return 1; }
+  local page=$MARKER_DIR/chromium_probe.html profile out
+  printf '%s\n' '<!DOCTYPE html><html><body><script>' \
+    'document.body.setAttribute("data-probe", String(6 * 7));' '</script></body></html>' >"$page"
+  profile=$(mktemp -d /tmp/sdmci-chromium.XXXXXX)
+  out=$(timeout 120 chromium --headless --no-sandbox --disable-gpu --user-data-dir="$profile" \
+    --dump-dom "file://$page" 2>/dev/null)
+  rm -rf "$profile"
+  case $out in
+    *'data-probe="42"'*) ;;
+    *) warn "chromium: the probe page's script did not run headless: $out"; return 1 ;;
+  esac
+  log "chromium: $(chromium --version 2>/dev/null | head -1); a headless page runs its script"
+  printf 'chromium=%s\n' "$(command -v chromium)" >"$MARKER_DIR/chromium.ok"
+}
+setup_chromium || warn "chromium is NOT available: the HTML report's browser test will fail"
 
 # ---------------------------------------------------------------------------------------
 # 4. one-machine Slurm
@@ -590,5 +611,6 @@ log "summary: mpirun=$([ -f $MARKER_DIR/mpirun.ok ] && echo ok || echo MISSING)"
   "ssh=$([ -f $MARKER_DIR/ssh.ok ] && echo ok || echo MISSING)" \
   "ompi5=$([ -f $MARKER_DIR/ompi5.ok ] && echo ok || echo MISSING)" \
   "mpich=$([ -f $MARKER_DIR/mpich.ok ] && echo ok || echo MISSING)" \
-  "mpi4py=$([ -f $MARKER_DIR/mpi4py.ok ] && echo ok || echo MISSING) (markers in $MARKER_DIR)"
+  "mpi4py=$([ -f $MARKER_DIR/mpi4py.ok ] && echo ok || echo MISSING)" \
+  "chromium=$([ -f $MARKER_DIR/chromium.ok ] && echo ok || echo MISSING) (markers in $MARKER_DIR)"
 exit 0

@@ -7,6 +7,8 @@
 //!   marker in /run/sdmci; then `sdm_have_mpirun`, `sdm_have_slurm` or `sdm_have_ssh` is set,
 //!   and `sdm_have_ompi5` (Open MPI 5 in /opt/sdm-venv), `sdm_have_mpich` (Debian's MPICH) or
 //!   `sdm_have_mpi4py` (mpi4py over Open MPI 5, same venv).
+//! - Headless chromium (tests/report.rs, the HTML report in a browser): `sdm_have_chromium`
+//!   when deploy/ci-setup.sh left its marker chromium.ok.
 //! - Network namespaces (tests/netns.rs): `sdm_have_netns` when this process has the
 //!   capabilities to make namespaces and links (root's CAP_SYS_ADMIN and CAP_NET_ADMIN; a
 //!   container may withhold them from root) and iproute2's `ip netns` works.
@@ -29,13 +31,15 @@ const PYENV: [&str; 2] = [
 ];
 
 /// (cfg, marker file) per launcher.
-const LAUNCHERS: [(&str, &str); 6] = [
+const LAUNCHERS: [(&str, &str); 7] = [
     ("sdm_have_mpirun", "mpirun.ok"),
     ("sdm_have_slurm", "slurm.ok"),
     ("sdm_have_ssh", "ssh.ok"),
     ("sdm_have_ompi5", "ompi5.ok"),
     ("sdm_have_mpich", "mpich.ok"),
     ("sdm_have_mpi4py", "mpi4py.ok"),
+    // Not a launcher: headless chromium, the HTML report's browser (tests/report.rs).
+    ("sdm_have_chromium", "chromium.ok"),
 ];
 
 fn main() {

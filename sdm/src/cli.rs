@@ -441,6 +441,11 @@ struct AttachArgs {
     /// Print the process table and exit, attaching to nothing.
     #[arg(long)]
     table: bool,
+    /// Attach, take the ranks' stacks, write the hang report (one HTML page: the classes
+    /// and their source lines, the call tree, every rank's host, pid and state) to FILE,
+    /// detach and exit: STAT's one-shot use, the console's `bt --html FILE` then `detach`.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["table", "commands", "command_files"])]
+    report: Option<PathBuf>,
     #[command(flatten)]
     console: ConsoleArgs,
 }

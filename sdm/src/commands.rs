@@ -45,7 +45,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "bt",
         usage: crate::stacks::BT_USAGE,
-        about: "stack traces of every thread of every rank merged into one call tree, each frame by function and file:line (running programs are stopped for it and continued); threads are traces of their own, counted per edge (xN); K samples counted per edge; --classes: the ranks ending at each leaf, split by call site (stacks collapsed at the program's first call into a library; --full: whole); --functions: frames by function only; --thread N: one thread (see `thread`); --json: file, line, function, module and offset per frame; --dot/--svg: the tree as a graph; --flame FILE.svg/--folded FILE: a flame graph and the folded stacks (flamegraph.pl, speedscope) of the samples, the whole job in FILE and each class in NAME.class-N.EXT beside it",
+        about: "stack traces of every thread of every rank merged into one call tree, each frame by function and file:line (running programs are stopped for it and continued); threads are traces of their own, counted per edge (xN); K samples counted per edge; --classes: the ranks ending at each leaf, split by call site (stacks collapsed at the program's first call into a library; --full: whole); --functions: frames by function only; --thread N: one thread (see `thread`); --json: file, line, function, module and offset per frame; --dot/--svg: the tree as a graph; --flame FILE.svg/--folded FILE: a flame graph and the folded stacks (flamegraph.pl, speedscope) of the samples, the whole job in FILE and each class in NAME.class-N.EXT beside it; --html FILE: the hang report, one HTML page (tree, classes with their source lines, every rank's host, pid and state)",
     },
     Command {
         name: "break",

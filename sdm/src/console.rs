@@ -28,6 +28,7 @@ mod flame;
 mod printing;
 pub(crate) use printing::link_end_name;
 mod programs;
+mod report;
 mod stacks;
 mod threads;
 
@@ -136,6 +137,8 @@ pub struct Console {
     /// The thread `bt` shows (`thread N`, numbered as `info threads` lists them); `None`:
     /// every thread.
     thread: Option<u32>,
+    /// The `sdm` command line of this front-end, named in `bt --html`'s report.
+    invocation: Option<Vec<String>>,
 }
 
 /// One merged result line: who, what happened, and the OMIS reply (if any).
@@ -177,6 +180,7 @@ impl Console {
             stderr: None,
             room: None,
             thread: None,
+            invocation: None,
             session,
         }
     }
@@ -236,6 +240,11 @@ impl Console {
     /// Takes output from the tree (in [`Console::pump`]) only while `room` has room.
     pub fn set_room(&mut self, room: Option<crate::screen::Room>) {
         self.room = room;
+    }
+
+    /// The `sdm` command line that made this console (`bt --html` names it in its report).
+    pub fn set_invocation(&mut self, argv: Vec<String>) {
+        self.invocation = Some(argv);
     }
 
     /// Ranks whose program has ended.

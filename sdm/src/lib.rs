@@ -11,6 +11,7 @@
 //!   `-c`, command files (`-x`) and standard input.
 //! - [`stacks`]: `bt`'s views of the merged stacks (tree, classes, DOT, SVG, JSON).
 //! - [`flame`]: flame graphs and folded stacks of `bt --samples` and `sdm top --flame`.
+//! - [`report`]: the hang report, one HTML page (`bt --html`, `sdm attach --report`).
 //! - [`top`]: `sdm top`'s tables and JSON.
 //! - [`status`]: `sdm status`, the health asked of a running `sdm run` from elsewhere.
 //! - [`manual`]: shell completions and man pages generated from the command's definitions.
@@ -32,6 +33,7 @@ mod hosts;
 pub mod interrupt;
 pub mod manual;
 mod mpilib;
+pub mod report;
 pub mod screen;
 pub mod script;
 pub mod stacks;

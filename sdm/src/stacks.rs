@@ -35,6 +35,8 @@ pub struct BtArgs {
     pub dot: Option<PathBuf>,
     /// Render the tree as SVG here (with graphviz's `dot`).
     pub svg: Option<PathBuf>,
+    /// Write the hang report (one HTML page, see [`crate::report`]) here.
+    pub html: Option<PathBuf>,
     /// JSON for this command (as the console's `--json` gives for every command).
     pub json: bool,
     /// Collapse each stack below the program's first call into code without source
@@ -58,7 +60,7 @@ pub struct BtArgs {
 /// The usage line of `bt`.
 pub const BT_USAGE: &str = "bt [--samples K] [--interval MS] [--classes] [--functions] \
      [--collapse|--full] [--thread N] [--dot FILE] [--svg FILE] [--flame FILE.svg] \
-     [--folded FILE] [--json] [IDS]";
+     [--folded FILE] [--html FILE] [--json] [IDS]";
 
 impl BtArgs {
     /// Parses the words after `bt`; the error names the option that was wrong.
@@ -69,6 +71,7 @@ impl BtArgs {
             classes: false,
             dot: None,
             svg: None,
+            html: None,
             json: false,
             collapse: None,
             functions: false,
@@ -116,6 +119,7 @@ impl BtArgs {
                 "--svg" => a.svg = Some(PathBuf::from(value(w)?)),
                 "--flame" => a.flame.svg = Some(PathBuf::from(value(w)?)),
                 "--folded" => a.flame.folded = Some(PathBuf::from(value(w)?)),
+                "--html" => a.html = Some(PathBuf::from(value(w)?)),
                 w if w.starts_with("--") => {
                     bail!("bt: unknown option {w} ({BT_USAGE})");
                 }
@@ -127,10 +131,10 @@ impl BtArgs {
     }
 
     /// Whether stacks are collapsed: `--collapse` or `--full` if given, else for
-    /// `--classes` (where a wait inside MPI is one place, whatever frame of the progress
-    /// engine each rank was caught in) and not for the tree.
+    /// `--classes` and the `--html` report (where a wait inside MPI is one place, whatever
+    /// frame of the progress engine each rank was caught in) and not for the tree.
     pub fn collapsed(&self) -> bool {
-        self.collapse.unwrap_or(self.classes)
+        self.collapse.unwrap_or(self.classes || self.html.is_some())
     }
 }
 
@@ -155,6 +159,44 @@ pub fn collapsed_len(frames: &[(String, bool)]) -> usize {
         Some(i) => first_own + i + 1,
         None => frames.len(),
     }
+}
+
+/// The frames of one stack (innermost frame first) as `bt` merges them: outermost first,
+/// collapsed as `a` asks; their fields and their names in the tree.
+pub fn merged_frames(frames: &[Value], a: &BtArgs) -> (Vec<FrameFields>, Vec<String>) {
+    let (fields, named) = named_frames(frames, a);
+    kept_frames(fields, named, a)
+}
+
+/// Every frame of a stack as it came (innermost first), outermost first, with its label as
+/// `a` names frames and whether it has a source line.
+fn named_frames(frames: &[Value], a: &BtArgs) -> (Vec<FrameFields>, Vec<(String, bool)>) {
+    let fields: Vec<FrameFields> = frames
+        .iter()
+        .rev()
+        .map(|f| FrameFields::from_value(f).unwrap_or_else(FrameFields::unknown))
+        .collect();
+    let named = fields
+        .iter()
+        .map(|f| (f.label(a.functions), f.line.is_some()))
+        .collect();
+    (fields, named)
+}
+
+/// The frames of [`named_frames`] the tree keeps: cut where `a` collapses stacks.
+fn kept_frames(
+    mut fields: Vec<FrameFields>,
+    named: Vec<(String, bool)>,
+    a: &BtArgs,
+) -> (Vec<FrameFields>, Vec<String>) {
+    let keep = if a.collapsed() {
+        collapsed_len(&named)
+    } else {
+        named.len()
+    };
+    fields.truncate(keep);
+    let labels = named.into_iter().take(keep).map(|(l, _)| l).collect();
+    (fields, labels)
 }
 
 /// The name of a frame the servers could not name (gdb's).
@@ -317,32 +359,24 @@ impl Stacks {
 
     /// Adds one stack (innermost frame first) from `ids`.
     pub fn add_stack(&mut self, frames: &[Value], ids: &IdSet, a: &BtArgs) {
-        let fields: Vec<FrameFields> = frames
-            .iter()
-            .rev()
-            .map(|f| FrameFields::from_value(f).unwrap_or_else(FrameFields::unknown))
-            .collect();
-        let named: Vec<(String, bool)> = fields
-            .iter()
-            .map(|f| (f.label(a.functions), f.line.is_some()))
-            .collect();
-        let keep = if a.collapsed() {
-            collapsed_len(&named)
-        } else {
-            named.len()
-        };
+        let (fields, named) = named_frames(frames, a);
         if a.flame.wanted() {
             let collapse = a.collapse == Some(true);
             self.traces.add(&named, &fields, ids, collapse);
         }
-        for ((label, _), f) in named[..keep].iter().zip(&fields) {
+        let (fields, labels) = kept_frames(fields, named, a);
+        for (label, f) in labels.iter().zip(&fields) {
             self.fields
                 .entry(label.clone())
                 .and_modify(|m| m.merge(f))
                 .or_insert_with(|| f.clone());
         }
-        self.tree
-            .insert(named[..keep].iter().map(|(l, _)| l.as_str()), ids);
+        self.tree.insert(labels.iter().map(String::as_str), ids);
+    }
+
+    /// The fields of the node named `label`, as its frames agree on them.
+    pub fn frame(&self, label: &str) -> Option<&FrameFields> {
+        self.fields.get(label)
     }
 
     /// The fields of the node named `label` as JSON, with `frame` the name itself.

@@ -34,7 +34,10 @@
 //!   [`daemons`] sees the `sdm` daemons inside each host and drives a held `sdm launch`;
 //!   [`hungjob::HungJobAcross`] is a hung MPI job across them for `sdm attach`
 //!   ([`hungjob::HungJob`] one on this host).
+//! - A browser: [`browser`] loads a page in headless chromium (its DOM, its errors) and
+//!   takes screenshots.
 
+pub mod browser;
 pub mod daemons;
 mod harness;
 pub mod hungjob;

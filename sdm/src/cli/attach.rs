@@ -7,7 +7,11 @@ use sdm_server::mpir::TableSource;
 
 /// `sdm attach`: the job's process table (from its launcher, or `--pids`), one server per
 /// rank on the rank's host, each attached to its rank's process; then the console.
-pub(super) async fn attach_job(a: AttachArgs) -> anyhow::Result<()> {
+pub(super) async fn attach_job(mut a: AttachArgs) -> anyhow::Result<()> {
+    // A report that could not be written is said before anything is attached.
+    if let Some(path) = &a.report {
+        a.console.commands = crate::report::one_shot(path)?;
+    }
     let reader = reader(&a.console.tree, a.rank_env.as_deref())?;
     let (table, source) = match a.launcher_pid {
         Some(pid) => {

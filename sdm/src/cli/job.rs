@@ -103,6 +103,7 @@ pub(super) async fn run_console(
         Duration::from_millis(c.merge_lag)
     };
     console.set_stdio(c.label, lag);
+    console.set_invocation(std::env::args().collect());
     // `sdm status` in another terminal asks this front-end (the socket goes with it).
     let status_socket = serve_status(&mut console);
     // A script stops at a program that could not start (its commands would all fail), or

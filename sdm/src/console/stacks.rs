@@ -1,6 +1,7 @@
 //! `bt` in the console: stack traces of the ranks sampled as STAT does and merged into one
-//! call-prefix tree, printed as the tree, its classes, JSON, DOT or SVG, and written as flame
-//! graphs (`--flame`, `--folded`: see `console/flame.rs`).
+//! call-prefix tree, printed as the tree, its classes, JSON, DOT or SVG, written as flame
+//! graphs (`--flame`, `--folded`: see `console/flame.rs`) or as the hang report (`--html`,
+//! see report.rs).
 
 use std::io::Write;
 
@@ -22,6 +23,12 @@ impl Console {
         let mut stacks = crate::stacks::Stacks::default();
         let mut failed = false;
         let mut no_stack: Vec<Line> = Vec::new();
+        // The report's per-rank facts are asked before the ranks are stopped for `bt`.
+        let facts = match a.html {
+            Some(_) => Some(self.rank_facts(&dest).await?),
+            None => None,
+        };
+        let mut last = Vec::new();
         for k in 0..a.samples {
             if k > 0 {
                 let until = tokio::time::Instant::now() + a.interval;
@@ -34,10 +41,14 @@ impl Console {
             failed |= cont_failed;
             // A rank without a stack is reported once, from the last sample.
             no_stack = Self::add_stacks(&replies, &mut stacks, &a);
+            last = replies;
         }
         self.groups.classes = stacks.tree.classes().into_iter().map(|c| c.ids).collect();
         self.print_stacks(&stacks, &a, out)?;
         self.write_flame(&stacks, &a, out)?;
+        if let (Some(path), Some(facts)) = (&a.html, facts) {
+            self.write_report(path, &stacks, &a, facts, &last, out)?;
+        }
         if let (Some(n), false) = (a.thread, stacks.without_thread.is_empty()) {
             writeln!(
                 out,
