@@ -25,6 +25,7 @@
 use std::time::{Duration, Instant};
 
 use sdm_overlay::stdio::{STDERR, STDOUT, StdioLine};
+use sdm_overlay::template;
 use sdm_proto::{IdSet, Kind, Message};
 
 use crate::align::Aligner;
@@ -130,6 +131,16 @@ impl Iof {
 
     fn dispatch(&mut self, lines: Vec<StdioLine>) {
         for l in lines {
+            if l.kind == Kind::Stdio && template::is_template(&l.payload) {
+                let handler = match template::stream_of(&l.payload) {
+                    STDERR => &mut self.stderr,
+                    _ => &mut self.stdout,
+                };
+                for (ids, text) in template::lines(&l.payload, &l.sources) {
+                    handler(&ids, text.as_bytes());
+                }
+                continue;
+            }
             match (l.kind, l.payload.split_first()) {
                 (Kind::Stdio, Some((&STDERR, text))) => (self.stderr)(&l.sources, text),
                 (Kind::Stdio, Some((&STDOUT, text))) => (self.stdout)(&l.sources, text),
