@@ -171,3 +171,58 @@ fn interior_servers_fold_templates_before_the_front_end() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn an_unknown_merge_mode_is_an_error_naming_the_modes() {
+    let out = Command::new(sdm())
+        .args(["run", "-n", "2", "--merge", "fuzzy", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("starting sdm run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("fuzzy") && err.contains("exact or template"),
+        "{err}"
+    );
+}
+
+/// `--json` prints a template's line with the template and each slot's statistics.
+#[test]
+fn json_lines_carry_the_template_and_its_slots() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = run(&[
+        "-n",
+        "16",
+        "--json",
+        "--merge",
+        "template",
+        "--merge-lag",
+        "120000",
+        "--",
+        "sh",
+        "-c",
+        PROGRAM,
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let step = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["template"] == "step {} took {} s")
+        .unwrap_or_else(|| panic!("no template line: {text}"));
+    assert_eq!(step["ids"], "[0-6,8-15]", "{step}");
+    assert_eq!(step["count"], 15, "{step}");
+    let slots = step["slots"].as_array().unwrap();
+    assert_eq!(slots[0]["min"], "5");
+    assert_eq!(slots[0]["max"], "5");
+    assert_eq!(slots[1]["min"], "1.10");
+    assert_eq!(slots[1]["max"], "1.25");
+    assert_eq!(slots[1]["max_at"], "[15]");
+    assert_eq!(slots[1]["min_at"], "[0]");
+    assert_eq!(slots[1]["mean"], "1.18");
+    assert!(
+        text.contains(r#""ids":"[7]","line":"step 5 took 9.50 s""#)
+            || text.contains(r#""line":"step 5 took 9.50 s""#),
+        "the outlier's own line: {text}"
+    );
+}
