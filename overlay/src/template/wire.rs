@@ -1,6 +1,7 @@
 //! The templated line's payload: `[TEMPLATE | stream]`, the key (length-prefixed, so a
-//! node can merge by it without decoding the rest), then either one row's values (a line
-//! of one row: its statistics follow from it) or the whole group.
+//! node can merge by it without decoding the rest), then one row's values (a line of one
+//! row), or every row with its ranks (a group whose rows hold all its ranks: its statistics
+//! follow from them), or the whole group (statistics and the kept rows).
 //!
 //! Numbers are LEB128 varints; texts and id sets are length-prefixed. The ranks of the
 //! group are the line's sources, not repeated here.
@@ -26,13 +27,25 @@ pub enum TemplateError {
 
 const ONE_ROW: u8 = 0;
 const FULL: u8 = 1;
+const ROWS: u8 = 2;
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+fn put_varint(out: &mut Vec<u8>, v: u64) {
+    put_varint128(out, u128::from(v));
+}
+
+fn put_varint128(out: &mut Vec<u8>, mut v: u128) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
     }
     out.push(v as u8);
+}
+
+fn put_row(out: &mut Vec<u8>, r: &Row) {
+    for v in &r.values {
+        put_bytes(out, v.as_bytes());
+    }
+    put_ids(out, &r.ranks);
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -66,6 +79,15 @@ pub fn encode(stream: u8, g: &Group) -> Bytes {
         }
         return out.into();
     }
+    if g.complete() {
+        // (Smaller than the statistics while few rows: a subtree's partial group.)
+        out.push(ROWS);
+        put_varint(&mut out, g.rows.len() as u64);
+        for r in &g.rows {
+            put_row(&mut out, r);
+        }
+        return out.into();
+    }
     out.push(FULL);
     for s in &g.slots {
         put_bytes(&mut out, s.min.as_bytes());
@@ -75,7 +97,8 @@ pub fn encode(stream: u8, g: &Group) -> Bytes {
         match s.sum {
             Sum::Exact { mant, scale } => {
                 out.push(0);
-                out.extend_from_slice(&mant.to_le_bytes());
+                // Zigzag: small sums of either sign take a few bytes.
+                put_varint128(&mut out, ((mant << 1) ^ (mant >> 127)) as u128);
                 put_varint(&mut out, u64::from(scale));
             }
             Sum::Float(f) => {
@@ -88,10 +111,7 @@ pub fn encode(stream: u8, g: &Group) -> Bytes {
     }
     put_varint(&mut out, g.rows.len() as u64);
     for r in &g.rows {
-        for v in &r.values {
-            put_bytes(&mut out, v.as_bytes());
-        }
-        put_ids(&mut out, &r.ranks);
+        put_row(&mut out, r);
     }
     out.into()
 }
@@ -113,10 +133,14 @@ impl<'a> Reader<'a> {
     }
 
     fn varint(&mut self) -> Result<u64, TemplateError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
+        u64::try_from(self.varint128()?).map_err(|_| TemplateError::Bad("varint"))
+    }
+
+    fn varint128(&mut self) -> Result<u128, TemplateError> {
+        let mut v = 0u128;
+        for shift in (0..128).step_by(7) {
             let b = self.byte()?;
-            v |= u64::from(b & 0x7f) << shift;
+            v |= u128::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
                 return Ok(v);
             }
@@ -187,7 +211,8 @@ fn slot(r: &mut Reader<'_>) -> Result<Slot, TemplateError> {
     let (min, min_at, max, max_at) = (r.text()?, r.ids()?, r.text()?, r.ids()?);
     let sum = match r.byte()? {
         0 => {
-            let mant = i128::from_le_bytes(r.take(16)?.try_into().expect("16 bytes"));
+            let z = r.varint128()?;
+            let mant = ((z >> 1) as i128) ^ -((z & 1) as i128);
             let scale = u32::try_from(r.varint()?).map_err(|_| TemplateError::Bad("scale"))?;
             Sum::Exact { mant, scale }
         }
@@ -215,20 +240,36 @@ pub fn decode(payload: &[u8], sources: &IdSet) -> Result<(u8, Group), TemplateEr
     let key = key(r.bytes()?)?;
     let n = key.kinds.len();
     let values = |r: &mut Reader<'_>| (0..n).map(|_| r.text()).collect::<Result<Vec<_>, _>>();
+    let rows = |r: &mut Reader<'_>| {
+        (0..r.count(n + 2)?)
+            .map(|_| {
+                Ok(Row {
+                    values: values(r)?,
+                    ranks: r.ids()?,
+                })
+            })
+            .collect::<Result<Vec<_>, TemplateError>>()
+    };
     let g = match r.byte()? {
         ONE_ROW => Group::single(key, values(&mut r)?, sources.clone()),
+        ROWS => {
+            // The statistics are the rows' own: the union of one-row groups.
+            let mut it = rows(&mut r)?.into_iter();
+            let first = it.next().ok_or(TemplateError::Bad("rows"))?;
+            let mut g = Group::single(key.clone(), first.values, first.ranks);
+            for row in it {
+                g.merge(Group::single(key.clone(), row.values, row.ranks));
+            }
+            if &g.ranks != sources {
+                return Err(TemplateError::Bad("ranks of the rows"));
+            }
+            g
+        }
         FULL => {
             let slots = (0..n)
                 .map(|_| slot(&mut r))
                 .collect::<Result<Vec<_>, _>>()?;
-            let rows = (0..r.count(n + 2)?)
-                .map(|_| {
-                    Ok(Row {
-                        values: values(&mut r)?,
-                        ranks: r.ids()?,
-                    })
-                })
-                .collect::<Result<Vec<_>, TemplateError>>()?;
+            let rows = rows(&mut r)?;
             Group {
                 key,
                 ranks: sources.clone(),
