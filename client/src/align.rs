@@ -465,6 +465,42 @@ impl Aligner {
 mod tests {
     use super::*;
 
+    /// The k-th templated lines of two subtrees (one of them a group already) fold into one
+    /// line holding every rank's value; a plain line of the same index stays apart.
+    #[test]
+    fn templated_lines_of_subtrees_fold_into_one() {
+        let t = Instant::now();
+        let mut a = Aligner::new("[0-3]".parse().unwrap(), Duration::from_secs(60));
+        let templated = |ids: &str, value: u32| {
+            let ids: IdSet = ids.parse().unwrap();
+            let text = format!("\u{1}took {value} ms");
+            StdioLine {
+                kind: Kind::Stdio,
+                payload: template::templated(Bytes::from(text.into_bytes()), &ids),
+                sources: ids,
+                index: 0,
+            }
+        };
+        assert!(a.push(t, templated("[0]", 5)).is_empty());
+        assert!(a.push(t, templated("[1]", 9)).is_empty());
+        let plain = StdioLine {
+            kind: Kind::Stdio,
+            sources: "[2-3]".parse().unwrap(),
+            index: 0,
+            payload: Bytes::from_static(b"\x01took no time"),
+        };
+        let out = a.push(t, plain.clone());
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(
+            template::lines(&out[0].payload, &out[0].sources),
+            [(
+                "[0-1]".parse().unwrap(),
+                "took {5..9} ms (mean 7, max at [1])".into()
+            )]
+        );
+        assert_eq!(out[1], plain);
+    }
+
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
