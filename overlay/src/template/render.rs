@@ -121,7 +121,11 @@ fn rest_end(
         .filter(|i| !out.contains(i))
         .map(|&i| &g.rows[i])
         .collect();
-    let v = rest[0].values[s].clone();
+    let Some(first) = rest.first() else {
+        // (Only a malformed group has no row besides its outliers: keep the whole end.)
+        return (v.to_string(), Some(at.clone()));
+    };
+    let v = first.values[s].clone();
     let mut at = IdSet::new();
     for r in rest.iter().take_while(|r| r.values[s] == v) {
         at.union_with(&r.ranks);

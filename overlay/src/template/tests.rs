@@ -8,6 +8,7 @@ use std::cmp::Ordering;
 use proptest::prelude::*;
 use sdm_proto::IdSet;
 
+use super::lines as rendered;
 use super::number::cmp;
 use super::*;
 
@@ -142,6 +143,30 @@ proptest! {
                 prop_assert!((shown - exact).abs() <= step * scale + exact.abs() * 1e-9,
                     "{mean} vs {exact}");
             }
+        }
+    }
+
+    /// Bytes from a faulty child never panic a node or the console: they fail to decode,
+    /// or decode to a group that renders.
+    #[test]
+    fn any_payload_decodes_or_fails_without_panicking(
+        (key, values) in lines(),
+        cut in any::<prop::sample::Index>(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+    ) {
+        let mut g = Group::single(key.clone(), values[0].iter().map(|s| s.as_str().into()).collect(), IdSet::single(0));
+        for (r, v) in values.iter().enumerate().skip(1) {
+            g.merge(Group::single(key.clone(), v.iter().map(|s| s.as_str().into()).collect(), IdSet::single(r as u32)));
+        }
+        let mut bytes = encode(1, &g).to_vec();
+        for (at, b) in flips {
+            let i = at.index(bytes.len());
+            bytes[i] ^= b;
+        }
+        bytes.truncate(cut.index(bytes.len() + 1).max(1));
+        let _ = rendered(&bytes, &g.ranks);
+        if let Ok((_, d)) = decode(&bytes, &g.ranks) {
+            let _ = expand(&d);
         }
     }
 
