@@ -24,7 +24,10 @@
 //! Events leave after every line their ranks printed before them. An *end* (a program's
 //! exit, pushed with [`Aligner::push_end`]) takes its ranks out of those awaited, and ends
 //! merge: they wait until every rank has ended (at most `lag`, or `window` once every rank
-//! still running is idle), so sixteen identical exits print as one line. Other identical events merge when they come within `window` of each
+//! still running is idle), so sixteen identical exits print as one line.
+//!
+//! Templated k-th lines (`sdm_overlay::template`) of one template merge here as they do in
+//! the tree: folded into one group, whatever ranks and subtrees they came from. Other identical events merge when they come within `window` of each
 //! other.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -34,6 +37,7 @@ use bytes::Bytes;
 use sdm_proto::{IdSet, Kind};
 
 use sdm_overlay::stdio::{StdioLine, idle_stream};
+use sdm_overlay::template;
 
 /// How long identical events (other than ends) of different ranks wait for each other, by
 /// default.
@@ -53,8 +57,40 @@ struct Entry {
     born: Instant,
     /// The ranks that printed their k-th line.
     have: IdSet,
-    /// Distinct texts with their ranks, in order of arrival.
-    groups: Vec<(Bytes, IdSet)>,
+    /// Distinct texts (or templates) with their ranks, in order of arrival.
+    groups: Vec<Held>,
+}
+
+/// One distinct k-th line and its ranks.
+#[derive(Debug)]
+struct Held {
+    /// What lines merge by (the payload, or a templated line's key).
+    key: Bytes,
+    payload: Bytes,
+    ids: IdSet,
+    /// Templated lines folded in (encoded into the payload when it leaves).
+    folded: Option<Box<template::Group>>,
+}
+
+impl Held {
+    /// Folds templated `line` in.
+    fn fold(&mut self, line: &StdioLine) {
+        if self.folded.is_none() {
+            self.folded = template::decode(&self.payload, &self.ids)
+                .ok()
+                .map(|(_, g)| Box::new(g));
+        }
+        if let Some(g) = self.folded.as_mut() {
+            template::fold(g, &line.payload, &line.sources);
+        }
+    }
+
+    fn into_payload(self) -> Bytes {
+        match self.folded {
+            Some(g) => template::encode(template::stream_of(&self.payload), &g),
+            None => self.payload,
+        }
+    }
 }
 
 /// One output stream (stdout, stderr) of all ranks.
@@ -125,7 +161,7 @@ pub struct Aligner {
 
 /// The stream tag of an output line (its payload's first byte; 1 stdout, 2 stderr).
 fn stream(l: &StdioLine) -> u8 {
-    l.payload.first().copied().unwrap_or(1).max(1)
+    template::stream_of(&l.payload).max(1)
 }
 
 impl Aligner {
@@ -234,10 +270,21 @@ impl Aligner {
             groups: Vec::new(),
         });
         entry.have.union_with(&line.sources);
-        match entry.groups.iter_mut().find(|(p, _)| *p == line.payload) {
-            Some((_, ids)) => ids.union_with(&line.sources),
+        let key = template::merge_key(&line.payload);
+        match entry.groups.iter_mut().find(|h| h.key == key) {
+            Some(h) => {
+                if template::is_template(&line.payload) {
+                    h.fold(&line);
+                }
+                h.ids.union_with(&line.sources);
+            }
             None => {
-                entry.groups.push((line.payload, line.sources));
+                entry.groups.push(Held {
+                    key,
+                    payload: line.payload,
+                    ids: line.sources,
+                    folded: None,
+                });
                 self.held += 1;
             }
         }
@@ -328,15 +375,15 @@ impl Aligner {
         };
         let mut groups = entry.groups;
         *held -= groups.len();
-        groups.sort_by_key(|(_, ids)| ids.first());
+        groups.sort_by_key(|h| h.ids.first());
         ch.next = index + 1;
         groups
             .into_iter()
-            .map(|(payload, sources)| StdioLine {
+            .map(|h| StdioLine {
                 kind: Kind::Stdio,
-                sources,
+                sources: h.ids.clone(),
                 index,
-                payload,
+                payload: h.into_payload(),
             })
             .collect()
     }
@@ -417,6 +464,42 @@ impl Aligner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The k-th templated lines of two subtrees (one of them a group already) fold into one
+    /// line holding every rank's value; a plain line of the same index stays apart.
+    #[test]
+    fn templated_lines_of_subtrees_fold_into_one() {
+        let t = Instant::now();
+        let mut a = Aligner::new("[0-3]".parse().unwrap(), Duration::from_secs(60));
+        let templated = |ids: &str, value: u32| {
+            let ids: IdSet = ids.parse().unwrap();
+            let text = format!("\u{1}took {value} ms");
+            StdioLine {
+                kind: Kind::Stdio,
+                payload: template::templated(Bytes::from(text.into_bytes()), &ids),
+                sources: ids,
+                index: 0,
+            }
+        };
+        assert!(a.push(t, templated("[0]", 5)).is_empty());
+        assert!(a.push(t, templated("[1]", 9)).is_empty());
+        let plain = StdioLine {
+            kind: Kind::Stdio,
+            sources: "[2-3]".parse().unwrap(),
+            index: 0,
+            payload: Bytes::from_static(b"\x01took no time"),
+        };
+        let out = a.push(t, plain.clone());
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(
+            template::lines(&out[0].payload, &out[0].sources),
+            [(
+                "[0-1]".parse().unwrap(),
+                "took {5..9} ms (mean 7, max at [1])".into()
+            )]
+        );
+        assert_eq!(out[1], plain);
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

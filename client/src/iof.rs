@@ -24,7 +24,8 @@
 
 use std::time::{Duration, Instant};
 
-use sdm_overlay::stdio::{STDERR, STDOUT, StdioLine};
+use sdm_overlay::stdio::{STDERR, STDOUT, StdioLine, idle_stream};
+use sdm_overlay::template;
 use sdm_proto::{IdSet, Kind, Message};
 
 use crate::align::Aligner;
@@ -40,6 +41,9 @@ pub type EventHandler = Box<dyn FnMut(&IdSet, &str) + Send>;
 /// Stdio handlers and the aligning buffer in front of them.
 pub struct Iof {
     buffer: Aligner,
+    /// Output lines taken from the tree (before the aligner merges them; idle markers
+    /// and events not counted) and their payloads' bytes.
+    received: (u64, u64),
     stdout: LineHandler,
     stderr: LineHandler,
     event: EventHandler,
@@ -52,6 +56,7 @@ impl Iof {
     pub fn new(ranks: IdSet, lag: Duration) -> Self {
         Self {
             buffer: Aligner::new(ranks, lag),
+            received: (0, 0),
             stdout: Box::new(|ids, l| println!("{ids} {}", String::from_utf8_lossy(l))),
             stderr: Box::new(|ids, l| eprintln!("{ids} {}", String::from_utf8_lossy(l))),
             event: Box::new(|ids, e| println!("{ids} event {e}")),
@@ -94,6 +99,10 @@ impl Iof {
             index: m.op,
             payload: m.payload,
         };
+        if line.kind == Kind::Stdio && idle_stream(&line).is_none() {
+            self.received.0 += 1;
+            self.received.1 += line.payload.len() as u64;
+        }
         let now = Instant::now();
         let due = if exit_status(&line).is_some() {
             self.buffer.push_end(now, line)
@@ -102,6 +111,12 @@ impl Iof {
         };
         self.dispatch(due);
         None
+    }
+
+    /// How many output lines came from the tree (a line merged in the tree counts once,
+    /// whatever its ranks) and their payloads' bytes.
+    pub fn received(&self) -> (u64, u64) {
+        self.received
     }
 
     /// `ranks` will print nothing more (their server was lost, their program never
@@ -130,6 +145,16 @@ impl Iof {
 
     fn dispatch(&mut self, lines: Vec<StdioLine>) {
         for l in lines {
+            if l.kind == Kind::Stdio && template::is_template(&l.payload) {
+                let handler = match template::stream_of(&l.payload) {
+                    STDERR => &mut self.stderr,
+                    _ => &mut self.stdout,
+                };
+                for (ids, text) in template::lines(&l.payload, &l.sources) {
+                    handler(&ids, text.as_bytes());
+                }
+                continue;
+            }
             match (l.kind, l.payload.split_first()) {
                 (Kind::Stdio, Some((&STDERR, text))) => (self.stderr)(&l.sources, text),
                 (Kind::Stdio, Some((&STDOUT, text))) => (self.stdout)(&l.sources, text),

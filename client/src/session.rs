@@ -76,6 +76,9 @@ pub struct SessionOptions {
     pub program: Option<PathBuf>,
     /// How long interior nodes hold stdio lines to merge identical ones (zero: never).
     pub stdio_window: Duration,
+    /// How the servers send their programs' lines up: as they are, or as templated lines
+    /// (lines differing only in their numbers merge, see `sdm_overlay::template`).
+    pub stdio_merge: sdm_overlay::template::MergeMode,
     /// Filter plugins (shared libraries implementing `sdm_filter.h`) the front-end and every
     /// daemon load, so commands can name their filters. The front-end loads them first (a
     /// plugin that does not load fails the launch); daemons get the absolute paths in the
@@ -115,6 +118,7 @@ impl Default for SessionOptions {
             connect_delay: Duration::from_millis(100),
             program: None,
             stdio_window: Duration::from_millis(20),
+            stdio_merge: Default::default(),
             filter_plugins: Vec::new(),
             launcher_args: Vec::new(),
             remote_program: None,
@@ -356,6 +360,7 @@ impl Session {
             probe_span: 1,
             handshake_ms: 5000,
             stdio_window_ms: opts.stdio_window.as_millis() as u64,
+            stdio_merge: opts.stdio_merge,
             filter_plugins,
             service_plugins,
             master: None,

@@ -341,6 +341,7 @@ fn init_seeds() -> Vec<Vec<u8>> {
         probe_span: 4,
         handshake_ms: 5000,
         stdio_window_ms: 20,
+        stdio_merge: Default::default(),
         filter_plugins: vec!["/opt/tool/libsum.so".to_owned()],
         service_plugins: Vec::new(),
         master: master.map(str::to_owned),

@@ -6,12 +6,18 @@
 //! in buffer order, so each rank's lines leave in the order they came. Events (a process's
 //! exit, a breakpoint hit) go through the same buffer, so they never overtake their
 //! sources' output, and identical events of many ranks merge too.
+//!
+//! Templated lines (see `crate::template`) merge by their template key rather than their
+//! whole payload: a group holding them folds each one in (decoded once, encoded when it
+//! leaves).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sdm_proto::{IdSet, Kind};
+
+use crate::template;
 
 /// Stream tag (a stdio payload's first byte) of a line the program wrote to standard output.
 pub const STDOUT: u8 = 1;
@@ -57,9 +63,22 @@ fn line_channel(l: &StdioLine) -> u8 {
     match l.kind {
         Kind::Stdio => match &l.payload[..] {
             [IDLE, stream] => (*stream).max(1),
-            p => p.first().copied().unwrap_or(1).max(1),
+            p => template::stream_of(p).max(1),
         },
         _ => EVENT,
+    }
+}
+
+/// Folds templated `line` into group `g` (of the same key): a malformed one (which
+/// decodes to nothing) only adds its sources.
+fn fold(g: &mut Group, line: &StdioLine) {
+    if g.folded.is_none() {
+        g.folded = template::decode(&g.line.payload, &g.line.sources)
+            .ok()
+            .map(|(_, t)| Box::new(t));
+    }
+    if let Some(t) = g.folded.as_mut() {
+        template::fold(t, &line.payload, &line.sources);
     }
 }
 
@@ -68,6 +87,9 @@ struct Group {
     line: StdioLine,
     /// When the group was opened.
     born: Instant,
+    /// The templated lines folded in so far (made at the first fold, encoded into the
+    /// line's payload when the group leaves).
+    folded: Option<Box<template::Group>>,
 }
 
 /// A coalescing buffer (a zero window: lines pass straight through).
@@ -179,7 +201,7 @@ impl Coalescer {
             .max()
             .unwrap_or(0)
             .max(self.base);
-        let key = (line.kind, line.index, line.payload.clone());
+        let key = (line.kind, line.index, template::merge_key(&line.payload));
         let base = self.base;
         let seqs = self.by_payload.entry(key).or_default();
         while seqs.front().is_some_and(|&s| s < base) {
@@ -190,6 +212,9 @@ impl Coalescer {
         let seq = match seqs.get(seqs.partition_point(|&s| s < floor)) {
             Some(&s) => {
                 let g = &mut self.groups[(s - base) as usize];
+                if line.kind == Kind::Stdio && template::is_template(&line.payload) {
+                    fold(g, &line);
+                }
                 g.line.sources.union_with(&line.sources);
                 s
             }
@@ -199,7 +224,11 @@ impl Coalescer {
                 for r in line.sources.iter() {
                     self.last.insert((r, channel), s);
                 }
-                self.groups.push_back(Group { line, born: now });
+                self.groups.push_back(Group {
+                    line,
+                    born: now,
+                    folded: None,
+                });
                 return self.overflow();
             }
         };
@@ -236,7 +265,11 @@ impl Coalescer {
                 !seqs.is_empty()
             });
         }
-        g.line
+        let mut line = g.line;
+        if let Some(t) = g.folded {
+            line.payload = template::encode(template::stream_of(&line.payload), &t);
+        }
+        line
     }
 
     /// Keys in the payload index (each has a group still buffered).
@@ -492,6 +525,38 @@ mod tests {
             assert!(c.push(t, l).is_empty());
         }
         assert_eq!(c.drain(), [err("[0-1]", "e"), out("[0-1]", "o")]);
+    }
+
+    /// Templated lines of one template fold into one line carrying every rank and value;
+    /// a plain line of the same index stays apart.
+    #[test]
+    fn templated_lines_fold_into_one() {
+        let t = Instant::now();
+        let mut c = Coalescer::new(ms(20));
+        for r in 0..8u32 {
+            let ids = IdSet::single(r);
+            let text = format!("\u{1}took {}.5 s", r + 1);
+            let payload = template::templated(Bytes::from(text.into_bytes()), &ids);
+            let l = StdioLine {
+                kind: Kind::Stdio,
+                sources: ids,
+                index: 0,
+                payload,
+            };
+            assert!(c.push(t, l).is_empty());
+        }
+        assert!(c.push(t, line("[8]", "took no time")).is_empty());
+        let out = c.drain();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].sources, "[0-7]".parse().unwrap());
+        assert_eq!(
+            template::lines(&out[0].payload, &out[0].sources),
+            [(
+                "[0-7]".parse().unwrap(),
+                "took {1.5..8.5} s (mean 5.0, max at [7])".into()
+            )]
+        );
+        assert_eq!(out[1], line("[8]", "took no time"));
     }
 
     #[test]

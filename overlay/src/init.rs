@@ -16,6 +16,7 @@ use sdm_topology::{NodeId, Placement, PlacementError, Shape, ShapeError, Topolog
 use crate::auth::SessionKey;
 use crate::filters::Registry;
 use crate::setup::ConnectPolicy;
+use crate::template::MergeMode;
 use crate::transport::{Address, AddressError};
 
 /// The service tag of the init command ([`sdm_proto::Message::service`]): servers
@@ -41,6 +42,8 @@ pub struct InitSpec {
     pub handshake_ms: u64,
     /// How long interior nodes hold stdio lines to merge identical ones, ms (0: never).
     pub stdio_window_ms: u64,
+    /// How servers send their programs' lines up (templated lines, or as they are).
+    pub stdio_merge: MergeMode,
     /// Filter plugins (paths of shared libraries, see `sdm_filters::plugin`) every daemon
     /// loads before it serves, so commands can name their filters. A path must be valid on
     /// the daemon's host; a plugin that does not load there is logged, and ops naming its
@@ -215,6 +218,7 @@ impl InitSpec {
             probe_span: u32::from(self.probe_span),
             handshake_ms: self.handshake_ms,
             stdio_window_ms: self.stdio_window_ms,
+            stdio_merge: u32::from(self.stdio_merge == MergeMode::Template),
             filter_plugins: self.filter_plugins.clone(),
             service_plugins: self.service_plugins.clone(),
             master: self.master.clone(),
@@ -246,6 +250,15 @@ impl InitSpec {
                 .map_err(|_| InitError::ProbeSpan(m.probe_span))?,
             handshake_ms: m.handshake_ms,
             stdio_window_ms: m.stdio_window_ms,
+            stdio_merge: match m.stdio_merge {
+                0 => MergeMode::Exact,
+                1 => MergeMode::Template,
+                other => {
+                    return Err(InitError::Decode(format!(
+                        "unknown stdio merge mode {other}"
+                    )));
+                }
+            },
             filter_plugins: m.filter_plugins,
             service_plugins: m.service_plugins,
             master: m.master,
@@ -343,6 +356,7 @@ impl InitSpec {
             probe_span: self.probe_span,
             handshake_ms: self.handshake_ms,
             stdio_window_ms: self.stdio_window_ms,
+            stdio_merge: self.stdio_merge,
             filter_plugins: self.filter_plugins.clone(),
             service_plugins: self.service_plugins.clone(),
             master: self.master.clone(),
@@ -391,6 +405,7 @@ mod tests {
             probe_span: 1,
             handshake_ms: 1000,
             stdio_window_ms: 20,
+            stdio_merge: MergeMode::Exact,
             filter_plugins: vec!["/opt/tool/libcsum.so".into()],
             service_plugins: vec!["/opt/tool/libchecksum.so".into()],
             master: Some("tcp://127.0.0.1:7100".into()),
@@ -592,6 +607,11 @@ mod tests {
                         probe_span,
                         handshake_ms,
                         stdio_window_ms,
+                        stdio_merge: if attempts % 2 == 0 {
+                            MergeMode::Template
+                        } else {
+                            MergeMode::Exact
+                        },
                         filter_plugins,
                         service_plugins,
                         master,

@@ -62,6 +62,7 @@ mod route;
 pub mod setup;
 pub mod sim;
 pub mod stdio;
+pub mod template;
 pub mod transport;
 
 pub use error::{LinkError, LinkErrorKind};

@@ -40,6 +40,7 @@ use crate::link_end::LinkEnd;
 use crate::liveness::{Clocks, Liveness, Peer};
 
 use crate::coalesce::{Coalescer, StdioLine};
+use crate::template::MergeMode;
 use losses::Losses;
 use op::{PendingOp, Source, filter_failure};
 use ops::OpTable;
@@ -120,6 +121,8 @@ pub struct Node {
     /// (`None`: a zero window, lines pass straight through; boxed, as most nodes never
     /// coalesce and a node should be small when millions are simulated.)
     stdio: Option<Box<Coalescer>>,
+    /// How local ranks' lines are sent up: as they are, or as templated lines.
+    merge: MergeMode,
     /// How many lines each local rank has sent up on each stream (indexed by the stream
     /// tag, the payload's first byte: 1 stdout, 2 stderr; tags from 3 up share the last
     /// slot): the index of its next line there.
@@ -153,6 +156,7 @@ impl Node {
             out: VecDeque::new(),
             stats: NodeStats::default(),
             stdio: None,
+            merge: MergeMode::Exact,
             lines_sent: None,
             clocks: Clocks::default(),
             registry: builtin_registry(),
@@ -188,6 +192,12 @@ impl Node {
             self.push_stdio(l, None);
         }
         self.stdio = (!window.is_zero()).then(|| Box::new(Coalescer::new(window)));
+    }
+
+    /// Sends local ranks' lines up as templated lines (`Template`, see `crate::template`)
+    /// or as they are.
+    pub fn set_stdio_merge(&mut self, merge: MergeMode) {
+        self.merge = merge;
     }
 
     /// Sends keepalives and watches links for silence as `live` says (`None`, the default:

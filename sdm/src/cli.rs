@@ -14,6 +14,7 @@ use sdm_client::ReplyGroup;
 use sdm_client::session::{Progress, Session, SessionOptions};
 use sdm_deploy::LauncherKind;
 use sdm_overlay::setup::SessionKey;
+use sdm_overlay::template::MergeMode;
 use sdm_overlay::transport::{Address, PortRange};
 use sdm_proto::{IdSet, Status, SyncMode};
 use sdm_topology::{Shape, Topology};
@@ -363,6 +364,14 @@ struct ConsoleArgs {
     /// Do not merge identical output lines of different ranks.
     #[arg(long)]
     no_coalesce: bool,
+    /// How the k-th output lines of different ranks merge: `exact` (only identical lines,
+    /// every value shown) or `template` (lines differing only in their numbers merge into
+    /// one, `[0-1023] step 5 took {0.91..1.37} s (mean 1.02, max at [77])`, outliers on
+    /// lines of their own). Default: `template` when standard output is a terminal (a
+    /// person reads it), `exact` when it is a file or a pipe, or with --json or --label (a
+    /// script wants every value).
+    #[arg(long, value_name = "MODE", value_parser = clap::value_parser!(MergeMode))]
+    merge: Option<MergeMode>,
     /// How long interior nodes hold an output line to merge it with identical lines of
     /// other ranks, in milliseconds.
     #[arg(long, default_value_t = 20, value_name = "MS",

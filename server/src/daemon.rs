@@ -60,6 +60,7 @@ async fn serve(
     let tree = Tree::new(topo.clone(), spec.placement.clone());
     let mut node = Node::with_registry(me, tree, Arc::new(spec.registry()));
     node.set_stdio_window(Duration::from_millis(spec.stdio_window_ms));
+    node.set_stdio_merge(spec.stdio_merge);
     let op = first.op;
     node.handle_from_parent(tokio::time::Instant::now().into_std(), first);
     // Each child takes only its subtree's part of the table (and its ancestors'); this

@@ -6,6 +6,9 @@
 //!   checks that none is lost; with distinct lines also how the intake was shared between
 //!   ranks (`per_rank`: min and max lines/s while every rank was still printing, which
 //!   ranks and their depth in the tree).
+//!   With `--numbers` every rank prints `step I took T s on rank R` (per-rank numbers in one
+//!   template): with `--merge template` the tree folds them into one templated line per
+//!   step; the JSON then also reports the lines and bytes that reached the front-end.
 //! - `stop`: the latency of a global stop (request to all ranks, every reply back) while
 //!   the programs sleep and while every rank floods its output (`yes`), as ratio
 //!   flood/idle, measured in the same invocation.
@@ -21,6 +24,7 @@ use clap::{Parser, Subcommand};
 use sdm_bench::stats::summarize;
 use sdm_client::iof::Iof;
 use sdm_client::session::{Session, SessionOptions, find_sdm_binary};
+use sdm_overlay::template::MergeMode;
 use sdm_proto::{IdSet, Status, SyncMode};
 use serde_json::json;
 
@@ -34,6 +38,12 @@ struct Cli {
     /// The front-end's merge window in milliseconds (interior nodes use a tenth).
     #[arg(long, default_value_t = 200, global = true)]
     window_ms: u64,
+    /// Ranks each server serves (default: one server for the host).
+    #[arg(long, global = true)]
+    ranks_per_server: Option<u32>,
+    /// How lines of different ranks merge: exact or template.
+    #[arg(long, default_value = "exact", global = true)]
+    merge: MergeMode,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -48,6 +58,9 @@ enum Cmd {
         /// Every rank prints the same lines (they merge) instead of its own.
         #[arg(long)]
         identical: bool,
+        /// Every rank prints lines of one template with numbers of its own.
+        #[arg(long, conflicts_with = "identical")]
+        numbers: bool,
     },
     /// Global stop latency, idle against flooding.
     Stop {
@@ -61,11 +74,40 @@ enum Cmd {
     },
 }
 
+/// How the tree is set up.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    n: u32,
+    window_ms: u64,
+    ranks_per_server: Option<u32>,
+    merge: MergeMode,
+}
+
+/// What the ranks print.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Text {
+    Distinct,
+    Identical,
+    Numbers,
+}
+
 async fn launch(n: u32, window_ms: u64) -> anyhow::Result<Session> {
-    let opts = SessionOptions {
+    launch_with(Setup {
         n,
+        window_ms,
+        ranks_per_server: None,
+        merge: MergeMode::Exact,
+    })
+    .await
+}
+
+async fn launch_with(t: Setup) -> anyhow::Result<Session> {
+    let opts = SessionOptions {
+        n: t.n,
         program: Some(find_sdm_binary()?),
-        stdio_window: Duration::from_millis(window_ms / 10),
+        stdio_window: Duration::from_millis(t.window_ms / 10),
+        ranks_per_server: t.ranks_per_server,
+        stdio_merge: t.merge,
         ..SessionOptions::default()
     };
     let s = Session::launch(&opts, |_| {}).await.context("launch")?;
@@ -97,13 +139,10 @@ async fn start(s: &mut Session, script: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn lines(
-    n: u32,
-    window_ms: u64,
-    per_rank: u64,
-    identical: bool,
-) -> anyhow::Result<serde_json::Value> {
-    let mut s = launch(n, window_ms).await?;
+async fn lines(setup: Setup, per_rank: u64, text: Text) -> anyhow::Result<serde_json::Value> {
+    let (n, window_ms) = (setup.n, setup.window_ms);
+    let identical = text == Text::Identical;
+    let mut s = launch_with(setup).await?;
     let count = Arc::new(AtomicU64::new(0));
     let ended = Arc::new(std::sync::Mutex::new(IdSet::new()));
     let mut iof = Iof::new(s.all(), Duration::from_millis(window_ms));
@@ -120,10 +159,16 @@ async fn lines(
             e.lock().expect("not poisoned").union_with(ids);
         }
     });
-    let script = if identical {
-        format!("seq 1 {per_rank}")
-    } else {
-        format!("awk -v r=\"$SDM_RANK\" 'BEGIN {{ for (i = 1; i <= {per_rank}; i++) print r, i }}'")
+    let script = match text {
+        Text::Identical => format!("seq 1 {per_rank}"),
+        Text::Distinct => format!(
+            "awk -v r=\"$SDM_RANK\" 'BEGIN {{ for (i = 1; i <= {per_rank}; i++) print r, i }}'"
+        ),
+        // One template per step, a value of each rank's own (0.900-1.899 s).
+        Text::Numbers => format!(
+            "awk -v r=\"$SDM_RANK\" 'BEGIN {{ for (i = 1; i <= {per_rank}; i++) \
+             printf \"step %d took %.3f s on rank %d\\n\", i, 0.9 + ((r * 7919 + i * 31) % 1000) / 1000, r }}'"
+        ),
     };
     let all = s.all();
     let t0 = Instant::now();
@@ -139,6 +184,7 @@ async fn lines(
     }
     iof.flush();
     let secs = t0.elapsed().as_secs_f64();
+    let (frontend_lines, frontend_bytes) = iof.received();
     let got = count.load(Ordering::Relaxed);
     let want = per_rank * u64::from(n);
     s.shutdown(Duration::from_secs(20)).await;
@@ -146,9 +192,11 @@ async fn lines(
     let mut out = json!({
         "bench": "stdio_lines", "n": n, "lines_per_rank": per_rank, "identical": identical,
         "window_ms": window_ms, "seconds": secs, "rank_lines": got,
-        "rank_lines_per_second": got as f64 / secs,
+        "rank_lines_per_second": got as f64 / secs, "merge": setup.merge.name(),
+        "numbers": text == Text::Numbers, "ranks_per_server": setup.ranks_per_server,
+        "frontend_lines": frontend_lines, "frontend_bytes": frontend_bytes,
     });
-    if !identical {
+    if text == Text::Distinct {
         let topo = sdm_topology::Shape::Binomial.build(n);
         out["per_rank"] = share.lock().expect("not poisoned").report(&*topo);
     }
@@ -303,7 +351,21 @@ fn main() -> anyhow::Result<()> {
             Cmd::Lines {
                 lines: l,
                 identical,
-            } => lines(cli.n, cli.window_ms, l, identical).await,
+                numbers,
+            } => {
+                let setup = Setup {
+                    n: cli.n,
+                    window_ms: cli.window_ms,
+                    ranks_per_server: cli.ranks_per_server,
+                    merge: cli.merge,
+                };
+                let text = match (identical, numbers) {
+                    (true, _) => Text::Identical,
+                    (_, true) => Text::Numbers,
+                    _ => Text::Distinct,
+                };
+                lines(setup, l, text).await
+            }
             Cmd::Stop { iters, ping } => stop(cli.n, cli.window_ms, iters, ping).await,
         }
     })?;

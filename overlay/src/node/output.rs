@@ -11,6 +11,7 @@ use sdm_topology::NodeId;
 use super::{Node, Output};
 use crate::coalesce::{IDLE, STDERR, STDOUT, StdioLine};
 use crate::flow::{self, Origin, RecvWindow, SendWindow};
+use crate::template::{self, MergeMode};
 
 impl Node {
     /// Queues a line for the parent: `via`, the link it came in on if it did not go
@@ -195,9 +196,14 @@ impl Node {
             }
             _ => 0,
         };
+        let sources = IdSet::single(rank);
+        let payload = match (kind, self.merge) {
+            (Kind::Stdio, MergeMode::Template) => template::templated(payload, &sources),
+            _ => payload,
+        };
         let line = StdioLine {
             kind,
-            sources: IdSet::single(rank),
+            sources,
             index,
             payload,
         };

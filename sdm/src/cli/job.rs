@@ -79,6 +79,7 @@ pub(super) async fn run_console(
         Duration::from_millis(c.coalesce_ms)
     };
     opts.stdio_window = window;
+    opts.stdio_merge = c.merge.unwrap_or_else(|| default_merge(c.json || c.label));
     opts.startup_timeout = Duration::from_secs(c.timeout);
     let stdin_ids = stdin_ranks(c.stdin.as_deref(), n)?;
     c.iof
@@ -171,6 +172,16 @@ fn serve_status(console: &mut crate::console::Console) -> Option<crate::status::
 
 /// The ranks `--stdin` names (all `n` without it): a set with or without its brackets,
 /// within the job.
+/// The merge mode without `--merge`: templates for a person at a terminal, every value
+/// (exact lines) for a file, a pipe, JSON or per-rank labels.
+fn default_merge(machine: bool) -> MergeMode {
+    if !machine && std::io::stdout().is_terminal() {
+        MergeMode::Template
+    } else {
+        MergeMode::Exact
+    }
+}
+
 fn stdin_ranks(stdin: Option<&str>, n: u32) -> anyhow::Result<IdSet> {
     Ok(match stdin {
         None => IdSet::all(n),

@@ -6,7 +6,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use sdm_omis::BasicReply;
-use sdm_overlay::stdio::{STDERR, STDOUT, StdioLine};
+use sdm_overlay::stdio::{STDERR, StdioLine};
+use sdm_overlay::template;
 use sdm_proto::{IdSet, LinkEndKind, Message, Status};
 
 use super::{Console, Line, line_failed, next_query};
@@ -71,31 +72,21 @@ impl Console {
             self.note_hit(&l.sources, &l.payload);
             return self.print_event(&l.sources, &l.payload, out);
         }
-        let (stream, text) = match l.payload.split_first() {
-            Some((s, t)) => (*s, String::from_utf8_lossy(t)),
-            None => (STDOUT, "".into()),
-        };
+        let stream = template::stream_of(&l.payload);
         let mut err = std::io::stderr();
+        let json = self.json;
+        let label = self.label;
         let w: &mut dyn Write = match (stream == STDERR, self.stderr.as_mut()) {
             (true, Some(e)) => e,
             (true, None) => &mut err,
             (false, _) => out,
         };
-        if self.json {
-            let name = if stream == STDERR { "stderr" } else { "stdout" };
-            writeln!(
-                w,
-                "{}",
-                serde_json::json!({"ids": l.sources.to_string(), "stream": name, "line": text})
-            )?;
-        } else if self.label {
-            for id in l.sources.iter() {
-                writeln!(w, "[{id}] {text}")?;
-            }
-        } else {
-            writeln!(w, "{} {text}", l.sources)?;
+        let name = if stream == STDERR { "stderr" } else { "stdout" };
+        if template::is_template(&l.payload) {
+            return print_template(l, name, json, label, w);
         }
-        Ok(())
+        let text = String::from_utf8_lossy(l.payload.get(1..).unwrap_or_default());
+        print_text(w, &l.sources, &text, name, json, label)
     }
 
     /// Prints the output and events already received (without waiting), then the merged
@@ -248,4 +239,72 @@ fn status_name(s: Status) -> &'static str {
         Status::TimedOut => "timed_out",
         Status::Error => "error",
     }
+}
+
+/// Prints one line of text of `ids`: as JSON, once per rank (`label`), or merged.
+fn print_text(
+    w: &mut dyn Write,
+    ids: &IdSet,
+    text: &str,
+    stream: &str,
+    json: bool,
+    label: bool,
+) -> anyhow::Result<()> {
+    if json {
+        let line = serde_json::json!({"ids": ids.to_string(), "stream": stream, "line": text});
+        writeln!(w, "{line}")?;
+    } else if label {
+        for id in ids.iter() {
+            writeln!(w, "[{id}] {text}")?;
+        }
+    } else {
+        writeln!(w, "{ids} {text}")?;
+    }
+    Ok(())
+}
+
+/// Prints a templated line: the template of its ranges (JSON: with the template and each
+/// slot's statistics), then each outlier's exact line.
+fn print_template(
+    l: &StdioLine,
+    stream: &str,
+    json: bool,
+    label: bool,
+    w: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let Ok((_, g)) = template::decode(&l.payload, &l.sources) else {
+        // (A node let a malformed one through: its ranks still show.)
+        return print_text(
+            w,
+            &l.sources,
+            "(malformed templated line)",
+            stream,
+            json,
+            label,
+        );
+    };
+    let x = template::expand(&g);
+    if json && !x.main.slots.iter().all(|s| s.min == s.max) {
+        let slots: Vec<serde_json::Value> = x
+            .main
+            .slots
+            .iter()
+            .map(|s| {
+                serde_json::json!({"min": s.min, "max": s.max,
+                    "min_at": s.min_at.as_ref().map(ToString::to_string),
+                    "max_at": s.max_at.as_ref().map(ToString::to_string),
+                    "mean": s.mean})
+            })
+            .collect();
+        let line = serde_json::json!({"ids": x.main.ranks.to_string(), "stream": stream,
+            "line": x.main.text, "template": x.main.pattern, "count": x.main.ranks.len(),
+            "slots": slots});
+        writeln!(w, "{line}")?;
+    } else if !x.main.ranks.is_empty() {
+        print_text(w, &x.main.ranks, &x.main.text, stream, json, label)?;
+    }
+    for (ids, text) in &x.outliers {
+        print_text(w, ids, text, stream, json, label)?;
+    }
+    Ok(())
 }

@@ -1,0 +1,169 @@
+//! Templated output merge: lines that differ only in their numbers merge into one template
+//! with per-slot value ranges.
+//!
+//! With [`MergeMode::Template`] a server turns each line its program prints that holds
+//! numbers (see [`scan`]) into a *templated line*: a stdio payload of its own tag
+//! ([`TEMPLATE`] with the stream in the low bits) carrying the template key and the values.
+//! Interior nodes (`crate::coalesce`) and the front-end (`sdm_client::align`) fold the
+//! templated lines of equal stream, line index and key into one [`Group`] (per slot: min
+//! and max with their ranks, an exact sum, and the extreme rows), so the front-end receives
+//! one line per template, not one per rank. The fold is a union: associative and
+//! commutative, the same whatever the tree's shape or the arrival order. [`expand`] turns a
+//! group into the lines a person reads: the template with ranges, and its outliers each on
+//! a line of its own with its exact text. Lines without numbers stay plain, exact lines.
+
+mod group;
+mod number;
+mod render;
+mod scan;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::str::FromStr;
+
+use bytes::Bytes;
+use sdm_proto::IdSet;
+
+pub use group::{Group, KEEP, Row, Slot};
+pub use number::Sum;
+pub use render::{Expanded, MIN_RANKS, SlotView, TemplateLine, expand};
+pub use scan::{HEX_WORD, scan};
+pub use wire::{TemplateError, decode, encode};
+
+/// Bit set in the tag (a stdio payload's first byte) of a templated line; the stream is in
+/// the low bits (`TEMPLATE | STDOUT`).
+pub const TEMPLATE: u8 = 0x10;
+
+/// How output lines of different ranks merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MergeMode {
+    /// Only identical lines merge.
+    #[default]
+    Exact,
+    /// Lines differing only in their numbers merge into a template.
+    Template,
+}
+
+impl MergeMode {
+    /// The name `--merge` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            MergeMode::Exact => "exact",
+            MergeMode::Template => "template",
+        }
+    }
+}
+
+impl fmt::Display for MergeMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for MergeMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "exact" => Ok(MergeMode::Exact),
+            "template" => Ok(MergeMode::Template),
+            _ => Err(format!("unknown merge mode {s:?} (exact or template)")),
+        }
+    }
+}
+
+/// What a slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SlotKind {
+    /// A decimal number.
+    Dec,
+    /// Hex digits (an id or an address).
+    Hex,
+}
+
+/// A template: the literal text around its slots and what each slot holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    /// The text before each slot, and after the last (one more than the slots).
+    pub segs: Vec<Box<str>>,
+    /// Each slot's kind.
+    pub kinds: Vec<SlotKind>,
+}
+
+impl Key {
+    /// The template with its slots shown as `{}`.
+    pub fn pattern(&self) -> String {
+        self.fill(|_| "{}".to_owned())
+    }
+
+    /// The text with slot `i` shown as `f(i)`.
+    pub fn fill(&self, mut f: impl FnMut(usize) -> String) -> String {
+        let mut out = String::new();
+        for (i, seg) in self.segs.iter().enumerate() {
+            out.push_str(seg);
+            if i < self.kinds.len() {
+                out.push_str(&f(i));
+            }
+        }
+        out
+    }
+}
+
+/// Whether a stdio payload is a templated line.
+pub fn is_template(payload: &[u8]) -> bool {
+    payload.first().is_some_and(|&t| t & TEMPLATE != 0)
+}
+
+/// The stream tag of a stdio payload (a templated line's stream, or the tag itself).
+pub fn stream_of(payload: &[u8]) -> u8 {
+    match payload.first() {
+        Some(&t) if t & TEMPLATE != 0 => t & !TEMPLATE,
+        Some(&t) => t,
+        None => 1,
+    }
+}
+
+/// What lines merge by: a templated line's tag and key (a prefix of its payload), any
+/// other payload whole.
+pub fn merge_key(payload: &Bytes) -> Bytes {
+    if is_template(payload) {
+        payload.slice(..wire::key_end(payload).unwrap_or(payload.len()))
+    } else {
+        payload.clone()
+    }
+}
+
+/// A line `ranks` printed (`[stream, text…]`) as a templated line, if it holds numbers;
+/// else the payload itself.
+pub fn templated(payload: Bytes, ranks: &IdSet) -> Bytes {
+    let Some((&stream, text)) = payload.split_first() else {
+        return payload;
+    };
+    if stream & TEMPLATE != 0 {
+        return payload;
+    }
+    match scan(text) {
+        Some((key, values)) => encode(stream, &Group::single(key, values, ranks.clone())),
+        None => payload,
+    }
+}
+
+/// Folds templated line `b` into `a` (both of one key); `a` unchanged if `b` is malformed.
+pub fn fold(a: &mut Group, b: &[u8], sources: &IdSet) {
+    if let Ok((_, g)) = decode(b, sources) {
+        a.merge(g);
+    }
+}
+
+/// The lines a templated payload of `sources` prints as (the template's, then each
+/// outlier's), each with its ranks; a malformed one prints as one line saying so.
+pub fn lines(payload: &[u8], sources: &IdSet) -> Vec<(IdSet, String)> {
+    let Ok((_, g)) = decode(payload, sources) else {
+        return vec![(sources.clone(), "(malformed templated line)".into())];
+    };
+    let x = expand(&g);
+    let main = (!x.main.ranks.is_empty()).then_some((x.main.ranks, x.main.text));
+    main.into_iter().chain(x.outliers).collect()
+}
