@@ -401,6 +401,7 @@ impl Driver {
         options: &mut Options,
     ) -> Self {
         node.set_liveness(Some(options.liveness.unwrap_or_else(Liveness::from_env)));
+        node.set_telemetry(true);
         // The master's parent is the front-end, which sends no keepalives.
         let watch_parent = node.id() != NodeId::Master;
         let start = Instant::now().into_std();

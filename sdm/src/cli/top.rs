@@ -1,5 +1,6 @@
 //! `sdm top`: starts the program on every rank, then samples the ranks every period, the
-//! samples reduced in the tree and shown as a live table (or JSON lines).
+//! samples reduced in the tree and shown as a live table (or JSON lines); with `--tree`,
+//! the tree's own figures per link instead ([`crate::links`]).
 
 use super::*;
 
@@ -36,27 +37,30 @@ pub(super) async fn run_top(a: TopArgs) -> anyhow::Result<()> {
     let t0 = tokio::time::Instant::now();
     let mut n = 0u64;
     let all = console.session().all();
+    let wait = period.max(Duration::from_secs(2));
     loop {
-        let s =
-            sdm_client::top::sample(console.session(), &all, period.max(Duration::from_secs(2)))
-                .await?;
         n += 1;
-        let t = t0.elapsed().as_secs_f64();
-        if a.json {
-            writeln!(std::io::stdout(), "{}", crate::top::json(&s, t))?;
+        let ended = if a.links {
+            tree_wave(console.session(), wait, n, t0, a.json, tty).await?
         } else {
-            if tty {
-                write!(std::io::stdout(), "\x1b[H\x1b[2J")?;
+            let s = sdm_client::top::sample(console.session(), &all, wait).await?;
+            let t = t0.elapsed().as_secs_f64();
+            if a.json {
+                writeln!(std::io::stdout(), "{}", crate::top::json(&s, t))?;
+            } else {
+                if tty {
+                    write!(std::io::stdout(), "\x1b[H\x1b[2J")?;
+                }
+                writeln!(
+                    std::io::stdout(),
+                    "sdm top: {} ranks, sample {n} at {t:.1} s",
+                    a.n
+                )?;
+                write!(std::io::stdout(), "{}", crate::top::table(&s))?;
             }
-            writeln!(
-                std::io::stdout(),
-                "sdm top: {} ranks, sample {n} at {t:.1} s",
-                a.n
-            )?;
-            write!(std::io::stdout(), "{}", crate::top::table(&s))?;
-        }
+            s.stats.is_empty() && !s.missing.is_empty()
+        };
         std::io::stdout().flush()?;
-        let ended = s.stats.is_empty() && !s.missing.is_empty();
         if ended || a.count.is_some_and(|c| n >= c) {
             break;
         }
@@ -83,4 +87,43 @@ pub(super) async fn run_top(a: TopArgs) -> anyhow::Result<()> {
         .await?;
     let _ = console.shutdown().await;
     Ok(())
+}
+
+/// One wave of `sdm top --tree`: every link's figures, the worst first, as a table
+/// (refreshed in place on a terminal) or one JSON line `{"t", "wave", "links": [...]}`.
+/// Whether the tree has ended (no server answered).
+async fn tree_wave(
+    session: &Session,
+    wait: Duration,
+    n: u64,
+    t0: tokio::time::Instant,
+    json: bool,
+    tty: bool,
+) -> anyhow::Result<bool> {
+    let links = sdm_client::telemetry::gather(session, wait).await?;
+    let t = t0.elapsed().as_secs_f64();
+    let mut out = std::io::stdout();
+    if json {
+        let links: Vec<serde_json::Value> = links.iter().map(crate::links::json).collect();
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"t": t, "wave": n, "links": links})
+        )?;
+    } else {
+        if tty {
+            write!(out, "\x1b[H\x1b[2J")?;
+        }
+        writeln!(
+            out,
+            "sdm top --tree: {} links, wave {n} at {t:.1} s, the worst first",
+            links.len()
+        )?;
+        write!(
+            out,
+            "{}",
+            crate::links::table(&links, crate::links::Order::Worst)
+        )?;
+    }
+    Ok(links.iter().all(|l| l.answer.is_err()))
 }
