@@ -5,9 +5,9 @@
 //! tree like any reply.
 //!
 //! Each server reports the link to its parent, so the links of the tree are listed once
-//! each, by the child's end: the current parent (an ancestor that adopted the server after
-//! its parent died, else the tree's parent) → the server. A server that did not answer is
-//! listed with why (lost, timed out), never left out.
+//! each, by the child's end: the current parent (the ancestor the server re-attached to
+//! after its parent died, as it or its adopter says, else the tree's parent) → the server.
+//! A server that did not answer is listed with why (lost, timed out), never left out.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -92,9 +92,15 @@ fn links(
     (0..tree.servers())
         .map(|server| {
             let node = NodeId::Server(server);
-            let parent = match adopter.get(&server) {
-                Some(&a) => Some(a),
-                None => tree.shape().parent(node).and_then(|p| p.server()),
+            // The ancestor it says it re-attached to, else the one that says it adopted
+            // it, else its parent in the tree.
+            let parent = match (
+                reports.get(&server).and_then(|r| r.parent),
+                adopter.get(&server),
+            ) {
+                (Some(p), _) => p.server(),
+                (None, Some(&a)) => Some(a),
+                (None, None) => tree.shape().parent(node).and_then(|p| p.server()),
             };
             let answer = reports.remove(&server).ok_or_else(|| {
                 let ranks = tree.local(node);

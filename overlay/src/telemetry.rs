@@ -18,6 +18,7 @@ use prost::Message as _;
 use sdm_proto::{Message, pb};
 
 use crate::liveness::Peer;
+use sdm_topology::NodeId;
 
 /// The service tag of the telemetry request: every server in its destination answers with
 /// its [`NodeReport`] without handing the command to its handler.
@@ -95,6 +96,8 @@ pub(crate) struct Telemetry {
     pub(crate) adopted: u64,
     /// Parent links opened: the first, then one per re-attachment.
     pub(crate) parent_links: u64,
+    /// The ancestor this node re-attached to last (`None`: its parent in the tree).
+    pub(crate) parent: Option<NodeId>,
     next_seq: u64,
 }
 
@@ -188,6 +191,9 @@ pub struct NodeReport {
     pub reattached: u64,
     /// Adopted descendants it holds now.
     pub adopted_now: Vec<u32>,
+    /// The ancestor it re-attached to last (`None`: it never did; its parent is the
+    /// tree's).
+    pub parent: Option<NodeId>,
 }
 
 /// A [`NodeReport`] that does not decode.
@@ -242,6 +248,8 @@ impl NodeReport {
             adopted: self.adopted,
             reattached: self.reattached,
             adopted_now: self.adopted_now.clone(),
+            parent_server: self.parent.and_then(NodeId::server),
+            parent_master: self.parent == Some(NodeId::Master),
         }
         .encode_to_vec()
     }
@@ -295,6 +303,10 @@ impl NodeReport {
             adopted: t.adopted,
             reattached: t.reattached,
             adopted_now: t.adopted_now,
+            parent: match (t.parent_master, t.parent_server) {
+                (true, _) => Some(NodeId::Master),
+                (false, s) => s.map(NodeId::Server),
+            },
         })
     }
 
@@ -367,6 +379,7 @@ mod tests {
             adopted: 2,
             reattached: 1,
             adopted_now: vec![7, 8],
+            parent: Some(NodeId::Master),
         };
         assert_eq!(NodeReport::decode(&r.encode()).unwrap(), r);
         assert!(NodeReport::decode(b"\xff\xff").is_err());

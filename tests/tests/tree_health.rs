@@ -254,8 +254,10 @@ async fn a_reattachment_shows_in_the_adopters_count() {
             .all(|v| v["adopted"] == 0 && v["reattached"] == 0)
     );
     // Binomial over 16: interior server 11 (under 7) has children 12 and 13, which
-    // re-attach to 7, their nearest live ancestor.
+    // re-attach to 7, their nearest live ancestor; interior server 3 (under the master) has
+    // children 4 and 5, which re-attach to the master.
     kill9(c.session(), 11);
+    kill9(c.session(), 3);
     let guard = Instant::now() + Duration::from_secs(60);
     let rows = loop {
         let rows = health_links(&mut c).await;
@@ -263,27 +265,34 @@ async fn a_reattachment_shows_in_the_adopters_count() {
             .as_array()
             .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
             .unwrap_or_default();
-        if adopted == BTreeSet::from([12, 13]) || Instant::now() > guard {
+        let settled = [4, 5].iter().all(|o| rows[o]["reattached"] == 1);
+        if (settled && adopted == BTreeSet::from([12, 13])) || Instant::now() > guard {
             break rows;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(rows[&7]["adopted"], 2, "{:?}", rows[&7]);
-    for orphan in [12, 13] {
+    // The master is a null parent.
+    let (seven, master) = (serde_json::json!(7), serde_json::Value::Null);
+    for (orphan, adopter) in [(12, &seven), (13, &seven), (4, &master), (5, &master)] {
         let v = &rows[&orphan];
-        assert_eq!(v["parent"], 7, "{v}");
+        assert_eq!(&v["parent"], adopter, "{v}");
         assert_eq!(v["reattached"], 1, "{v}");
     }
-    // The dead server is listed, with why, not left out.
+    // The dead servers are listed, with why, not left out.
     assert_eq!(rows.len(), 16, "{rows:?}");
-    assert!(
-        rows[&11]["error"]
-            .as_str()
-            .is_some_and(|e| e.starts_with("lost")),
-        "{:?}",
-        rows[&11]
-    );
-    let others: Vec<u64> = (0..16).filter(|&s| ![7, 11, 12, 13].contains(&s)).collect();
+    for dead in [3, 11] {
+        assert!(
+            rows[&dead]["error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("lost")),
+            "{:?}",
+            rows[&dead]
+        );
+    }
+    let others: Vec<u64> = (0..16)
+        .filter(|s| ![3, 4, 5, 7, 11, 12, 13].contains(s))
+        .collect();
     for s in others {
         assert_eq!(rows[&s]["adopted"], 0, "{}", rows[&s]);
         assert_eq!(rows[&s]["reattached"], 0, "{}", rows[&s]);

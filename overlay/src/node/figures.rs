@@ -18,6 +18,13 @@ impl Node {
         }
     }
 
+    /// This node re-attached to `ancestor` (its figures name it as the parent from now on).
+    pub fn set_parent(&mut self, ancestor: NodeId) {
+        if let Some(t) = &mut self.telemetry {
+            t.parent = Some(ancestor);
+        }
+    }
+
     /// Queues `m` for `peer`.
     pub(super) fn send_to(&mut self, peer: Peer, m: Message) {
         self.out.push_back(match peer {
@@ -80,6 +87,7 @@ impl Node {
             filters: t.filters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             adopted: t.adopted,
             reattached: t.parent_links.saturating_sub(1),
+            parent: t.parent,
             adopted_now: self
                 .losses()
                 .adopted
