@@ -40,13 +40,26 @@ impl Link {
     }
 }
 
-/// Asks every server of `s` for its figures (waiting at most `timeout`): one [`Link`] per
-/// server, in server order.
-pub async fn gather(s: &Session, timeout: Duration) -> crate::Result<Vec<Link>> {
+/// One wave of the telemetry request.
+#[derive(Debug, Clone)]
+pub struct Wave {
+    /// One link per server, in server order.
+    pub links: Vec<Link>,
+    /// The bytes of the records that reached the front-end (the wave's own cost).
+    pub bytes: u64,
+    /// The wave's round trip.
+    pub elapsed: Duration,
+}
+
+/// Asks every server of `s` for its figures (waiting at most `timeout`).
+pub async fn gather(s: &Session, timeout: Duration) -> crate::Result<Wave> {
     let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
     let all = s.all();
     let m = crate::service::command(SERVICE, &all, SyncMode::Timeout(ms), "");
+    let start = std::time::Instant::now();
     let groups = s.request_command(m).await?;
+    let elapsed = start.elapsed();
+    let bytes = groups.iter().map(|g| g.payload.len() as u64).sum();
     let mut reports = BTreeMap::new();
     let mut missing: Vec<(IdSet, String)> = Vec::new();
     for g in groups {
@@ -72,7 +85,11 @@ pub async fn gather(s: &Session, timeout: Duration) -> crate::Result<Vec<Link>> 
         .iter()
         .map(|(server, host, _)| (*server, host.clone()))
         .collect();
-    Ok(links(s, reports, &missing, &hosts))
+    Ok(Wave {
+        links: links(s, reports, &missing, &hosts),
+        bytes,
+        elapsed,
+    })
 }
 
 /// The links of the tree of `s` from the servers' `reports` (by server), the ranks that

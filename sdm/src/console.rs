@@ -208,7 +208,9 @@ impl Console {
     ) -> anyhow::Result<bool> {
         let lines = sdm_client::health::report(&self.session, Duration::from_secs(5)).await?;
         let links = if verbose {
-            sdm_client::telemetry::gather(&self.session, Duration::from_secs(5)).await?
+            sdm_client::telemetry::gather(&self.session, Duration::from_secs(5))
+                .await?
+                .links
         } else {
             Vec::new()
         };

@@ -78,12 +78,12 @@ pub fn table(links: &[Link], order: Order) -> String {
         .filter(|(q, _)| *q > 0)
         .map(|(_, c)| c);
     let mut t = format!(
-        "{:<14} {:<12} {:>24} {:>16} {:>16} {:>12} {:>8} {:>5} {:>5}  {}\n",
+        "{:<14} {:<12} {:>24} {:>18} {:>18} {:>12} {:>8} {:>5} {:>5}  {}\n",
         "link",
         "host",
         "rtt ms last/min/max/avg",
         "up frames/bytes",
-        "down frames/B",
+        "down frames/bytes",
         "queue B/fr",
         "credit",
         "reatt",
@@ -116,7 +116,7 @@ pub fn table(links: &[Link], order: Order) -> String {
         }
         let _ = writeln!(
             t,
-            "{:<14} {host:<12} {rtt:>24} {up:>16} {down:>16} {queue:>12} {:>8} {:>5} {:>5}  {}{marks}",
+            "{:<14} {host:<12} {rtt:>24} {up:>18} {down:>18} {queue:>12} {:>8} {:>5} {:>5}  {}{marks}",
             name(l),
             bytes(f.queue.credit_in_use),
             r.reattached,

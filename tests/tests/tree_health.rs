@@ -328,6 +328,7 @@ fn top_tree_streams_every_link_each_wave() {
     let mut last: BTreeMap<u64, [u64; 4]> = BTreeMap::new();
     for (k, w) in waves.iter().enumerate() {
         assert_eq!(w["wave"], k as u64 + 1, "{w}");
+        assert!(w["wave_bytes"].as_u64() > Some(0), "{w}");
         let rows = w["links"].as_array().unwrap();
         let got: BTreeMap<u64, Option<u64>> = rows
             .iter()

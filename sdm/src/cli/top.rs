@@ -90,8 +90,9 @@ pub(super) async fn run_top(a: TopArgs) -> anyhow::Result<()> {
 }
 
 /// One wave of `sdm top --tree`: every link's figures, the worst first, as a table
-/// (refreshed in place on a terminal) or one JSON line `{"t", "wave", "links": [...]}`.
-/// Whether the tree has ended (no server answered).
+/// (refreshed in place on a terminal) or one JSON line `{"t", "wave", "links": [...],
+/// "wave_us", "wave_bytes"}` (the telemetry wave's own round trip and bytes). Whether the
+/// tree has ended (no server answered).
 async fn tree_wave(
     session: &Session,
     wait: Duration,
@@ -100,30 +101,28 @@ async fn tree_wave(
     json: bool,
     tty: bool,
 ) -> anyhow::Result<bool> {
-    let links = sdm_client::telemetry::gather(session, wait).await?;
+    let wave = sdm_client::telemetry::gather(session, wait).await?;
+    let (links, us) = (&wave.links, wave.elapsed.as_micros() as u64);
     let t = t0.elapsed().as_secs_f64();
     let mut out = std::io::stdout();
     if json {
-        let links: Vec<serde_json::Value> = links.iter().map(crate::links::json).collect();
-        writeln!(
-            out,
-            "{}",
-            serde_json::json!({"t": t, "wave": n, "links": links})
-        )?;
+        let rows: Vec<serde_json::Value> = links.iter().map(crate::links::json).collect();
+        let line = serde_json::json!({"t": t, "wave": n, "links": rows,
+            "wave_us": us, "wave_bytes": wave.bytes});
+        writeln!(out, "{line}")?;
     } else {
         if tty {
             write!(out, "\x1b[H\x1b[2J")?;
         }
+        let ms = us as f64 / 1000.0;
         writeln!(
             out,
-            "sdm top --tree: {} links, wave {n} at {t:.1} s, the worst first",
-            links.len()
+            "sdm top --tree: {} links, wave {n} at {t:.1} s ({ms:.2} ms, {} bytes), the worst first",
+            links.len(),
+            wave.bytes
         )?;
-        write!(
-            out,
-            "{}",
-            crate::links::table(&links, crate::links::Order::Worst)
-        )?;
+        let table = crate::links::table(links, crate::links::Order::Worst);
+        write!(out, "{table}")?;
     }
     Ok(links.iter().all(|l| l.answer.is_err()))
 }
