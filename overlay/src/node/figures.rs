@@ -97,3 +97,72 @@ impl Node {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use sdm_proto::{Control, IdSet, Kind, Message, Status, SyncMode};
+    use sdm_topology::{NodeId, Shape, Topology};
+
+    use super::super::{Node, Output};
+    use crate::liveness::{Liveness, Peer};
+    use crate::telemetry::{NodeReport, SERVICE};
+
+    fn to_parent(n: &mut Node) -> Message {
+        match n.poll_output() {
+            Some(Output::ToParent(m)) => m,
+            other => panic!("expected a frame to the parent, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_server_times_its_keepalives_and_answers_the_telemetry_request_itself() {
+        let (t, ms) = (Instant::now(), Duration::from_millis);
+        let topo: Arc<dyn Topology> = Arc::from(Shape::Flat.build(1));
+        let mut n = Node::new(NodeId::Server(0), topo);
+        n.set_telemetry(true);
+        n.set_liveness(Some(Liveness {
+            interval: ms(100),
+            dead_after: ms(1000),
+        }));
+        n.handle_link_open(t, Peer::Parent, true);
+        n.handle_timeout(t + ms(100));
+        // The keepalive carries a sequence number; its echo comes back 3 ms later.
+        let k = to_parent(&mut n);
+        let Ok(Control::Keepalive(seq)) = Control::from_message(&k) else {
+            panic!("not a keepalive: {k:?}")
+        };
+        assert_ne!(seq, 0);
+        n.handle_from_parent(t + ms(103), Control::Echo(seq).to_message());
+        // The parent's keepalive is echoed at once.
+        n.handle_from_parent(t + ms(104), Control::Keepalive(9).to_message());
+        let e = to_parent(&mut n);
+        assert_eq!(Control::from_message(&e), Ok(Control::Echo(9)));
+        // The request is answered by the node, not delivered to a handler.
+        let m = Message::command(5, IdSet::all(1), SyncMode::WaitAll, "").for_service(SERVICE);
+        n.handle_from_parent(t + ms(105), m);
+        let r = to_parent(&mut n);
+        assert!(n.poll_output().is_none());
+        assert_eq!((r.kind, r.op), (Kind::Reply, 5));
+        assert_eq!(
+            (r.aggregate.status, r.source),
+            (Some(Status::Replied), IdSet::all(1))
+        );
+        let report = NodeReport::decode(&r.payload).unwrap();
+        assert_eq!((report.server, report.reattached), (Some(0), 0));
+        let up = report.parent_link().expect("the parent link");
+        let rtt = up.figures.rtt;
+        assert_eq!(
+            (rtt.samples, rtt.last, rtt.min, rtt.max),
+            (1, ms(3), ms(3), ms(3))
+        );
+        // Out: the keepalive and the echo; in: the echo, the keepalive and the request.
+        assert_eq!((up.figures.frames_out, up.figures.frames_in), (2, 3));
+        assert_eq!(
+            up.figures.bytes_out,
+            (k.encoded_len() + e.encoded_len()) as u64
+        );
+    }
+}
