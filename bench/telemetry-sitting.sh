@@ -26,16 +26,18 @@ for _ in $(seq "$REPS"); do
   for spec in "base=$BASE" "telemetry=$NEW"; do
     name=${spec%%=*}
     dir=${spec#*=}
-    SDM_BIN=$dir/sdm "$BASE/sdm-bench" rtt -n "$N" --iters 500 --warmup 50 |
+    SDM_BIN=$dir/sdm "$BASE/sdm-bench" rtt -n "$N" --ranks-per-server 1 --iters 500 \
+      --warmup 50 |
       python3 -c 'import json,sys; v=json.loads(sys.stdin.read()); v["build"]=sys.argv[1]; print(json.dumps(v))' "$name"
   done
 done
-bench/cpu-per-wave.sh -n "$N" -r "$REPS" "base=$BASE" "telemetry=$NEW" >&2
+bench/cpu-per-wave.sh -n "$N" -r "$REPS" "base=$BASE:--ranks-per-server 1" \
+  "telemetry=$NEW:--ranks-per-server 1" >&2
 SDM_BIN=$NEW/sdm "$NEW/sdm" top --tree -n "$N" --ranks-per-server 1 --period 0.2 \
   --count 50 --json -- sleep 1000 |
   python3 -c '
 import json, statistics, sys
-waves = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+waves = [json.loads(l) for l in sys.stdin if l.startswith("{\"links\"")]
 us = [w["wave_us"] for w in waves[5:]]
 b = [w["wave_bytes"] for w in waves[5:]]
 print(json.dumps({"bench": "telemetry-wave", "servers": int(sys.argv[1]), "waves": len(us),
