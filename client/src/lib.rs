@@ -67,6 +67,7 @@ pub mod layout;
 pub mod link;
 pub mod service;
 pub mod session;
+pub mod telemetry;
 pub mod top;
 
 pub use error::{Error, Result};

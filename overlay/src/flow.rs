@@ -333,13 +333,11 @@ impl SendWindow {
     }
 
     /// Frames waiting for credit.
-    #[cfg(test)]
     pub(crate) fn queued_frames(&self) -> usize {
         self.frames
     }
 
     /// Credit left (negative after an overdraw).
-    #[cfg(test)]
     pub(crate) fn credit(&self) -> i64 {
         self.credit
     }
@@ -467,7 +465,6 @@ impl RecvWindow {
     }
 
     /// Bulk received and not handed back yet.
-    #[cfg(test)]
     pub(crate) fn outstanding(&self) -> i64 {
         self.outstanding
     }
@@ -503,7 +500,7 @@ mod tests {
         bad.payload = Bytes::from_static(b"credit 5");
         assert_eq!(parse_credit(&bad), None, "text is not a credit frame");
         assert_eq!(parse_credit(&credit(0)), None);
-        assert_eq!(parse_credit(&Control::Keepalive.to_message()), None);
+        assert_eq!(parse_credit(&Control::Keepalive(0).to_message()), None);
         assert_eq!(parse_credit(&line(3)), None);
     }
 

@@ -38,6 +38,9 @@
 //!   [`LinkError`] says why a link could not be set up.
 //! - [`stdio`]: the output going up besides replies: the stdio line format and the credit a
 //!   receiver hands back for output it took.
+//! - [`telemetry`]: the figures a node keeps about its links (frames, bytes, keepalive
+//!   round-trip time, flow-control queue), its filters' time and its re-attachments, and
+//!   the record it answers the telemetry request with.
 //! - [`sim`]: a whole tree in one process with a virtual clock (tests and `sdm-sim`).
 //!
 //! # Features
@@ -62,6 +65,7 @@ mod route;
 pub mod setup;
 pub mod sim;
 pub mod stdio;
+pub mod telemetry;
 pub mod template;
 pub mod transport;
 

@@ -38,8 +38,10 @@ use sdm_topology::{NodeId, Topology, Tree};
 use crate::flow::{Origin, RecvWindow, SendWindow};
 use crate::link_end::LinkEnd;
 use crate::liveness::{Clocks, Liveness, Peer};
+use crate::telemetry::Telemetry;
 
 use crate::coalesce::{Coalescer, StdioLine};
+use crate::telemetry;
 use crate::template::MergeMode;
 use losses::Losses;
 use op::{PendingOp, Source, filter_failure};
@@ -140,6 +142,9 @@ pub struct Node {
     down: BTreeMap<NodeId, RecvWindow>,
     /// Whether the driver was told to stop taking local output.
     local_paused: bool,
+    /// Per-link counts, filter time, re-attachments (`None`: off, as in the simulator;
+    /// see [`Node::set_telemetry`]).
+    telemetry: Option<Box<Telemetry>>,
 }
 
 impl Node {
@@ -163,6 +168,7 @@ impl Node {
             up: None,
             down: BTreeMap::new(),
             local_paused: false,
+            telemetry: None,
         }
     }
 
@@ -209,6 +215,9 @@ impl Node {
     /// A link to `peer` is up (again); `watched`: silence on it kills it.
     pub fn handle_link_open(&mut self, now: Instant, peer: Peer, watched: bool) {
         self.clocks.up(now, peer, watched);
+        if let Some(t) = &mut self.telemetry {
+            t.link_open(peer);
+        }
         match peer {
             // A new parent: output that waited for the old one goes on.
             Peer::Parent => self.release_output(),
@@ -235,12 +244,19 @@ impl Node {
         self.clocks.heard(now, peer);
     }
 
-    /// A link-level message from `peer`: keepalives only prove it alive; credit from the
-    /// parent lets queued output go; the others belong to the handshake (or are credit
-    /// from a child, which receives none) and are refused here.
-    fn handle_control(&mut self, peer: Peer, msg: &Message) {
+    /// A link-level message from `peer`: keepalives prove it alive (and one with a
+    /// sequence number is echoed), an echo times our keepalive; credit from the parent lets
+    /// queued output go; the others belong to the handshake (or are credit from a child,
+    /// which receives none) and are refused here.
+    fn handle_control(&mut self, now: Instant, peer: Peer, msg: &Message) {
         match Control::from_message(msg) {
-            Ok(Control::Keepalive) => {}
+            Ok(Control::Keepalive(0)) => {}
+            Ok(Control::Keepalive(seq)) => self.send_to(peer, Control::Echo(seq).to_message()),
+            Ok(Control::Echo(seq)) => {
+                if let Some(t) = &mut self.telemetry {
+                    t.echo(peer, seq, now);
+                }
+            }
             Ok(Control::Credit(n)) if peer == Peer::Parent => {
                 self.up_mut()
                     .add_credit(i64::try_from(n).unwrap_or(i64::MAX));
@@ -312,9 +328,12 @@ impl Node {
     /// A frame arrived from the parent (or, at the master, from the front-end).
     pub fn handle_from_parent(&mut self, now: Instant, msg: Message) {
         self.clocks.heard(now, Peer::Parent);
+        if let Some(t) = &mut self.telemetry {
+            t.received(Peer::Parent, &msg);
+        }
         match msg.kind {
             Kind::Command | Kind::Stdio => self.handle_command(now, msg),
-            Kind::Control => self.handle_control(Peer::Parent, &msg),
+            Kind::Control => self.handle_control(now, Peer::Parent, &msg),
             _ => {
                 tracing::warn!(node = %self.me, kind = ?msg.kind, op = msg.op, "refused frame from parent: not a command");
                 self.stats.refused += 1;
@@ -386,7 +405,7 @@ impl Node {
             return;
         }
         let mut shares = Vec::new();
-        let local = self.topo.route_into(self.me, &msg.dest, &mut shares);
+        let mut local = self.topo.route_into(self.me, &msg.dest, &mut shares);
         // Ids the destination names that no node below here can reach. Below the master
         // the parent already narrowed the destination, so this is only ever non-empty at
         // the master (ids beyond N) or if a parent misbehaves.
@@ -441,6 +460,13 @@ impl Node {
             pending.outstanding.push((Source::Child(child), share));
             self.out.push_back(Output::ToChild(child, fwd));
         }
+        // The telemetry request is answered here, by the node, once the op is in.
+        let mut answer_here = None;
+        if !local.is_empty() && &*msg.service == telemetry::SERVICE {
+            pending.left += local.len();
+            pending.outstanding.push((Source::Local, local.clone()));
+            answer_here = Some(std::mem::take(&mut local));
+        }
         if !local.is_empty() {
             pending.left += local.len();
             pending.outstanding.push((Source::Local, local.clone()));
@@ -458,6 +484,10 @@ impl Node {
             self.timers.insert((d, op));
         }
         self.ops.insert(op, pending);
+        if let Some(ranks) = answer_here {
+            let report = Bytes::from(self.telemetry_report().encode());
+            self.accept(op, Source::Local, (Status::Replied, None), report, &ranks);
+        }
         self.progress(op);
     }
 
@@ -488,8 +518,11 @@ impl Node {
     /// A frame arrived from child `child`.
     pub fn handle_from_child(&mut self, now: Instant, child: NodeId, msg: Message) {
         self.clocks.heard(now, Peer::Child(child));
+        if let Some(t) = &mut self.telemetry {
+            t.received(Peer::Child(child), &msg);
+        }
         match msg.kind {
-            Kind::Control => self.handle_control(Peer::Child(child), &msg),
+            Kind::Control => self.handle_control(now, Peer::Child(child), &msg),
             Kind::Reply => {
                 self.stats.replies_in += 1;
                 let status = msg.aggregate.status.unwrap_or(Status::Replied);
@@ -581,7 +614,19 @@ impl Node {
             return;
         }
         p.left -= got.len();
-        p.add_ended(status, end, payload, &got);
+        // Filter time is measured only while telemetry is on (it reads the clock).
+        match self
+            .telemetry
+            .as_mut()
+            .filter(|_| status == Status::Replied)
+        {
+            None => p.add_ended(status, end, payload, &got),
+            Some(t) => {
+                let start = Instant::now();
+                p.add_ended(status, end, payload, &got);
+                t.filter_time(p.filter_name(), start.elapsed());
+            }
+        }
         self.progress(op);
     }
 
@@ -627,11 +672,9 @@ impl Node {
         }
         let due = self.clocks.due(now);
         for peer in due.pings {
-            let ping = Control::Keepalive.to_message();
-            self.out.push_back(match peer {
-                Peer::Parent => Output::ToParent(ping),
-                Peer::Child(c) => Output::ToChild(c, ping),
-            });
+            // Timed (a sequence number the peer echoes) while telemetry is on.
+            let seq = self.telemetry.as_mut().map_or(0, |t| t.ping(peer, now));
+            self.send_to(peer, Control::Keepalive(seq).to_message());
         }
         for (peer, why) in due.dead {
             if let Peer::Child(c) = peer {
@@ -656,7 +699,15 @@ impl Node {
 
     /// The next thing to do, if any.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.pop_front()
+        let out = self.out.pop_front();
+        if let Some(t) = &mut self.telemetry {
+            match &out {
+                Some(Output::ToParent(m)) => t.sent(Peer::Parent, m),
+                Some(Output::ToChild(c, m)) => t.sent(Peer::Child(*c), m),
+                _ => {}
+            }
+        }
+        out
     }
 
     /// Whether something is waiting for [`Node::poll_output`].
@@ -671,7 +722,11 @@ impl Node {
         };
         let done = p.done();
         if done || p.sync == SyncMode::DontWait {
+            let start = self.telemetry.is_some().then(Instant::now);
             let (replied, others) = p.take_groups();
+            if let (Some(t), Some(start)) = (&mut self.telemetry, start) {
+                t.filter_time(p.filter_name(), start.elapsed());
+            }
             let flushed = replied
                 .into_iter()
                 .map(|g| Message::reply(op, g.sources, Status::Replied, g.payload));
@@ -694,6 +749,7 @@ impl Node {
     }
 }
 
+mod figures;
 mod losses;
 mod op;
 mod ops;

@@ -140,7 +140,7 @@ pub(crate) fn reattach(
             loop {
                 for (a, addr) in &targets {
                     match setup::connect_child(&*transport, addr, me, *a, &quick).await {
-                        Ok(link) => return Some(link),
+                        Ok(link) => return Some((*a, link)),
                         Err(e) => tracing::info!(node = %me, "cannot re-attach to {a}: {e}"),
                     }
                 }

@@ -1,6 +1,6 @@
-//! [`Control`]: the typed link-level messages (handshake, keepalive, goodbye, credit) that
-//! travel as the payload of [`Kind::Control`] envelopes, encoded as the `Control` protobuf
-//! of `proto/sdm.proto` — never as text to be sniffed.
+//! [`Control`]: the typed link-level messages (handshake, keepalive and its echo, goodbye,
+//! credit) that travel as the payload of [`Kind::Control`] envelopes, encoded as the
+//! `Control` protobuf of `proto/sdm.proto` — never as text to be sniffed.
 
 use bytes::Bytes;
 use prost::Message as _;
@@ -41,8 +41,11 @@ pub enum Control {
         /// Who the acceptor is.
         me: String,
     },
-    /// An idle writer is alive.
-    Keepalive,
+    /// The writer is alive; a non-zero sequence number asks for an [`Control::Echo`] of
+    /// it (the sender's round-trip time).
+    Keepalive(u64),
+    /// The answer to a [`Control::Keepalive`] with this sequence number.
+    Echo(u64),
     /// The session ends in order.
     Goodbye,
     /// The receiver took this many more bytes of output in.
@@ -72,7 +75,8 @@ impl Control {
             Control::Proof { .. } => "proof",
             Control::Ready => "ready",
             Control::Refuse { .. } => "refuse",
-            Control::Keepalive => "keepalive",
+            Control::Keepalive(_) => "keepalive",
+            Control::Echo(_) => "echo",
             Control::Goodbye => "goodbye",
             Control::Credit(_) => "credit",
         }
@@ -87,7 +91,8 @@ impl Control {
             Control::Proof { mac } => Msg::Proof(pb::Proof { mac }),
             Control::Ready => Msg::Ready(pb::Ready {}),
             Control::Refuse { me } => Msg::Refuse(pb::Refuse { me }),
-            Control::Keepalive => Msg::Keepalive(pb::Keepalive {}),
+            Control::Keepalive(seq) => Msg::Keepalive(pb::Keepalive { seq }),
+            Control::Echo(seq) => Msg::Echo(pb::Echo { seq }),
             Control::Goodbye => Msg::Goodbye(pb::Goodbye {}),
             Control::Credit(bytes) => Msg::Credit(pb::Credit { bytes }),
         };
@@ -111,7 +116,8 @@ impl Control {
             Msg::Proof(p) => Control::Proof { mac: p.mac },
             Msg::Ready(_) => Control::Ready,
             Msg::Refuse(r) => Control::Refuse { me: r.me },
-            Msg::Keepalive(_) => Control::Keepalive,
+            Msg::Keepalive(k) => Control::Keepalive(k.seq),
+            Msg::Echo(e) => Control::Echo(e.seq),
             Msg::Goodbye(_) => Control::Goodbye,
             Msg::Credit(c) => Control::Credit(c.bytes),
         })
@@ -161,7 +167,9 @@ mod tests {
             Control::Proof { mac: "cd".into() },
             Control::Ready,
             Control::Refuse { me: "6".into() },
-            Control::Keepalive,
+            Control::Keepalive(0),
+            Control::Keepalive(7),
+            Control::Echo(7),
             Control::Goodbye,
             Control::Credit(65536),
         ];

@@ -62,9 +62,14 @@ enum Cmd {
     Status {
         /// The front-end's process id (default: the only `sdm run` of this user).
         pid: Option<u32>,
-        /// One JSON object per subtree.
+        /// One JSON object per subtree (and, with -v, per link).
         #[arg(long)]
         json: bool,
+        /// Every link of the tree too (parent -> child): keepalive round-trip time, frames
+        /// and bytes each way, output queued and credit in use, the filters' time and the
+        /// re-attachments of the child.
+        #[arg(short, long)]
+        verbose: bool,
     },
     /// Print a tree shape.
     Topology {
@@ -486,6 +491,10 @@ struct TopArgs {
     /// --flame.
     #[arg(long, value_name = "FILE")]
     folded: Option<PathBuf>,
+    /// The tree's own figures per link instead of the programs' metrics (round-trip time,
+    /// frames and bytes, queue and credit, filter time, re-attachments), the worst first.
+    #[arg(long = "tree")]
+    links: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     program: Vec<String>,
@@ -637,8 +646,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         // Run by `real_main` before the runtime starts.
         Cmd::HoldTask { .. } => anyhow::bail!("hold-task runs before any thread"),
         Cmd::Top(a) => top::run_top(a).await,
-        Cmd::Status { pid, json } => {
-            let (healthy, text) = crate::status::status(pid, json).await?;
+        Cmd::Status { pid, json, verbose } => {
+            let (healthy, text) = crate::status::status(pid, json, verbose).await?;
             write!(std::io::stdout(), "{text}")?;
             if !healthy {
                 std::io::stdout().flush()?;

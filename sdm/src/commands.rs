@@ -189,8 +189,8 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "health",
-        usage: "health",
-        about: "the tree's health per subtree (full, degraded, partial, lost)",
+        usage: "health [-v]",
+        about: "the tree's health per subtree (full, degraded, partial, lost); -v: per link RTT, bytes, frames, queue, credit, filter time, re-attachments",
     },
     Command {
         name: "omis",

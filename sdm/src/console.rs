@@ -195,7 +195,7 @@ impl Console {
         let mut out = Vec::new();
         let res = match q.command.as_str() {
             "health" => self
-                .health(q.json, &mut out)
+                .health(q.json, q.verbose, &mut out)
                 .await
                 .map(|healthy| (healthy, String::from_utf8_lossy(&out).into_owned())),
             other => Err(anyhow!("unknown request {other:?}")),
@@ -203,9 +203,22 @@ impl Console {
         let _ = q.reply.send(res);
     }
 
-    /// Prints the tree's health per subtree; returns whether every subtree is full.
-    async fn health(&mut self, json: bool, out: &mut dyn Write) -> anyhow::Result<bool> {
+    /// Prints the tree's health per subtree (`verbose`: and every link's figures); returns
+    /// whether every subtree is full.
+    async fn health(
+        &mut self,
+        json: bool,
+        verbose: bool,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<bool> {
         let lines = sdm_client::health::report(&self.session, Duration::from_secs(5)).await?;
+        let links = if verbose {
+            sdm_client::telemetry::gather(&self.session, Duration::from_secs(5))
+                .await?
+                .links
+        } else {
+            Vec::new()
+        };
         if json {
             for l in &lines {
                 writeln!(
@@ -215,8 +228,18 @@ impl Console {
                         "health": l.health.name(), "replied": l.replied, "why": l.why})
                 )?;
             }
+            for l in &links {
+                writeln!(out, "{}", crate::links::json(l))?;
+            }
         } else {
             write!(out, "{}", sdm_client::health::text(&lines))?;
+            if verbose {
+                write!(
+                    out,
+                    "{}",
+                    crate::links::table(&links, crate::links::Order::Tree)
+                )?;
+            }
         }
         Ok(lines
             .iter()
@@ -291,7 +314,8 @@ impl Console {
         let (verb, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
         let rest = rest.trim();
         let mut failed = false;
-        if matches!(verb, "quit" | "exit" | "history" | "health") && !rest.is_empty() {
+        let health_v = verb == "health" && rest == "-v";
+        if matches!(verb, "quit" | "exit" | "history" | "health") && !rest.is_empty() && !health_v {
             anyhow::bail!("{verb} takes no arguments (`help {verb}`), not {rest:?}");
         }
         match verb {
@@ -328,7 +352,7 @@ impl Console {
             "bt" | "where" => failed = self.sampled_backtrace(rest, out).await?,
             "thread" => self.select_thread(rest, out)?,
             "health" => {
-                failed = !self.health(self.json, out).await?;
+                failed = !self.health(self.json, health_v, out).await?;
             }
             "counters" if rest.starts_with("--groups") => {
                 let dest = self.ranks(rest["--groups".len()..].trim())?;

@@ -31,6 +31,7 @@ mod heldtree;
 mod holdtask;
 mod hosts;
 pub mod interrupt;
+pub mod links;
 pub mod manual;
 mod mpilib;
 pub mod report;

@@ -7,9 +7,11 @@
 //! console takes the question between its own commands, runs the same `ping` wave as its
 //! `health` command, and answers.
 //!
-//! The protocol is one request line (`health`, or `health --json`) and one JSON answer:
-//! `{"healthy": bool, "text": "..."}` or `{"error": "..."}`. Stale sockets (their front-end
-//! died without removing them) are noticed when nothing answers, reported and removed.
+//! The protocol is one request line (`health`, with `--json` and `-v` if asked) and one
+//! JSON answer: `{"healthy": bool, "text": "..."}` or `{"error": "..."}`. With `-v` the
+//! report adds every link's figures ([`sdm_client::telemetry`]). Stale sockets (their
+//! front-end died without removing them) are noticed when nothing answers, reported and
+//! removed.
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -28,6 +30,8 @@ pub struct Query {
     pub command: String,
     /// JSON lines instead of text.
     pub json: bool,
+    /// Every link's figures too (`-v`).
+    pub verbose: bool,
     /// The answer: whether the tree is fully healthy, and the report (or an error).
     pub reply: oneshot::Sender<anyhow::Result<(bool, String)>>,
 }
@@ -144,10 +148,11 @@ async fn answer_one(conn: UnixStream, tx: mpsc::Sender<Query>) -> io::Result<()>
 async fn ask_console(request: &str, tx: &mpsc::Sender<Query>) -> anyhow::Result<(bool, String)> {
     let mut words = request.split_whitespace();
     let command = words.next().unwrap_or_default().to_owned();
-    let mut json = false;
+    let (mut json, mut verbose) = (false, false);
     for w in words {
         match w {
             "--json" => json = true,
+            "-v" => verbose = true,
             _ => anyhow::bail!("unknown option {w:?} in request {request:?}"),
         }
     }
@@ -158,6 +163,7 @@ async fn ask_console(request: &str, tx: &mpsc::Sender<Query>) -> anyhow::Result<
     tx.try_send(Query {
         command,
         json,
+        verbose,
         reply,
     })
     .map_err(|e| match e {
@@ -187,14 +193,20 @@ pub fn sessions() -> Vec<(u32, PathBuf)> {
     out
 }
 
-/// Asks the front-end listening at `path`; returns whether the tree is fully healthy and
-/// the report.
-pub async fn ask(path: &Path, json: bool) -> anyhow::Result<(bool, String)> {
+/// Asks the front-end listening at `path` (`verbose`: every link's figures too); returns
+/// whether the tree is fully healthy and the report.
+pub async fn ask(path: &Path, json: bool, verbose: bool) -> anyhow::Result<(bool, String)> {
     let mut conn = UnixStream::connect(path)
         .await
         .with_context(|| format!("connecting to {}", path.display()))?;
-    let request = if json { "health --json\n" } else { "health\n" };
-    conn.write_all(request.as_bytes()).await?;
+    let mut request = "health".to_owned();
+    if json {
+        request += " --json";
+    }
+    if verbose {
+        request += " -v";
+    }
+    conn.write_all(format!("{request}\n").as_bytes()).await?;
     let mut answer = String::new();
     conn.read_to_string(&mut answer).await?;
     let v: serde_json::Value = serde_json::from_str(answer.trim())
@@ -210,7 +222,7 @@ pub async fn ask(path: &Path, json: bool) -> anyhow::Result<(bool, String)> {
 
 /// `sdm status [PID]`: the front-end to ask is `pid`'s, or the only one running. Stale
 /// sockets met on the way are removed.
-pub async fn status(pid: Option<u32>, json: bool) -> anyhow::Result<(bool, String)> {
+pub async fn status(pid: Option<u32>, json: bool, verbose: bool) -> anyhow::Result<(bool, String)> {
     if let Some(pid) = pid {
         let path = socket_path(pid);
         if !path.exists() {
@@ -219,7 +231,7 @@ pub async fn status(pid: Option<u32>, json: bool) -> anyhow::Result<(bool, Strin
                 path.display()
             );
         }
-        return ask(&path, json).await;
+        return ask(&path, json, verbose).await;
     }
     let mut live = Vec::new();
     for (pid, path) in sessions() {
@@ -239,7 +251,7 @@ pub async fn status(pid: Option<u32>, json: bool) -> anyhow::Result<(bool, Strin
             "no sdm front-end of this user is running (none listens in {})",
             socket_dir().display()
         ),
-        [(_, path)] => ask(path, json).await,
+        [(_, path)] => ask(path, json, verbose).await,
         many => bail!(
             "{} sdm front-ends are running (pids {}): give one",
             many.len(),

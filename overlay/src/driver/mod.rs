@@ -146,9 +146,10 @@ pub use crate::liveness::{KEEPALIVE_ENV, Liveness};
 /// reader) wait, which makes the process wait: backpressure, never a dropped line.
 pub type LocalEvents = mpsc::Receiver<(Kind, u32, Bytes)>;
 
-/// Finds a new parent after the parent link died: resolves to a fresh, authenticated link
-/// to a live ancestor, or `None` to give up (the node then ends).
-pub type Reattach = Box<dyn FnMut() -> futures::future::BoxFuture<'static, Option<Link>> + Send>;
+/// Finds a new parent after the parent link died: resolves to a live ancestor and a fresh,
+/// authenticated link to it, or `None` to give up (the node then ends).
+pub type Reattach =
+    Box<dyn FnMut() -> futures::future::BoxFuture<'static, Option<(NodeId, Link)>> + Send>;
 
 /// How a node survives failures around it (both optional).
 #[derive(Default)]

@@ -404,6 +404,7 @@ impl Driver {
         options: &mut Options,
     ) -> Self {
         node.set_liveness(Some(options.liveness.unwrap_or_else(Liveness::from_env)));
+        node.set_telemetry(true);
         // The master's parent is the front-end, which sends no keepalives.
         let watch_parent = node.id() != NodeId::Master;
         let start = Instant::now().into_std();
@@ -475,15 +476,16 @@ pub(super) async fn drive(
             Some(reattach) => reattach().await,
             None => None,
         };
-        let Some(link) = new_parent else {
+        let Some((ancestor, link)) = new_parent else {
             d.goodbye(std::time::Duration::from_secs(1)).await;
             return;
         };
-        tracing::info!(node = %d.node.id(), "re-attached to {}", link.peer);
+        tracing::info!(node = %d.node.id(), "re-attached to {ancestor} at {}", link.peer);
         d.parent = LinkIo::new(link, d.ready.waker(PARENT));
         // Read in the next turn: its waker is registered once it is polled.
         set_wanted(&mut d.want, PARENT);
         d.node
             .handle_link_open(Instant::now().into_std(), Peer::Parent, true);
+        d.node.set_parent(ancestor);
     }
 }

@@ -150,6 +150,9 @@ impl Node {
         }
         self.forget_dead(descendant);
         self.down.remove(&descendant);
+        if let Some(t) = &mut self.telemetry {
+            t.adopted += 1;
+        }
         tracing::info!(node = %self.me, "adopted server {descendant}");
         true
     }

@@ -78,6 +78,11 @@ impl PendingOp {
         })
     }
 
+    /// The name of the op's filter (`""` if it could not be made).
+    pub(super) fn filter_name(&self) -> &str {
+        self.filter.as_ref().map_or("", |f| f.name())
+    }
+
     pub(super) fn done(&self) -> bool {
         self.left == 0
     }

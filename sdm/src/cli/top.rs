@@ -1,5 +1,6 @@
 //! `sdm top`: starts the program on every rank, then samples the ranks every period, the
-//! samples reduced in the tree and shown as a live table (or JSON lines).
+//! samples reduced in the tree and shown as a live table (or JSON lines); with `--tree`,
+//! the tree's own figures per link instead ([`crate::links`]).
 
 use super::*;
 
@@ -42,31 +43,19 @@ pub(super) async fn run_top(a: TopArgs) -> anyhow::Result<()> {
     let mut n = 0u64;
     let all = console.session().all();
     let mut stacks = crate::stacks::Stacks::default();
+    let wait = period.max(Duration::from_secs(2));
     loop {
-        let s =
-            sdm_client::top::sample(console.session(), &all, period.max(Duration::from_secs(2)))
-                .await?;
         n += 1;
-        let ended = s.stats.is_empty() && !s.missing.is_empty();
+        let ended = if a.links {
+            tree_wave(console.session(), wait, n, t0, a.json, tty).await?
+        } else {
+            metrics_wave(console.session(), &all, wait, (n, a.n), t0, a.json, tty).await?
+        };
         if flame.wanted() && !ended {
             let mut err = std::io::stderr();
             console
                 .sample_cpu_stacks(&all, &mut stacks, &cpu, &mut err)
                 .await?;
-        }
-        let t = t0.elapsed().as_secs_f64();
-        if a.json {
-            writeln!(std::io::stdout(), "{}", crate::top::json(&s, t))?;
-        } else {
-            if tty {
-                write!(std::io::stdout(), "\x1b[H\x1b[2J")?;
-            }
-            writeln!(
-                std::io::stdout(),
-                "sdm top: {} ranks, sample {n} at {t:.1} s",
-                a.n
-            )?;
-            write!(std::io::stdout(), "{}", crate::top::table(&s))?;
         }
         std::io::stdout().flush()?;
         if ended || a.count.is_some_and(|c| n >= c) {
@@ -115,4 +104,69 @@ fn cpu_args(files: &crate::flame::FlameFiles) -> anyhow::Result<crate::stacks::B
     a.on_cpu = true;
     a.flame = files.clone();
     Ok(a)
+}
+
+/// One wave of `sdm top`: the programs' metrics merged in the tree, as a table (refreshed
+/// in place on a terminal) or one JSON line. Whether the programs have all ended (no
+/// metrics, only missing ranks). `wave` is the wave's number and the job's size.
+async fn metrics_wave(
+    session: &Session,
+    all: &IdSet,
+    wait: Duration,
+    (n, ranks): (u64, u32),
+    t0: tokio::time::Instant,
+    json: bool,
+    tty: bool,
+) -> anyhow::Result<bool> {
+    let s = sdm_client::top::sample(session, all, wait).await?;
+    let t = t0.elapsed().as_secs_f64();
+    let mut out = std::io::stdout();
+    if json {
+        writeln!(out, "{}", crate::top::json(&s, t))?;
+    } else {
+        if tty {
+            write!(out, "\x1b[H\x1b[2J")?;
+        }
+        writeln!(out, "sdm top: {ranks} ranks, sample {n} at {t:.1} s")?;
+        write!(out, "{}", crate::top::table(&s))?;
+    }
+    Ok(s.stats.is_empty() && !s.missing.is_empty())
+}
+
+/// One wave of `sdm top --tree`: every link's figures, the worst first, as a table
+/// (refreshed in place on a terminal) or one JSON line `{"t", "wave", "links": [...],
+/// "wave_us", "wave_bytes"}` (the telemetry wave's own round trip and bytes). Whether the
+/// tree has ended (no server answered).
+async fn tree_wave(
+    session: &Session,
+    wait: Duration,
+    n: u64,
+    t0: tokio::time::Instant,
+    json: bool,
+    tty: bool,
+) -> anyhow::Result<bool> {
+    let wave = sdm_client::telemetry::gather(session, wait).await?;
+    let (links, us) = (&wave.links, wave.elapsed.as_micros() as u64);
+    let t = t0.elapsed().as_secs_f64();
+    let mut out = std::io::stdout();
+    if json {
+        let rows: Vec<serde_json::Value> = links.iter().map(crate::links::json).collect();
+        let line = serde_json::json!({"t": t, "wave": n, "links": rows,
+            "wave_us": us, "wave_bytes": wave.bytes});
+        writeln!(out, "{line}")?;
+    } else {
+        if tty {
+            write!(out, "\x1b[H\x1b[2J")?;
+        }
+        let ms = us as f64 / 1000.0;
+        writeln!(
+            out,
+            "sdm top --tree: {} links, wave {n} at {t:.1} s ({ms:.2} ms, {} bytes), the worst first",
+            links.len(),
+            wave.bytes
+        )?;
+        let table = crate::links::table(links, crate::links::Order::Worst);
+        write!(out, "{table}")?;
+    }
+    Ok(links.iter().all(|l| l.answer.is_err()))
 }

@@ -1,0 +1,140 @@
+//! The tree's own figures per link (`sdm status -v`, the console's `health -v`,
+//! `sdm top --tree`): one wave of the telemetry request ([`SERVICE`]), which every server
+//! answers itself with its [`NodeReport`] (its links' frames, bytes, keepalive round-trip
+//! times and flow-control state, its filters' time, its re-attachments), merged up the
+//! tree like any reply.
+//!
+//! Each server reports the link to its parent, so the links of the tree are listed once
+//! each, by the child's end: the current parent (the ancestor the server re-attached to
+//! after its parent died, as it or its adopter says, else the tree's parent) → the server.
+//! A server that did not answer is listed with why (lost, timed out), never left out.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sdm_overlay::telemetry::{LinkReport, NodeReport};
+use sdm_proto::{IdSet, Status, SyncMode};
+use sdm_topology::NodeId;
+
+pub use sdm_overlay::telemetry::SERVICE;
+
+use crate::session::Session;
+
+/// One link of the tree, parent → child, with the child's figures.
+#[derive(Debug, Clone)]
+pub struct Link {
+    /// The parent: `None` is the master.
+    pub parent: Option<u32>,
+    /// The child server.
+    pub child: u32,
+    /// The child's host, if known.
+    pub host: Option<String>,
+    /// The child's record, or why there is none (`lost: ...`, `timed out`).
+    pub answer: Result<NodeReport, String>,
+}
+
+impl Link {
+    /// The child's parent link figures, if it answered.
+    pub fn figures(&self) -> Option<&LinkReport> {
+        self.answer.as_ref().ok().and_then(NodeReport::parent_link)
+    }
+}
+
+/// One wave of the telemetry request.
+#[derive(Debug, Clone)]
+pub struct Wave {
+    /// One link per server, in server order.
+    pub links: Vec<Link>,
+    /// The bytes of the records that reached the front-end (the wave's own cost).
+    pub bytes: u64,
+    /// The wave's round trip.
+    pub elapsed: Duration,
+}
+
+/// Asks every server of `s` for its figures (waiting at most `timeout`).
+pub async fn gather(s: &Session, timeout: Duration) -> crate::Result<Wave> {
+    let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+    let all = s.all();
+    let m = crate::service::command(SERVICE, &all, SyncMode::Timeout(ms), "");
+    let start = std::time::Instant::now();
+    let groups = s.request_command(m).await?;
+    let elapsed = start.elapsed();
+    let bytes = groups.iter().map(|g| g.payload.len() as u64).sum();
+    let mut reports = BTreeMap::new();
+    let mut missing: Vec<(IdSet, String)> = Vec::new();
+    for g in groups {
+        let why = match g.status {
+            Status::Replied => match NodeReport::decode(&g.payload) {
+                Ok(r) => {
+                    if let Some(server) = r.server {
+                        reports.insert(server, r);
+                    }
+                    continue;
+                }
+                Err(e) => e.to_string(),
+            },
+            Status::TimedOut => "timed out".to_owned(),
+            Status::Lost => format!("lost: {}", String::from_utf8_lossy(&g.payload)),
+            Status::Error => format!("error: {}", String::from_utf8_lossy(&g.payload)),
+        };
+        missing.push((g.sources, why));
+    }
+    let hosts: BTreeMap<u32, String> = s
+        .report()
+        .processes
+        .iter()
+        .map(|(server, host, _)| (*server, host.clone()))
+        .collect();
+    Ok(Wave {
+        links: links(s, reports, &missing, &hosts),
+        bytes,
+        elapsed,
+    })
+}
+
+/// The links of the tree of `s` from the servers' `reports` (by server), the ranks that
+/// gave none and why, and the servers' hosts.
+fn links(
+    s: &Session,
+    mut reports: BTreeMap<u32, NodeReport>,
+    missing: &[(IdSet, String)],
+    hosts: &BTreeMap<u32, String>,
+) -> Vec<Link> {
+    let tree = s.tree();
+    // Adopters name the orphans they hold now: those are their children.
+    let adopter: BTreeMap<u32, u32> = reports
+        .iter()
+        .flat_map(|(&a, r)| r.adopted_now.iter().map(move |&o| (o, a)))
+        .collect();
+    (0..tree.servers())
+        .map(|server| {
+            let node = NodeId::Server(server);
+            // The ancestor it says it re-attached to, else the one that says it adopted
+            // it, else its parent in the tree.
+            let parent = match (
+                reports.get(&server).and_then(|r| r.parent),
+                adopter.get(&server),
+            ) {
+                (Some(p), _) => p.server(),
+                (None, Some(&a)) => Some(a),
+                (None, None) => tree.shape().parent(node).and_then(|p| p.server()),
+            };
+            let answer = reports.remove(&server).ok_or_else(|| {
+                let ranks = tree.local(node);
+                missing
+                    .iter()
+                    .find(|(ids, _)| !ids.is_disjoint(&ranks))
+                    .map_or_else(
+                        || "no answer (it serves no rank)".to_owned(),
+                        |(_, why)| why.clone(),
+                    )
+            });
+            Link {
+                parent,
+                child: server,
+                host: hosts.get(&server).cloned(),
+                answer,
+            }
+        })
+        .collect()
+}
