@@ -17,7 +17,8 @@
 //! - Frames are named by function (a frame without a symbol by `module+offset`, a Python
 //!   frame by its Python function) as `bt --functions` names them: a flame graph's widths are
 //!   per function, where line-granular frames would split one function into a box per line.
-//!   The classes are `bt --classes`'s: line-granular unless `--functions`, collapsed.
+//!   The classes are `bt --classes`'s: line-granular unless `--functions`, collapsed
+//!   unless `--full`.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -60,19 +61,31 @@ fn folded_name(name: &str) -> String {
 impl Traces {
     /// Adds one stack (outermost frame first) seen once on each rank of `ids`: `named` the
     /// tree's labels with whether each frame has a source line, `fields` the frames'
-    /// fields, `collapse` whether the graph's stacks are collapsed as `--collapse` does.
+    /// fields, `collapse` whether the graph's stacks are collapsed as `--collapse` does,
+    /// `collapse_class` whether the class path is, as `bt --classes` collapses it (not
+    /// with `--full`).
     pub fn add(
         &mut self,
         named: &[(String, bool)],
         fields: &[FrameFields],
         ids: &IdSet,
         collapse: bool,
+        collapse_class: bool,
     ) {
         if named.is_empty() || ids.is_empty() {
             return;
         }
-        let class_len = crate::stacks::collapsed_len(named);
-        let flame_len = if collapse { class_len } else { fields.len() };
+        let collapsed_len = crate::stacks::collapsed_len(named);
+        let class_len = if collapse_class {
+            collapsed_len
+        } else {
+            named.len()
+        };
+        let flame_len = if collapse {
+            collapsed_len
+        } else {
+            fields.len()
+        };
         let trace = Trace {
             class: named[..class_len].iter().map(|(l, _)| l.clone()).collect(),
             frames: fields[..flame_len]
@@ -349,7 +362,7 @@ mod tests {
             .iter()
             .map(|f| (f.label(false), f.line.is_some()))
             .collect();
-        t.add(&named, frames, &ids.parse().unwrap(), false);
+        t.add(&named, frames, &ids.parse().unwrap(), false, true);
     }
 
     fn job() -> Traces {

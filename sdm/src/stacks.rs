@@ -362,7 +362,10 @@ impl Stacks {
         let (fields, named) = named_frames(frames, a);
         if a.flame.wanted() {
             let collapse = a.collapse == Some(true);
-            self.traces.add(&named, &fields, ids, collapse);
+            // Classes numbered as `bt --classes` (with the same `--full`) numbers them.
+            let collapse_class = a.collapse.unwrap_or(true);
+            self.traces
+                .add(&named, &fields, ids, collapse, collapse_class);
         }
         let (fields, labels) = kept_frames(fields, named, a);
         for (label, f) in labels.iter().zip(&fields) {
@@ -632,6 +635,29 @@ mod tests {
                 })
                 .collect(),
         )
+    }
+
+    #[test]
+    fn flame_classes_are_numbered_as_bt_classes_numbers_them_with_full_too() {
+        let r = |s: &str| s.parse::<IdSet>().unwrap();
+        // Two ranks in one library call, caught at different frames inside it.
+        let stack = |inner: &str| {
+            vec![
+                frame(inner, "", "libmpi.so", 0x40),
+                frame("PMPI_Barrier", "", "libmpi.so", 0x20),
+                frame("main", "prog.c:7", "prog", 0x1107),
+            ]
+        };
+        for opts in ["--classes --flame f.svg", "--classes --full --flame f.svg"] {
+            let a = BtArgs::parse(opts).unwrap();
+            let mut s = Stacks::default();
+            assert!(s.add_threads(&threads(vec![stack("poll")]), &r("[0]"), &a));
+            assert!(s.add_threads(&threads(vec![stack("progress")]), &r("[1]"), &a));
+            let paths = |c: Vec<sdm_overlay::filters::builtin::StackClass>| -> Vec<_> {
+                c.into_iter().map(|c| c.path).collect()
+            };
+            assert_eq!(paths(s.traces.classes()), paths(s.tree.classes()), "{opts}");
+        }
     }
 
     #[test]
