@@ -51,6 +51,8 @@ impl Monitor {
         {
             return Err(state(format!("process {} is still alive", p.pid)));
         }
+        // No stop of this new process has been recorded yet.
+        self.run_states.clear();
         let mut cmd = self.command(program, args);
         let master = stdio::wire(&mut cmd, mode)?;
         own_session(&mut cmd, at_main);
@@ -170,6 +172,7 @@ impl Monitor {
     /// session and their descendants (SIGTERM, then SIGKILL after a 2 s grace).
     pub fn kill(&mut self) -> MonResult<()> {
         self.drop_symbolic();
+        self.run_states.clear();
         let p = self.proc()?;
         if matches!(p.state, ProcState::Exited(_) | ProcState::Signaled(_)) {
             return Ok(());
@@ -249,6 +252,8 @@ impl Monitor {
             .map_err(|e| errno(pid, &format!("no process {pid} to attach to"), e))?;
         ptrace::seize(pid, ptrace::Options::empty()).map_err(|e| errno(pid, "ptrace seize", e))?;
         self.idle = None;
+        // No stop of this process has been recorded yet.
+        self.run_states.clear();
         self.proc = Some(Proc {
             pid,
             exe,

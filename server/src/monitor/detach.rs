@@ -39,6 +39,8 @@ impl Monitor {
     pub(super) fn detach(&mut self, leave: Leave) {
         let Some(p) = self.proc.as_ref() else { return };
         let pid = p.pid;
+        // Run states recorded at a stop describe no later stop, and no other process.
+        self.run_states.clear();
         let stopped = !matches!(p.state, ProcState::Running);
         let keep_stopped = leave == Leave::Stopped && stopped;
         if self.symbolic() {

@@ -411,6 +411,8 @@ impl Monitor {
         h.gdb.command(&cmd, PATIENCE).map_err(gdb_err)?;
         h.running = true;
         self.proc()?.state = ProcState::Running;
+        // The threads' states `stop` recorded are not those of the stop this step ends in.
+        self.run_states.clear();
         let h = self.held()?;
         let stop = loop {
             let Some(stop) = h.gdb.wait_stopped(STEP_PATIENCE).map_err(gdb_err)? else {

@@ -35,6 +35,8 @@ impl Monitor {
                 wait_interrupted(p)?;
             }
         }
+        // It runs on: run states a `stop` recorded describe no later stop.
+        self.run_states.clear();
         // SIGCONT ends the stop the launcher left it in; PTRACE_CONT lets it run.
         kill(pid, Signal::SIGCONT).map_err(|e| errno(pid, "SIGCONT", e))?;
         self.run_into(pid, addr, true)?;

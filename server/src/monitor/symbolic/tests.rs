@@ -69,3 +69,39 @@ fn a_process_stopped_at_main_is_handed_to_gdb_and_stepped() {
     assert_eq!(e.to_string(), "No symbol \"nosuch\" in current context.");
     call(Box::new(|m| m.kill().map(|()| String::new()))).unwrap();
 }
+
+/// The states of the process's threads as `sdm_stacks` reports them.
+fn run_states(m: &mut Monitor) -> MonResult<String> {
+    let states: Vec<Option<char>> = m.thread_backtraces()?.iter().map(|t| t.state).collect();
+    Ok(format!("{states:?}"))
+}
+
+#[test]
+#[cfg_attr(not(sdm_have_gdb), ignore = "needs gdb")]
+fn run_states_recorded_at_a_stop_go_with_any_resume() {
+    let exe = program();
+    let (tx, _rx) = tokio::sync::mpsc::channel(64);
+    let (m, _events) = MonitorHandle::new(0, 1, tx);
+    let call = |f: Job| m.submit(f).blocking_recv().unwrap();
+    call(Box::new(move |m| {
+        m.start_at_main(exe.to_str().unwrap(), &[], IoMode::Pipes)
+            .map(|p| p.to_string())
+    }))
+    .unwrap();
+    call(Box::new(|m| m.stop().map(|()| String::new()))).unwrap();
+    assert_eq!(call(Box::new(run_states)).unwrap(), "[Some('T')]");
+    // Stepping moves the process on and ends in a stop `stop` did not make.
+    call(Box::new(|m| m.break_at("loop.c:4", None, true))).unwrap();
+    assert_eq!(
+        call(Box::new(|m| m.step(&Step::Next))).unwrap(),
+        "loop.c:8 in main()"
+    );
+    assert_eq!(call(Box::new(run_states)).unwrap(), "[None]");
+    // Killing (any resume on the way out) forgets them too.
+    call(Box::new(|m| m.stop().map(|()| String::new()))).unwrap();
+    // Stopped already (in gdb's trace stop) when `stop` recorded them.
+    assert_eq!(call(Box::new(run_states)).unwrap(), "[Some('t')]");
+    call(Box::new(|m| m.kill().map(|()| String::new()))).unwrap();
+    let left = call(Box::new(|m| Ok(m.run_states.len().to_string()))).unwrap();
+    assert_eq!(left, "0");
+}
