@@ -3,10 +3,17 @@
 //! `unhandledrejection` event, Content-Security-Policy violations, `console.error` and
 //! `console.warn`) and returns the DOM as it stands after the load, the errors counted in an
 //! attribute of its root element; [`screenshot`] renders a page to a PNG of a given size and
-//! reads the size back from the PNG's header.
+//! reads the size back from the PNG's header. Each chromium run is killed, failing the
+//! test, if it has not ended in [`CHROMIUM_DEADLINE`].
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A hang guard: a headless chromium still running after this long is stuck (killed, with
+/// its helper processes), not slow.
+const CHROMIUM_DEADLINE: Duration = Duration::from_secs(120);
 
 /// Injected first into the page: records each error into the root element's attributes
 /// (`data-sdm-errors`, their count; `data-sdm-error-log`, their text), notes the load
@@ -86,6 +93,44 @@ fn chromium(profile: &Path) -> Command {
     c
 }
 
+/// What a chromium run left: its exit status and what it wrote.
+struct Ran {
+    status: ExitStatus,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+/// Runs `cmd` (a chromium command) in `dir`'s files for its output, in a process group of
+/// its own; past [`CHROMIUM_DEADLINE`] kills the group and panics naming the command.
+fn run(mut cmd: Command, dir: &Path) -> Ran {
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    let file = |p: &Path| Stdio::from(std::fs::File::create(p).expect("a file for chromium"));
+    let mut child = cmd
+        .stdout(file(&out))
+        .stderr(file(&err))
+        .process_group(0)
+        .spawn()
+        .expect("running chromium");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waiting for chromium") {
+            break s;
+        }
+        if start.elapsed() > CHROMIUM_DEADLINE {
+            let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
+            let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+            panic!("chromium hung: still running after {CHROMIUM_DEADLINE:?}, killed: {cmd:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    Ran {
+        status,
+        stdout: std::fs::read(&out).expect("chromium's output"),
+        stderr: String::from_utf8_lossy(&std::fs::read(&err).unwrap_or_default()).into_owned(),
+    }
+}
+
 /// A fresh directory for one browser run.
 fn scratch(tag: &str) -> PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -107,16 +152,15 @@ pub fn load(html: &Path) -> Loaded {
     let at = page.find("<head>").expect("the page has a <head>") + "<head>".len();
     let copy = dir.join("page.html");
     std::fs::write(&copy, format!("{}{RECORDER}{}", &page[..at], &page[at..])).unwrap();
-    let out = chromium(&dir.join("profile"))
-        .arg("--dump-dom")
-        .arg(format!("file://{}", copy.display()))
-        .output()
-        .expect("running chromium");
+    let mut cmd = chromium(&dir.join("profile"));
+    cmd.arg("--dump-dom")
+        .arg(format!("file://{}", copy.display()));
+    let out = run(cmd, &dir);
     assert!(
         out.status.success(),
         "chromium --dump-dom failed ({:?}): {}",
         out.status,
-        String::from_utf8_lossy(&out.stderr)
+        out.stderr
     );
     let _ = std::fs::remove_dir_all(&dir);
     Loaded {
@@ -128,17 +172,16 @@ pub fn load(html: &Path) -> Loaded {
 /// gives.
 pub fn screenshot(html: &Path, png: &Path, width: u32, height: u32) -> (u32, u32) {
     let dir = scratch("shot");
-    let out = chromium(&dir.join("profile"))
-        .arg(format!("--window-size={width},{height}"))
+    let mut cmd = chromium(&dir.join("profile"));
+    cmd.arg(format!("--window-size={width},{height}"))
         .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", html.display()))
-        .output()
-        .expect("running chromium");
+        .arg(format!("file://{}", html.display()));
+    let out = run(cmd, &dir);
     assert!(
         out.status.success(),
         "chromium --screenshot failed ({:?}): {}",
         out.status,
-        String::from_utf8_lossy(&out.stderr)
+        out.stderr
     );
     let _ = std::fs::remove_dir_all(&dir);
     png_size(&std::fs::read(png).expect("the screenshot"))
