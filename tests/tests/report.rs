@@ -115,6 +115,51 @@ fn tree_leaves(tree: &str) -> Vec<(String, String)> {
     leaves
 }
 
+/// Every node of `bt`'s printed tree (`[ranks] [xN] frame`): its ranks and frame, sorted.
+fn printed_nodes(tree: &str) -> Vec<(String, String)> {
+    let mut nodes: Vec<(String, String)> = tree
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('['))
+        .map(|node| {
+            let (ranks, rest) = node.split_once(' ').unwrap();
+            let frame = match rest.split_once(' ') {
+                Some((count, frame))
+                    if count.starts_with('x') && count[1..].parse::<u64>().is_ok() =>
+                {
+                    frame
+                }
+                _ => rest,
+            };
+            (ranks.to_owned(), frame.to_owned())
+        })
+        .collect();
+    nodes.sort();
+    nodes
+}
+
+/// Every node of the page's call tree section (`<section id="tree">`): its ranks and
+/// frame, sorted; panics if the page has no such section.
+fn page_tree_nodes(page: &str) -> Vec<(String, String)> {
+    let section = between(page, "<section id=\"tree\">", "</section>");
+    assert_eq!(section.len(), 1, "the page has one call tree section");
+    let unescape = |s: &str| {
+        s.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&")
+    };
+    let mut nodes: Vec<(String, String)> = between(section[0], "<span class=\"ranks\">", "</code>")
+        .into_iter()
+        .map(|node| {
+            let ranks = node.split("</span>").next().unwrap();
+            let label = node.split("<code>").nth(1).expect("a node's frame");
+            (unescape(ranks), unescape(label))
+        })
+        .collect();
+    nodes.sort();
+    nodes
+}
+
 /// The marked line of a source excerpt: line `n` holding `text`.
 fn marked_line(n: u32, text: &str) -> String {
     format!(
@@ -233,7 +278,11 @@ fn a_hang_report_opens_in_a_browser_with_every_class_and_rank() {
         .expect("the page's script ran");
     assert_eq!(dimmed, rows.iter().filter(|r| r[4] != "C1").count());
 
-    // A picture of the page, the tree at its top.
+    // A picture of the page, the tree at its top: first the tree is in the DOM, every
+    // node of the printed tree (a blank page would make a picture of the right size too).
+    let nodes = page_tree_nodes(dom);
+    assert!(nodes.len() > classes.len(), "{nodes:?}");
+    assert_eq!(nodes, printed_nodes(tree), "{context}");
     let png = dir.join("report.png");
     assert_eq!(browser::screenshot(&html, &png, 1200, 900), (1200, 900));
     assert!(std::fs::metadata(&png).unwrap().len() > 1000);
