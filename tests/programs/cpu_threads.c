@@ -1,8 +1,11 @@
 /* Test program for CPU flame graphs (tests/flame.rs): each rank's helper thread sleeps in
  * idle_wait for good, its main thread burns CPU in burn, called from busy_work, once the
- * helper is asleep. A CPU profile counts the main threads only. Built -O0 -g. */
+ * helper is asleep. A CPU profile counts the main threads only. Built -O0 -g. With
+ * SDM_TEST_READY_DIR set, creates the file DIR/RANK (RANK from SDM_RANK) when it starts
+ * burning, so a test knows every rank is busy. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -53,6 +56,14 @@ int main(void)
     pthread_create(&helper, 0, idle_wait, 0);
     while (!helper_tid || !asleep(helper_tid))
         usleep(1000);
+    const char *dir = getenv("SDM_TEST_READY_DIR"), *rank = getenv("SDM_RANK");
+    if (dir && rank) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, rank);
+        FILE *f = fopen(path, "w");
+        if (f)
+            fclose(f);
+    }
     busy_work();
     return 0;
 }

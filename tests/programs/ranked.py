@@ -1,7 +1,8 @@
 """A rank of a job its launcher started without MPI (tests/any_launcher.rs): a shell loop
 sets each copy's rank in the variable named by argv[1]. The rank named by argv[2] computes
 in compute() called from step(); the others sleep in wait() called from step(). Prints
-"ready" once running."""
+"ready" once running; with SDM_TEST_READY_DIR set, creates the file DIR/RANK before
+step() too (tests/flame.rs waits for every rank's)."""
 
 import os
 import sys
@@ -31,4 +32,6 @@ def step():
 
 sys.stdout.write("ready\n")
 sys.stdout.flush()
+if "SDM_TEST_READY_DIR" in os.environ:
+    open(os.path.join(os.environ["SDM_TEST_READY_DIR"], str(RANK)), "w").close()
 step()

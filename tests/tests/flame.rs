@@ -312,31 +312,99 @@ fn sdm(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// What a `sdm top` run left: exit status, stdout, stderr, its JSON waves.
+struct TopRun {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+    /// Every metrics wave printed (each printed before its CPU samples are taken).
+    waves: u64,
+}
+
+/// Runs `sdm top ARGS` (no `--count`, `--json`) on `ranks` ranks of a program that creates
+/// `SDM_TEST_READY_DIR/RANK` once busy; once every rank's file exists and `waves` more
+/// metrics waves were printed, ends it with SIGTERM (it writes its graphs then). Start-up
+/// on a loaded machine may take any number of waves: only waves of busy ranks are counted.
+fn top_once_busy(args: &[&str], ranks: usize, waves: usize, dir: &Path) -> TopRun {
+    use std::io::BufRead;
+    let ready = dir.join("ready");
+    std::fs::create_dir_all(&ready).unwrap();
+    let mut top = Command::new(sdm_e2e::sdm())
+        .arg("top")
+        .args(args)
+        .env("SDM_TEST_READY_DIR", &ready)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running sdm top");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = top.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line.contains("\"metrics\""));
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let busy = || std::fs::read_dir(&ready).unwrap().count() == ranks;
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    let mut after = 0;
+    while after < waves {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hang guard: ranks never all busy"
+        );
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(wave) if wave && busy() => after += 1,
+            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(e) => panic!("sdm top ended early ({e})"),
+        }
+    }
+    let pid = nix::unistd::Pid::from_raw(top.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = top.wait_with_output().unwrap();
+    let stdout = reader.join().unwrap();
+    TopRun {
+        ok: out.status.success(),
+        waves: stdout.lines().filter(|l| l.contains("\"metrics\"")).count() as u64,
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 #[test]
 fn top_flame_counts_the_threads_running_on_a_cpu() {
-    const COUNT: u64 = 4;
     const RANKS: u64 = 4;
     let program = sdm_e2e::c_program("cpu_threads", &["-O0", "-g", "-pthread"]);
     let dir = scratch("top");
     let svg = dir.join("cpu.svg");
     let fold = dir.join("cpu.folded");
-    let (ok, stdout, stderr) = sdm(&[
-        "top",
-        "-n",
-        &RANKS.to_string(),
-        "--period",
-        "0.5",
-        "--count",
-        &COUNT.to_string(),
-        "--json",
-        "--flame",
-        svg.to_str().unwrap(),
-        "--folded",
-        fold.to_str().unwrap(),
-        "--",
-        program.to_str().unwrap(),
-    ]);
-    assert!(ok, "{stdout}\n{stderr}");
+    let ranks = RANKS.to_string();
+    let run = top_once_busy(
+        &[
+            "-n",
+            &ranks,
+            "--period",
+            "0.5",
+            "--json",
+            "--flame",
+            svg.to_str().unwrap(),
+            "--folded",
+            fold.to_str().unwrap(),
+            "--",
+            program.to_str().unwrap(),
+        ],
+        RANKS as usize,
+        4,
+        &dir,
+    );
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
+    assert!(run.ok, "{stdout}\n{stderr}");
     let lines = folded(&fold);
     // The main threads burn: counted. Each rank's helper sleeps in `pause` from the moment
     // its main thread burns (the program waits for it): never counted asleep.
@@ -349,8 +417,9 @@ fn top_flame_counts_the_threads_running_on_a_cpu() {
         0,
         "a sleeping thread counted: {lines:?}"
     );
-    // At most one running thread per rank in each sample (the helpers only before sleeping).
-    assert!(total(&lines) <= COUNT * RANKS * 2, "{lines:?}");
+    // At most two running threads per rank in each sample (the helpers only before
+    // sleeping); no more samples than waves.
+    assert!(total(&lines) <= run.waves * RANKS * 2, "{lines:?}");
     let titles = svg_titles(&svg);
     assert!(has_frame(&titles, "burn"), "{titles:?}");
     assert!(!has_frame(&titles, "pause"), "{titles:?}");
@@ -377,33 +446,29 @@ fn top_flame_counts_the_threads_running_on_a_cpu() {
 
 #[test]
 fn top_writes_its_flame_graph_when_terminated() {
-    use std::io::BufRead;
     let program = sdm_e2e::c_program("cpu_threads", &["-O0", "-g", "-pthread"]);
     let dir = scratch("term");
     let fold = dir.join("cpu.folded");
-    let mut top = Command::new(sdm_e2e::sdm())
-        .args(["top", "-n", "2", "--period", "0.3", "--json", "--folded"])
-        .arg(&fold)
-        .arg("--")
-        .arg(&program)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("running sdm top");
-    // Three samples taken (each wave's JSON line comes after its stacks), then SIGTERM.
-    let stdout = top.stdout.take().unwrap();
-    let samples = std::io::BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .filter(|l| l.contains("\"metrics\""))
-        .take(3)
-        .count();
-    assert_eq!(samples, 3);
-    let pid = nix::unistd::Pid::from_raw(top.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let out = top.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    // Three waves printed once both ranks burn, then SIGTERM: each wave's JSON line is
+    // printed before its CPU samples are taken, so at least two sampled busy ranks.
+    let run = top_once_busy(
+        &[
+            "-n",
+            "2",
+            "--period",
+            "0.3",
+            "--json",
+            "--folded",
+            fold.to_str().unwrap(),
+            "--",
+            program.to_str().unwrap(),
+        ],
+        2,
+        3,
+        &dir,
+    );
+    let stderr = &run.stderr;
+    assert!(run.ok, "{stderr}");
     let lines = folded(&fold);
     assert!(through(&lines, &["busy_work", "burn"]) > 0, "{lines:?}");
     assert_eq!(through(&lines, &["idle_wait", "pause"]), 0, "{lines:?}");
@@ -419,24 +484,26 @@ fn top_flame_names_python_frames() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/ranked.py");
     let dir = scratch("python");
     let fold = dir.join("py.folded");
-    let (ok, stdout, stderr) = sdm(&[
-        "top",
-        "-n",
-        "2",
-        "--period",
-        "0.3",
-        "--count",
-        "4",
-        "--json",
-        "--folded",
-        fold.to_str().unwrap(),
-        "--",
-        "/usr/bin/python3",
-        script.to_str().unwrap(),
-        "SDM_RANK",
-        "0",
-    ]);
-    assert!(ok, "{stdout}\n{stderr}");
+    let run = top_once_busy(
+        &[
+            "-n",
+            "2",
+            "--period",
+            "0.3",
+            "--json",
+            "--folded",
+            fold.to_str().unwrap(),
+            "--",
+            "/usr/bin/python3",
+            script.to_str().unwrap(),
+            "SDM_RANK",
+            "0",
+        ],
+        2,
+        4,
+        &dir,
+    );
+    assert!(run.ok, "{}\n{}", run.stdout, run.stderr);
     let lines = folded(&fold);
     assert!(
         through(&lines, &["<module>", "step", "compute"]) > 0,
