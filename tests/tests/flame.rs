@@ -162,11 +162,14 @@ async fn settled(c: &mut Console) {
     panic!("the ranks never settled:\n{out}");
 }
 
+/// `bt --samples` of [`threads_job`]: this many samples, of these ranks, each with
+/// these threads.
+const SAMPLES: u64 = 3;
+const RANKS: u64 = 4;
+const THREADS: u64 = 2;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bt_writes_flame_graphs_of_the_job_and_of_each_class() {
-    const SAMPLES: u64 = 3;
-    const RANKS: u64 = 4;
-    const THREADS: u64 = 2;
     let dir = scratch("bt");
     let mut c = threads_job().await;
     settled(&mut c).await;
@@ -182,9 +185,18 @@ async fn bt_writes_flame_graphs_of_the_job_and_of_each_class() {
     )
     .await;
     let named: Vec<&str> = out.lines().filter(|l| l.starts_with("flame: ")).collect();
+    let all = whole_job_graph(&svg, &fold, &named, &out);
+    class_graphs(&dir, &named, &out, total(&all));
+    json_names_the_graphs(&mut c, &dir).await;
+    an_unwritable_graph_is_an_error_naming_it(&mut c, &dir).await;
+    c.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
-    // The whole job: every trace counted once, samples x ranks x threads.
-    let all = folded(&fold);
+/// The whole job's graph (`svg`, `fold`) of `bt`'s output `out` (`named` its `flame:`
+/// lines): every trace counted once, samples x ranks x threads. Returns its folded lines.
+fn whole_job_graph(svg: &Path, fold: &Path, named: &[&str], out: &str) -> Vec<(Vec<String>, u64)> {
+    let all = folded(fold);
     assert_eq!(total(&all), SAMPLES * RANKS * THREADS, "{all:?}");
     assert_eq!(
         through(&all, &["main", "wait_here", "pause"]),
@@ -212,6 +224,17 @@ async fn bt_writes_flame_graphs_of_the_job_and_of_each_class() {
         "{out}"
     );
 
+    // The SVG: well-formed, a frame per function of both threads.
+    let titles = svg_titles(svg);
+    for f in ["main", "wait_here", "pause", "helper_wait", "sleep"] {
+        assert!(has_frame(&titles, f), "no frame {f} in {titles:?}");
+    }
+    all
+}
+
+/// The classes' graphs in `dir` (`named`, `out` as for [`whole_job_graph`]); their counts
+/// add up to the whole job's, `job_total`.
+fn class_graphs(dir: &Path, named: &[&str], out: &str, job_total: u64) {
     // One graph per class, numbered as `bt --classes` orders them (by lowest rank, then
     // path): the helpers [0-3], the main threads of the even ranks [0,2], of the odd [1,3].
     // Each holds the traces ending at it, one thread of each of its ranks in every sample,
@@ -261,19 +284,15 @@ async fn bt_writes_flame_graphs_of_the_job_and_of_each_class() {
     }
     numbers.sort();
     assert_eq!(numbers, [1, 2, 3], "{out}");
-    assert_eq!(split, total(&all), "the classes split the job");
+    assert_eq!(split, job_total, "the classes split the job");
     assert!(!dir.join("job.class-4.svg").exists());
     assert!(!dir.join("job.class-4.folded").exists());
+}
 
-    // The SVG: well-formed, a frame per function of both threads.
-    let titles = svg_titles(&svg);
-    for f in ["main", "wait_here", "pause", "helper_wait", "sleep"] {
-        assert!(has_frame(&titles, f), "no frame {f} in {titles:?}");
-    }
-
-    // JSON: the graphs written as an object of their own after the tree's.
+/// `bt --json --folded`: the graphs written as an object of their own after the tree's.
+async fn json_names_the_graphs(c: &mut Console, dir: &Path) {
     let j = dir.join("j.folded");
-    let json = run(&mut c, &format!("bt --json --folded {}", j.display())).await;
+    let json = run(c, &format!("bt --json --folded {}", j.display())).await;
     let last: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
     assert_eq!(last["command"], "bt", "{json}");
     assert_eq!(last["classes"], 3, "{json}");
@@ -283,8 +302,10 @@ async fn bt_writes_flame_graphs_of_the_job_and_of_each_class() {
     assert_eq!(graphs[0]["count"], RANKS * THREADS, "{json}");
     assert_eq!(graphs[0]["files"][0], j.display().to_string(), "{json}");
     assert_eq!(total(&folded(&j)), RANKS * THREADS);
+}
 
-    // A path that cannot be written: an error naming it, nothing else written.
+/// A path that cannot be written: an error naming it, nothing else written.
+async fn an_unwritable_graph_is_an_error_naming_it(c: &mut Console, dir: &Path) {
     let bad = dir.join("no/such/dir/job.svg");
     let mut sink = Vec::new();
     let e = c
@@ -295,8 +316,6 @@ async fn bt_writes_flame_graphs_of_the_job_and_of_each_class() {
         format!("{e:#}").contains(&bad.display().to_string()),
         "{e:#}"
     );
-    c.shutdown().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `sdm ARGS` to its end; its exit status, stdout and stderr.
