@@ -253,6 +253,23 @@ async fn a_reattachment_shows_in_the_adopters_count() {
             .values()
             .all(|v| v["adopted"] == 0 && v["reattached"] == 0)
     );
+    // One telemetry request carrying a 1 MiB payload: every link's down bytes pass 1 MiB,
+    // more than the health waves and keepalives of this test could ever add.
+    const PAD: u64 = 1 << 20;
+    let m = sdm_client::service::command(
+        sdm_client::telemetry::SERVICE,
+        &IdSet::all(16),
+        sdm_proto::SyncMode::WaitAll,
+        vec![b'x'; PAD as usize],
+    );
+    c.session().request_command(m).await.unwrap();
+    let padded = health_links(&mut c).await;
+    for orphan in [4, 5, 12, 13] {
+        let down = padded[&orphan]["down"]["bytes"]
+            .as_u64()
+            .expect("down bytes");
+        assert!(down >= PAD, "{:?}", padded[&orphan]);
+    }
     // Binomial over 16: interior server 11 (under 7) has children 12 and 13, which
     // re-attach to 7, their nearest live ancestor; interior server 3 (under the master) has
     // children 4 and 5, which re-attach to the master.
@@ -278,6 +295,9 @@ async fn a_reattachment_shows_in_the_adopters_count() {
         let v = &rows[&orphan];
         assert_eq!(&v["parent"], adopter, "{v}");
         assert_eq!(v["reattached"], 1, "{v}");
+        // The re-attached link's figures are its own, not the dead link's too.
+        let down = v["down"]["bytes"].as_u64().expect("down bytes");
+        assert!(down < PAD, "{v}");
     }
     // The dead servers are listed, with why, not left out.
     assert_eq!(rows.len(), 16, "{rows:?}");
