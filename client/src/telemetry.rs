@@ -7,7 +7,8 @@
 //! Each server reports the link to its parent, so the links of the tree are listed once
 //! each, by the child's end: the current parent (the ancestor the server re-attached to
 //! after its parent died, as it or its adopter says, else the tree's parent) → the server.
-//! A server that did not answer is listed with why (lost, timed out), never left out.
+//! A server that did not answer is listed with why ([`NoAnswer`]: lost, timed out...),
+//! never left out.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,14 +30,58 @@ pub struct Link {
     pub child: u32,
     /// The child's host, if known.
     pub host: Option<String>,
-    /// The child's record, or why there is none (`lost: ...`, `timed out`).
-    pub answer: Result<NodeReport, String>,
+    /// The child's record, or why there is none.
+    pub answer: Result<NodeReport, NoAnswer>,
 }
 
 impl Link {
     /// The child's parent link figures, if it answered.
     pub fn figures(&self) -> Option<&LinkReport> {
         self.answer.as_ref().ok().and_then(NodeReport::parent_link)
+    }
+
+    /// The row's state: `answered`, else [`NoAnswer::state`].
+    pub fn state(&self) -> &'static str {
+        self.answer
+            .as_ref()
+            .err()
+            .map_or("answered", NoAnswer::state)
+    }
+}
+
+/// Why a server gave no figures.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoAnswer {
+    /// A link between it and the front-end died; which end said so.
+    #[error("lost: {link_end}")]
+    Lost {
+        /// The tree's account of the lost link.
+        link_end: String,
+    },
+    /// It did not answer within the wave's timeout.
+    #[error("timed out")]
+    TimedOut,
+    /// It answered with an error.
+    #[error("error: {0}")]
+    Refused(String),
+    /// Its record did not decode, or names another server (or none).
+    #[error("bad record: {0}")]
+    BadRecord(String),
+    /// It serves no rank, so no command reaches it.
+    #[error("no answer (it serves no rank)")]
+    NoRank,
+}
+
+impl NoAnswer {
+    /// The state's name in JSON: `lost`, `timed_out`, `refused`, `bad_record`, `no_rank`.
+    pub fn state(&self) -> &'static str {
+        match self {
+            NoAnswer::Lost { .. } => "lost",
+            NoAnswer::TimedOut => "timed_out",
+            NoAnswer::Refused(_) => "refused",
+            NoAnswer::BadRecord(_) => "bad_record",
+            NoAnswer::NoRank => "no_rank",
+        }
     }
 }
 
@@ -61,8 +106,9 @@ pub async fn gather(s: &Session, timeout: Duration) -> crate::Result<Wave> {
     let elapsed = start.elapsed();
     let bytes = groups.iter().map(|g| g.payload.len() as u64).sum();
     let mut reports = BTreeMap::new();
-    let mut missing: Vec<(IdSet, String)> = Vec::new();
+    let mut missing: Vec<(IdSet, NoAnswer)> = Vec::new();
     for g in groups {
+        let text = || String::from_utf8_lossy(&g.payload).into_owned();
         let why = match g.status {
             Status::Replied => match NodeReport::decode(&g.payload) {
                 Ok(r) => {
@@ -71,11 +117,11 @@ pub async fn gather(s: &Session, timeout: Duration) -> crate::Result<Wave> {
                     }
                     continue;
                 }
-                Err(e) => e.to_string(),
+                Err(e) => NoAnswer::BadRecord(e.to_string()),
             },
-            Status::TimedOut => "timed out".to_owned(),
-            Status::Lost => format!("lost: {}", String::from_utf8_lossy(&g.payload)),
-            Status::Error => format!("error: {}", String::from_utf8_lossy(&g.payload)),
+            Status::TimedOut => NoAnswer::TimedOut,
+            Status::Lost => NoAnswer::Lost { link_end: text() },
+            Status::Error => NoAnswer::Refused(text()),
         };
         missing.push((g.sources, why));
     }
@@ -97,7 +143,7 @@ pub async fn gather(s: &Session, timeout: Duration) -> crate::Result<Wave> {
 fn links(
     s: &Session,
     mut reports: BTreeMap<u32, NodeReport>,
-    missing: &[(IdSet, String)],
+    missing: &[(IdSet, NoAnswer)],
     hosts: &BTreeMap<u32, String>,
 ) -> Vec<Link> {
     let tree = s.tree();
@@ -124,10 +170,7 @@ fn links(
                 missing
                     .iter()
                     .find(|(ids, _)| !ids.is_disjoint(&ranks))
-                    .map_or_else(
-                        || "no answer (it serves no rank)".to_owned(),
-                        |(_, why)| why.clone(),
-                    )
+                    .map_or(NoAnswer::NoRank, |(_, why)| why.clone())
             });
             Link {
                 parent,
