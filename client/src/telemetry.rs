@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use sdm_overlay::telemetry::{LinkReport, NodeReport};
 use sdm_proto::{IdSet, Status, SyncMode};
-use sdm_topology::NodeId;
+use sdm_topology::{NodeId, Tree};
 
 pub use sdm_overlay::telemetry::SERVICE;
 
@@ -105,19 +105,18 @@ pub async fn gather(s: &Session, timeout: Duration) -> crate::Result<Wave> {
     let groups = s.request_command(m).await?;
     let elapsed = start.elapsed();
     let bytes = groups.iter().map(|g| g.payload.len() as u64).sum();
+    let tree = s.tree();
     let mut reports = BTreeMap::new();
     let mut missing: Vec<(IdSet, NoAnswer)> = Vec::new();
     for g in groups {
         let text = || String::from_utf8_lossy(&g.payload).into_owned();
         let why = match g.status {
-            Status::Replied => match NodeReport::decode(&g.payload) {
-                Ok(r) => {
-                    if let Some(server) = r.server {
-                        reports.insert(server, r);
-                    }
+            Status::Replied => match record(&tree, &g.sources, &g.payload) {
+                Ok((server, r)) => {
+                    reports.insert(server, r);
                     continue;
                 }
-                Err(e) => NoAnswer::BadRecord(e.to_string()),
+                Err(why) => why,
             },
             Status::TimedOut => NoAnswer::TimedOut,
             Status::Lost => NoAnswer::Lost { link_end: text() },
@@ -136,6 +135,33 @@ pub async fn gather(s: &Session, timeout: Duration) -> crate::Result<Wave> {
         bytes,
         elapsed,
     })
+}
+
+/// The record of a reply group and its server: the tree's server of the group's ranks.
+/// A record that does not decode, that names another server (or none), or a group whose
+/// ranks span several servers is a bad record, listed on the row of its first rank's
+/// server.
+fn record(tree: &Tree, sources: &IdSet, payload: &[u8]) -> Result<(u32, NodeReport), NoAnswer> {
+    let bad = |why: String| NoAnswer::BadRecord(why);
+    let server = sources
+        .first()
+        .and_then(|rank| tree.server_of(rank))
+        .ok_or_else(|| bad("a reply from no server's ranks".to_owned()))?;
+    if !sources.is_subset(&tree.local(NodeId::Server(server))) {
+        return Err(bad(format!(
+            "ranks {sources} are not all server {server}'s"
+        )));
+    }
+    let r = NodeReport::decode(payload).map_err(|e| bad(e.to_string()))?;
+    match r.server {
+        Some(s) if s == server => Ok((server, r)),
+        Some(s) => Err(bad(format!(
+            "server {server}'s ranks sent server {s}'s record"
+        ))),
+        None => Err(bad(format!(
+            "server {server}'s ranks sent a record naming no server"
+        ))),
+    }
 }
 
 /// The links of the tree of `s` from the servers' `reports` (by server), the ranks that
@@ -180,4 +206,37 @@ fn links(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sdm_topology::{Placement, Shape};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_record_belongs_to_its_ranks_server_and_any_other_is_a_bad_record() {
+        // Four servers, two ranks each: server 1 serves ranks 2 and 3.
+        let tree = Tree::new(Arc::from(Shape::Flat.build(4)), Placement::blocks(2, 8));
+        let report = |server| {
+            NodeReport {
+                server,
+                ..NodeReport::default()
+            }
+            .encode()
+        };
+        let ranks = IdSet::from_iter([2, 3]);
+        let (server, r) = record(&tree, &ranks, &report(Some(1))).unwrap();
+        assert_eq!((server, r.server), (1, Some(1)));
+        for bad in [report(Some(2)), report(None), b"\xff\xff".to_vec()] {
+            let why = record(&tree, &ranks, &bad).unwrap_err();
+            assert_eq!(why.state(), "bad_record", "{why}");
+        }
+        // A group spanning two servers' ranks is no one server's record.
+        let two = IdSet::from_iter([3, 4]);
+        assert_eq!(
+            record(&tree, &two, &report(Some(1))).unwrap_err().state(),
+            "bad_record"
+        );
+    }
 }
