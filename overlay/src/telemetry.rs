@@ -187,7 +187,7 @@ pub struct NodeReport {
     pub server: Option<u32>,
     /// Its links: `peer` `None` is the parent link, else the child server.
     pub links: Vec<LinkReport>,
-    /// Time per filter, by name (`""`: the default, `identical`).
+    /// Time per filter, by name (`(failed filter)`: ops whose filter could not be made).
     pub filters: Vec<(String, FilterTime)>,
     /// Descendants adopted.
     pub adopted: u64,

@@ -42,10 +42,7 @@ pub fn name(l: &Link) -> String {
 fn filters(r: &NodeReport) -> String {
     r.filters
         .iter()
-        .map(|(f, t)| {
-            let f = if f.is_empty() { "identical" } else { f };
-            format!("{f} {}x {} ms (max {})", t.calls, ms(t.total), ms(t.max))
-        })
+        .map(|(f, t)| format!("{f} {}x {} ms (max {})", t.calls, ms(t.total), ms(t.max)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -169,7 +166,7 @@ pub fn json(l: &Link) -> serde_json::Value {
         .iter()
         .map(|(f, t)| {
             serde_json::json!({
-                "filter": if f.is_empty() { "identical" } else { f },
+                "filter": f,
                 "calls": t.calls, "total_ns": ns(t.total), "max_ns": ns(t.max),
             })
         })
