@@ -205,7 +205,8 @@ pub struct NodeReport {
 #[error("bad telemetry record: {0}")]
 pub struct ReportError(#[from] prost::DecodeError);
 
-fn ns(d: Duration) -> u64 {
+/// A duration in whole nanoseconds, saturating (as records and JSON carry it).
+pub fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 

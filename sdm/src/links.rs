@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use sdm_client::telemetry::Link;
-use sdm_overlay::telemetry::NodeReport;
+use sdm_overlay::telemetry::{NodeReport, ns};
 
 /// The order of the table's rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,10 +126,6 @@ pub fn table(links: &[Link], order: Order) -> String {
         );
     }
     t
-}
-
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// One link as a JSON object: `parent` (null: the master), `child`, `host`, and the
