@@ -11,7 +11,8 @@
 #             Both builds' daemons are driven by BASE_DIR's `sdm-bench` (the front-end is
 #             not what is measured, and so it is the same for both).
 #   N         servers (16)        REPS  rounds of each measurement (3)
-# Prints JSON lines (one per measurement) on stdout and the summary on stderr.
+# Prints JSON lines on stdout for steps 1 and 3 (one per measurement); step 2 and the
+# builds print text on stderr (bench/cpu-per-wave.sh's table).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=$(realpath "$1")
@@ -37,7 +38,12 @@ SDM_BIN=$NEW/sdm "$NEW/sdm" top --tree -n "$N" --ranks-per-server 1 --period 0.2
   --count 50 --json -- sleep 1000 |
   python3 -c '
 import json, statistics, sys
-waves = [json.loads(l) for l in sys.stdin if l.startswith("{\"links\"")]
+def parse(l):
+    try:
+        return json.loads(l)
+    except ValueError:
+        return None
+waves = [v for v in map(parse, sys.stdin) if isinstance(v, dict) and "links" in v]
 us = [w["wave_us"] for w in waves[5:]]
 b = [w["wave_bytes"] for w in waves[5:]]
 print(json.dumps({"bench": "telemetry-wave", "servers": int(sys.argv[1]), "waves": len(us),

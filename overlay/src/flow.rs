@@ -385,6 +385,12 @@ pub(crate) fn weight(servers: u64) -> u64 {
     servers.clamp(1, MAX_WEIGHT)
 }
 
+/// The window a parent gives the link of a child whose subtree holds `servers` servers:
+/// [`WINDOW`] times its [`weight`] ([`RecvWindow::weighted`]; the telemetry's credit in use).
+pub(crate) fn window_for(servers: u64) -> i64 {
+    weight(servers) as i64 * WINDOW
+}
+
 /// The receiver's side of one link: bulk received and not handed back as credit yet.
 #[derive(Debug)]
 pub(crate) struct RecvWindow {
@@ -412,10 +418,10 @@ impl RecvWindow {
     /// child got as much through as a child carrying half the tree). Every sender starts
     /// with one window; the credit frame returned gives it the rest.
     pub(crate) fn weighted(servers: u64) -> (Self, Option<Message>) {
-        let weight = weight(servers) as i64;
-        let extra = (weight - 1) * WINDOW;
+        let window = window_for(servers);
+        let extra = window - WINDOW;
         let w = Self {
-            window: weight * WINDOW,
+            window,
             servers: servers.max(1),
             ..Self::default()
         };

@@ -144,13 +144,17 @@ impl Telemetry {
         f.max = f.max.max(d);
     }
 
-    /// A link to `peer` is up: a new parent link after the first is a re-attachment; a
-    /// child's link starts its counts afresh.
+    /// A link to `peer` is up: a new parent link after the first is a re-attachment. A
+    /// child's link and a re-attached parent link start their counts afresh (a re-attached
+    /// link's figures are its own, not the dead link's).
     pub(crate) fn link_open(&mut self, peer: Peer) {
-        match peer {
-            Peer::Parent => self.parent_links += 1,
-            Peer::Child(_) => drop(self.links.insert(peer, LinkFigures::default())),
+        if peer == Peer::Parent {
+            self.parent_links += 1;
+            if self.parent_links == 1 {
+                return;
+            }
         }
+        self.links.insert(peer, LinkFigures::default());
     }
 }
 
@@ -183,7 +187,7 @@ pub struct NodeReport {
     pub server: Option<u32>,
     /// Its links: `peer` `None` is the parent link, else the child server.
     pub links: Vec<LinkReport>,
-    /// Time per filter, by name (`""`: the default, `identical`).
+    /// Time per filter, by name (`(failed filter)`: ops whose filter could not be made).
     pub filters: Vec<(String, FilterTime)>,
     /// Descendants adopted.
     pub adopted: u64,
@@ -201,7 +205,8 @@ pub struct NodeReport {
 #[error("bad telemetry record: {0}")]
 pub struct ReportError(#[from] prost::DecodeError);
 
-fn ns(d: Duration) -> u64 {
+/// A duration in whole nanoseconds, saturating (as records and JSON carry it).
+pub fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -344,6 +349,21 @@ mod tests {
         let rtt = tm.links[&p].rtt;
         assert_eq!((rtt.samples, rtt.min, rtt.max), (2, ms(4), ms(12)));
         assert_eq!(rtt.smoothed, ms(5));
+    }
+
+    #[test]
+    fn a_new_parent_link_starts_its_figures_afresh_and_counts_as_a_reattachment() {
+        let t = Instant::now();
+        let mut tm = Telemetry::default();
+        let m = Message::command(1, IdSet::all(4), SyncMode::WaitAll, "ping");
+        tm.link_open(Peer::Parent);
+        tm.sent(Peer::Parent, &m);
+        tm.received(Peer::Parent, &m);
+        let seq = tm.ping(Peer::Parent, t);
+        tm.echo(Peer::Parent, seq, t + Duration::from_millis(5));
+        tm.link_open(Peer::Parent);
+        assert_eq!(tm.links[&Peer::Parent], LinkFigures::default());
+        assert_eq!(tm.parent_links, 2);
     }
 
     #[test]

@@ -315,7 +315,10 @@ impl Console {
         let rest = rest.trim();
         let mut failed = false;
         let health_v = verb == "health" && rest == "-v";
-        if matches!(verb, "quit" | "exit" | "history" | "health") && !rest.is_empty() && !health_v {
+        if verb == "health" && !rest.is_empty() && !health_v {
+            anyhow::bail!("health takes only -v (`help health`), not {rest:?}");
+        }
+        if matches!(verb, "quit" | "exit" | "history") && !rest.is_empty() {
             anyhow::bail!("{verb} takes no arguments (`help {verb}`), not {rest:?}");
         }
         match verb {

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use sdm_client::telemetry::Link;
-use sdm_overlay::telemetry::NodeReport;
+use sdm_overlay::telemetry::{NodeReport, ns};
 
 /// The order of the table's rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,10 +42,7 @@ pub fn name(l: &Link) -> String {
 fn filters(r: &NodeReport) -> String {
     r.filters
         .iter()
-        .map(|(f, t)| {
-            let f = if f.is_empty() { "identical" } else { f };
-            format!("{f} {}x {} ms (max {})", t.calls, ms(t.total), ms(t.max))
-        })
+        .map(|(f, t)| format!("{f} {}x {} ms (max {})", t.calls, ms(t.total), ms(t.max)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -93,7 +90,11 @@ pub fn table(links: &[Link], order: Order) -> String {
     for l in rows {
         let host = l.host.as_deref().unwrap_or("-");
         let (Ok(r), Some(f)) = (&l.answer, l.figures()) else {
-            let why = l.answer.as_ref().err().map_or("no parent link", |w| w);
+            let why = l
+                .answer
+                .as_ref()
+                .err()
+                .map_or_else(|| "no parent link".to_owned(), ToString::to_string);
             let _ = writeln!(t, "{:<14} {host:<12} {why}", name(l));
             continue;
         };
@@ -127,21 +128,19 @@ pub fn table(links: &[Link], order: Order) -> String {
     t
 }
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// One link as a JSON object: `parent` (null: the master), `child`, `host`, and the
 /// child's figures (`rtt_ns`, `up` and `down` frames and bytes, `queue`, `filters`,
-/// `adopted`, `reattached`), or `error` saying why there are none.
+/// `adopted`, `reattached`), or `error` saying why there are none; `state` is `answered`
+/// or why not (`lost`, `timed_out`, `refused`, `bad_record`, `no_rank`).
 pub fn json(l: &Link) -> serde_json::Value {
     let mut v = serde_json::json!({
         "link": name(l), "parent": l.parent, "child": l.child, "host": l.host,
+        "state": l.state(),
     });
     let r = match &l.answer {
         Ok(r) => r,
         Err(why) => {
-            v["error"] = why.as_str().into();
+            v["error"] = why.to_string().into();
             return v;
         }
     };
@@ -163,7 +162,7 @@ pub fn json(l: &Link) -> serde_json::Value {
         .iter()
         .map(|(f, t)| {
             serde_json::json!({
-                "filter": if f.is_empty() { "identical" } else { f },
+                "filter": f,
                 "calls": t.calls, "total_ns": ns(t.total), "max_ns": ns(t.max),
             })
         })
@@ -177,6 +176,7 @@ pub fn json(l: &Link) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sdm_client::telemetry::NoAnswer;
     use sdm_overlay::telemetry::{LinkFigures, LinkReport, Queue};
 
     fn link(child: u32, queue: u64, rtt_ms: u64) -> Link {
@@ -206,7 +206,9 @@ mod tests {
     #[test]
     fn the_worst_come_first_and_are_marked() {
         let mut lost = link(3, 0, 0);
-        lost.answer = Err("lost: server 3 died".into());
+        lost.answer = Err(NoAnswer::Lost {
+            link_end: "server 3 died".into(),
+        });
         let links = [link(0, 0, 9), link(1, 500, 1), link(2, 0, 2), lost];
         let t = table(&links, Order::Worst);
         let order: Vec<&str> = t.lines().skip(1).map(|l| &l[..12]).collect();
@@ -227,5 +229,7 @@ mod tests {
         assert_eq!(j["queue"]["bytes"], 500);
         assert_eq!(j["parent"], serde_json::Value::Null);
         assert_eq!(json(&links[3])["error"], "lost: server 3 died");
+        assert_eq!(json(&links[3])["state"], "lost");
+        assert_eq!(j["state"], "answered");
     }
 }

@@ -38,10 +38,30 @@ fn status(runtime: &Path, args: &[&str]) -> Output {
         .expect("running sdm status")
 }
 
-/// The link rows of `sdm status -v --json` (those naming a child), by child.
+/// The link rows of `sdm status -v --json` (those naming a child), by child, once every
+/// server answered: a wave that timed out on a loaded machine is asked again (the 120 s
+/// guard is only against a hang).
 fn links(runtime: &Path) -> BTreeMap<u64, serde_json::Value> {
+    let guard = Instant::now() + Duration::from_secs(120);
+    loop {
+        let rows = links_once(runtime);
+        let answered = rows
+            .as_ref()
+            .is_some_and(|r| r.values().all(|v| v["state"] == "answered"));
+        match rows {
+            Some(rows) if answered || Instant::now() > guard => return rows,
+            None if Instant::now() > guard => panic!("sdm status -v kept failing"),
+            _ => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// One `sdm status -v --json` (`None`: it failed, as when its answer took over 5 s).
+fn links_once(runtime: &Path) -> Option<BTreeMap<u64, serde_json::Value>> {
     let o = status(runtime, &["-v", "--json"]);
-    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    if o.status.code() != Some(0) {
+        return None;
+    }
     let mut rows = BTreeMap::new();
     for l in String::from_utf8_lossy(&o.stdout).lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
@@ -52,7 +72,7 @@ fn links(runtime: &Path) -> BTreeMap<u64, serde_json::Value> {
             );
         }
     }
-    rows
+    Some(rows)
 }
 
 /// The tree's edges, child -> parent (`None`: the master), from the topology.
@@ -195,6 +215,15 @@ fn status_v_lists_every_link_once_with_rtt_and_counts_that_grow() {
             b[1] - a[1] >= flood,
             "link to {c} carried its subtree's flood ({flood} bytes): {a:?} then {b:?}"
         );
+        // The flood has drained: nothing waits for credit on any link.
+        assert_eq!(v["queue"]["bytes"], 0, "link to {c}: {v}");
+        assert_eq!(v["queue"]["frames"], 0, "link to {c}: {v}");
+        // Every server merged the earlier telemetry waves' replies with `identical`.
+        let identical = v["filters"]
+            .as_array()
+            .and_then(|f| f.iter().find(|f| f["filter"] == "identical"))
+            .and_then(|f| f["calls"].as_u64());
+        assert!(identical >= Some(1), "link to {c}: {v}");
     }
     drop(run.0.stdin.take());
     let _ = run.0.wait();
@@ -253,6 +282,23 @@ async fn a_reattachment_shows_in_the_adopters_count() {
             .values()
             .all(|v| v["adopted"] == 0 && v["reattached"] == 0)
     );
+    // One telemetry request carrying a 1 MiB payload: every link's down bytes pass 1 MiB,
+    // more than the health waves and keepalives of this test could ever add.
+    const PAD: u64 = 1 << 20;
+    let m = sdm_client::service::command(
+        sdm_client::telemetry::SERVICE,
+        &IdSet::all(16),
+        sdm_proto::SyncMode::WaitAll,
+        vec![b'x'; PAD as usize],
+    );
+    c.session().request_command(m).await.unwrap();
+    let padded = health_links(&mut c).await;
+    for orphan in [4, 5, 12, 13] {
+        let down = padded[&orphan]["down"]["bytes"]
+            .as_u64()
+            .expect("down bytes");
+        assert!(down >= PAD, "{:?}", padded[&orphan]);
+    }
     // Binomial over 16: interior server 11 (under 7) has children 12 and 13, which
     // re-attach to 7, their nearest live ancestor; interior server 3 (under the master) has
     // children 4 and 5, which re-attach to the master.
@@ -261,34 +307,41 @@ async fn a_reattachment_shows_in_the_adopters_count() {
     let guard = Instant::now() + Duration::from_secs(60);
     let rows = loop {
         let rows = health_links(&mut c).await;
-        let adopted: BTreeSet<u64> = rows[&7]["adopted_now"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
-            .unwrap_or_default();
-        let settled = [4, 5].iter().all(|o| rows[o]["reattached"] == 1);
-        if (settled && adopted == BTreeSet::from([12, 13])) || Instant::now() > guard {
+        let settled = [4, 5, 12, 13]
+            .iter()
+            .all(|o| rows[o]["state"] == "answered" && rows[o]["reattached"] == 1);
+        if settled || Instant::now() > guard {
             break rows;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!(rows[&7]["adopted"], 2, "{:?}", rows[&7]);
-    // The master is a null parent.
+    // 12 and 13 re-attach to 7, their nearest live ancestor, or to the master if 7 was
+    // too slow to take them (recover.rs falls back); 4 and 5 to the master (a null
+    // parent). 7 counts exactly the orphans that say it is their parent.
     let (seven, master) = (serde_json::json!(7), serde_json::Value::Null);
-    for (orphan, adopter) in [(12, &seven), (13, &seven), (4, &master), (5, &master)] {
+    let mut under_seven = BTreeSet::new();
+    for orphan in [12u64, 13, 4, 5] {
         let v = &rows[&orphan];
-        assert_eq!(&v["parent"], adopter, "{v}");
+        let to_seven = v["parent"] == seven;
+        assert!(to_seven && orphan > 5 || v["parent"] == master, "{v}");
+        if to_seven {
+            under_seven.insert(orphan);
+        }
         assert_eq!(v["reattached"], 1, "{v}");
+        // The re-attached link's figures are its own, not the dead link's too.
+        let down = v["down"]["bytes"].as_u64().expect("down bytes");
+        assert!(down < PAD, "{v}");
     }
+    assert_eq!(rows[&7]["adopted"], under_seven.len(), "{:?}", rows[&7]);
+    let adopted_now: BTreeSet<u64> = rows[&7]["adopted_now"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(adopted_now, under_seven, "{:?}", rows[&7]);
     // The dead servers are listed, with why, not left out.
     assert_eq!(rows.len(), 16, "{rows:?}");
     for dead in [3, 11] {
-        assert!(
-            rows[&dead]["error"]
-                .as_str()
-                .is_some_and(|e| e.starts_with("lost")),
-            "{:?}",
-            rows[&dead]
-        );
+        assert_eq!(rows[&dead]["state"], "lost", "{:?}", rows[&dead]);
     }
     let others: Vec<u64> = (0..16)
         .filter(|s| ![3, 4, 5, 7, 11, 12, 13].contains(s))
@@ -300,8 +353,8 @@ async fn a_reattachment_shows_in_the_adopters_count() {
     c.shutdown().await;
 }
 
-#[test]
-fn top_tree_streams_every_link_each_wave() {
+/// Two waves of `sdm top --tree --json` over 8 servers, and its whole output.
+fn top_tree_waves() -> (Vec<serde_json::Value>, String) {
     let text = sdm_e2e::sdm_ok([
         "top",
         "--tree",
@@ -310,7 +363,7 @@ fn top_tree_streams_every_link_each_wave() {
         "--ranks-per-server",
         "1",
         "--period",
-        "0.5",
+        "3",
         "--count",
         "2",
         "--json",
@@ -318,11 +371,30 @@ fn top_tree_streams_every_link_each_wave() {
         "sleep",
         "1000",
     ]);
-    let waves: Vec<serde_json::Value> = text
+    let waves = text
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v.get("links").is_some())
         .collect();
+    (waves, text)
+}
+
+#[test]
+fn top_tree_streams_every_link_each_wave() {
+    // A server too slow to answer within the wave's wait (3 s) on a loaded machine gives
+    // an error row: such a run is made again (the guard is only against a hang).
+    let guard = Instant::now() + Duration::from_secs(180);
+    let (waves, text) = loop {
+        let (waves, text) = top_tree_waves();
+        let answered = waves.iter().all(|w| {
+            w["links"]
+                .as_array()
+                .is_some_and(|r| r.iter().all(|v| v["state"] == "answered"))
+        });
+        if answered || Instant::now() > guard {
+            break (waves, text);
+        }
+    };
     assert_eq!(waves.len(), 2, "{text}");
     let want = edges(&Shape::Binomial, 8);
     let mut last: BTreeMap<u64, [u64; 4]> = BTreeMap::new();

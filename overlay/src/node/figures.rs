@@ -43,7 +43,7 @@ impl Node {
         // weighs its link (`RecvWindow::weighted`); the master's is one window.
         let window = match self.me {
             NodeId::Master => WINDOW,
-            me => WINDOW * flow::weight(self.topo.subtree(me).len()) as i64,
+            me => flow::window_for(self.topo.subtree(me).len()),
         };
         let up = self.up.as_ref().map_or(Queue::default(), |u| Queue {
             bytes: u.queued().max(0) as u64,

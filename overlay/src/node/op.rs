@@ -57,6 +57,9 @@ pub(super) struct PendingOp {
 /// and few enough that a search by halves would not be quicker.
 const SCANNED_SOURCES: usize = 24;
 
+/// The name an op's filter time is counted under when its filter could not be made.
+pub(crate) const FAILED_FILTER: &str = "(failed filter)";
+
 impl PendingOp {
     /// A new op expecting `expected`, with room for `sources` sources, folding with
     /// `filter` (or, if it could not be made, answering every replied id with this error).
@@ -78,9 +81,9 @@ impl PendingOp {
         })
     }
 
-    /// The name of the op's filter (`""` if it could not be made).
+    /// The name of the op's filter ([`FAILED_FILTER`] if it could not be made).
     pub(super) fn filter_name(&self) -> &str {
-        self.filter.as_ref().map_or("", |f| f.name())
+        self.filter.as_ref().map_or(FAILED_FILTER, |f| f.name())
     }
 
     pub(super) fn done(&self) -> bool {
@@ -207,4 +210,20 @@ pub(super) fn lost_reason(child: NodeId, end: &LinkEnd) -> Bytes {
 /// e.g. `filter "sum": payload from [7] is not a decimal number: "x"`.
 pub(super) fn filter_failure(e: &FilterError) -> Bytes {
     Bytes::from(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_op_whose_filter_could_not_be_made_is_not_timed_as_identical() {
+        let op = PendingOp::new(
+            SyncMode::WaitAll,
+            Err(Bytes::from_static(b"no such filter")),
+            IdSet::single(0),
+            1,
+        );
+        assert_eq!(op.filter_name(), FAILED_FILTER);
+    }
 }
