@@ -10,7 +10,9 @@
 //! one line per template, not one per rank. The fold is a union: associative and
 //! commutative, the same whatever the tree's shape or the arrival order. [`expand`] turns a
 //! group into the lines a person reads: the template with ranges, and its outliers each on
-//! a line of its own with its exact text. Lines without numbers stay plain, exact lines.
+//! a line of its own with its exact text. Lines without numbers, or with more than
+//! [`MAX_SLOTS`] (a group keeps its extreme rows per slot, so its cost grows with the
+//! slots), stay plain, exact lines.
 
 mod group;
 mod number;
@@ -28,7 +30,7 @@ use bytes::Bytes;
 use sdm_proto::IdSet;
 
 pub use group::{Group, KEEP, Row, Slot};
-pub use number::Sum;
+pub use number::{Sum, Value};
 pub use render::{Expanded, MIN_RANKS, SlotView, TemplateLine, expand};
 pub use scan::{HEX_WORD, scan};
 pub use wire::{TemplateError, decode, encode};
@@ -36,6 +38,9 @@ pub use wire::{TemplateError, decode, encode};
 /// Bit set in the tag (a stdio payload's first byte) of a templated line; the stream is in
 /// the low bits (`TEMPLATE | STDOUT`).
 pub const TEMPLATE: u8 = 0x10;
+
+/// The most numbers a templated line holds: a line with more stays exact.
+pub const MAX_SLOTS: usize = 16;
 
 /// How output lines of different ranks merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
