@@ -155,10 +155,43 @@ pub fn templated(payload: Bytes, ranks: &IdSet) -> Bytes {
     }
 }
 
-/// Folds templated line `b` into `a` (both of one key); `a` unchanged if `b` is malformed.
-pub fn fold(a: &mut Group, b: &[u8], sources: &IdSet) {
-    if let Ok((_, g)) = decode(b, sources) {
-        a.merge(g);
+/// A stdio payload of `sources` read for folding: `Ok(None)` if it is no templated line,
+/// its group if it is, an error if it is one that does not decode (such a line joins no
+/// group: its ranks print as malformed, never as another line's values).
+pub fn to_fold(payload: &[u8], sources: &IdSet) -> Result<Option<Group>, TemplateError> {
+    if !is_template(payload) {
+        return Ok(None);
+    }
+    decode(payload, sources).map(|(_, g)| Some(g))
+}
+
+/// The templated lines folded into the line that opened a group (its payload decoded at
+/// the first fold, encoded again when the group leaves). Interior nodes and the
+/// front-end's aligner fold alike with it.
+#[derive(Debug, Default)]
+pub struct Folding(Option<Box<Group>>);
+
+impl Folding {
+    /// Folds `g` (a line of the key of `payload`, the opening line of `sources`) in.
+    pub fn fold(&mut self, payload: &[u8], sources: &IdSet, g: Group) {
+        match &mut self.0 {
+            Some(f) => f.merge(g),
+            None => {
+                // (The opening line decoded when it came: see `to_fold`.)
+                if let Ok((_, mut f)) = decode(payload, sources) {
+                    f.merge(g);
+                    self.0 = Some(Box::new(f));
+                }
+            }
+        }
+    }
+
+    /// The group's payload: `payload` (the opening line's) if nothing was folded in.
+    pub fn into_payload(self, payload: Bytes) -> Bytes {
+        match self.0 {
+            Some(g) => encode(stream_of(&payload), &g),
+            None => payload,
+        }
     }
 }
 
