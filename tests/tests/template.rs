@@ -187,6 +187,25 @@ fn an_unknown_merge_mode_is_an_error_naming_the_modes() {
     );
 }
 
+/// `--label` prints each rank's own line: a template's ranges under a rank's label would
+/// read as that rank's value, so asking for both is an error naming them.
+#[test]
+fn merge_template_with_label_is_an_error_naming_both() {
+    let out = Command::new(sdm())
+        .args([
+            "run", "-n", "2", "--merge", "template", "--label", "--", "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("starting sdm run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--merge template") && err.contains("--label"),
+        "{err}"
+    );
+}
+
 /// `--json` prints a template's line with the template and each slot's statistics.
 #[test]
 fn json_lines_carry_the_template_and_its_slots() {

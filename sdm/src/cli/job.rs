@@ -79,6 +79,12 @@ pub(super) async fn run_console(
         Duration::from_millis(c.coalesce_ms)
     };
     opts.stdio_window = window;
+    // A template's ranges under each rank's label would read as that rank's own value.
+    anyhow::ensure!(
+        !(c.label && c.merge == Some(MergeMode::Template)),
+        "--merge template and --label do not go together: --label prints each rank's own \
+         line (use --merge exact, its default with --label)"
+    );
     opts.stdio_merge = c.merge.unwrap_or_else(|| default_merge(c.json || c.label));
     opts.startup_timeout = Duration::from_secs(c.timeout);
     let stdin_ids = stdin_ranks(c.stdin.as_deref(), n)?;
