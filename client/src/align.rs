@@ -513,7 +513,7 @@ mod tests {
         let out: Vec<_> = (out.iter())
             .flat_map(|l| template::lines(&l.payload, &l.sources))
             .collect();
-        let bad = "(malformed templated line)".to_owned();
+        let bad = template::MALFORMED.to_owned();
         assert_eq!(
             out,
             [

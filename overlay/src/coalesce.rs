@@ -578,7 +578,7 @@ mod tests {
         let out: Vec<_> = (c.drain().iter())
             .flat_map(|l| template::lines(&l.payload, &l.sources))
             .collect();
-        let bad = "(malformed templated line)".to_owned();
+        let bad = template::MALFORMED.to_owned();
         assert_eq!(
             out,
             [

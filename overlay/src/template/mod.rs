@@ -195,13 +195,19 @@ impl Folding {
     }
 }
 
+/// What a line that claims to be templated but does not decode prints as.
+pub const MALFORMED: &str = "(malformed templated line)";
+
+/// A templated payload of `sources` expanded (`None`: it does not decode).
+pub fn expanded(payload: &[u8], sources: &IdSet) -> Option<Expanded> {
+    decode(payload, sources).ok().map(|(_, g)| expand(&g))
+}
+
 /// The lines a templated payload of `sources` prints as (the template's, then each
 /// outlier's), each with its ranks; a malformed one prints as one line saying so.
 pub fn lines(payload: &[u8], sources: &IdSet) -> Vec<(IdSet, String)> {
-    let Ok((_, g)) = decode(payload, sources) else {
-        return vec![(sources.clone(), "(malformed templated line)".into())];
-    };
-    let x = expand(&g);
-    let main = (!x.main.ranks.is_empty()).then_some((x.main.ranks, x.main.text));
-    main.into_iter().chain(x.outliers).collect()
+    match expanded(payload, sources) {
+        Some(x) => x.lines(),
+        None => vec![(sources.clone(), MALFORMED.into())],
+    }
 }

@@ -56,6 +56,14 @@ pub struct Expanded {
     pub outliers: Vec<(IdSet, String)>,
 }
 
+impl Expanded {
+    /// The lines it prints as: the template's (if it has ranks), then each outlier's.
+    pub fn lines(self) -> Vec<(IdSet, String)> {
+        let main = (!self.main.ranks.is_empty()).then_some((self.main.ranks, self.main.text));
+        main.into_iter().chain(self.outliers).collect()
+    }
+}
+
 /// The rows of `g` that are outliers (indices into `g.rows`).
 fn outliers(g: &Group) -> Vec<usize> {
     let n = g.ranks.len();
