@@ -24,11 +24,11 @@
 //! Events leave after every line their ranks printed before them. An *end* (a program's
 //! exit, pushed with [`Aligner::push_end`]) takes its ranks out of those awaited, and ends
 //! merge: they wait until every rank has ended (at most `lag`, or `window` once every rank
-//! still running is idle), so sixteen identical exits print as one line.
+//! still running is idle), so sixteen identical exits print as one line. Other identical
+//! events merge when they come within `window` of each other.
 //!
 //! Templated k-th lines (`sdm_overlay::template`) of one template merge here as they do in
-//! the tree: folded into one group, whatever ranks and subtrees they came from. Other identical events merge when they come within `window` of each
-//! other.
+//! the tree: folded into one group, whatever ranks and subtrees they came from.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};

@@ -176,8 +176,6 @@ fn serve_status(console: &mut crate::console::Console) -> Option<crate::status::
     }
 }
 
-/// The ranks `--stdin` names (all `n` without it): a set with or without its brackets,
-/// within the job.
 /// The merge mode without `--merge`: templates for a person at a terminal, every value
 /// (exact lines) for a file, a pipe, JSON or per-rank labels.
 fn default_merge(machine: bool) -> MergeMode {
@@ -188,6 +186,8 @@ fn default_merge(machine: bool) -> MergeMode {
     }
 }
 
+/// The ranks `--stdin` names (all `n` without it): a set with or without its brackets,
+/// within the job.
 fn stdin_ranks(stdin: Option<&str>, n: u32) -> anyhow::Result<IdSet> {
     Ok(match stdin {
         None => IdSet::all(n),
