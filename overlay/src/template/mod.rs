@@ -6,11 +6,11 @@
 //! ([`TEMPLATE`] with the stream in the low bits) carrying the template key and the values.
 //! Interior nodes (`crate::coalesce`) and the front-end (`sdm_client::align`) fold the
 //! templated lines of equal stream, line index and key into one [`Group`] (per slot: min
-//! and max with their ranks, an exact sum, and the extreme rows), so the front-end receives
-//! one line per template, not one per rank. The fold is a union: associative and
-//! commutative, the same whatever the tree's shape or the arrival order. [`expand`] turns a
-//! group into the lines a person reads: the template with ranges, and its outliers each on
-//! a line of its own with its exact text. Lines without numbers, or with more than
+//! and max with their ranks, an exact sum, and the extreme rows): interior nodes fold the
+//! lines that reach them within their hold, the front-end's aligner the rest. The fold is a
+//! union: associative and commutative, the same whatever the tree's shape or the arrival
+//! order. [`expand`] turns a group into the lines a person reads: the template with
+//! ranges, and its outliers each on a line of its own with its exact text. Lines without numbers, or with more than
 //! [`MAX_SLOTS`] (a group keeps its extreme rows per slot, so its cost grows with the
 //! slots), stay plain, exact lines.
 
