@@ -24,11 +24,11 @@
 //! Events leave after every line their ranks printed before them. An *end* (a program's
 //! exit, pushed with [`Aligner::push_end`]) takes its ranks out of those awaited, and ends
 //! merge: they wait until every rank has ended (at most `lag`, or `window` once every rank
-//! still running is idle), so sixteen identical exits print as one line.
+//! still running is idle), so sixteen identical exits print as one line. Other identical
+//! events merge when they come within `window` of each other.
 //!
 //! Templated k-th lines (`sdm_overlay::template`) of one template merge here as they do in
-//! the tree: folded into one group, whatever ranks and subtrees they came from. Other identical events merge when they come within `window` of each
-//! other.
+//! the tree: folded into one group, whatever ranks and subtrees they came from.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -64,33 +64,13 @@ struct Entry {
 /// One distinct k-th line and its ranks.
 #[derive(Debug)]
 struct Held {
-    /// What lines merge by (the payload, or a templated line's key).
-    key: Bytes,
+    /// What lines merge by (the payload, or a templated line's key); `None`: a templated
+    /// line that does not decode, which nothing joins.
+    key: Option<Bytes>,
     payload: Bytes,
     ids: IdSet,
     /// Templated lines folded in (encoded into the payload when it leaves).
-    folded: Option<Box<template::Group>>,
-}
-
-impl Held {
-    /// Folds templated `line` in.
-    fn fold(&mut self, line: &StdioLine) {
-        if self.folded.is_none() {
-            self.folded = template::decode(&self.payload, &self.ids)
-                .ok()
-                .map(|(_, g)| Box::new(g));
-        }
-        if let Some(g) = self.folded.as_mut() {
-            template::fold(g, &line.payload, &line.sources);
-        }
-    }
-
-    fn into_payload(self) -> Bytes {
-        match self.folded {
-            Some(g) => template::encode(template::stream_of(&self.payload), &g),
-            None => self.payload,
-        }
-    }
+    folded: template::Folding,
 }
 
 /// One output stream (stdout, stderr) of all ranks.
@@ -270,11 +250,16 @@ impl Aligner {
             groups: Vec::new(),
         });
         entry.have.union_with(&line.sources);
-        let key = template::merge_key(&line.payload);
-        match entry.groups.iter_mut().find(|h| h.key == key) {
+        let decoded = template::to_fold(&line.payload, &line.sources);
+        let key = decoded.is_ok().then(|| template::merge_key(&line.payload));
+        match entry
+            .groups
+            .iter_mut()
+            .find(|h| key.is_some() && h.key == key)
+        {
             Some(h) => {
-                if template::is_template(&line.payload) {
-                    h.fold(&line);
+                if let Ok(Some(g)) = decoded {
+                    h.folded.fold(&h.payload, &h.ids, g);
                 }
                 h.ids.union_with(&line.sources);
             }
@@ -283,7 +268,7 @@ impl Aligner {
                     key,
                     payload: line.payload,
                     ids: line.sources,
-                    folded: None,
+                    folded: template::Folding::default(),
                 });
                 self.held += 1;
             }
@@ -383,7 +368,7 @@ impl Aligner {
                 kind: Kind::Stdio,
                 sources: h.ids.clone(),
                 index,
-                payload: h.into_payload(),
+                payload: h.folded.into_payload(h.payload),
             })
             .collect()
     }
@@ -499,6 +484,47 @@ mod tests {
             )]
         );
         assert_eq!(out[1], plain);
+    }
+
+    /// A templated line that does not decode joins no group and no line joins it: its
+    /// ranks print as malformed, never as the template's values.
+    #[test]
+    fn a_malformed_templated_line_joins_no_group() {
+        let t = Instant::now();
+        let mut a = Aligner::new("[0-3]".parse().unwrap(), Duration::from_secs(60));
+        let l = |r: u32, cut: bool| {
+            let ids = IdSet::single(r);
+            let text = format!("\u{1}took {} ms", r + 5);
+            let mut payload = template::templated(Bytes::from(text.into_bytes()), &ids);
+            if cut {
+                payload.truncate(payload.len() - 1);
+            }
+            StdioLine {
+                kind: Kind::Stdio,
+                sources: ids,
+                index: 0,
+                payload,
+            }
+        };
+        let mut out = Vec::new();
+        for (r, cut) in [(0, true), (1, false), (2, false), (3, true)] {
+            out.extend(a.push(t, l(r, cut)));
+        }
+        let out: Vec<_> = (out.iter())
+            .flat_map(|l| template::lines(&l.payload, &l.sources))
+            .collect();
+        let bad = template::MALFORMED.to_owned();
+        assert_eq!(
+            out,
+            [
+                ("[0]".parse().unwrap(), bad.clone()),
+                (
+                    "[1-2]".parse().unwrap(),
+                    "took {6..7} ms (mean 6.5, max at [2])".into()
+                ),
+                ("[3]".parse().unwrap(), bad),
+            ]
+        );
     }
 
     fn ms(n: u64) -> Duration {

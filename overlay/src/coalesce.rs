@@ -69,27 +69,13 @@ fn line_channel(l: &StdioLine) -> u8 {
     }
 }
 
-/// Folds templated `line` into group `g` (of the same key): a malformed one (which
-/// decodes to nothing) only adds its sources.
-fn fold(g: &mut Group, line: &StdioLine) {
-    if g.folded.is_none() {
-        g.folded = template::decode(&g.line.payload, &g.line.sources)
-            .ok()
-            .map(|(_, t)| Box::new(t));
-    }
-    if let Some(t) = g.folded.as_mut() {
-        template::fold(t, &line.payload, &line.sources);
-    }
-}
-
 #[derive(Debug)]
 struct Group {
     line: StdioLine,
     /// When the group was opened.
     born: Instant,
-    /// The templated lines folded in so far (made at the first fold, encoded into the
-    /// line's payload when the group leaves).
-    folded: Option<Box<template::Group>>,
+    /// The templated lines folded in so far.
+    folded: template::Folding,
 }
 
 /// A coalescing buffer (a zero window: lines pass straight through).
@@ -201,6 +187,11 @@ impl Coalescer {
             .max()
             .unwrap_or(0)
             .max(self.base);
+        // A templated line that does not decode is a group of its own, never indexed.
+        let decoded = match line.kind {
+            Kind::Stdio => template::to_fold(&line.payload, &line.sources),
+            _ => Ok(None),
+        };
         let key = (line.kind, line.index, template::merge_key(&line.payload));
         let base = self.base;
         let seqs = self.by_payload.entry(key).or_default();
@@ -209,25 +200,28 @@ impl Coalescer {
         }
         // Ascending: the first candidate at or after the floor, by binary search (a rank
         // repeating one line would otherwise make every push scan all its copies).
-        let seq = match seqs.get(seqs.partition_point(|&s| s < floor)) {
+        let found = seqs.get(seqs.partition_point(|&s| s < floor));
+        let seq = match found.filter(|_| decoded.is_ok()) {
             Some(&s) => {
                 let g = &mut self.groups[(s - base) as usize];
-                if line.kind == Kind::Stdio && template::is_template(&line.payload) {
-                    fold(g, &line);
+                if let Ok(Some(t)) = decoded {
+                    g.folded.fold(&g.line.payload, &g.line.sources, t);
                 }
                 g.line.sources.union_with(&line.sources);
                 s
             }
             None => {
                 let s = base + self.groups.len() as u64;
-                seqs.push_back(s);
+                if decoded.is_ok() {
+                    seqs.push_back(s);
+                }
                 for r in line.sources.iter() {
                     self.last.insert((r, channel), s);
                 }
                 self.groups.push_back(Group {
                     line,
                     born: now,
-                    folded: None,
+                    folded: template::Folding::default(),
                 });
                 return self.overflow();
             }
@@ -266,9 +260,7 @@ impl Coalescer {
             });
         }
         let mut line = g.line;
-        if let Some(t) = g.folded {
-            line.payload = template::encode(template::stream_of(&line.payload), &t);
-        }
+        line.payload = g.folded.into_payload(line.payload);
         line
     }
 
@@ -557,6 +549,47 @@ mod tests {
             )]
         );
         assert_eq!(out[1], line("[8]", "took no time"));
+    }
+
+    /// A templated line that does not decode joins no group and no line joins it: its
+    /// ranks print as malformed, never as the template's values.
+    #[test]
+    fn a_malformed_templated_line_joins_no_group() {
+        let t = Instant::now();
+        let mut c = Coalescer::new(ms(20));
+        let l = |r: u32, cut: bool| {
+            let ids = IdSet::single(r);
+            let text = format!("\u{1}took {}.5 s", r + 1);
+            let mut payload = template::templated(Bytes::from(text.into_bytes()), &ids);
+            if cut {
+                // (The key is whole: it merges by key with the others.)
+                payload.truncate(payload.len() - 1);
+            }
+            StdioLine {
+                kind: Kind::Stdio,
+                sources: ids,
+                index: 0,
+                payload,
+            }
+        };
+        for (r, cut) in [(0, true), (1, false), (2, false), (3, true)] {
+            assert!(c.push(t, l(r, cut)).is_empty());
+        }
+        let out: Vec<_> = (c.drain().iter())
+            .flat_map(|l| template::lines(&l.payload, &l.sources))
+            .collect();
+        let bad = template::MALFORMED.to_owned();
+        assert_eq!(
+            out,
+            [
+                ("[0]".parse().unwrap(), bad.clone()),
+                (
+                    "[1-2]".parse().unwrap(),
+                    "took {2.5..3.5} s (mean 3.0, max at [2])".into()
+                ),
+                ("[3]".parse().unwrap(), bad),
+            ]
+        );
     }
 
     #[test]

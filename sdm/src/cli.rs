@@ -374,7 +374,7 @@ struct ConsoleArgs {
     /// one, `[0-1023] step 5 took {0.91..1.37} s (mean 1.02, max at [77])`, outliers on
     /// lines of their own). Default: `template` when standard output is a terminal (a
     /// person reads it), `exact` when it is a file or a pipe, or with --json or --label (a
-    /// script wants every value).
+    /// script wants every value). `template` with --label is an error.
     #[arg(long, value_name = "MODE", value_parser = clap::value_parser!(MergeMode))]
     merge: Option<MergeMode>,
     /// How long interior nodes hold an output line to merge it with identical lines of

@@ -2,10 +2,11 @@
 //! the extreme rows, merged by an associative and commutative union.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use sdm_proto::IdSet;
 
-use super::number::{self, Sum};
+use super::number::{self, Sum, Value};
 use super::{Key, SlotKind};
 
 /// How many rows a group keeps at each end of each slot's order: outliers are split off
@@ -15,8 +16,8 @@ pub const KEEP: usize = 4;
 /// One distinct vector of values and the ranks that printed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
-    /// A value per slot, as printed.
-    pub values: Vec<Box<str>>,
+    /// A value per slot, as printed (with its number).
+    pub values: Vec<Value>,
     /// Who printed it.
     pub ranks: IdSet,
 }
@@ -87,31 +88,59 @@ pub struct Group {
     pub rows: Vec<Row>,
 }
 
+impl Row {
+    /// The values of `texts` in the slots of `key`.
+    pub fn values(key: &Key, texts: Vec<Box<str>>) -> Vec<Value> {
+        (texts.into_iter().zip(&key.kinds))
+            .map(|(t, &k)| Value::new(k, t))
+            .collect()
+    }
+}
+
 impl Group {
     /// One rank's line: its template and values.
     pub fn single(key: Key, values: Vec<Box<str>>, ranks: IdSet) -> Group {
-        let slots = values
+        let values = Row::values(&key, values);
+        Group::of_row(key, Row { values, ranks })
+    }
+
+    fn of_row(key: Key, row: Row) -> Group {
+        let slots = row
+            .values
             .iter()
             .zip(&key.kinds)
-            .map(|(v, &k)| Slot::single(v, &ranks, k))
+            .map(|(v, &k)| Slot::single(&v.text, &row.ranks, k))
             .collect();
         Group {
             key,
-            rows: vec![Row {
-                values,
-                ranks: ranks.clone(),
-            }],
-            ranks,
+            ranks: row.ranks.clone(),
+            rows: vec![row],
             slots,
         }
+    }
+
+    /// The group of distinct `rows` (its statistics are theirs), or `None` if none.
+    pub fn from_rows(key: Key, rows: Vec<Row>) -> Option<Group> {
+        let mut it = rows.into_iter();
+        let mut g = Group::of_row(key, it.next()?);
+        let kinds = g.key.kinds.clone();
+        for row in it {
+            g.ranks.union_with(&row.ranks);
+            for ((s, v), &k) in g.slots.iter_mut().zip(&row.values).zip(&kinds) {
+                s.merge(Slot::single(&v.text, &row.ranks, k), k);
+            }
+            g.rows.push(row);
+        }
+        g.prune();
+        Some(g)
     }
 
     /// Orders rows by slot `s`, then by every slot in turn (a total order on distinct rows).
     pub fn row_cmp(&self, s: usize, a: &Row, b: &Row) -> Ordering {
         let k = &self.key.kinds;
-        number::cmp(k[s], &a.values[s], &b.values[s]).then_with(|| {
+        a.values[s].cmp(k[s], &b.values[s]).then_with(|| {
             (0..k.len())
-                .map(|i| number::cmp(k[i], &a.values[i], &b.values[i]))
+                .map(|i| a.values[i].cmp(k[i], &b.values[i]))
                 .find(|o| o.is_ne())
                 .unwrap_or(Ordering::Equal)
         })
@@ -132,9 +161,18 @@ impl Group {
         for ((s, o), k) in self.slots.iter_mut().zip(other.slots).zip(kinds) {
             s.merge(o, k);
         }
-        for row in other.rows {
-            match self.rows.iter_mut().find(|r| r.values == row.values) {
-                Some(r) => r.ranks.union_with(&row.ranks),
+        // Rows are matched by an index of their values (not a scan per row).
+        let at: Vec<Option<usize>> = {
+            let index: HashMap<&[Value], usize> = (self.rows.iter().enumerate())
+                .map(|(i, r)| (&r.values[..], i))
+                .collect();
+            (other.rows.iter())
+                .map(|r| index.get(&r.values[..]).copied())
+                .collect()
+        };
+        for (row, at) in other.rows.into_iter().zip(at) {
+            match at {
+                Some(i) => self.rows[i].ranks.union_with(&row.ranks),
                 None => self.rows.push(row),
             }
         }
@@ -143,20 +181,19 @@ impl Group {
 
     /// Keeps only the rows among the `KEEP` lowest and highest of some slot.
     fn prune(&mut self) {
-        if self.rows.len() <= 2 * KEEP {
+        let n = self.rows.len();
+        if n <= 2 * KEEP {
             return;
         }
-        let mut keep = vec![false; self.rows.len()];
+        let mut keep = vec![false; n];
+        let mut idx: Vec<usize> = (0..n).collect();
         for s in 0..self.slots.len() {
-            let order = self.order(s);
-            let n = order.len();
-            for &i in order
-                .iter()
-                .take(KEEP)
-                .chain(order.iter().skip(n.saturating_sub(KEEP)))
-            {
-                keep[i] = true;
-            }
+            // Selection, not a sort: only which rows are at the ends matters.
+            let by = |a: &usize, b: &usize| self.row_cmp(s, &self.rows[*a], &self.rows[*b]);
+            idx.select_nth_unstable_by(KEEP - 1, by);
+            idx[..KEEP].iter().for_each(|&i| keep[i] = true);
+            idx.select_nth_unstable_by(n - KEEP, by);
+            idx[n - KEEP..].iter().for_each(|&i| keep[i] = true);
         }
         let mut it = keep.into_iter();
         self.rows.retain(|_| it.next().unwrap_or(false));

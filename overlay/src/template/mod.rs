@@ -6,11 +6,13 @@
 //! ([`TEMPLATE`] with the stream in the low bits) carrying the template key and the values.
 //! Interior nodes (`crate::coalesce`) and the front-end (`sdm_client::align`) fold the
 //! templated lines of equal stream, line index and key into one [`Group`] (per slot: min
-//! and max with their ranks, an exact sum, and the extreme rows), so the front-end receives
-//! one line per template, not one per rank. The fold is a union: associative and
-//! commutative, the same whatever the tree's shape or the arrival order. [`expand`] turns a
-//! group into the lines a person reads: the template with ranges, and its outliers each on
-//! a line of its own with its exact text. Lines without numbers stay plain, exact lines.
+//! and max with their ranks, an exact sum, and the extreme rows): interior nodes fold the
+//! lines that reach them within their hold, the front-end's aligner the rest. The fold is a
+//! union: associative and commutative, the same whatever the tree's shape or the arrival
+//! order. [`expand`] turns a group into the lines a person reads: the template with
+//! ranges, and its outliers each on a line of its own with its exact text. Lines without numbers, or with more than
+//! [`MAX_SLOTS`] (a group keeps its extreme rows per slot, so its cost grows with the
+//! slots), stay plain, exact lines.
 
 mod group;
 mod number;
@@ -28,7 +30,7 @@ use bytes::Bytes;
 use sdm_proto::IdSet;
 
 pub use group::{Group, KEEP, Row, Slot};
-pub use number::Sum;
+pub use number::{Sum, Value};
 pub use render::{Expanded, MIN_RANKS, SlotView, TemplateLine, expand};
 pub use scan::{HEX_WORD, scan};
 pub use wire::{TemplateError, decode, encode};
@@ -36,6 +38,9 @@ pub use wire::{TemplateError, decode, encode};
 /// Bit set in the tag (a stdio payload's first byte) of a templated line; the stream is in
 /// the low bits (`TEMPLATE | STDOUT`).
 pub const TEMPLATE: u8 = 0x10;
+
+/// The most numbers a templated line holds: a line with more stays exact.
+pub const MAX_SLOTS: usize = 16;
 
 /// How output lines of different ranks merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -150,20 +155,59 @@ pub fn templated(payload: Bytes, ranks: &IdSet) -> Bytes {
     }
 }
 
-/// Folds templated line `b` into `a` (both of one key); `a` unchanged if `b` is malformed.
-pub fn fold(a: &mut Group, b: &[u8], sources: &IdSet) {
-    if let Ok((_, g)) = decode(b, sources) {
-        a.merge(g);
+/// A stdio payload of `sources` read for folding: `Ok(None)` if it is no templated line,
+/// its group if it is, an error if it is one that does not decode (such a line joins no
+/// group: its ranks print as malformed, never as another line's values).
+pub fn to_fold(payload: &[u8], sources: &IdSet) -> Result<Option<Group>, TemplateError> {
+    if !is_template(payload) {
+        return Ok(None);
     }
+    decode(payload, sources).map(|(_, g)| Some(g))
+}
+
+/// The templated lines folded into the line that opened a group (its payload decoded at
+/// the first fold, encoded again when the group leaves). Interior nodes and the
+/// front-end's aligner fold alike with it.
+#[derive(Debug, Default)]
+pub struct Folding(Option<Box<Group>>);
+
+impl Folding {
+    /// Folds `g` (a line of the key of `payload`, the opening line of `sources`) in.
+    pub fn fold(&mut self, payload: &[u8], sources: &IdSet, g: Group) {
+        match &mut self.0 {
+            Some(f) => f.merge(g),
+            None => {
+                // (The opening line decoded when it came: see `to_fold`.)
+                if let Ok((_, mut f)) = decode(payload, sources) {
+                    f.merge(g);
+                    self.0 = Some(Box::new(f));
+                }
+            }
+        }
+    }
+
+    /// The group's payload: `payload` (the opening line's) if nothing was folded in.
+    pub fn into_payload(self, payload: Bytes) -> Bytes {
+        match self.0 {
+            Some(g) => encode(stream_of(&payload), &g),
+            None => payload,
+        }
+    }
+}
+
+/// What a line that claims to be templated but does not decode prints as.
+pub const MALFORMED: &str = "(malformed templated line)";
+
+/// A templated payload of `sources` expanded (`None`: it does not decode).
+pub fn expanded(payload: &[u8], sources: &IdSet) -> Option<Expanded> {
+    decode(payload, sources).ok().map(|(_, g)| expand(&g))
 }
 
 /// The lines a templated payload of `sources` prints as (the template's, then each
 /// outlier's), each with its ranks; a malformed one prints as one line saying so.
 pub fn lines(payload: &[u8], sources: &IdSet) -> Vec<(IdSet, String)> {
-    let Ok((_, g)) = decode(payload, sources) else {
-        return vec![(sources.clone(), "(malformed templated line)".into())];
-    };
-    let x = expand(&g);
-    let main = (!x.main.ranks.is_empty()).then_some((x.main.ranks, x.main.text));
-    main.into_iter().chain(x.outliers).collect()
+    match expanded(payload, sources) {
+        Some(x) => x.lines(),
+        None => vec![(sources.clone(), MALFORMED.into())],
+    }
 }

@@ -2,8 +2,62 @@
 //! an exact sum (for the mean) that does not depend on the order values are added in.
 
 use std::cmp::Ordering;
+use std::hash::{Hash, Hasher};
 
 use super::SlotKind;
+
+/// A slot's value in a row: its text as printed and its number, parsed once (rows are
+/// compared many times when a group keeps its extreme rows).
+#[derive(Debug, Clone)]
+pub struct Value {
+    /// The text as printed.
+    pub text: Box<str>,
+    /// Its number (a hex value's may be rounded: ties are settled by the text).
+    num: f64,
+}
+
+impl Value {
+    /// A value of a slot of kind `kind`.
+    pub fn new(kind: SlotKind, text: Box<str>) -> Value {
+        let num = match kind {
+            SlotKind::Dec => decimal(&text),
+            // (Rounding is monotonic: a lower float is a lower value.)
+            SlotKind::Hex => hex_digits(&text).chars().fold(0.0, |n, c| {
+                n * 16.0 + f64::from(c.to_digit(16).unwrap_or(0))
+            }),
+        };
+        Value { text, num }
+    }
+
+    /// Orders two values of one slot of kind `kind`, as [`cmp`] does.
+    pub(super) fn cmp(&self, kind: SlotKind, o: &Value) -> Ordering {
+        match self.num.total_cmp(&o.num) {
+            Ordering::Equal if kind == SlotKind::Dec => self.text.cmp(&o.text),
+            Ordering::Equal => cmp(kind, &self.text, &o.text),
+            ne => ne,
+        }
+    }
+
+    /// The value as a float.
+    pub(super) fn num(&self) -> f64 {
+        self.num
+    }
+}
+
+// A slot's number follows from its text: values are equal when their texts are.
+impl PartialEq for Value {
+    fn eq(&self, o: &Value) -> bool {
+        self.text == o.text
+    }
+}
+
+impl Eq for Value {}
+
+impl Hash for Value {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.text.hash(h);
+    }
+}
 
 /// Orders two values of a slot of kind `kind`: by number, then by text (so `1.0` and
 /// `1.00` are distinct values and the order is total).
@@ -14,7 +68,10 @@ pub(super) fn cmp(kind: SlotKind, a: &str, b: &str) -> Ordering {
             let (x, y) = (hex_digits(a), hex_digits(b));
             x.len()
                 .cmp(&y.len())
-                .then_with(|| x.to_ascii_lowercase().cmp(&y.to_ascii_lowercase()))
+                .then_with(|| {
+                    (x.bytes().map(|c| c.to_ascii_lowercase()))
+                        .cmp(y.bytes().map(|c| c.to_ascii_lowercase()))
+                })
                 .then_with(|| a.cmp(b))
         }
     }

@@ -56,6 +56,14 @@ pub struct Expanded {
     pub outliers: Vec<(IdSet, String)>,
 }
 
+impl Expanded {
+    /// The lines it prints as: the template's (if it has ranks), then each outlier's.
+    pub fn lines(self) -> Vec<(IdSet, String)> {
+        let main = (!self.main.ranks.is_empty()).then_some((self.main.ranks, self.main.text));
+        main.into_iter().chain(self.outliers).collect()
+    }
+}
+
 /// The rows of `g` that are outliers (indices into `g.rows`).
 fn outliers(g: &Group) -> Vec<usize> {
     let n = g.ranks.len();
@@ -72,7 +80,7 @@ fn outliers(g: &Group) -> Vec<usize> {
         let desc: Vec<usize> = asc.iter().rev().copied().collect();
         let (lo, hi) = (number::decimal(&slot.min), number::decimal(&slot.max));
         for (order, far) in [(desc, lo), (asc, hi)] {
-            let v = |j: usize| number::decimal(&g.rows[order[j]].values[s]);
+            let v = |j: usize| g.rows[order[j]].values[s].num();
             let mut side = 0;
             while side + 1 < order.len().min(KEEP) {
                 let (a, b) = (v(side), v(side + 1));
@@ -125,17 +133,16 @@ fn rest_end(
         // (Only a malformed group has no row besides its outliers: keep the whole end.)
         return (v.to_string(), Some(at.clone()));
     };
-    let v = first.values[s].clone();
+    let v = &first.values[s];
     let mut at = IdSet::new();
-    for r in rest.iter().take_while(|r| r.values[s] == v) {
+    for r in rest.iter().take_while(|r| r.values[s] == *v) {
         at.union_with(&r.ranks);
     }
     // Exact if a row past the value is among the ends (every row of it is kept).
     let past = ends.iter().any(|&i| {
-        !out.contains(&i)
-            && number::cmp(g.key.kinds[s], &g.rows[i].values[s], &v) != Ordering::Equal
+        !out.contains(&i) && g.rows[i].values[s].cmp(g.key.kinds[s], v) != Ordering::Equal
     });
-    (v.to_string(), (past || g.complete()).then_some(at))
+    (v.text.to_string(), (past || g.complete()).then_some(at))
 }
 
 fn mean(sum: Sum, count: u64, frac: u8, exp: bool) -> String {
@@ -149,7 +156,7 @@ fn mean(sum: Sum, count: u64, frac: u8, exp: bool) -> String {
 }
 
 fn row_text(g: &Group, r: &Row) -> String {
-    g.key.fill(|i| r.values[i].to_string())
+    g.key.fill(|i| r.values[i].text.to_string())
 }
 
 /// Splits off the outliers of `g` and renders the rest as one line.
@@ -168,7 +175,7 @@ pub fn expand(g: &Group) -> Expanded {
             let mean = (g.key.kinds[s] == SlotKind::Dec).then(|| {
                 let sum = out.iter().fold(slot.sum, |acc, &i| {
                     let r = &g.rows[i];
-                    acc.add_times(Sum::of(&r.values[s]), -(r.ranks.len() as i64))
+                    acc.add_times(Sum::of(&r.values[s].text), -(r.ranks.len() as i64))
                 });
                 mean(sum, ranks.len(), slot.frac, slot.exp)
             });

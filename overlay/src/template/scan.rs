@@ -5,9 +5,10 @@
 //! number unless it is glued to a word, as in `x-1`), with an exponent (`1.5e-3`); hex
 //! ids (the digits after `0x`, and whole words of at least [`HEX_WORD`] hex digits holding
 //! a digit and a letter, `7f3a9c01`); and digit runs inside words and paths
-//! (`/tmp/rank12/out.3` is `/tmp/rank{}/out.{}`).
+//! (`/tmp/rank12/out.3` is `/tmp/rank{}/out.{}`). A line with more than [`MAX_SLOTS`]
+//! numbers (a row of a matrix, a hex dump) stays an exact line.
 
-use super::{Key, SlotKind};
+use super::{Key, MAX_SLOTS, SlotKind};
 
 /// The shortest word of hex digits taken as an id (shorter ones, `cafe1`, stay text).
 pub const HEX_WORD: usize = 8;
@@ -78,8 +79,8 @@ fn number_at(t: &[u8], i: usize) -> Option<(SlotKind, usize, usize)> {
     None
 }
 
-/// The template key of `text` and its numbers, or `None` if it holds none (or is not
-/// UTF-8): such a line is exact.
+/// The template key of `text` and its numbers, or `None` if it holds none or more than
+/// [`MAX_SLOTS`] (or is not UTF-8): such a line is exact.
 pub fn scan(text: &[u8]) -> Option<(Key, Vec<Box<str>>)> {
     let s = std::str::from_utf8(text).ok()?;
     let t = s.as_bytes();
@@ -101,7 +102,7 @@ pub fn scan(text: &[u8]) -> Option<(Key, Vec<Box<str>>)> {
             None => i += 1,
         }
     }
-    if values.is_empty() {
+    if values.is_empty() || values.len() > MAX_SLOTS {
         return None;
     }
     segs.push(s[lit_start..].into());
@@ -142,5 +143,8 @@ mod tests {
         assert!(shown("hello world").is_none());
         assert!(shown("").is_none());
         assert!(scan(b"\xff 12").is_none());
+        let row = |n: usize| (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(" ");
+        assert!(shown(&row(MAX_SLOTS)).is_some());
+        assert!(shown(&row(MAX_SLOTS + 1)).is_none());
     }
 }

@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use super::group::{Group, Row, Slot};
 use super::number::Sum;
-use super::{Key, SlotKind, TEMPLATE};
+use super::{Key, MAX_SLOTS, SlotKind, TEMPLATE};
 
 /// Why a templated payload could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -43,7 +43,7 @@ fn put_varint128(out: &mut Vec<u8>, mut v: u128) {
 
 fn put_row(out: &mut Vec<u8>, r: &Row) {
     for v in &r.values {
-        put_bytes(out, v.as_bytes());
+        put_bytes(out, v.text.as_bytes());
     }
     put_ids(out, &r.ranks);
 }
@@ -75,7 +75,7 @@ pub fn encode(stream: u8, g: &Group) -> Bytes {
     if g.rows.len() == 1 && g.complete() {
         out.push(ONE_ROW);
         for v in &g.rows[0].values {
-            put_bytes(&mut out, v.as_bytes());
+            put_bytes(&mut out, v.text.as_bytes());
         }
         return out.into();
     }
@@ -201,7 +201,7 @@ fn key(b: &[u8]) -> Result<Key, TemplateError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let segs = (0..=n).map(|_| r.text()).collect::<Result<Vec<_>, _>>()?;
-    if r.pos != b.len() || n == 0 {
+    if r.pos != b.len() || n == 0 || n > MAX_SLOTS {
         return Err(TemplateError::Bad("key"));
     }
     Ok(Key { segs, kinds })
@@ -244,7 +244,7 @@ pub fn decode(payload: &[u8], sources: &IdSet) -> Result<(u8, Group), TemplateEr
         (0..r.count(n + 2)?)
             .map(|_| {
                 Ok(Row {
-                    values: values(r)?,
+                    values: Row::values(&key, values(r)?),
                     ranks: r.ids()?,
                 })
             })
@@ -253,13 +253,9 @@ pub fn decode(payload: &[u8], sources: &IdSet) -> Result<(u8, Group), TemplateEr
     let g = match r.byte()? {
         ONE_ROW => Group::single(key, values(&mut r)?, sources.clone()),
         ROWS => {
-            // The statistics are the rows' own: the union of one-row groups.
-            let mut it = rows(&mut r)?.into_iter();
-            let first = it.next().ok_or(TemplateError::Bad("rows"))?;
-            let mut g = Group::single(key.clone(), first.values, first.ranks);
-            for row in it {
-                g.merge(Group::single(key.clone(), row.values, row.ranks));
-            }
+            // The statistics are the rows' own.
+            let rows = rows(&mut r)?;
+            let g = Group::from_rows(key, rows).ok_or(TemplateError::Bad("rows"))?;
             if &g.ranks != sources {
                 return Err(TemplateError::Bad("ranks of the rows"));
             }

@@ -79,6 +79,12 @@ pub(super) async fn run_console(
         Duration::from_millis(c.coalesce_ms)
     };
     opts.stdio_window = window;
+    // A template's ranges under each rank's label would read as that rank's own value.
+    anyhow::ensure!(
+        !(c.label && c.merge == Some(MergeMode::Template)),
+        "--merge template and --label do not go together: --label prints each rank's own \
+         line (use --merge exact, its default with --label)"
+    );
     opts.stdio_merge = c.merge.unwrap_or_else(|| default_merge(c.json || c.label));
     opts.startup_timeout = Duration::from_secs(c.timeout);
     let stdin_ids = stdin_ranks(c.stdin.as_deref(), n)?;
@@ -170,8 +176,6 @@ fn serve_status(console: &mut crate::console::Console) -> Option<crate::status::
     }
 }
 
-/// The ranks `--stdin` names (all `n` without it): a set with or without its brackets,
-/// within the job.
 /// The merge mode without `--merge`: templates for a person at a terminal, every value
 /// (exact lines) for a file, a pipe, JSON or per-rank labels.
 fn default_merge(machine: bool) -> MergeMode {
@@ -182,6 +186,8 @@ fn default_merge(machine: bool) -> MergeMode {
     }
 }
 
+/// The ranks `--stdin` names (all `n` without it): a set with or without its brackets,
+/// within the job.
 fn stdin_ranks(stdin: Option<&str>, n: u32) -> anyhow::Result<IdSet> {
     Ok(match stdin {
         None => IdSet::all(n),

@@ -272,38 +272,27 @@ fn print_template(
     label: bool,
     w: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let Ok((_, g)) = template::decode(&l.payload, &l.sources) else {
-        // (A node let a malformed one through: its ranks still show.)
-        return print_text(
-            w,
-            &l.sources,
-            "(malformed templated line)",
-            stream,
-            json,
-            label,
-        );
+    let lines = match template::expanded(&l.payload, &l.sources) {
+        Some(x) if json && !x.main.slots.iter().all(|s| s.min == s.max) => {
+            let slots: Vec<serde_json::Value> = (x.main.slots.iter())
+                .map(|s| {
+                    serde_json::json!({"min": s.min, "max": s.max,
+                        "min_at": s.min_at.as_ref().map(ToString::to_string),
+                        "max_at": s.max_at.as_ref().map(ToString::to_string),
+                        "mean": s.mean})
+                })
+                .collect();
+            let line = serde_json::json!({"ids": x.main.ranks.to_string(), "stream": stream,
+                "line": x.main.text, "template": x.main.pattern, "count": x.main.ranks.len(),
+                "slots": slots});
+            writeln!(w, "{line}")?;
+            x.outliers
+        }
+        // (As `sdm_client`'s output handlers get them.)
+        Some(x) => x.lines(),
+        None => template::lines(&l.payload, &l.sources),
     };
-    let x = template::expand(&g);
-    if json && !x.main.slots.iter().all(|s| s.min == s.max) {
-        let slots: Vec<serde_json::Value> = x
-            .main
-            .slots
-            .iter()
-            .map(|s| {
-                serde_json::json!({"min": s.min, "max": s.max,
-                    "min_at": s.min_at.as_ref().map(ToString::to_string),
-                    "max_at": s.max_at.as_ref().map(ToString::to_string),
-                    "mean": s.mean})
-            })
-            .collect();
-        let line = serde_json::json!({"ids": x.main.ranks.to_string(), "stream": stream,
-            "line": x.main.text, "template": x.main.pattern, "count": x.main.ranks.len(),
-            "slots": slots});
-        writeln!(w, "{line}")?;
-    } else if !x.main.ranks.is_empty() {
-        print_text(w, &x.main.ranks, &x.main.text, stream, json, label)?;
-    }
-    for (ids, text) in &x.outliers {
+    for (ids, text) in &lines {
         print_text(w, ids, text, stream, json, label)?;
     }
     Ok(())
