@@ -53,6 +53,24 @@ pub(super) async fn run_job(a: RunArgs) -> anyhow::Result<()> {
     run_console(a.n, a.console, None, a.attach, a.program, None).await
 }
 
+/// How the tree merges the programs' output, as `c` asks: the interior nodes' hold
+/// (`--coalesce-ms`, none with `--no-coalesce`) and exact or templated lines.
+fn stdio_options(c: &ConsoleArgs, opts: &mut SessionOptions) -> anyhow::Result<()> {
+    opts.stdio_window = if c.no_coalesce {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(c.coalesce_ms)
+    };
+    // A template's ranges under each rank's label would read as that rank's own value.
+    anyhow::ensure!(
+        !(c.label && c.merge == Some(MergeMode::Template)),
+        "--merge template and --label do not go together: --label prints each rank's own \
+         line (use --merge exact, its default with --label)"
+    );
+    opts.stdio_merge = c.merge.unwrap_or_else(|| default_merge(c.json || c.label));
+    Ok(())
+}
+
 pub(super) async fn run_console(
     n: u32,
     c: ConsoleArgs,
@@ -73,19 +91,7 @@ pub(super) async fn run_console(
         (script.is_empty() && attach.is_empty() && !std::io::stdin().is_terminal())
             .then(crate::interrupt::Interrupts::catch)
             .transpose()?;
-    let window = if c.no_coalesce {
-        Duration::ZERO
-    } else {
-        Duration::from_millis(c.coalesce_ms)
-    };
-    opts.stdio_window = window;
-    // A template's ranges under each rank's label would read as that rank's own value.
-    anyhow::ensure!(
-        !(c.label && c.merge == Some(MergeMode::Template)),
-        "--merge template and --label do not go together: --label prints each rank's own \
-         line (use --merge exact, its default with --label)"
-    );
-    opts.stdio_merge = c.merge.unwrap_or_else(|| default_merge(c.json || c.label));
+    stdio_options(&c, &mut opts)?;
     opts.startup_timeout = Duration::from_secs(c.timeout);
     let stdin_ids = stdin_ranks(c.stdin.as_deref(), n)?;
     c.iof
