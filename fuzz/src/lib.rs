@@ -13,6 +13,7 @@
 //! | `omis_reply` | [`sdm_omis::parse_reply`] | as for requests |
 //! | `init` | [`InitSpec::from_payload`] the init command's payload | an accepted spec re-encodes and decodes equal |
 //! | `filter` | every built-in [`sdm_filters`] filter, payloads folded in and flushed | flushed groups fold again, into the same flush |
+//! | `template` | [`template::templated`] a line, then [`template::decode`] any templated payload | one rank's templated line prints as exactly the text it printed; a decoded payload's lines hold each rank once |
 //!
 //! A new decoder is one more entry of [`TARGETS`] (name, function, seeds) and one three-line
 //! file in `fuzz_targets/` plus its `[[bin]]` in `Cargo.toml`; `run.sh` picks every entry up
@@ -27,6 +28,7 @@ use std::str::FromStr;
 use bytes::{Bytes, BytesMut};
 use sdm_omis::{parse_reply, parse_request};
 use sdm_overlay::setup::{InitSpec, Table};
+use sdm_overlay::template;
 use sdm_proto::{FrameCodec, IdSet, Kind, Message, Status, SyncMode};
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -83,6 +85,11 @@ pub const TARGETS: &[Target] = &[
         name: "filter",
         run: filter,
         seeds: filter_seeds,
+    },
+    Target {
+        name: "template",
+        run: template_line,
+        seeds: template_seeds,
     },
 ];
 
@@ -326,6 +333,58 @@ pub fn init(data: &[u8]) -> bool {
     let again = InitSpec::from_payload(&spec.to_payload()).expect("own payload decodes");
     assert_eq!(again, spec, "init spec does not round-trip");
     true
+}
+
+/// Reads `data[1..]` two ways: as a line rank 3 printed (valid UTF-8 without a newline),
+/// which, templated, must print back as exactly that text; and as a templated payload from
+/// the ranks `[0-N]` (`N` from `data[0]`), whose lines, when it decodes, hold each rank once.
+pub fn template_line(data: &[u8]) -> bool {
+    let Some((&n, rest)) = data.split_first() else {
+        return false;
+    };
+    if let Ok(text) = std::str::from_utf8(rest)
+        && !text.contains('\n')
+    {
+        let me = IdSet::single(3);
+        let mut line = vec![sdm_overlay::stdio::STDOUT];
+        line.extend_from_slice(rest);
+        let payload = template::templated(Bytes::from(line), &me);
+        if template::is_template(&payload) {
+            let printed = template::lines(&payload, &me);
+            assert_eq!(printed, [(me, text.to_owned())], "{text:?}");
+        }
+    }
+    let sources = IdSet::range(0..=u32::from(n % 64));
+    let Ok((_, g)) = template::decode(rest, &sources) else {
+        return false;
+    };
+    let mut seen = IdSet::new();
+    for (ids, text) in template::expand(&g).lines() {
+        assert!(seen.is_disjoint(&ids), "{ids} twice, at {text:?}");
+        seen.union_with(&ids);
+    }
+    true
+}
+
+fn template_seeds() -> Vec<Vec<u8>> {
+    let lines = [
+        "step 5 took 1.25 s",
+        "rank 12 of 1024 at 0x7f3a10 in /tmp/run12/out.3",
+        "x-1 = -2.5e-3, +7",
+        "no numbers here",
+    ];
+    let mut out: Vec<Vec<u8>> = lines
+        .iter()
+        .map(|l| [&[7u8][..], l.as_bytes()].concat())
+        .collect();
+    for (i, l) in lines.iter().enumerate() {
+        let ranks = IdSet::single(i as u32);
+        let mut line = vec![sdm_overlay::stdio::STDOUT];
+        line.extend_from_slice(l.as_bytes());
+        let p = template::templated(Bytes::from(line), &ranks);
+        out.push([&[i as u8][..], &p[..]].concat());
+    }
+    out
 }
 
 fn init_seeds() -> Vec<Vec<u8>> {
