@@ -4,7 +4,7 @@
 //! `console.warn`) and returns the DOM as it stands after the load, the errors counted in an
 //! attribute of its root element; [`screenshot`] renders a page to a PNG of a given size and
 //! reads the size back from the PNG's header. Each chromium run is killed, failing the
-//! test, if it has not ended in [`CHROMIUM_DEADLINE`].
+//! test, if it has not ended in `CHROMIUM_DEADLINE`.
 
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
