@@ -607,6 +607,39 @@ pub fn source_line(name: &str, marker: &str) -> u32 {
         .unwrap_or_else(|| panic!("no {marker} in {}", src.display()))
 }
 
+/// `n` ranks of `program` (no arguments, on pipes) started and running under a console,
+/// one server per host; every rank ready and started. Returns the console and the ranks'
+/// pids, in rank order.
+pub async fn running_console(n: u32, program: &Path) -> (sdm::console::Console, Vec<u32>) {
+    use sdm_client::session::{Session, SessionOptions};
+    let opts = SessionOptions {
+        n,
+        program: Some(sdm().into()),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
+    assert_eq!(s.report().ready, IdSet::all(n));
+    let mut c = sdm::console::Console::new(s, false);
+    let started = c
+        .start_program(program.to_str().unwrap(), &[], "pipes")
+        .await
+        .unwrap();
+    assert!(
+        started
+            .iter()
+            .all(|l| l.status == Status::Replied && l.started()),
+        "{started:?}"
+    );
+    let pids = started
+        .iter()
+        .map(|l| match l.reply.as_ref().and_then(|r| r.results.first()) {
+            Some(sdm_omis::Value::Int(pid)) => *pid as u32,
+            other => panic!("no pid from {}: {other:?}", l.ids),
+        })
+        .collect();
+    (c, pids)
+}
+
 /// Runs the console command `cmd` (asserting the console goes on) and returns what it printed.
 pub async fn console_command(c: &mut sdm::console::Console, cmd: &str) -> String {
     let mut out = Vec::new();

@@ -18,9 +18,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sdm::console::Console;
-use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
-use sdm_proto::{IdSet, Status};
 
 /// A fresh directory for one test's files.
 fn scratch(name: &str) -> PathBuf {
@@ -115,25 +113,7 @@ fn has_frame(titles: &[String], function: &str) -> bool {
 /// Four ranks of tests/programs/threads.c, started (running) under a console.
 async fn threads_job() -> Console {
     let program = sdm_e2e::c_program("threads", &["-O0", "-g", "-pthread"]);
-    let opts = SessionOptions {
-        n: 4,
-        program: Some(sdm_e2e::sdm().into()),
-        ..SessionOptions::default()
-    };
-    let s = Session::launch(&opts, |_| {}).await.unwrap();
-    assert_eq!(s.report().ready, IdSet::all(4));
-    let mut c = Console::new(s, false);
-    let started = c
-        .start_program(program.to_str().unwrap(), &[], "pipes")
-        .await
-        .unwrap();
-    assert!(
-        started
-            .iter()
-            .all(|l| l.status == Status::Replied && l.started()),
-        "{started:?}"
-    );
-    c
+    sdm_e2e::running_console(4, &program).await.0
 }
 
 /// Waits until every rank's two threads wait where threads.c leaves them: three classes.

@@ -311,28 +311,8 @@ fn an_unwritable_report_is_refused_naming_it() {
 
 /// tests/programs/threads.c, four ranks under a console, their pids.
 async fn threads_console() -> (sdm::console::Console, Vec<u32>) {
-    use sdm_client::session::{Session, SessionOptions};
-    use sdm_omis::Value;
     let program = sdm_e2e::c_program("threads", &["-O0", "-g", "-pthread"]);
-    let opts = SessionOptions {
-        n: 4,
-        program: Some(sdm_e2e::sdm().into()),
-        ..SessionOptions::default()
-    };
-    let s = Session::launch(&opts, |_| {}).await.unwrap();
-    let mut c = sdm::console::Console::new(s, false);
-    let started = c
-        .start_program(program.to_str().unwrap(), &[], "pipes")
-        .await
-        .unwrap();
-    let pids = started
-        .iter()
-        .map(|l| match l.reply.as_ref().and_then(|r| r.results.first()) {
-            Some(Value::Int(pid)) => *pid as u32,
-            other => panic!("no pid from {}: {other:?}", l.ids),
-        })
-        .collect();
-    (c, pids)
+    sdm_e2e::running_console(4, &program).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,10 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sdm::console::Console;
-use sdm_client::session::{Session, SessionOptions};
 use sdm_e2e::console_command as run;
-use sdm_omis::Value;
-use sdm_proto::{IdSet, Status};
 
 /// The line of the source holding `marker`.
 fn line_of(marker: &str) -> u32 {
@@ -41,33 +38,7 @@ async fn console() -> Console {
 
 /// Four ranks of the program, started (running) under a console; and their pids.
 async fn started() -> (Console, Vec<u32>) {
-    let program = build();
-    let opts = SessionOptions {
-        n: 4,
-        program: Some(sdm_e2e::sdm().into()),
-        ..SessionOptions::default()
-    };
-    let s = Session::launch(&opts, |_| {}).await.unwrap();
-    assert_eq!(s.report().ready, IdSet::all(4));
-    let mut c = Console::new(s, false);
-    let started = c
-        .start_program(program.to_str().unwrap(), &[], "pipes")
-        .await
-        .unwrap();
-    assert!(
-        started
-            .iter()
-            .all(|l| l.status == Status::Replied && l.started()),
-        "{started:?}"
-    );
-    let pids = started
-        .iter()
-        .map(|l| match l.reply.as_ref().and_then(|r| r.results.first()) {
-            Some(Value::Int(pid)) => *pid as u32,
-            other => panic!("no pid from {}: {other:?}", l.ids),
-        })
-        .collect();
-    (c, pids)
+    sdm_e2e::running_console(4, &build()).await
 }
 
 /// The state letter of each thread of `pid` (/proc/PID/task/*/stat).
