@@ -607,6 +607,36 @@ pub fn source_line(name: &str, marker: &str) -> u32 {
         .unwrap_or_else(|| panic!("no {marker} in {}", src.display()))
 }
 
+/// A tree of sixteen servers, one per rank, every one ready.
+pub async fn sixteen_servers() -> sdm_client::session::Session {
+    use sdm_client::session::{Session, SessionOptions};
+    let opts = SessionOptions {
+        n: 16,
+        ranks_per_server: Some(1),
+        program: Some(sdm().into()),
+        ..SessionOptions::default()
+    };
+    let s = Session::launch(&opts, |_| {}).await.unwrap();
+    assert_eq!(s.report().ready, IdSet::all(16));
+    s
+}
+
+/// Kills server `id` of `s` outright (SIGKILL), as a crash would.
+pub fn kill9(s: &sdm_client::session::Session, id: u32) {
+    let pid = s
+        .report()
+        .processes
+        .iter()
+        .find(|(i, _, _)| *i == id)
+        .map(|(_, _, pid)| *pid)
+        .expect("in the process table");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
 /// `n` ranks of `program` (no arguments, on pipes) started and running under a console,
 /// one server per host; every rank ready and started. Returns the console and the ranks'
 /// pids, in rank order.

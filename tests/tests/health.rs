@@ -6,22 +6,9 @@ use sdm::console::Console;
 use sdm_client::session::{Session, SessionOptions};
 use sdm_proto::IdSet;
 
-/// A binomial tree of 16 real servers, all ready.
-async fn sixteen() -> Session {
-    let opts = SessionOptions {
-        n: 16,
-        ranks_per_server: Some(1),
-        program: Some(sdm_e2e::sdm().into()),
-        ..SessionOptions::default()
-    };
-    let s = Session::launch(&opts, |_| {}).await.unwrap();
-    assert_eq!(s.report().ready, IdSet::all(16));
-    s
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_per_subtree_after_a_kill() {
-    let s = sixteen().await;
+    let s = sdm_e2e::sixteen_servers().await;
     // Binomial: the master's children are servers 0, 1, 3, 7 and 15; server 3's subtree
     // is [3-6], and server 4 is a leaf under it.
     let mut c = Console::new(s, false);
@@ -36,7 +23,7 @@ async fn health_per_subtree_after_a_kill() {
          server 7 subtree [7-14]: full (8/8 replied)\n\
          server 15 subtree [15]: full (1/1 replied)\n"
     );
-    kill9(c.session(), 4);
+    sdm_e2e::kill9(c.session(), 4);
     let mut out = Vec::new();
     c.command("health", &mut out).await.unwrap();
     let text = String::from_utf8(out).unwrap();
@@ -110,37 +97,22 @@ async fn ping_until(c: &mut Console, want: &IdSet) -> (IdSet, IdSet) {
     }
 }
 
-fn kill9(s: &Session, id: u32) {
-    let pid = s
-        .report()
-        .processes
-        .iter()
-        .find(|(i, _, _)| *i == id)
-        .map(|(_, _, pid)| *pid)
-        .expect("in the process table");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphans_reattach_and_later_commands_reach_them() {
-    let s = sixteen().await;
+    let s = sdm_e2e::sixteen_servers().await;
     // The master's first child 0 (a leaf in the binomial tree), interior server 7
     // (subtree [7-14]: children 8, 9 and 11) and interior server 3 (children 4 and 5), all
     // children of the master, then leaf 13 (under 11, which is now adopted by the master).
-    kill9(&s, 0);
-    kill9(&s, 7);
-    kill9(&s, 3);
+    sdm_e2e::kill9(&s, 0);
+    sdm_e2e::kill9(&s, 7);
+    sdm_e2e::kill9(&s, 3);
     let mut c = Console::new(s, false);
     let want: IdSet = "[1-2,4-6,8-15]".parse().unwrap();
     let (ok, lost) = ping_until(&mut c, &want).await;
     assert_eq!(ok, want, "the orphans re-attached (lost: {lost})");
     assert_eq!(lost.to_string(), "[0,3,7]");
     let s = c.session();
-    kill9(s, 13);
+    sdm_e2e::kill9(s, 13);
     let want: IdSet = "[1-2,4-6,8-12,14-15]".parse().unwrap();
     let (ok, lost) = ping_until(&mut c, &want).await;
     assert_eq!(ok, want, "13's child 14 re-attached too (lost: {lost})");
@@ -162,7 +134,7 @@ async fn orphans_reattach_and_later_commands_reach_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_during_a_stdio_flood_and_a_stream() {
     use sdm_proto::{Status, SyncMode};
-    let s = sixteen().await;
+    let s = sdm_e2e::sixteen_servers().await;
     let all = s.all();
     // Every rank floods its output; the front-end keeps reading it.
     let start = r#"0 [] sdm_start("/bin/sh", ["-c", "exec yes \"rank $SDM_RANK\""], "pty")"#;
@@ -180,7 +152,7 @@ async fn kill9_during_a_stdio_flood_and_a_stream() {
     let mut lost_seen = IdSet::new();
     for wave in 0..3 {
         if wave == 1 {
-            kill9(&s, 3);
+            sdm_e2e::kill9(&s, 3);
         }
         let groups = s
             .request_command(sdm_client::service::filtered(
@@ -242,7 +214,7 @@ async fn a_killed_server_of_four_ranks_loses_those_and_its_orphans_reattach() {
     assert_eq!(s.report().ready, IdSet::all(32));
     assert_eq!(s.report().processes.len(), 8, "8 servers");
     // Server 3 (ranks 12-15) is interior in the binomial tree of 8: servers 4-6 below it.
-    kill9(&s, 3);
+    sdm_e2e::kill9(&s, 3);
     let mut c = Console::new(s, false);
     let want: IdSet = "[0-11,16-31]".parse().unwrap();
     let (ok, lost) = ping_until(&mut c, &want).await;
@@ -266,7 +238,7 @@ async fn lost_ranks_come_back_with_how_their_link_ended() {
     };
     let s = Session::launch(&opts, |_| {}).await.unwrap();
     assert_eq!(s.report().ready, IdSet::all(4));
-    kill9(&s, 2);
+    sdm_e2e::kill9(&s, 2);
     let all = s.all();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let lost = loop {

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sdm::console::Console;
-use sdm_client::session::{Session, SessionOptions};
 use sdm_proto::IdSet;
 use sdm_topology::{NodeId, Shape};
 
@@ -231,34 +230,6 @@ fn status_v_lists_every_link_once_with_rtt_and_counts_that_grow() {
     let _ = std::fs::remove_dir_all(&runtime);
 }
 
-/// A binomial tree of 16 real servers, all ready.
-async fn sixteen() -> Session {
-    let opts = SessionOptions {
-        n: 16,
-        ranks_per_server: Some(1),
-        program: Some(sdm_e2e::sdm().into()),
-        ..SessionOptions::default()
-    };
-    let s = Session::launch(&opts, |_| {}).await.unwrap();
-    assert_eq!(s.report().ready, IdSet::all(16));
-    s
-}
-
-fn kill9(s: &Session, id: u32) {
-    let pid = s
-        .report()
-        .processes
-        .iter()
-        .find(|(i, _, _)| *i == id)
-        .map(|(_, _, pid)| *pid)
-        .expect("in the process table");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-}
-
 /// The console's `health -v` in JSON: the link rows, by child.
 async fn health_links(c: &mut Console) -> BTreeMap<u64, serde_json::Value> {
     let mut out = Vec::new();
@@ -273,7 +244,7 @@ async fn health_links(c: &mut Console) -> BTreeMap<u64, serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reattachment_shows_in_the_adopters_count() {
-    let s = sixteen().await;
+    let s = sdm_e2e::sixteen_servers().await;
     let mut c = Console::new(s, true);
     let before = health_links(&mut c).await;
     assert_eq!(before.len(), 16, "{before:?}");
@@ -302,8 +273,8 @@ async fn a_reattachment_shows_in_the_adopters_count() {
     // Binomial over 16: interior server 11 (under 7) has children 12 and 13, which
     // re-attach to 7, their nearest live ancestor; interior server 3 (under the master) has
     // children 4 and 5, which re-attach to the master.
-    kill9(c.session(), 11);
-    kill9(c.session(), 3);
+    sdm_e2e::kill9(c.session(), 11);
+    sdm_e2e::kill9(c.session(), 3);
     let guard = Instant::now() + Duration::from_secs(60);
     let rows = loop {
         let rows = health_links(&mut c).await;
