@@ -41,21 +41,19 @@ fn run(args: &[&str]) -> Output {
     out
 }
 
+/// `sdm run -n 16 OPTIONS --merge-lag 120000 -- sh -c PROGRAM` (a lag long enough that
+/// every rank's k-th line is merged however loaded the machine).
+fn run_program(options: &[&str]) -> Output {
+    let mut args = vec!["-n", "16"];
+    args.extend_from_slice(options);
+    args.extend(["--merge-lag", "120000", "--", "sh", "-c", PROGRAM]);
+    run(&args)
+}
+
 #[test]
 fn lines_differing_in_numbers_print_as_one_template() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let out = run(&[
-        "-n",
-        "16",
-        "--merge",
-        "template",
-        "--merge-lag",
-        "120000",
-        "--",
-        "sh",
-        "-c",
-        PROGRAM,
-    ]);
+    let out = run_program(&["--merge", "template"]);
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
@@ -75,18 +73,7 @@ fn lines_differing_in_numbers_print_as_one_template() {
 #[test]
 fn exact_merge_prints_every_value() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let out = run(&[
-        "-n",
-        "16",
-        "--merge",
-        "exact",
-        "--merge-lag",
-        "120000",
-        "--",
-        "sh",
-        "-c",
-        PROGRAM,
-    ]);
+    let out = run_program(&["--merge", "exact"]);
     let text = String::from_utf8(out.stdout).unwrap();
     let lines = labelled_lines(&text);
     for r in 0..16u32 {
@@ -205,19 +192,7 @@ fn merge_template_with_label_is_an_error_naming_both() {
 #[test]
 fn json_lines_carry_the_template_and_its_slots() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let out = run(&[
-        "-n",
-        "16",
-        "--json",
-        "--merge",
-        "template",
-        "--merge-lag",
-        "120000",
-        "--",
-        "sh",
-        "-c",
-        PROGRAM,
-    ]);
+    let out = run_program(&["--json", "--merge", "template"]);
     let text = String::from_utf8(out.stdout).unwrap();
     let step = text
         .lines()
